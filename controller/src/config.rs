@@ -1,0 +1,549 @@
+//! The `channels`, `check` and `boot_check` sections of `robot.yaml`, the
+//! duration and size types every section writes, and their validation.
+//!
+//! Every validator appends `(field path, message)` pairs; the caller maps a
+//! path such as `channels[2].rate` back to its line and column.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A validation problem: the field path and what is wrong with it.
+pub type Problem = (String, String);
+
+/// A duration written like `500us`, `2ms`, `1.5s`, `1m` or `250ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Dur(pub Duration);
+
+impl Dur {
+    pub const fn from_micros(us: u64) -> Self {
+        Dur(Duration::from_micros(us))
+    }
+    pub const fn from_millis(ms: u64) -> Self {
+        Dur(Duration::from_millis(ms))
+    }
+    pub const fn from_secs(s: u64) -> Self {
+        Dur(Duration::from_secs(s))
+    }
+    pub fn as_nanos(self) -> u64 {
+        self.0.as_nanos().min(u64::MAX as u128) as u64
+    }
+    pub fn is_zero(self) -> bool {
+        self.0.is_zero()
+    }
+
+    /// Parses `500us`, `2ms`, `1.5s`, `1m`, `1h`, `250ns`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let unit_ns: f64 = match unit.trim() {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" | "min" => 60e9,
+            "h" => 3600e9,
+            "" => {
+                return Err(format!(
+                    "`{t}` has no unit (expected a duration like `500us`, `2ms` or `1s`)"
+                ))
+            }
+            u => {
+                return Err(format!(
+                    "unknown unit `{u}` in `{t}` (expected ns, us, ms, s, m or h)"
+                ))
+            }
+        };
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("`{t}` is not a duration (expected like `500us`, `2ms` or `1s`)"))?;
+        let ns = value * unit_ns;
+        if !ns.is_finite() || ns > u64::MAX as f64 {
+            return Err(format!("`{t}` is too long"));
+        }
+        Ok(Dur(Duration::from_nanos(ns.round() as u64)))
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ns = self.as_nanos();
+        for (unit, size) in [("h", 3_600_000_000_000u64), ("m", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)] {
+            if ns >= size && ns % size == 0 {
+                return write!(f, "{}{unit}", ns / size);
+            }
+        }
+        if ns >= 1_000_000_000 {
+            write!(f, "{}s", ns as f64 / 1e9)
+        } else if ns >= 1_000_000 {
+            write!(f, "{}ms", ns as f64 / 1e6)
+        } else if ns >= 1_000 {
+            write!(f, "{}us", ns as f64 / 1e3)
+        } else {
+            write!(f, "{ns}ns")
+        }
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration like `500us`, `2ms` or `1s`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Dur, E> {
+                Dur::parse(v).map_err(E::custom)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Dur, E> {
+                Err(E::custom(format!(
+                    "`{v}` has no unit (expected a duration like `{v}us`, `{v}ms` or `{v}s`)"
+                )))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Dur, E> {
+                Err(E::custom(format!("`{v}` is not a duration (expected like `500us`)")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Dur, E> {
+                Err(E::custom(format!("`{v}` has no unit (expected a duration like `{v}s`)")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A size in bytes, written `256`, `4KiB`, `64MiB`, `1GiB` (or kB/MB/GB
+/// in powers of ten).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let mult: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "KiB" | "K" => 1 << 10,
+            "MiB" | "M" => 1 << 20,
+            "GiB" | "G" => 1 << 30,
+            "kB" | "KB" => 1_000,
+            "MB" => 1_000_000,
+            "GB" => 1_000_000_000,
+            u => {
+                return Err(format!(
+                    "unknown size unit `{u}` in `{t}` (expected B, KiB, MiB, GiB, kB, MB or GB)"
+                ))
+            }
+        };
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("`{t}` is not a size (expected bytes like `256`, `4KiB` or `64MiB`)"))?;
+        n.checked_mul(mult)
+            .map(ByteSize)
+            .ok_or_else(|| format!("`{t}` is too large"))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+            if b >= size && b % size == 0 {
+                return write!(f, "{}{unit}", b / size);
+            }
+        }
+        write!(f, "{b}B")
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size like `256`, `4KiB` or `64MiB`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                if v < 0 {
+                    return Err(E::custom(format!("size {v} is negative (expected bytes like `256`)")));
+                }
+                Ok(ByteSize(v as u64))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                ByteSize::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The largest message a channel may carry.
+pub const MAX_MESSAGE_SIZE: u64 = 16 << 20;
+/// The most slots a channel queue may have.
+pub const MAX_QUEUE_LEN: u64 = 1 << 20;
+/// The most shared memory one channel may take.
+pub const MAX_CHANNEL_BYTES: u64 = 1 << 30;
+
+/// One entry of `channels:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    /// `/name/parts`, lower case letters, digits, `_`, `-`, `.`.
+    pub name: String,
+    /// The largest message payload.
+    pub max_size: ByteSize,
+    /// The most messages per second all publishers together send.
+    pub rate: u32,
+    /// How long a message must stay readable after it is sent.
+    #[serde(default = "default_retention")]
+    pub retention: Dur,
+    /// Send -> handler-start latency budget for subscribers.
+    #[serde(default)]
+    pub budget: Option<Dur>,
+}
+
+fn default_retention() -> Dur {
+    Dur::from_millis(100)
+}
+
+/// Per-slot bookkeeping a queue slot carries in front of the payload.
+pub const SLOT_HEADER_BYTES: u64 = 64;
+
+impl ChannelConfig {
+    /// Queue length: rate x retention, plus headroom for one period of
+    /// jitter and a reader mid-copy, rounded up to a power of two.
+    pub fn queue_len(&self) -> u64 {
+        let needed = (self.rate as u128 * self.retention.0.as_nanos()).div_ceil(1_000_000_000) as u64;
+        (needed + 2).next_power_of_two().max(4)
+    }
+
+    /// Bytes of one slot: header plus payload, rounded to a cache line.
+    pub fn slot_bytes(&self) -> u64 {
+        (SLOT_HEADER_BYTES + self.max_size.0).div_ceil(64) * 64
+    }
+
+    /// Shared-memory bytes of the channel file (slots plus one scratch slot
+    /// per publisher and the header page).
+    pub fn shm_bytes(&self, publishers: u64) -> u64 {
+        4096 + (self.queue_len() + publishers.max(1)) * self.slot_bytes()
+    }
+
+    pub fn validate(&self, path: &str, out: &mut Vec<Problem>) {
+        if let Err(e) = validate_channel_name(&self.name) {
+            out.push((format!("{path}.name"), e));
+        }
+        if self.max_size.0 == 0 || self.max_size.0 > MAX_MESSAGE_SIZE {
+            out.push((
+                format!("{path}.max_size"),
+                format!(
+                    "message size {} is out of range (expected 1B to {})",
+                    self.max_size,
+                    ByteSize(MAX_MESSAGE_SIZE)
+                ),
+            ));
+        }
+        if self.rate == 0 {
+            out.push((format!("{path}.rate"), "rate 0 (expected messages per second, 1 or more)".into()));
+        }
+        if self.retention.is_zero() {
+            out.push((format!("{path}.retention"), "retention 0 (expected a positive duration like `100ms`)".into()));
+        }
+        if let Some(b) = self.budget {
+            if b.is_zero() {
+                out.push((format!("{path}.budget"), "budget 0 (expected a positive duration like `200us`)".into()));
+            }
+        }
+        if self.rate > 0 && !self.retention.is_zero() {
+            let len = self.queue_len();
+            if len > MAX_QUEUE_LEN {
+                out.push((
+                    format!("{path}.retention"),
+                    format!(
+                        "rate {} x retention {} needs {len} slots (at most {MAX_QUEUE_LEN}; lower the rate or the retention)",
+                        self.rate, self.retention
+                    ),
+                ));
+            } else if self.max_size.0 <= MAX_MESSAGE_SIZE && self.shm_bytes(1) > MAX_CHANNEL_BYTES {
+                out.push((
+                    format!("{path}.retention"),
+                    format!(
+                        "rate {} x retention {} x {} per message needs {} of shared memory (at most {})",
+                        self.rate,
+                        self.retention,
+                        self.max_size,
+                        ByteSize(self.shm_bytes(1)),
+                        ByteSize(MAX_CHANNEL_BYTES)
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// Checks a channel name: `/` then `/`-separated parts of `[a-z0-9_.-]`.
+pub fn validate_channel_name(name: &str) -> Result<(), String> {
+    let ok = name.len() <= 128
+        && name.starts_with('/')
+        && name[1..].split('/').all(|part| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a channel name (expected `/` and parts of a-z, 0-9, `_`, `-`, `.`, like `/imu/raw`, at most 128 characters)"
+        ))
+    }
+}
+
+/// `check:` — the timing check's scenario and budgets.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckSection {
+    pub duration: Dur,
+    /// The real-time sender's period.
+    pub period: Dur,
+    /// Priority of the real-time sender and receiver.
+    pub priority: u32,
+    /// Lower-priority publishers/subscribers on housekeeping CPUs.
+    pub low_priority: LowPriorityLoad,
+    /// SCHED_FIFO burst threads below the real-time priority.
+    pub bursts: BurstLoad,
+    /// Plain CPU hogs and I/O writers on housekeeping CPUs.
+    pub cpu_load: u32,
+    pub io_load: u32,
+    /// Budgets the check enforces.
+    pub budgets: CheckBudgets,
+}
+
+impl Default for CheckSection {
+    fn default() -> Self {
+        CheckSection {
+            duration: Dur::from_secs(60),
+            period: Dur::from_micros(500),
+            priority: 80,
+            low_priority: LowPriorityLoad::default(),
+            bursts: BurstLoad::default(),
+            cpu_load: 1,
+            io_load: 1,
+            budgets: CheckBudgets::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LowPriorityLoad {
+    /// How many lower-priority processes publish and subscribe.
+    pub processes: u32,
+    pub period: Dur,
+    /// Each one stops and a new one starts this often.
+    pub churn: Dur,
+}
+
+impl Default for LowPriorityLoad {
+    fn default() -> Self {
+        LowPriorityLoad {
+            processes: 2,
+            period: Dur::from_micros(200),
+            churn: Dur::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BurstLoad {
+    pub threads: u32,
+    pub priority: u32,
+    pub min: Dur,
+    pub max: Dur,
+}
+
+impl Default for BurstLoad {
+    fn default() -> Self {
+        BurstLoad {
+            threads: 1,
+            priority: 40,
+            min: Dur::from_micros(20),
+            max: Dur::from_millis(1),
+        }
+    }
+}
+
+/// Each budget applies to the measurement's maximum; p99 budgets to p99.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckBudgets {
+    pub delivery_max: Option<Dur>,
+    pub delivery_p99: Option<Dur>,
+    pub timer_max: Option<Dur>,
+    pub timer_p99: Option<Dur>,
+    pub send_max: Option<Dur>,
+}
+
+impl CheckSection {
+    pub fn validate(&self, path: &str, out: &mut Vec<Problem>) {
+        let positive = |field: &str, d: Dur, out: &mut Vec<Problem>| {
+            if d.is_zero() {
+                out.push((format!("{path}.{field}"), "0 (expected a positive duration)".into()));
+            }
+        };
+        positive("duration", self.duration, out);
+        positive("period", self.period, out);
+        positive("low_priority.period", self.low_priority.period, out);
+        positive("low_priority.churn", self.low_priority.churn, out);
+        positive("bursts.min", self.bursts.min, out);
+        positive("bursts.max", self.bursts.max, out);
+        if self.bursts.min > self.bursts.max {
+            out.push((
+                format!("{path}.bursts.min"),
+                format!("min {} is above max {} (expected min <= max)", self.bursts.min, self.bursts.max),
+            ));
+        }
+        for (field, p) in [("priority", self.priority), ("bursts.priority", self.bursts.priority)] {
+            if !(1..=99).contains(&p) {
+                out.push((format!("{path}.{field}"), format!("priority {p} is out of range (expected 1 to 99)")));
+            }
+        }
+        if self.bursts.threads > 0 && self.bursts.priority >= self.priority {
+            out.push((
+                format!("{path}.bursts.priority"),
+                format!(
+                    "burst priority {} must be below the real-time priority {} (the scenario measures lower-priority interference)",
+                    self.bursts.priority, self.priority
+                ),
+            ));
+        }
+        let b = &self.budgets;
+        for (field, d) in [
+            ("delivery_max", b.delivery_max),
+            ("delivery_p99", b.delivery_p99),
+            ("timer_max", b.timer_max),
+            ("timer_p99", b.timer_p99),
+            ("send_max", b.send_max),
+        ] {
+            if let Some(d) = d {
+                positive(&format!("budgets.{field}"), d, out);
+            }
+        }
+    }
+}
+
+/// What the supervisor does when the boot check fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Start no real-time process.
+    #[default]
+    Refuse,
+    /// Start them, marked degraded.
+    Degrade,
+}
+
+/// `boot_check:` — the short check the supervisor runs before starting
+/// the real-time processes (same scenario and budgets as `check:`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BootCheckSection {
+    pub enabled: bool,
+    pub duration: Dur,
+    pub on_failure: OnFailure,
+}
+
+impl Default for BootCheckSection {
+    fn default() -> Self {
+        BootCheckSection {
+            enabled: true,
+            duration: Dur::from_secs(5),
+            on_failure: OnFailure::Refuse,
+        }
+    }
+}
+
+impl BootCheckSection {
+    pub fn validate(&self, out: &mut Vec<Problem>) {
+        if self.enabled && self.duration.is_zero() {
+            out.push((
+                "boot_check.duration".into(),
+                "0 (expected a positive duration like `5s`, or `enabled: false`)".into(),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(Dur::parse("500us").unwrap(), Dur::from_micros(500));
+        assert_eq!(Dur::parse("1.5s").unwrap(), Dur::from_millis(1500));
+        assert_eq!(Dur::parse("2ms").unwrap().to_string(), "2ms");
+        assert_eq!(Dur::from_micros(1500).to_string(), "1500us");
+        assert_eq!(Dur::parse("250ns").unwrap().to_string(), "250ns");
+        assert!(Dur::parse("5").unwrap_err().contains("no unit"));
+        assert!(Dur::parse("5 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(Dur::parse("x").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(ByteSize::parse("4KiB").unwrap().0, 4096);
+        assert_eq!(ByteSize::parse("256").unwrap().0, 256);
+        assert_eq!(ByteSize::parse("1MB").unwrap().0, 1_000_000);
+        assert!(ByteSize::parse("1XB").is_err());
+        assert_eq!(ByteSize(65536).to_string(), "64KiB");
+    }
+
+    #[test]
+    fn queue_sizing() {
+        let c = ChannelConfig {
+            name: "/imu".into(),
+            max_size: ByteSize(64),
+            rate: 1000,
+            retention: Dur::from_millis(100),
+            budget: None,
+        };
+        assert_eq!(c.queue_len(), 128);
+        assert_eq!(c.slot_bytes(), 128);
+        let mut out = vec![];
+        c.validate("channels[0]", &mut out);
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn channel_names() {
+        assert!(validate_channel_name("/imu/raw").is_ok());
+        for bad in ["imu", "/", "/Imu", "/a//b", "/a/../b", "/a b"] {
+            assert!(validate_channel_name(bad).is_err(), "{bad}");
+        }
+    }
+}

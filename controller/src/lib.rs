@@ -1,0 +1,15 @@
+//! The real-time runtime of rtdeploy controllers.
+//!
+//! A controller process is written against this crate: shared-memory
+//! publish/subscribe channels, an event loop that keeps one io_uring futex
+//! wait armed per watched channel, timers and phased loops on absolute
+//! `CLOCK_MONOTONIC` deadlines, real-time process setup, and timing reports.
+//!
+//! Design rules:
+//! - the publish and handle paths never allocate, never panic and never take
+//!   a lock a lower-priority task could hold;
+//! - every path to the live system (`/dev/shm`, `/proc`) is a parameter;
+//! - `unsafe` lives only in the modules that map shared memory or issue
+//!   syscalls, each block with its `SAFETY:` argument.
+
+pub mod config;

@@ -1,0 +1,510 @@
+//! The `board`, `cpus`, `kernel`, `irqs`, `sysctl` and `power` sections of
+//! `robot.yaml`, and their validation.
+//!
+//! Every validator appends `(field path, message)` pairs; the caller maps a
+//! path such as `irqs.threads[2].priority` back to its line and column.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::board::{self, Board};
+use crate::cpuset::CpuSet;
+
+/// A validation problem: the field path and what is wrong with it.
+pub type Problem = (String, String);
+
+/// `board:`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoardSection {
+    /// A model from [`board::BOARDS`].
+    pub model: String,
+    /// CPU count: required for `generic`, optional for `qemu-x86_64`
+    /// (follows `-smp`), refused for boards whose count is fixed.
+    #[serde(default)]
+    pub cpus: Option<u32>,
+}
+
+impl BoardSection {
+    /// The board's table entry, when the model is known.
+    pub fn board(&self) -> Option<&'static Board> {
+        board::find(&self.model)
+    }
+
+    /// The number of CPUs, when it is known.
+    pub fn cpu_count(&self) -> Option<u32> {
+        match self.board() {
+            Some(b) if b.model == "qemu-x86_64" => self.cpus.or(b.cpus),
+            Some(b) => b.cpus.or(self.cpus),
+            None => None,
+        }
+    }
+
+    /// Every CPU of the board.
+    pub fn all_cpus(&self) -> Option<CpuSet> {
+        self.cpu_count().map(CpuSet::first)
+    }
+
+    pub fn validate(&self, out: &mut Vec<Problem>) {
+        match self.board() {
+            None => out.push((
+                "board.model".into(),
+                format!(
+                    "unknown board `{}` (expected one of: {})",
+                    self.model,
+                    board::model_names().join(", ")
+                ),
+            )),
+            Some(b) if b.model == "generic" && self.cpus.is_none() => out.push((
+                "board.model".into(),
+                "board `generic` needs `cpus:` with the CPU count".into(),
+            )),
+            Some(b) if b.model != "generic" && b.model != "qemu-x86_64" && self.cpus.is_some() => {
+                out.push((
+                    "board.cpus".into(),
+                    format!(
+                        "board `{}` has {} CPUs; remove `cpus:` (only `generic` and `qemu-x86_64` take it)",
+                        b.model,
+                        b.cpus.unwrap_or(0)
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+        if let Some(n) = self.cpus {
+            if n == 0 || n > crate::cpuset::MAX_CPU + 1 {
+                out.push((
+                    "board.cpus".into(),
+                    format!("{n} CPUs is out of range (expected 1 to {})", crate::cpuset::MAX_CPU + 1),
+                ));
+            }
+        }
+    }
+}
+
+/// `cpus:`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpusSection {
+    /// CPUs for the kernel, interrupts and everything not real-time.
+    /// Default: every CPU that is not isolated.
+    #[serde(default)]
+    pub housekeeping: Option<CpuSet>,
+    /// CPUs reserved for the real-time processes.
+    pub isolated: CpuSet,
+    /// Stop the scheduler tick on isolated CPUs (`nohz_full=`).
+    #[serde(default = "yes")]
+    pub nohz_full: bool,
+    /// The cgroup v2 partition type for the isolated CPUs.
+    #[serde(default)]
+    pub partition: PartitionKind,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// How the isolated CPUs are partitioned with cgroup v2 cpusets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartitionKind {
+    /// `cpuset.cpus.partition = isolated` (Linux 6.1+): no load balancing.
+    #[default]
+    Isolated,
+    /// `cpuset.cpus.partition = root`: a scheduling domain of its own.
+    Root,
+    /// No partition; the kernel command line alone isolates.
+    None,
+}
+
+impl CpusSection {
+    /// The housekeeping CPUs: as written, or every board CPU not isolated.
+    pub fn housekeeping(&self, all: &CpuSet) -> CpuSet {
+        self.housekeeping
+            .clone()
+            .unwrap_or_else(|| all.difference(&self.isolated))
+    }
+
+    pub fn validate(&self, board: &BoardSection, out: &mut Vec<Problem>) {
+        if self.isolated.contains(0) {
+            out.push((
+                "cpus.isolated".into(),
+                format!(
+                    "CPU 0 cannot be isolated: it takes interrupts that cannot move (expected a set without 0, got `{}`)",
+                    self.isolated
+                ),
+            ));
+        }
+        if self.isolated.is_empty() {
+            out.push((
+                "cpus.isolated".into(),
+                "no CPU is isolated (expected at least one CPU, like `1` or `4-5`)".into(),
+            ));
+        }
+        if let Some(hk) = &self.housekeeping {
+            if hk.is_empty() {
+                out.push((
+                    "cpus.housekeeping".into(),
+                    "no housekeeping CPU (expected at least CPU 0)".into(),
+                ));
+            } else if !hk.contains(0) {
+                out.push((
+                    "cpus.housekeeping".into(),
+                    format!("CPU 0 must be a housekeeping CPU (got `{hk}`)"),
+                ));
+            }
+            let both = hk.intersection(&self.isolated);
+            if !both.is_empty() {
+                out.push((
+                    "cpus.housekeeping".into(),
+                    format!("CPUs {both} are both housekeeping and isolated (the two sets must be disjoint)"),
+                ));
+            }
+        }
+        if let Some(all) = board.all_cpus() {
+            let check = |field: &str, set: &CpuSet, out: &mut Vec<Problem>| {
+                let beyond = set.difference(&all);
+                if !beyond.is_empty() {
+                    out.push((
+                        format!("cpus.{field}"),
+                        format!(
+                            "CPUs {beyond} do not exist on board `{}` (expected CPUs within {all})",
+                            board.model
+                        ),
+                    ));
+                }
+            };
+            check("isolated", &self.isolated, out);
+            if let Some(hk) = &self.housekeeping {
+                check("housekeeping", hk, out);
+            }
+        }
+    }
+}
+
+/// `kernel:`
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelSection {
+    /// Extra command line tokens, appended after the planned ones.
+    #[serde(default)]
+    pub cmdline: Vec<String>,
+}
+
+/// Command line keys rtdeploy derives from `cpus:`; writing them by hand
+/// would fight the plan.
+pub const PLANNED_KEYS: &[&str] = &["isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity", "nohz"];
+
+impl KernelSection {
+    pub fn validate(&self, out: &mut Vec<Problem>) {
+        for (i, tok) in self.cmdline.iter().enumerate() {
+            let path = format!("kernel.cmdline[{i}]");
+            if tok.is_empty() || tok.chars().any(|c| c.is_whitespace() || c == '"') {
+                out.push((
+                    path,
+                    format!("`{tok}` is not one command line token (expected key or key=value without spaces or quotes)"),
+                ));
+                continue;
+            }
+            let key = tok.split('=').next().unwrap_or(tok);
+            if PLANNED_KEYS.contains(&key) {
+                out.push((
+                    path,
+                    format!("`{key}=` is planned from `cpus:`; remove it here and set `cpus.isolated` instead"),
+                ));
+            }
+        }
+    }
+}
+
+/// A scheduling policy, as `robot.yaml` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// SCHED_FIFO.
+    Fifo,
+    /// SCHED_RR.
+    Rr,
+    /// SCHED_OTHER.
+    Other,
+}
+
+impl Policy {
+    pub fn is_realtime(self) -> bool {
+        !matches!(self, Policy::Other)
+    }
+
+    /// The kernel's number for this policy (`SCHED_*`).
+    pub fn sched_number(self) -> u32 {
+        match self {
+            Policy::Other => 0,
+            Policy::Fifo => 1,
+            Policy::Rr => 2,
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Policy::Fifo => "fifo",
+            Policy::Rr => "rr",
+            Policy::Other => "other",
+        })
+    }
+}
+
+/// Checks a real-time priority against its policy.
+pub fn validate_priority(path: &str, policy: Policy, priority: Option<u32>, out: &mut Vec<Problem>) {
+    match (policy.is_realtime(), priority) {
+        (true, None) => out.push((
+            path.to_string(),
+            format!("policy `{policy}` needs a priority (expected 1 to 99)"),
+        )),
+        (true, Some(p)) if !(1..=99).contains(&p) => out.push((
+            path.to_string(),
+            format!("priority {p} is out of range (expected 1 to 99)"),
+        )),
+        (false, Some(p)) if p != 0 => out.push((
+            path.to_string(),
+            format!("policy `other` takes no priority (got {p}; use `nice` or a real-time policy)"),
+        )),
+        _ => {}
+    }
+}
+
+/// `irqs:`
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IrqsSection {
+    /// Where interrupts go unless overridden. Default: the housekeeping CPUs.
+    #[serde(default)]
+    pub default_affinity: Option<CpuSet>,
+    /// Per-interrupt placement, by number or by action-name glob.
+    #[serde(default)]
+    pub overrides: Vec<IrqOverride>,
+    /// Threaded IRQ handlers (`irq/N-name`): policy, priority, CPUs.
+    #[serde(default)]
+    pub threads: Vec<ThreadRule>,
+    /// Other kernel threads (`ktimers/*`, `rcuc/*`, `kworker/u*`, ...).
+    #[serde(default)]
+    pub kthreads: Vec<ThreadRule>,
+}
+
+/// One `irqs.overrides` entry: exactly one of `irq` and `name`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IrqOverride {
+    #[serde(default)]
+    pub irq: Option<u32>,
+    /// A glob on the interrupt's action name in /proc/interrupts.
+    #[serde(default)]
+    pub name: Option<String>,
+    pub cpus: CpuSet,
+}
+
+/// A rule for kernel threads whose name matches a glob.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadRule {
+    /// A glob on the thread name (`comm`), like `irq/*-eth0*`.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    pub policy: Policy,
+    #[serde(default)]
+    pub priority: Option<u32>,
+    /// Where the threads may run. Default: leave their affinity alone.
+    #[serde(default)]
+    pub cpus: Option<CpuSet>,
+}
+
+/// Checks a glob as the thread and IRQ rules use it: `*`, `?` and `[...]`.
+pub fn validate_glob(path: &str, glob: &str, out: &mut Vec<Problem>) {
+    if glob.is_empty() {
+        out.push((path.to_string(), "empty pattern (expected a glob like `irq/*-eth0*`)".into()));
+        return;
+    }
+    let mut depth = 0;
+    for c in glob.chars() {
+        match c {
+            '[' if depth == 0 => depth = 1,
+            '[' => {}
+            ']' if depth == 1 => depth = 0,
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        out.push((
+            path.to_string(),
+            format!("pattern `{glob}` has an unclosed `[` (expected a glob like `irq/*-eth[01]`)"),
+        ));
+    }
+}
+
+impl IrqsSection {
+    pub fn validate(&self, all: Option<&CpuSet>, out: &mut Vec<Problem>) {
+        let within = |path: String, set: &CpuSet, out: &mut Vec<Problem>| {
+            if set.is_empty() {
+                out.push((path, "empty CPU set (expected at least one CPU)".into()));
+            } else if let Some(all) = all {
+                let beyond = set.difference(all);
+                if !beyond.is_empty() {
+                    out.push((path, format!("CPUs {beyond} do not exist (expected CPUs within {all})")));
+                }
+            }
+        };
+        if let Some(set) = &self.default_affinity {
+            within("irqs.default_affinity".into(), set, out);
+        }
+        for (i, o) in self.overrides.iter().enumerate() {
+            let base = format!("irqs.overrides[{i}]");
+            match (&o.irq, &o.name) {
+                (Some(_), Some(_)) | (None, None) => out.push((
+                    base.clone(),
+                    "give exactly one of `irq` (a number) and `name` (a glob)".into(),
+                )),
+                (None, Some(glob)) => validate_glob(&format!("{base}.name"), glob, out),
+                (Some(_), None) => {}
+            }
+            within(format!("{base}.cpus"), &o.cpus, out);
+        }
+        for (field, rules) in [("threads", &self.threads), ("kthreads", &self.kthreads)] {
+            for (i, r) in rules.iter().enumerate() {
+                let base = format!("irqs.{field}[{i}]");
+                validate_glob(&format!("{base}.match"), &r.pattern, out);
+                validate_priority(&format!("{base}.priority"), r.policy, r.priority, out);
+                if let Some(set) = &r.cpus {
+                    within(format!("{base}.cpus"), set, out);
+                }
+            }
+        }
+    }
+}
+
+/// A sysctl value: a number or a string, written as the kernel reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum SysctlValue {
+    Int(i64),
+    Text(String),
+}
+
+impl fmt::Display for SysctlValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SysctlValue::Int(v) => write!(f, "{v}"),
+            SysctlValue::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// `sysctl:` — `kernel.sched_rt_runtime_us: -1` and friends, added to (and
+/// overriding) the planned ones.
+pub type SysctlSection = BTreeMap<String, SysctlValue>;
+
+pub fn validate_sysctl(sysctl: &SysctlSection, out: &mut Vec<Problem>) {
+    for key in sysctl.keys() {
+        let ok = !key.is_empty()
+            && key.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            })
+            && key.contains('.');
+        if !ok {
+            out.push((
+                format!("sysctl.{key}"),
+                format!("`{key}` is not a sysctl name (expected dotted words like `kernel.timer_migration`)"),
+            ));
+        }
+    }
+}
+
+/// cpufreq governors the kernel ships.
+pub const GOVERNORS: &[&str] = &["performance", "schedutil", "ondemand", "conservative", "powersave", "userspace"];
+
+/// `power:`
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerSection {
+    /// cpufreq governor for every CPU.
+    #[serde(default)]
+    pub governor: Option<String>,
+    /// Pin `scaling_min_freq` to `scaling_max_freq` on the isolated CPUs.
+    #[serde(default)]
+    pub lock_frequency: bool,
+    /// The value the supervisor holds in /dev/cpu_dma_latency (`0us` keeps
+    /// CPUs out of deep idle states).
+    #[serde(default)]
+    pub cpu_dma_latency: Option<Micros>,
+}
+
+impl PowerSection {
+    pub fn validate(&self, out: &mut Vec<Problem>) {
+        if let Some(g) = &self.governor {
+            if !GOVERNORS.contains(&g.as_str()) {
+                out.push((
+                    "power.governor".into(),
+                    format!("unknown governor `{g}` (expected one of: {})", GOVERNORS.join(", ")),
+                ));
+            }
+        }
+    }
+}
+
+/// A latency in whole microseconds, written `0us`, `10us`, `1ms` or a bare
+/// number of microseconds; what /dev/cpu_dma_latency takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub struct Micros(pub u32);
+
+impl From<Micros> for String {
+    fn from(m: Micros) -> String {
+        format!("{}us", m.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Micros {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Micros;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a latency in whole microseconds, like `0us`, `20us` or `1ms`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Micros, E> {
+                u32::try_from(v)
+                    .map(Micros)
+                    .map_err(|_| E::custom(format!("{v}us is too large")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Micros, E> {
+                if v < 0 {
+                    return Err(E::custom(format!("latency {v} is negative (expected 0us or more)")));
+                }
+                self.visit_u64(v as u64)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Micros, E> {
+                let v = v.trim();
+                let (num, mult) = if let Some(n) = v.strip_suffix("us") {
+                    (n, 1)
+                } else if let Some(n) = v.strip_suffix("ms") {
+                    (n, 1000)
+                } else {
+                    return Err(E::custom(format!(
+                        "`{v}` is not a latency (expected whole microseconds like `0us` or `1ms`)"
+                    )));
+                };
+                let n: u32 = num.trim().parse().map_err(|_| {
+                    E::custom(format!("`{v}` is not a latency (expected whole microseconds like `0us` or `1ms`)"))
+                })?;
+                n.checked_mul(mult)
+                    .map(Micros)
+                    .ok_or_else(|| E::custom(format!("`{v}` is too large")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

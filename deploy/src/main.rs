@@ -1,0 +1,86 @@
+//! `deploy`: one command for rtdeploy on the build host and on the robot.
+//!
+//! This binary only parses arguments, composes the library crates and
+//! prints; the work lives in `controller`, `cpusets`, `services` and `image`.
+//! Exit codes everywhere: 0 ok, 1 a check/verify/budget failed, 2 error.
+
+mod cmd;
+mod config;
+mod ctx;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::ctx::{Ctx, Exit};
+
+/// Real-time robot controllers on embedded Linux, from one robot.yaml.
+#[derive(Debug, Parser)]
+#[command(name = "deploy", version, max_term_width = 100)]
+struct Cli {
+    /// Put every on-robot path (/etc/rtdeploy, /opt/rtdeploy, /run/rtdeploy,
+    /// /var/lib/rtdeploy, /var/log/rtdeploy, /dev/shm/rtdeploy) under DIR.
+    #[arg(long, global = true, value_name = "DIR", default_value = "/")]
+    prefix: PathBuf,
+
+    /// Read and write DIR/proc and DIR/sys instead of /proc and /sys.
+    #[arg(long, global = true, value_name = "DIR", default_value = "/")]
+    sysroot: PathBuf,
+
+    /// robot.yaml [default: <prefix>/etc/rtdeploy/robot.yaml]
+    #[arg(short, long, global = true, value_name = "FILE", env = "RTDEPLOY_CONFIG")]
+    config: Option<PathBuf>,
+
+    /// Print one JSON document (with "schema_version") on stdout, nothing else.
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// Quieter: no progress, no notes on stderr.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+
+    /// More detail on stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// robot.yaml: validate it (exit 0 valid, 2 invalid).
+    #[command(subcommand)]
+    Config(cmd::config::ConfigCommand),
+    /// Show the plan: CPU map, kernel command line, IRQ/thread/process
+    /// placement, channel sizes.
+    Plan(cmd::plan::PlanArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config_path = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| ctx::join_under(&cli.prefix, "/etc/rtdeploy/robot.yaml"));
+    let ctx = Ctx {
+        prefix: cli.prefix.clone(),
+        sysroot: cli.sysroot.clone(),
+        config_path,
+        json: cli.json,
+        quiet: cli.quiet,
+        verbose: cli.verbose,
+    };
+    let result = match cli.command {
+        Command::Config(c) => cmd::config::run(&ctx, c),
+        Command::Plan(a) => cmd::plan::run(&ctx, a),
+    };
+    match result {
+        Ok(exit) => ExitCode::from(exit.code()),
+        Err(err) => {
+            eprintln!("deploy: {err:#}");
+            ExitCode::from(Exit::Error.code())
+        }
+    }
+}

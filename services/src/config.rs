@@ -1,0 +1,343 @@
+//! The `robot`, `processes` and `update` sections of `robot.yaml`, and
+//! their validation.
+//!
+//! Every validator appends `(field path, message)` pairs; the caller maps a
+//! path such as `processes[2].priority` back to its line and column.
+
+use std::collections::BTreeMap;
+
+use controller::config::{ByteSize, Dur};
+use cpusets::config::{validate_priority, Policy};
+use cpusets::cpuset::CpuSet;
+use serde::{Deserialize, Serialize};
+
+/// A validation problem: the field path and what is wrong with it.
+pub type Problem = (String, String);
+
+/// `robot:`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RobotSection {
+    pub name: String,
+    /// The group that owns channel files and the control socket.
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+/// Checks a name used in paths and unit names: `[a-z0-9][a-z0-9_-]*`.
+pub fn validate_name(path: &str, what: &str, name: &str, out: &mut Vec<Problem>) {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if !ok {
+        out.push((
+            path.to_string(),
+            format!("`{name}` is not a valid {what} name (expected a-z, 0-9, `_`, `-`, starting with a letter or digit, at most 64 characters)"),
+        ));
+    }
+}
+
+/// Checks a user or group name the way shadow-utils accepts them.
+fn validate_account(path: &str, name: &str, out: &mut Vec<Problem>) {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'));
+    if !ok {
+        out.push((
+            path.to_string(),
+            format!("`{name}` is not a user or group name (expected a-z, 0-9, `_`, `-`, `.`, or a numeric id)"),
+        ));
+    }
+}
+
+impl RobotSection {
+    pub fn validate(&self, out: &mut Vec<Problem>) {
+        validate_name("robot.name", "robot", &self.name, out);
+        if let Some(g) = &self.group {
+            validate_account("robot.group", g, out);
+        }
+    }
+}
+
+/// When a process that exited is started again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    #[default]
+    Always,
+    OnFailure,
+    Never,
+}
+
+/// `processes[].restart`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Restart {
+    pub policy: RestartPolicy,
+    /// Delay before the first restart; doubles (x `factor`) each time.
+    pub initial_backoff: Dur,
+    pub max_backoff: Dur,
+    pub factor: f64,
+    /// This many restarts within `window` puts the process in `failed`.
+    pub crash_loop_restarts: u32,
+    pub crash_loop_window: Dur,
+}
+
+impl Default for Restart {
+    fn default() -> Self {
+        Restart {
+            policy: RestartPolicy::Always,
+            initial_backoff: Dur::from_millis(100),
+            max_backoff: Dur::from_secs(10),
+            factor: 2.0,
+            crash_loop_restarts: 5,
+            crash_loop_window: Dur::from_secs(60),
+        }
+    }
+}
+
+/// `processes[].memlock`: a size, or `unlimited`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Memlock {
+    Bytes(ByteSize),
+    #[serde(serialize_with = "unlimited")]
+    Unlimited,
+}
+
+fn unlimited<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str("unlimited")
+}
+
+impl<'de> Deserialize<'de> for Memlock {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Memlock;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a size like `64MiB`, or `unlimited`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Memlock, E> {
+                Ok(Memlock::Bytes(ByteSize(v)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Memlock, E> {
+                u64::try_from(v)
+                    .map(|v| Memlock::Bytes(ByteSize(v)))
+                    .map_err(|_| E::custom(format!("memlock {v} is negative (expected a size like `64MiB`, or `unlimited`)")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Memlock, E> {
+                if v == "unlimited" {
+                    return Ok(Memlock::Unlimited);
+                }
+                ByteSize::parse(v)
+                    .map(Memlock::Bytes)
+                    .map_err(|e| E::custom(format!("{e}, or `unlimited`")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `processes[].budgets`: limits on what the process's timing reports show.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessBudgets {
+    /// Event (send time or deadline) -> handler start, worst in a report.
+    pub wakeup: Option<Dur>,
+    /// Handler run time, worst in a report.
+    pub handler: Option<Dur>,
+}
+
+/// One entry of `processes:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessConfig {
+    pub name: String,
+    /// The program: relative to the release's `bin/`, or absolute.
+    pub exec: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub working_dir: Option<String>,
+    #[serde(default = "other")]
+    pub policy: Policy,
+    #[serde(default)]
+    pub priority: Option<u32>,
+    /// CPUs the process may run on. Default: the isolated CPUs for
+    /// fifo/rr, the housekeeping CPUs otherwise.
+    #[serde(default)]
+    pub cpus: Option<CpuSet>,
+    /// Lets a fifo/rr process run on housekeeping CPUs.
+    #[serde(default)]
+    pub allow_housekeeping: bool,
+    #[serde(default)]
+    pub memlock: Option<Memlock>,
+    #[serde(default)]
+    pub nice: Option<i32>,
+    /// RLIMIT_RTTIME: CPU time a real-time process may take without
+    /// blocking before the kernel sends SIGXCPU.
+    #[serde(default)]
+    pub rttime: Option<Dur>,
+    #[serde(default)]
+    pub restart: Restart,
+    #[serde(default = "default_stop_timeout")]
+    pub stop_timeout: Dur,
+    #[serde(default)]
+    pub publishes: Vec<String>,
+    #[serde(default)]
+    pub subscribes: Vec<String>,
+    #[serde(default)]
+    pub budgets: ProcessBudgets,
+    /// Processes that must be running (and reporting) before this starts.
+    #[serde(default)]
+    pub after: Vec<String>,
+}
+
+fn other() -> Policy {
+    Policy::Other
+}
+
+fn default_stop_timeout() -> Dur {
+    Dur::from_secs(5)
+}
+
+impl ProcessConfig {
+    pub fn validate(&self, path: &str, out: &mut Vec<Problem>) {
+        validate_name(&format!("{path}.name"), "process", &self.name, out);
+        if self.exec.is_empty() || self.exec.contains('\0') {
+            out.push((format!("{path}.exec"), "empty program (expected a path like `bin/imu_reader`)".into()));
+        } else if !self.exec.starts_with('/')
+            && self.exec.split('/').any(|p| p == ".." || p.is_empty())
+        {
+            out.push((
+                format!("{path}.exec"),
+                format!("`{}` leaves the release directory (expected a path inside it, like `bin/imu_reader`, or an absolute path)", self.exec),
+            ));
+        }
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                out.push((
+                    format!("{path}.env.{k}"),
+                    format!("`{k}` is not an environment variable name (expected no `=` and no NUL)"),
+                ));
+            }
+        }
+        if let Some(u) = &self.user {
+            validate_account(&format!("{path}.user"), u, out);
+        }
+        if let Some(g) = &self.group {
+            validate_account(&format!("{path}.group"), g, out);
+        }
+        validate_priority(&format!("{path}.priority"), self.policy, self.priority, out);
+        if let Some(n) = self.nice {
+            if !(-20..=19).contains(&n) {
+                out.push((format!("{path}.nice"), format!("nice {n} is out of range (expected -20 to 19)")));
+            } else if self.policy.is_realtime() && n != 0 {
+                out.push((
+                    format!("{path}.nice"),
+                    format!("nice has no effect under policy `{}` (remove it or use policy `other`)", self.policy),
+                ));
+            }
+        }
+        if let Some(cpus) = &self.cpus {
+            if cpus.is_empty() {
+                out.push((format!("{path}.cpus"), "empty CPU set (expected at least one CPU)".into()));
+            }
+        }
+        let r = &self.restart;
+        if r.initial_backoff.is_zero() {
+            out.push((format!("{path}.restart.initial_backoff"), "0 (expected a positive duration like `100ms`)".into()));
+        }
+        if r.max_backoff < r.initial_backoff {
+            out.push((
+                format!("{path}.restart.max_backoff"),
+                format!("{} is below initial_backoff {} (expected max >= initial)", r.max_backoff, r.initial_backoff),
+            ));
+        }
+        if !(r.factor >= 1.0 && r.factor <= 16.0) {
+            out.push((format!("{path}.restart.factor"), format!("factor {} is out of range (expected 1 to 16)", r.factor)));
+        }
+        if r.crash_loop_restarts == 0 {
+            out.push((format!("{path}.restart.crash_loop_restarts"), "0 (expected 1 or more)".into()));
+        }
+        if r.crash_loop_window.is_zero() {
+            out.push((format!("{path}.restart.crash_loop_window"), "0 (expected a positive duration like `60s`)".into()));
+        }
+        if self.stop_timeout.is_zero() {
+            out.push((format!("{path}.stop_timeout"), "0 (expected a positive duration like `5s`)".into()));
+        }
+        if let Some(d) = self.rttime {
+            if d.is_zero() {
+                out.push((format!("{path}.rttime"), "0 (expected a positive duration like `500ms`)".into()));
+            }
+        }
+        for (field, d) in [("wakeup", self.budgets.wakeup), ("handler", self.budgets.handler)] {
+            if d.is_some_and(|d| d.is_zero()) {
+                out.push((format!("{path}.budgets.{field}"), "0 (expected a positive duration like `200us`)".into()));
+            }
+        }
+    }
+}
+
+/// `update:`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpdateSection {
+    /// Releases kept on the robot, current and previous included.
+    pub keep: u32,
+    /// How long a new release must stay healthy to be committed.
+    pub health_window: Dur,
+    /// How long `deploy install` waits for the update lock.
+    pub lock_timeout: Dur,
+    /// ed25519 public keys (base64) accepted for bundles, in addition to
+    /// `/etc/rtdeploy/keys/*.pub`.
+    pub public_keys: Vec<String>,
+}
+
+impl Default for UpdateSection {
+    fn default() -> Self {
+        UpdateSection {
+            keep: 3,
+            health_window: Dur::from_secs(30),
+            lock_timeout: Dur::from_secs(60),
+            public_keys: Vec::new(),
+        }
+    }
+}
+
+impl UpdateSection {
+    pub fn validate(&self, out: &mut Vec<Problem>) {
+        if self.keep < 2 {
+            out.push((
+                "update.keep".into(),
+                format!("keep {} leaves nothing to roll back to (expected 2 or more)", self.keep),
+            ));
+        }
+        if self.health_window.is_zero() {
+            out.push(("update.health_window".into(), "0 (expected a positive duration like `30s`)".into()));
+        }
+        for (i, k) in self.public_keys.iter().enumerate() {
+            let ok = k.len() == 44
+                && k.ends_with('=')
+                && k[..43].chars().all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/');
+            if !ok {
+                out.push((
+                    format!("update.public_keys[{i}]"),
+                    "not an ed25519 public key (expected 44 characters of base64, as in KEY.pub from `deploy keygen`)".into(),
+                ));
+            }
+        }
+    }
+}
