@@ -318,6 +318,11 @@ pub struct ThreadRule {
     /// Where the threads may run. Default: leave their affinity alone.
     #[serde(default)]
     pub cpus: Option<CpuSet>,
+    /// Processes that consume what these interrupts deliver; a real-time
+    /// process running above its feeding IRQ threads on the same CPUs can
+    /// starve them (checked as a warning).
+    #[serde(default)]
+    pub feeds: Vec<String>,
 }
 
 /// Checks a glob as the thread and IRQ rules use it: `*`, `?` and `[...]`.

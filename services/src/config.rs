@@ -291,6 +291,31 @@ impl ProcessConfig {
     }
 }
 
+/// The order processes start in: every process after those its `after:`
+/// names, otherwise in file order. `None` when `after:` has a cycle or
+/// names an unknown process (validation reports both).
+pub fn start_order(processes: &[ProcessConfig]) -> Option<Vec<usize>> {
+    let index: BTreeMap<&str, usize> = processes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.name.as_str(), i))
+        .collect();
+    let mut started = vec![false; processes.len()];
+    let mut order = Vec::with_capacity(processes.len());
+    while order.len() < processes.len() {
+        let next = processes.iter().enumerate().find(|(i, p)| {
+            !started[*i]
+                && p.after
+                    .iter()
+                    .all(|d| index.get(d.as_str()).is_some_and(|&j| started[j]))
+        });
+        let (i, _) = next?;
+        started[i] = true;
+        order.push(i);
+    }
+    Some(order)
+}
+
 /// `update:`
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -339,5 +364,45 @@ impl UpdateSection {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc_(name: &str, after: &[&str]) -> ProcessConfig {
+        ProcessConfig {
+            name: name.into(),
+            exec: format!("bin/{name}"),
+            args: vec![],
+            env: BTreeMap::new(),
+            user: None,
+            group: None,
+            working_dir: None,
+            policy: Policy::Other,
+            priority: None,
+            cpus: None,
+            allow_housekeeping: false,
+            memlock: None,
+            nice: None,
+            rttime: None,
+            restart: Restart::default(),
+            stop_timeout: default_stop_timeout(),
+            publishes: vec![],
+            subscribes: vec![],
+            budgets: ProcessBudgets::default(),
+            after: after.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn start_order_follows_after_then_file_order() {
+        let ps = [proc_("planner", &["estimator"]), proc_("imu", &[]), proc_("estimator", &["imu"]), proc_("logger", &[])];
+        let order: Vec<&str> = start_order(&ps).unwrap().iter().map(|&i| ps[i].name.as_str()).collect();
+        assert_eq!(order, ["imu", "estimator", "planner", "logger"]);
+        let cyclic = [proc_("a", &["b"]), proc_("b", &["a"])];
+        assert!(start_order(&cyclic).is_none());
+        assert!(start_order(&[proc_("a", &["ghost"])]).is_none());
     }
 }

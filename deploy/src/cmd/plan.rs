@@ -1,0 +1,308 @@
+//! `deploy plan`: what the board will look like, from robot.yaml alone.
+
+use std::fmt::Write as _;
+
+use clap::Args;
+use controller::config::ByteSize;
+use cpusets::board::BootLoader;
+use cpusets::cmdline::{self, Token};
+use cpusets::config::{IrqOverride, ThreadRule};
+use cpusets::cpuset::CpuSet;
+use serde::Serialize;
+
+use crate::config::Robot;
+use crate::ctx::{Ctx, Exit};
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {}
+
+#[derive(Debug, Serialize)]
+pub struct Plan {
+    pub robot: String,
+    pub board: BoardPlan,
+    pub cpus: CpuPlan,
+    pub cmdline: CmdlinePlan,
+    pub irqs: IrqPlan,
+    pub sysctl: Vec<(String, String)>,
+    pub power: serde_json::Value,
+    pub processes: Vec<ProcessPlan>,
+    pub channels: Vec<ChannelPlan>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BoardPlan {
+    pub model: String,
+    pub arch: String,
+    pub cpus: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CpuPlan {
+    pub housekeeping: CpuSet,
+    pub isolated: CpuSet,
+    pub nohz_full: bool,
+    pub clusters: Vec<ClusterPlan>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClusterPlan {
+    pub cpus: CpuSet,
+    pub housekeeping: CpuSet,
+    pub isolated: CpuSet,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CmdlinePlan {
+    /// Where the line goes: `extlinux` (APPEND of the default label) or
+    /// `external` (given by whoever starts the kernel).
+    pub boot: BootLoader,
+    pub line: String,
+    pub tokens: Vec<Token>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IrqPlan {
+    pub default_affinity: CpuSet,
+    pub overrides: Vec<IrqOverride>,
+    pub threads: Vec<ThreadRule>,
+    pub kthreads: Vec<ThreadRule>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProcessPlan {
+    pub name: String,
+    pub start: usize,
+    pub exec: String,
+    pub policy: String,
+    pub priority: Option<u32>,
+    pub cpus: CpuSet,
+    pub memlock: Option<String>,
+    pub publishes: Vec<String>,
+    pub subscribes: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChannelPlan {
+    pub name: String,
+    pub max_size: u64,
+    pub rate: u32,
+    pub retention: String,
+    pub queue_len: u64,
+    pub slot_bytes: u64,
+    pub publishers: usize,
+    pub subscribers: usize,
+    pub shm_bytes: u64,
+}
+
+/// The plan of a valid robot.
+pub fn plan(r: &Robot) -> Plan {
+    let all = r.all_cpus();
+    let board = r.board.board().expect("validated board");
+    let housekeeping = r.housekeeping();
+    let tokens = cmdline::plan(&r.cpus, &r.kernel, &all);
+    let clusters = board
+        .cluster_sets(all.len() as u32)
+        .into_iter()
+        .map(|c| ClusterPlan {
+            housekeeping: c.intersection(&housekeeping),
+            isolated: c.intersection(&r.cpus.isolated),
+            cpus: c,
+        })
+        .collect();
+    let order = services::config::start_order(&r.processes)
+        .unwrap_or_else(|| (0..r.processes.len()).collect());
+    let processes = order
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| {
+            let p = &r.processes[i];
+            ProcessPlan {
+                name: p.name.clone(),
+                start: n + 1,
+                exec: p.exec.clone(),
+                policy: p.policy.to_string(),
+                priority: p.priority,
+                cpus: r.process_cpus(p),
+                memlock: p.memlock.map(|m| match m {
+                    services::config::Memlock::Bytes(b) => b.to_string(),
+                    services::config::Memlock::Unlimited => "unlimited".into(),
+                }),
+                publishes: p.publishes.clone(),
+                subscribes: p.subscribes.clone(),
+            }
+        })
+        .collect();
+    let channels = r
+        .channels
+        .iter()
+        .map(|c| {
+            let publishers = r.publishers_of(&c.name);
+            ChannelPlan {
+                name: c.name.clone(),
+                max_size: c.max_size.0,
+                rate: c.rate,
+                retention: c.retention.to_string(),
+                queue_len: c.queue_len(),
+                slot_bytes: c.slot_bytes(),
+                publishers,
+                subscribers: r
+                    .processes
+                    .iter()
+                    .filter(|p| p.subscribes.contains(&c.name))
+                    .count(),
+                shm_bytes: c.shm_bytes(publishers as u64),
+            }
+        })
+        .collect();
+    Plan {
+        robot: r.robot.name.clone(),
+        board: BoardPlan {
+            model: board.model.to_string(),
+            arch: board.arch.to_string(),
+            cpus: all.len() as u32,
+        },
+        cpus: CpuPlan {
+            housekeeping: housekeeping.clone(),
+            isolated: r.cpus.isolated.clone(),
+            nohz_full: r.cpus.nohz_full,
+            clusters,
+        },
+        cmdline: CmdlinePlan {
+            boot: board.boot,
+            line: cmdline::render(&tokens),
+            tokens,
+        },
+        irqs: IrqPlan {
+            default_affinity: r.irqs.default_affinity.clone().unwrap_or(housekeeping),
+            overrides: r.irqs.overrides.clone(),
+            threads: r.irqs.threads.clone(),
+            kthreads: r.irqs.kthreads.clone(),
+        },
+        sysctl: r.sysctl.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+        power: serde_json::to_value(&r.power).unwrap_or_default(),
+        processes,
+        channels,
+    }
+}
+
+pub fn run(ctx: &Ctx, _args: PlanArgs) -> anyhow::Result<Exit> {
+    let loaded = super::load_robot(ctx)?;
+    let plan = plan(&loaded.robot);
+    if ctx.json {
+        ctx.print_json(&plan)?;
+    } else {
+        print!("{}", render(&plan));
+    }
+    Ok(Exit::Ok)
+}
+
+fn rule_line(out: &mut String, r: &ThreadRule) {
+    let prio = r.priority.map(|p| format!(" {p}")).unwrap_or_default();
+    let cpus = r.cpus.as_ref().map(|c| format!("cpus {c}")).unwrap_or_else(|| "cpus unchanged".into());
+    let _ = writeln!(out, "  {:<28} {}{prio:<4} {cpus}", r.pattern, r.policy);
+}
+
+/// The human form: a few aligned tables.
+pub fn render(p: &Plan) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "robot {} on {} ({} CPUs, {})\n", p.robot, p.board.model, p.board.cpus, p.board.arch);
+    let _ = writeln!(o, "CPU map (H housekeeping, I isolated, - unused)");
+    for c in &p.cpus.clusters {
+        let cells: Vec<String> = c
+            .cpus
+            .iter()
+            .map(|cpu| {
+                let role = if c.isolated.contains(cpu) {
+                    "I"
+                } else if c.housekeeping.contains(cpu) {
+                    "H"
+                } else {
+                    "-"
+                };
+                format!("{cpu}:{role}")
+            })
+            .collect();
+        let _ = writeln!(o, "  cluster {:<8} {}", c.cpus.to_string(), cells.join(" "));
+    }
+    let _ = writeln!(
+        o,
+        "  housekeeping {}   isolated {}   nohz_full {}\n",
+        p.cpus.housekeeping,
+        p.cpus.isolated,
+        if p.cpus.nohz_full { "on" } else { "off" }
+    );
+    let place = match p.cmdline.boot {
+        BootLoader::Extlinux => "APPEND of the default label in /boot/extlinux/extlinux.conf",
+        BootLoader::External => "given by the boot loader or QEMU -append; also /etc/rtdeploy/cmdline",
+    };
+    let _ = writeln!(o, "kernel command line ({place})");
+    let _ = writeln!(o, "  {}", p.cmdline.line);
+    let width = p.cmdline.tokens.iter().map(|t| t.token.len()).max().unwrap_or(0);
+    for t in &p.cmdline.tokens {
+        let _ = writeln!(o, "    {:<width$}  {}", t.token, t.reason);
+    }
+    let _ = writeln!(o, "\ninterrupts: default affinity {}", p.irqs.default_affinity);
+    for ov in &p.irqs.overrides {
+        let what = match (&ov.irq, &ov.name) {
+            (Some(n), _) => format!("irq {n}"),
+            (None, Some(g)) => format!("irqs named {g}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(o, "  {what:<28} cpus {}", ov.cpus);
+    }
+    if !p.irqs.threads.is_empty() {
+        let _ = writeln!(o, "IRQ threads");
+        for r in &p.irqs.threads {
+            rule_line(&mut o, r);
+        }
+    }
+    if !p.irqs.kthreads.is_empty() {
+        let _ = writeln!(o, "kernel threads");
+        for r in &p.irqs.kthreads {
+            rule_line(&mut o, r);
+        }
+    }
+    if !p.sysctl.is_empty() {
+        let _ = writeln!(o, "\nsysctl (robot.yaml)");
+        for (k, v) in &p.sysctl {
+            let _ = writeln!(o, "  {k} = {v}");
+        }
+    }
+    let _ = writeln!(o, "\nprocesses (in start order)");
+    for pr in &p.processes {
+        let prio = pr.priority.map(|p| format!(" {p}")).unwrap_or_default();
+        let mut line = format!(
+            "  {:>2} {:<16} {:<9} cpus {:<6}",
+            pr.start,
+            pr.name,
+            format!("{}{prio}", pr.policy),
+            pr.cpus.to_string()
+        );
+        if let Some(m) = &pr.memlock {
+            let _ = write!(line, " memlock {m}");
+        }
+        if !pr.publishes.is_empty() {
+            let _ = write!(line, " pub {}", pr.publishes.join(","));
+        }
+        if !pr.subscribes.is_empty() {
+            let _ = write!(line, " sub {}", pr.subscribes.join(","));
+        }
+        let _ = writeln!(o, "{}", line.trim_end());
+    }
+    let _ = writeln!(o, "\nchannels");
+    for c in &p.channels {
+        let _ = writeln!(
+            o,
+            "  {:<24} {:>6}/s x {:<6} -> {:>5} slots x {:>7} = {:>9}  ({} pub, {} sub)",
+            c.name,
+            c.rate,
+            c.retention,
+            c.queue_len,
+            ByteSize(c.slot_bytes).to_string(),
+            ByteSize(c.shm_bytes).to_string(),
+            c.publishers,
+            c.subscribers
+        );
+    }
+    o
+}

@@ -1,0 +1,514 @@
+//! Parses `robot.yaml` section by section and checks it, reporting every
+//! problem at once with its line, column and field path.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::de::from_node;
+use super::yaml::{self, Kind, Node, Pos};
+use super::Robot;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One problem in `robot.yaml`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    pub file: PathBuf,
+    pub line: usize,
+    pub column: usize,
+    /// The field path, like `processes[2].priority`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sev = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{}:{}:{}: {sev}: ", self.file.display(), self.line, self.column)?;
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// The top-level sections, in the order they are documented.
+pub const SECTIONS: &[&str] = &[
+    "robot",
+    "board",
+    "cpus",
+    "kernel",
+    "irqs",
+    "sysctl",
+    "power",
+    "channels",
+    "processes",
+    "check",
+    "boot_check",
+    "update",
+];
+
+/// Channel names under this prefix are the runtime's own.
+pub const RESERVED_CHANNEL_PREFIX: &str = "/rtdeploy/";
+
+struct Checker<'a> {
+    file: &'a Path,
+    root: &'a Node,
+    out: Vec<Diagnostic>,
+}
+
+impl Checker<'_> {
+    fn push(&mut self, severity: Severity, pos: Pos, field: &str, message: String) {
+        self.out.push(Diagnostic {
+            severity,
+            file: self.file.to_path_buf(),
+            line: pos.line,
+            column: pos.col,
+            field: field.to_string(),
+            message,
+        });
+    }
+
+    /// A problem at the node its field path names.
+    fn at(&mut self, severity: Severity, field: &str, message: String) {
+        let pos = self.root.locate(field).pos;
+        self.push(severity, pos, field, message);
+    }
+
+    fn error(&mut self, field: &str, message: String) {
+        self.at(Severity::Error, field, message);
+    }
+
+    fn warn(&mut self, field: &str, message: String) {
+        self.at(Severity::Warning, field, message);
+    }
+
+    fn problems(&mut self, problems: Vec<(String, String)>) {
+        for (field, message) in problems {
+            self.error(&field, message);
+        }
+    }
+
+    fn de<T: DeserializeOwned>(&mut self, node: &Node, path: &str) -> Option<T> {
+        match from_node(node, path) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let pos = e.pos.unwrap_or(node.pos);
+                let field = if e.path.is_empty() { path.to_string() } else { e.path.clone() };
+                self.push(Severity::Error, pos, &field, e.message);
+                None
+            }
+        }
+    }
+
+    /// A section: deserialised when present, else its default (or an
+    /// error when it is required).
+    fn section<T: DeserializeOwned + Default>(&mut self, name: &str) -> Option<T> {
+        match self.root.get(name) {
+            Some(node) => self.de(node, name),
+            None => Some(T::default()),
+        }
+    }
+
+    fn required<T: DeserializeOwned>(&mut self, name: &str, example: &str) -> Option<T> {
+        match self.root.get(name) {
+            Some(node) => self.de(node, name),
+            None => {
+                self.push(
+                    Severity::Error,
+                    self.root.pos,
+                    name,
+                    format!("missing section `{name}` (expected, for example, `{example}`)"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A list section, each element on its own so that every bad element
+    /// is reported.
+    fn list<T: DeserializeOwned>(&mut self, name: &str) -> Option<Vec<T>> {
+        let Some(node) = self.root.get(name) else {
+            return Some(Vec::new());
+        };
+        let items = match &node.kind {
+            Kind::Seq(items) => items,
+            Kind::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null" => {
+                return Some(Vec::new())
+            }
+            _ => {
+                self.push(
+                    Severity::Error,
+                    node.pos,
+                    name,
+                    format!("`{name}` must be a list (`- name: ...` entries)"),
+                );
+                return None;
+            }
+        };
+        let mut ok = true;
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match self.de(item, &format!("{name}[{i}]")) {
+                Some(v) => out.push(v),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+}
+
+/// Parses and checks `text`; the robot is returned when every section
+/// parsed (it may still have errors in the diagnostics).
+pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagnostic>) {
+    let root = match yaml::parse(text) {
+        Ok(root) => root,
+        Err(e) => {
+            return (
+                None,
+                vec![Diagnostic {
+                    severity: Severity::Error,
+                    file: file.to_path_buf(),
+                    line: e.pos.line,
+                    column: e.pos.col,
+                    field: String::new(),
+                    message: format!("not valid YAML: {}", e.message),
+                }],
+            )
+        }
+    };
+    let mut c = Checker {
+        file,
+        root: &root,
+        out: Vec::new(),
+    };
+    let Kind::Map(entries) = &root.kind else {
+        c.push(
+            Severity::Error,
+            root.pos,
+            "",
+            "the file must be a mapping of sections (`robot:`, `board:`, `cpus:`, ...)".into(),
+        );
+        return (None, c.out);
+    };
+    for (key, _) in entries {
+        let name = key.as_str().unwrap_or("");
+        if !SECTIONS.contains(&name) {
+            c.push(
+                Severity::Error,
+                key.pos,
+                name,
+                format!("unknown section `{name}` (expected one of: {})", SECTIONS.join(", ")),
+            );
+        }
+    }
+
+    let robot = c.required("robot", "robot: {name: arm-1}");
+    let board = c.required("board", "board: {model: jetson-orin-nano}");
+    let cpus = c.required("cpus", "cpus: {isolated: 4-5}");
+    let kernel = c.section("kernel");
+    let irqs = c.section("irqs");
+    let sysctl = c.section("sysctl");
+    let power = c.section("power");
+    let channels = c.list("channels");
+    let processes = c.list("processes");
+    let check = c.section("check");
+    let boot_check = c.section("boot_check");
+    let update = c.section("update");
+
+    let parsed = (|| {
+        Some(Robot {
+            robot: robot?,
+            board: board?,
+            cpus: cpus?,
+            kernel: kernel?,
+            irqs: irqs?,
+            sysctl: sysctl?,
+            power: power?,
+            channels: channels?,
+            processes: processes?,
+            check: check?,
+            boot_check: boot_check?,
+            update: update?,
+        })
+    })();
+    let Some(r) = parsed else {
+        return (None, c.out);
+    };
+
+    // Each section's own rules.
+    let mut p = Vec::new();
+    r.robot.validate(&mut p);
+    r.board.validate(&mut p);
+    r.cpus.validate(&r.board, &mut p);
+    r.kernel.validate(&mut p);
+    let all = r.board.all_cpus();
+    r.irqs.validate(all.as_ref(), &mut p);
+    cpusets::config::validate_sysctl(&r.sysctl, &mut p);
+    r.power.validate(&mut p);
+    for (i, ch) in r.channels.iter().enumerate() {
+        ch.validate(&format!("channels[{i}]"), &mut p);
+    }
+    for (i, proc_) in r.processes.iter().enumerate() {
+        proc_.validate(&format!("processes[{i}]"), &mut p);
+    }
+    r.check.validate("check", &mut p);
+    r.boot_check.validate(&mut p);
+    r.update.validate(&mut p);
+    c.problems(p);
+
+    cross_check(&mut c, &r);
+    (Some(r), c.out)
+}
+
+/// The rules that span sections.
+fn cross_check(c: &mut Checker, r: &Robot) {
+    let all = r.all_cpus();
+    let isolated = &r.cpus.isolated;
+    let housekeeping = r.housekeeping();
+
+    // Names are unique.
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, ch) in r.channels.iter().enumerate() {
+        if let Some(first) = seen.insert(&ch.name, i) {
+            c.error(
+                &format!("channels[{i}].name"),
+                format!("channel `{}` is already defined at channels[{first}] (names must be unique)", ch.name),
+            );
+        }
+        if ch.name.starts_with(RESERVED_CHANNEL_PREFIX) {
+            c.error(
+                &format!("channels[{i}].name"),
+                format!("`{}` is under `{RESERVED_CHANNEL_PREFIX}`, which the runtime keeps for its timing reports (choose another name)", ch.name),
+            );
+        }
+    }
+    let channel_names: HashSet<&str> = r.channels.iter().map(|c| c.name.as_str()).collect();
+    let mut procs: HashMap<&str, usize> = HashMap::new();
+    for (i, p) in r.processes.iter().enumerate() {
+        if let Some(first) = procs.insert(&p.name, i) {
+            c.error(
+                &format!("processes[{i}].name"),
+                format!("process `{}` is already defined at processes[{first}] (names must be unique)", p.name),
+            );
+        }
+    }
+
+    let mut published: HashSet<&str> = HashSet::new();
+    for (i, p) in r.processes.iter().enumerate() {
+        let base = format!("processes[{i}]");
+        // Placement.
+        let cpus = r.process_cpus(p);
+        let beyond = cpus.difference(&all);
+        if !beyond.is_empty() {
+            c.error(
+                &format!("{base}.cpus"),
+                format!("CPUs {beyond} do not exist on board `{}` (expected CPUs within {all})", r.board.model),
+            );
+        } else if p.policy.is_realtime() {
+            let outside = cpus.difference(isolated);
+            if !outside.is_empty() && !p.allow_housekeeping {
+                c.error(
+                    &format!("{base}.cpus"),
+                    format!(
+                        "real-time process `{}` ({} {}) would run on non-isolated CPUs {outside} (expected CPUs within the isolated set {isolated}, or `allow_housekeeping: true` to allow it)",
+                        p.name,
+                        p.policy,
+                        p.priority.unwrap_or(0)
+                    ),
+                );
+            }
+            if p.memlock.is_none() {
+                c.warn(
+                    &base,
+                    format!(
+                        "real-time process `{}` has no `memlock`: mlockall fails beyond the default RLIMIT_MEMLOCK (set e.g. `memlock: 256MiB` or `unlimited`)",
+                        p.name
+                    ),
+                );
+            }
+            if p.priority == Some(99) {
+                c.warn(
+                    &format!("{base}.priority"),
+                    "priority 99 leaves no room above it for the kernel threads that must preempt (watchdog, migration); 98 or below is usual".into(),
+                );
+            }
+        } else {
+            let on_isolated = cpus.intersection(isolated);
+            if !on_isolated.is_empty() {
+                c.warn(
+                    &format!("{base}.cpus"),
+                    format!(
+                        "non-real-time process `{}` runs on isolated CPUs {on_isolated}, where it competes with the real-time processes",
+                        p.name
+                    ),
+                );
+            }
+            if p.allow_housekeeping {
+                c.warn(
+                    &format!("{base}.allow_housekeeping"),
+                    format!("has no effect for policy `{}`", p.policy),
+                );
+            }
+        }
+        // Channels.
+        for (field, list) in [("publishes", &p.publishes), ("subscribes", &p.subscribes)] {
+            for (j, name) in list.iter().enumerate() {
+                if !channel_names.contains(name.as_str()) {
+                    let known: Vec<&str> = r.channels.iter().map(|c| c.name.as_str()).collect();
+                    c.error(
+                        &format!("{base}.{field}[{j}]"),
+                        format!(
+                            "no channel `{name}` (expected one of the names under `channels:`: {})",
+                            if known.is_empty() { "none defined".to_string() } else { known.join(", ") }
+                        ),
+                    );
+                }
+            }
+        }
+        published.extend(p.publishes.iter().map(String::as_str));
+        // Start order.
+        for (j, dep) in p.after.iter().enumerate() {
+            if dep == &p.name {
+                c.error(&format!("{base}.after[{j}]"), format!("process `{dep}` cannot start after itself"));
+            } else if !procs.contains_key(dep.as_str()) {
+                c.error(
+                    &format!("{base}.after[{j}]"),
+                    format!("no process `{dep}` (expected a name under `processes:`)"),
+                );
+            }
+        }
+    }
+    for (i, p) in r.processes.iter().enumerate() {
+        for (j, name) in p.subscribes.iter().enumerate() {
+            if channel_names.contains(name.as_str()) && !published.contains(name.as_str()) {
+                c.warn(
+                    &format!("processes[{i}].subscribes[{j}]"),
+                    format!("no process publishes on `{name}`"),
+                );
+            }
+        }
+    }
+    if let Some(cycle) = start_order_cycle(r) {
+        let i = procs[cycle[0].as_str()];
+        c.error(
+            &format!("processes[{i}].after"),
+            format!("start order has a cycle: {} (expected `after:` to form no loop)", cycle.join(" -> ")),
+        );
+    }
+
+    // IRQ threads and the processes they feed.
+    for (i, rule) in r.irqs.threads.iter().chain(&r.irqs.kthreads).enumerate() {
+        let field = if i < r.irqs.threads.len() {
+            format!("irqs.threads[{i}]")
+        } else {
+            format!("irqs.kthreads[{}]", i - r.irqs.threads.len())
+        };
+        for (j, fed) in rule.feeds.iter().enumerate() {
+            let Some(&pi) = procs.get(fed.as_str()) else {
+                c.error(
+                    &format!("{field}.feeds[{j}]"),
+                    format!("no process `{fed}` (expected a name under `processes:`)"),
+                );
+                continue;
+            };
+            let p = &r.processes[pi];
+            let (Some(pp), Some(rp)) = (p.priority, rule.priority) else {
+                continue;
+            };
+            let rule_cpus = rule.cpus.clone().unwrap_or_else(|| all.clone());
+            let shared = rule_cpus.intersection(&r.process_cpus(p));
+            if p.policy.is_realtime() && rule.policy.is_realtime() && pp > rp && !shared.is_empty() {
+                c.warn(
+                    &format!("{field}.priority"),
+                    format!(
+                        "process `{}` ({} {pp}) runs above the IRQ threads `{}` ({} {rp}) that feed it on CPUs {shared}: while it runs, its own input waits",
+                        p.name, p.policy, rule.pattern, rule.policy
+                    ),
+                );
+            }
+        }
+    }
+
+    // CPUs.
+    let neither = all.difference(&housekeeping).difference(isolated);
+    if !neither.is_empty() {
+        c.warn(
+            "cpus.housekeeping",
+            format!("CPUs {neither} are neither housekeeping nor isolated; nothing is placed on them"),
+        );
+    }
+    if let Some(aff) = &r.irqs.default_affinity {
+        let on_isolated = aff.intersection(isolated);
+        if !on_isolated.is_empty() {
+            c.warn(
+                "irqs.default_affinity",
+                format!("interrupts would land on isolated CPUs {on_isolated}"),
+            );
+        }
+    }
+}
+
+/// A cycle in the `after:` graph, as a list of names ending where it began.
+fn start_order_cycle(r: &Robot) -> Option<Vec<String>> {
+    let deps: BTreeMap<&str, Vec<&str>> = r
+        .processes
+        .iter()
+        .map(|p| (p.name.as_str(), p.after.iter().map(String::as_str).collect()))
+        .collect();
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Active,
+        Done,
+    }
+    let mut marks: HashMap<&str, Mark> = deps.keys().map(|k| (*k, Mark::New)).collect();
+    fn visit<'a>(
+        n: &'a str,
+        deps: &BTreeMap<&'a str, Vec<&'a str>>,
+        marks: &mut HashMap<&'a str, Mark>,
+        stack: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
+        match marks.get(n) {
+            Some(Mark::Done) | None => return None,
+            Some(Mark::Active) => {
+                let start = stack.iter().position(|s| *s == n).unwrap_or(0);
+                let mut cycle: Vec<String> = stack[start..].iter().map(|s| s.to_string()).collect();
+                cycle.push(n.to_string());
+                return Some(cycle);
+            }
+            Some(Mark::New) => {}
+        }
+        marks.insert(n, Mark::Active);
+        stack.push(n);
+        for d in deps.get(n).into_iter().flatten() {
+            if *d != n {
+                if let Some(c) = visit(d, deps, marks, stack) {
+                    return Some(c);
+                }
+            }
+        }
+        stack.pop();
+        marks.insert(n, Mark::Done);
+        None
+    }
+    for k in deps.keys() {
+        if let Some(c) = visit(k, &deps, &mut marks, &mut Vec::new()) {
+            return Some(c);
+        }
+    }
+    None
+}
