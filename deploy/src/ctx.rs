@@ -67,8 +67,9 @@ impl Ctx {
             with_version.extend(std::mem::take(map));
             doc = serde_json::Value::Object(with_version);
         }
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        Ok(())
+        let mut text = serde_json::to_string_pretty(&doc)?;
+        text.push('\n');
+        write_stdout(&text)
     }
 
     /// A note on stderr unless -q.
@@ -83,6 +84,17 @@ impl Ctx {
         if self.verbose > 0 {
             eprintln!("{msg}");
         }
+    }
+}
+
+/// Writes to stdout; a reader that went away (`deploy plan | head`) ends
+/// the process quietly instead of panicking.
+pub fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => Ok(r?),
     }
 }
 

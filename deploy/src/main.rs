@@ -4,16 +4,12 @@
 //! prints; the work lives in `controller`, `cpusets`, `services` and `image`.
 //! Exit codes everywhere: 0 ok, 1 a check/verify/budget failed, 2 error.
 
-mod cmd;
-mod config;
-mod ctx;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-use crate::ctx::{Ctx, Exit};
+use deploy::cmd;
+use deploy::ctx::{self, Ctx, Exit};
 
 /// Real-time robot controllers on embedded Linux, from one robot.yaml.
 #[derive(Debug, Parser)]

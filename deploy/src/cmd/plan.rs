@@ -3,7 +3,6 @@
 use std::fmt::Write as _;
 
 use clap::Args;
-use controller::config::ByteSize;
 use cpusets::board::BootLoader;
 use cpusets::cmdline::{self, Token};
 use cpusets::config::{IrqOverride, ThreadRule};
@@ -191,7 +190,7 @@ pub fn run(ctx: &Ctx, _args: PlanArgs) -> anyhow::Result<Exit> {
     if ctx.json {
         ctx.print_json(&plan)?;
     } else {
-        print!("{}", render(&plan));
+        crate::ctx::write_stdout(&render(&plan))?;
     }
     Ok(Exit::Ok)
 }
@@ -298,11 +297,26 @@ pub fn render(p: &Plan) -> String {
             c.rate,
             c.retention,
             c.queue_len,
-            ByteSize(c.slot_bytes).to_string(),
-            ByteSize(c.shm_bytes).to_string(),
+            human_bytes(c.slot_bytes),
+            human_bytes(c.shm_bytes),
             c.publishers,
             c.subscribers
         );
     }
     o
+}
+
+/// `192B`, `44.3KiB`, `1.0MiB`.
+pub fn human_bytes(b: u64) -> String {
+    if b < 1024 {
+        return format!("{b}B");
+    }
+    let mut v = b as f64 / 1024.0;
+    for unit in ["KiB", "MiB", "GiB"] {
+        if v < 1024.0 || unit == "GiB" {
+            return format!("{v:.1}{unit}");
+        }
+        v /= 1024.0;
+    }
+    unreachable!()
 }
