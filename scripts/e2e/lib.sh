@@ -1,0 +1,119 @@
+# Shared helpers of the QEMU end-to-end scripts (sourced, not run).
+# Every function reports on stderr; results go to files or stdout.
+
+E2E_REPO=${E2E_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+E2E_CACHE=${RTDEPLOY_CACHE:-$E2E_REPO/.cache}
+
+e2e_log() { printf '[e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# e2e_host_tools: installs (apt-get, as root) the host tools the QEMU test
+# needs when any is missing: qemu-system-x86, busybox-static, cpio, jq.
+e2e_host_tools() {
+    local need=()
+    command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+    command -v cpio >/dev/null || need+=(cpio)
+    command -v jq >/dev/null || need+=(jq)
+    command -v dpkg-deb >/dev/null || need+=(dpkg)
+    # The dynamic busybox package would not run in the guest.
+    dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' ||
+        need+=(busybox-static)
+    [ "${#need[@]}" -eq 0 ] && return 0
+    if [ "$(id -u)" != 0 ]; then
+        e2e_log "missing host packages: ${need[*]} (apt-get install ${need[*]}, or run as root)"
+        return 2
+    fi
+    e2e_log "installing ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2
+}
+
+# e2e_is_static FILE: true when FILE is a statically linked ELF (no
+# PT_INTERP program header).
+e2e_is_static() {
+    [ -f "$1" ] || return 1
+    ! LC_ALL=C readelf -lW "$1" 2>/dev/null | grep -q 'INTERP' && LC_ALL=C readelf -h "$1" >/dev/null 2>&1
+}
+
+# e2e_base DIR: writes a minimal root filesystem into DIR (which must not
+# exist or be empty): busybox-static with its applet links, the few files an
+# init needs, and the usual empty mount points. Device nodes /dev/console and
+# /dev/null are created when running as root (cpio.gz needs them before
+# devtmpfs is mounted).
+e2e_base() {
+    local dir=$1 bb a
+    bb=/bin/busybox
+    mkdir -p "$dir"
+    (
+        cd "$dir"
+        mkdir -p usr/bin usr/lib etc dev proc sys tmp run root var/log var/lib mnt opt
+        ln -sfn usr/bin bin
+        ln -sfn usr/bin sbin
+        ln -sfn bin usr/sbin
+        ln -sfn usr/lib lib
+        chmod 1777 tmp
+        chmod 0700 root
+        cp "$bb" usr/bin/busybox
+        for a in $(usr/bin/busybox --list); do
+            case $a in busybox) continue ;; esac
+            [ -e "usr/bin/$a" ] || ln -s busybox "usr/bin/$a"
+        done
+        if [ -d "$E2E_REPO/examples/qemu-base" ]; then
+            cp -a "$E2E_REPO/examples/qemu-base/." .
+        fi
+        [ -e etc/passwd ] || printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >etc/passwd
+        [ -e etc/group ] || printf 'root:x:0:\nrtdeploy:x:900:\nnogroup:x:65534:\n' >etc/group
+        [ -e etc/hostname ] || echo rtdeploy-qemu >etc/hostname
+        if [ "$(id -u)" = 0 ]; then
+            [ -e dev/console ] || mknod -m 600 dev/console c 5 1
+            [ -e dev/null ] || mknod -m 666 dev/null c 1 3
+        fi
+    )
+}
+
+# e2e_cpio DIR OUT: packs DIR as a newc cpio.gz initramfs (owner root,
+# sorted, mtimes as they are).
+e2e_cpio() {
+    local dir=$1 out=$2
+    (cd "$dir" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) | gzip -n -6 >"$out"
+}
+
+# e2e_qemu KERNEL INITRD APPEND LOG LIMIT_SECONDS: boots QEMU (TCG, 4 CPUs,
+# 1 GiB, no network, one virtio PCI device so that the guest has MSI
+# interrupts) with the serial console written to LOG; returns QEMU's exit
+# status, 124 when the time limit hit.
+e2e_qemu() {
+    local kernel=$1 initrd=$2 append=$3 log=$4 limit=$5 rc=0
+    : >"$log"
+    timeout -k 10 "$limit" qemu-system-x86_64 \
+        -accel tcg -cpu max -smp 4 -m 1G \
+        -nographic -no-reboot -monitor none -nic none \
+        -device virtio-serial-pci \
+        -serial "file:$log" \
+        -kernel "$kernel" -initrd "$initrd" \
+        -append "$append" </dev/null >"$log.qemu" 2>&1 || rc=$?
+    return "$rc"
+}
+
+# e2e_serial_clean LOG: the serial log without carriage returns.
+e2e_serial_clean() { tr -d '\r' <"$1"; }
+
+# e2e_fixture_decode LOG DIR: decodes the base64 tar between the
+# E2E-FIXTURE-BEGIN/END lines of the serial LOG into DIR.
+e2e_fixture_decode() {
+    local log=$1 dir=$2
+    mkdir -p "$dir"
+    e2e_serial_clean "$log" | sed -n '/^E2E-FIXTURE-BEGIN$/,/^E2E-FIXTURE-END$/p' |
+        grep -E '^[A-Za-z0-9+/=]+$' | base64 -d | tar -xzf - -C "$dir"
+}
+
+# e2e_guest_value LOG KEY: the value of the first "E2E KEY value" line.
+e2e_guest_value() {
+    e2e_serial_clean "$1" | sed -n "s/^E2E $2 //p" | head -n1
+}
+
+# e2e_plan_cmdline: the isolation tokens of the kernel command line.
+# Development stand-in until `deploy plan --json` exists: the tokens
+# cpusets::cmdline::plan gives for housekeeping 0-1, isolated 2-3.
+e2e_plan_cmdline() {
+    echo "isolcpus=managed_irq,domain,2-3 nohz_full=2-3 rcu_nocbs=2-3 rcu_nocb_poll irqaffinity=0-1"
+}

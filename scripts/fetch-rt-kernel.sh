@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Fetch Debian trixie's PREEMPT_RT kernel (linux-image-6.12.*-rt-amd64-unsigned)
+# into a cache directory, for the QEMU end-to-end test.
+#
+# Usage: scripts/fetch-rt-kernel.sh [--print-dir]
+#
+# Cache: $RTDEPLOY_CACHE/rt-kernel (default <repo>/.cache/rt-kernel). When the
+# cache already holds an extracted kernel nothing touches the network.
+# Result, in the cache directory:
+#   vmlinuz       the kernel image
+#   config        the kernel's build configuration
+#   modules/      modules.builtin* of the package, plus the loadable modules
+#                 named in $RTDEPLOY_KERNEL_MODULES (space-separated, e.g.
+#                 "e1000 ext4"; default none: serial 8250 console, virtio-pci,
+#                 virtio-console, tmpfs, gzip initramfs, cgroups/cpusets and
+#                 io_uring are all built into Debian's kernel, so an initramfs
+#                 boot needs no module)
+#   release       the kernel release string (uname -r)
+#   package       the package file name it came from
+#
+# Also installs qemu-system-x86, busybox-static, cpio and jq when they are
+# missing (apt-get, needs root).
+#
+# Why trixie: io_uring futex operations (IORING_OP_FUTEX_WAIT) arrived in 6.7;
+# bookworm's 6.1-rt lacks them.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE_ROOT=${RTDEPLOY_CACHE:-$REPO/.cache}
+DIR=$CACHE_ROOT/rt-kernel
+MIRROR=${RTDEPLOY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+SUITE=${RTDEPLOY_KERNEL_SUITE:-trixie}
+PKG_RE='^linux-image-6\.(1[2-9]|[2-9][0-9])\.[^ ]*-rt-amd64-unsigned$'
+
+log() { printf 'fetch-rt-kernel: %s\n' "$*" >&2; }
+
+# Host tools the end-to-end test needs.
+# shellcheck source=scripts/e2e/lib.sh
+. "$REPO/scripts/e2e/lib.sh"
+e2e_host_tools || exit 2
+
+if [ -s "$DIR/vmlinuz" ] && [ -s "$DIR/release" ] && [ -d "$DIR/modules" ]; then
+    log "cached: $(cat "$DIR/package") in $DIR"
+    [ "${1:-}" = --print-dir ] && echo "$DIR"
+    exit 0
+fi
+
+mkdir -p "$CACHE_ROOT"
+WORK=$(mktemp -d "$CACHE_ROOT/.rt-kernel-fetch.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/etc/sources.list.d" "$WORK/etc/preferences.d" "$WORK/state/lists/partial" \
+    "$WORK/cache/archives/partial" "$WORK/dl" "$WORK/x"
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+if [ ! -s "$KEYRING" ]; then
+    log "no $KEYRING: apt-get install debian-archive-keyring"
+    exit 2
+fi
+echo "deb [signed-by=$KEYRING] $MIRROR $SUITE main" >"$WORK/etc/sources.list"
+: >"$WORK/state/status"
+APT_OPTS=(
+    -o "Dir::Etc::sourcelist=$WORK/etc/sources.list"
+    -o "Dir::Etc::sourceparts=$WORK/etc/sources.list.d"
+    -o "Dir::Etc::preferencesparts=$WORK/etc/preferences.d"
+    -o "Dir::State=$WORK/state"
+    -o "Dir::State::status=$WORK/state/status"
+    -o "Dir::Cache=$WORK/cache"
+    -o "APT::Architecture=amd64"
+    -o "APT::Architectures::=amd64"
+    -o "Acquire::Languages=none"
+    -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
+    -o "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false"
+    -o "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false"
+    -o "APT::Sandbox::User=root"
+)
+log "apt-get update ($SUITE main, private state)"
+apt-get "${APT_OPTS[@]}" update -q >&2
+PKG=$(apt-cache "${APT_OPTS[@]}" pkgnames linux-image-6. | grep -E "$PKG_RE" | sort -V | tail -n1 || true)
+if [ -z "$PKG" ]; then
+    log "no package matching $PKG_RE in $SUITE"
+    exit 2
+fi
+log "downloading $PKG"
+(cd "$WORK/dl" && apt-get "${APT_OPTS[@]}" download -q "$PKG" >&2)
+DEB=$(ls "$WORK/dl"/*.deb)
+dpkg-deb -x "$DEB" "$WORK/x"
+VMLINUZ=$(ls "$WORK/x/boot"/vmlinuz-* | head -n1)
+REL=${VMLINUZ##*/vmlinuz-}
+mkdir -p "$WORK/out"
+cp "$VMLINUZ" "$WORK/out/vmlinuz"
+cp "$WORK/x/boot/config-$REL" "$WORK/out/config"
+MODSRC=
+for d in "$WORK/x/lib/modules/$REL" "$WORK/x/usr/lib/modules/$REL"; do
+    [ -d "$d" ] && MODSRC=$d
+done
+mkdir "$WORK/out/modules"
+if [ -n "$MODSRC" ]; then
+    cp "$MODSRC"/modules.builtin* "$MODSRC"/modules.order "$WORK/out/modules/" 2>/dev/null || true
+    for m in ${RTDEPLOY_KERNEL_MODULES:-}; do
+        f=$(find "$MODSRC/kernel" -name "$m.ko*" | head -n1)
+        if [ -z "$f" ]; then
+            log "module $m not in $PKG"
+            exit 2
+        fi
+        mkdir -p "$WORK/out/modules/$(dirname "${f#"$MODSRC"/}")"
+        cp "$f" "$WORK/out/modules/${f#"$MODSRC"/}"
+    done
+fi
+echo "$REL" >"$WORK/out/release"
+basename "$DEB" >"$WORK/out/package"
+sha256sum "$DEB" | sed 's,  .*/,  ,' >"$WORK/out/package.sha256"
+if ! grep -q '^CONFIG_PREEMPT_RT=y' "$WORK/out/config"; then
+    log "$PKG is not a PREEMPT_RT kernel (no CONFIG_PREEMPT_RT=y)"
+    exit 2
+fi
+rm -rf "$DIR"
+mv "$WORK/out" "$DIR"
+log "cached $PKG ($REL) in $DIR"
+[ "${1:-}" = --print-dir ] && echo "$DIR"
+exit 0
