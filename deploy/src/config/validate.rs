@@ -139,15 +139,15 @@ impl Checker<'_> {
     }
 
     /// A list section, each element on its own so that every bad element
-    /// is reported.
-    fn list<T: DeserializeOwned>(&mut self, name: &str) -> Option<Vec<T>> {
+    /// is reported; the elements that parsed, and whether all did.
+    fn list<T: DeserializeOwned>(&mut self, name: &str) -> (Vec<T>, bool) {
         let Some(node) = self.root.get(name) else {
-            return Some(Vec::new());
+            return (Vec::new(), true);
         };
         let items = match &node.kind {
             Kind::Seq(items) => items,
             Kind::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null" => {
-                return Some(Vec::new())
+                return (Vec::new(), true)
             }
             _ => {
                 self.push(
@@ -156,18 +156,18 @@ impl Checker<'_> {
                     name,
                     format!("`{name}` must be a list (`- name: ...` entries)"),
                 );
-                return None;
+                return (Vec::new(), false);
             }
         };
         let mut ok = true;
         let mut out = Vec::new();
         for (i, item) in items.iter().enumerate() {
             match self.de(item, &format!("{name}[{i}]")) {
-                Some(v) => out.push(v),
+                Some(v) => out.push((i, v)),
                 None => ok = false,
             }
         }
-        ok.then_some(out)
+        (out.into_iter().map(|(_, v)| v).collect(), ok)
     }
 }
 
@@ -216,19 +216,69 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
         }
     }
 
-    let robot = c.required("robot", "robot: {name: arm-1}");
-    let board = c.required("board", "board: {model: jetson-orin-nano}");
-    let cpus = c.required("cpus", "cpus: {isolated: 4-5}");
-    let kernel = c.section("kernel");
-    let irqs = c.section("irqs");
-    let sysctl = c.section("sysctl");
-    let power = c.section("power");
+    let robot: Option<services::config::RobotSection> = c.required("robot", "robot: {name: arm-1}");
+    let board: Option<cpusets::config::BoardSection> = c.required("board", "board: {model: jetson-orin-nano}");
+    let cpus: Option<cpusets::config::CpusSection> = c.required("cpus", "cpus: {isolated: 4-5}");
+    let kernel: Option<cpusets::config::KernelSection> = c.section("kernel");
+    let irqs: Option<cpusets::config::IrqsSection> = c.section("irqs");
+    let sysctl: Option<cpusets::config::SysctlSection> = c.section("sysctl");
+    let power: Option<cpusets::config::PowerSection> = c.section("power");
     let channels = c.list("channels");
     let processes = c.list("processes");
-    let check = c.section("check");
-    let boot_check = c.section("boot_check");
-    let update = c.section("update");
+    let check: Option<controller::config::CheckSection> = c.section("check");
+    let boot_check: Option<controller::config::BootCheckSection> = c.section("boot_check");
+    let update: Option<services::config::UpdateSection> = c.section("update");
 
+    // Each section's own rules, on every section that parsed.
+    let mut p = Vec::new();
+    if let Some(robot) = &robot {
+        robot.validate(&mut p);
+    }
+    if let Some(board) = &board {
+        board.validate(&mut p);
+        if let Some(cpus) = &cpus {
+            cpus.validate(board, &mut p);
+        }
+    }
+    if let Some(kernel) = &kernel {
+        kernel.validate(&mut p);
+    }
+    let all = board.as_ref().and_then(|b| b.all_cpus());
+    if let Some(irqs) = &irqs {
+        irqs.validate(all.as_ref(), &mut p);
+    }
+    if let Some(sysctl) = &sysctl {
+        cpusets::config::validate_sysctl(sysctl, &mut p);
+    }
+    if let Some(power) = &power {
+        power.validate(&mut p);
+    }
+    // List elements keep their index in the file even when an earlier
+    // one did not parse: validate by original position.
+    for (i, node) in list_items(&root, "channels") {
+        if let Ok(ch) = from_node::<controller::config::ChannelConfig>(node, "") {
+            ch.validate(&format!("channels[{i}]"), &mut p);
+        }
+    }
+    for (i, node) in list_items(&root, "processes") {
+        if let Ok(pr) = from_node::<services::config::ProcessConfig>(node, "") {
+            pr.validate(&format!("processes[{i}]"), &mut p);
+        }
+    }
+    if let Some(check) = &check {
+        check.validate("check", &mut p);
+    }
+    if let Some(boot_check) = &boot_check {
+        boot_check.validate(&mut p);
+    }
+    if let Some(update) = &update {
+        update.validate(&mut p);
+    }
+    c.problems(p);
+
+    // The rules across sections need every section whole.
+    let (channels, channels_ok) = channels;
+    let (processes, processes_ok) = processes;
     let parsed = (|| {
         Some(Robot {
             robot: robot?,
@@ -238,8 +288,8 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
             irqs: irqs?,
             sysctl: sysctl?,
             power: power?,
-            channels: channels?,
-            processes: processes?,
+            channels: channels_ok.then_some(channels)?,
+            processes: processes_ok.then_some(processes)?,
             check: check?,
             boot_check: boot_check?,
             update: update?,
@@ -248,30 +298,16 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
     let Some(r) = parsed else {
         return (None, c.out);
     };
-
-    // Each section's own rules.
-    let mut p = Vec::new();
-    r.robot.validate(&mut p);
-    r.board.validate(&mut p);
-    r.cpus.validate(&r.board, &mut p);
-    r.kernel.validate(&mut p);
-    let all = r.board.all_cpus();
-    r.irqs.validate(all.as_ref(), &mut p);
-    cpusets::config::validate_sysctl(&r.sysctl, &mut p);
-    r.power.validate(&mut p);
-    for (i, ch) in r.channels.iter().enumerate() {
-        ch.validate(&format!("channels[{i}]"), &mut p);
-    }
-    for (i, proc_) in r.processes.iter().enumerate() {
-        proc_.validate(&format!("processes[{i}]"), &mut p);
-    }
-    r.check.validate("check", &mut p);
-    r.boot_check.validate(&mut p);
-    r.update.validate(&mut p);
-    c.problems(p);
-
     cross_check(&mut c, &r);
     (Some(r), c.out)
+}
+
+/// The elements of a list section with their index.
+fn list_items<'a>(root: &'a Node, name: &str) -> Vec<(usize, &'a Node)> {
+    match root.get(name).map(|n| &n.kind) {
+        Some(Kind::Seq(items)) => items.iter().enumerate().collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The rules that span sections.

@@ -112,7 +112,7 @@ impl Node {
 pub fn parse(text: &str) -> Result<Node, YamlError> {
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    if let Err(e) = parser.load(&mut builder, false) {
+    if let Err(e) = parser.load(&mut builder, true) {
         return Err(YamlError {
             pos: Pos {
                 line: e.marker().line(),

@@ -1,0 +1,112 @@
+//! `deploy config check` and `deploy plan` on the bundled examples.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name)
+}
+
+fn deploy(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_deploy")).args(args).output().expect("run deploy")
+}
+
+#[test]
+fn examples_are_valid() {
+    for name in ["orin-nano.yaml", "dev.yaml", "qemu.yaml"] {
+        let path = example(name);
+        let out = deploy(&["config", "check", "-c", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// The value of `key=` among the tokens, or None.
+fn token<'a>(tokens: &'a [serde_json::Value], key: &str) -> Option<&'a str> {
+    tokens
+        .iter()
+        .filter_map(|t| t["token"].as_str())
+        .find_map(|t| t.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+}
+
+#[test]
+fn plan_json_isolates_exactly_the_isolated_cpus() {
+    for (name, isolated, housekeeping) in [
+        ("orin-nano.yaml", "4-5", "0-3"),
+        ("dev.yaml", "1", "0"),
+        ("qemu.yaml", "2-3", "0-1"),
+    ] {
+        let path = example(name);
+        let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan is one JSON document");
+        assert_eq!(plan["schema_version"], 1);
+        assert_eq!(plan["cpus"]["isolated"], isolated);
+        assert_eq!(plan["cpus"]["housekeeping"], housekeeping);
+        let tokens = plan["cmdline"]["tokens"].as_array().expect("tokens");
+        let isolcpus = token(tokens, "isolcpus").expect("isolcpus planned");
+        // Flags first, then the CPU list, as the kernel parses it.
+        assert_eq!(isolcpus.rsplit(',').next(), isolated.rsplit(',').next());
+        assert!(isolcpus.starts_with("managed_irq,domain,"), "{isolcpus}");
+        assert_eq!(isolcpus.trim_start_matches("managed_irq,domain,"), isolated);
+        assert_eq!(token(tokens, "nohz_full"), Some(isolated));
+        assert_eq!(token(tokens, "rcu_nocbs"), Some(isolated));
+        assert_eq!(token(tokens, "irqaffinity"), Some(housekeeping));
+        assert!(tokens.iter().all(|t| !t["reason"].as_str().unwrap_or("").is_empty()));
+        let line = plan["cmdline"]["line"].as_str().unwrap();
+        assert!(line.contains(&format!("nohz_full={isolated}")), "{line}");
+    }
+}
+
+#[test]
+fn plan_places_processes_and_sizes_channels() {
+    let path = example("orin-nano.yaml");
+    let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let procs = plan["processes"].as_array().unwrap();
+    let motor = procs.iter().find(|p| p["name"] == "motor_controller").unwrap();
+    assert_eq!(motor["policy"], "fifo");
+    assert_eq!(motor["priority"], 90);
+    assert_eq!(motor["cpus"], "5");
+    // `after:` is honoured: imu_reader starts before motor_controller.
+    let start = |n: &str| procs.iter().find(|p| p["name"] == n).unwrap()["start"].as_u64().unwrap();
+    assert!(start("imu_reader") < start("motor_controller"));
+    assert!(start("motor_controller") < start("state_estimator"));
+    let planner = procs.iter().find(|p| p["name"] == "planner").unwrap();
+    assert_eq!(planner["cpus"], "0-3", "non-real-time processes default to housekeeping CPUs");
+    let imu = plan["channels"].as_array().unwrap().iter().find(|c| c["name"] == "/imu/raw").unwrap();
+    // 1000/s x 100ms = 100 messages, plus headroom, to a power of two.
+    assert_eq!(imu["queue_len"], 128);
+    assert!(imu["shm_bytes"].as_u64().unwrap() >= 128 * imu["slot_bytes"].as_u64().unwrap());
+}
+
+#[test]
+fn plan_human_output_shows_the_map_and_the_line() {
+    let path = example("orin-nano.yaml");
+    let out = deploy(&["plan", "-c", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("cluster 4-5      4:I 5:I"), "{text}");
+    assert!(text.contains("isolcpus=managed_irq,domain,4-5 nohz_full=4-5"), "{text}");
+    assert!(text.contains("motor_controller fifo 90"), "{text}");
+}
+
+#[test]
+fn invalid_config_stops_plan_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    std::fs::write(&path, "robot: {name: x}\nboard: {model: generic, cpus: 2}\ncpus: {isolated: 0}\n").unwrap();
+    let out = deploy(&["plan", "-c", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(":3:"), "{stderr}");
+    assert!(stderr.contains("deploy: "), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn missing_config_is_an_error_naming_the_file() {
+    let out = deploy(&["--prefix", "/nonexistent-prefix", "plan"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent-prefix/etc/rtdeploy/robot.yaml"), "{stderr}");
+}
