@@ -4,3 +4,5 @@
 //! supervisor, the controller release and the boot configuration, and writes
 //! tar, tar.zst, ext4 or cpio.gz images that are byte-identical for identical
 //! inputs.
+
+pub mod bundle;
