@@ -15,3 +15,6 @@ pub mod board;
 pub mod cmdline;
 pub mod config;
 pub mod cpuset;
+pub mod model;
+pub mod plan;
+pub mod apply;
