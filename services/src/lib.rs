@@ -10,4 +10,15 @@
 //!   buffer is prepared before forking;
 //! - every on-robot path is rooted at a caller-supplied prefix.
 
+pub mod accounts;
 pub mod config;
+pub mod control;
+pub mod logfile;
+pub mod notify;
+pub mod pid1;
+pub mod procfs;
+pub mod restart;
+pub mod spawn;
+pub mod status;
+pub mod supervisor;
+mod sys;

@@ -1,0 +1,634 @@
+//! Starting one process with the attributes `robot.yaml` gives it.
+//!
+//! [`prepare`] turns a [`ProcessConfig`] into everything the child needs,
+//! allocated up front: C strings for the program, arguments and
+//! environment, the `sched_attr`, the CPU mask, the rlimits, the ids, and an
+//! open `cgroup.procs`. [`spawn`] then forks; between `fork` and `execve`
+//! the child makes only raw, async-signal-safe system calls on that
+//! prepared data, and reports a failure as `(step, errno)` through a
+//! close-on-exec pipe, so the parent learns *which* step failed and why
+//! (an empty read means `execve` succeeded).
+//!
+//! Order in the child, and why:
+//! 1. `setpgid(0, 0)`: its own process group, so a stop reaches the
+//!    process's own children too;
+//! 2. signal mask and dispositions back to default (the supervisor blocks
+//!    the signals it reads through a signalfd, and ignores SIGPIPE);
+//! 3. stdin from /dev/null, stdout and stderr into the log pipe;
+//! 4. into the cgroup (before the affinity, which the cgroup's cpuset may
+//!    narrow);
+//! 5. rlimits, then `sched_setattr` (policy, priority, nice), then the CPU
+//!    affinity, all while still privileged;
+//! 6. supplementary groups, gid, uid;
+//! 7. `PR_SET_PDEATHSIG` last, because changing credentials clears it, then
+//!    a check that the supervisor did not die before it was set;
+//! 8. working directory, `execve`.
+
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use cpusets::config::Policy;
+use cpusets::cpuset::CpuSet;
+
+use crate::accounts::{AccountResolveError, Accounts, Identity};
+use crate::config::{Memlock, ProcessConfig};
+
+/// The steps of the child between `fork` and `execve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Step {
+    Setpgid = 1,
+    Signals = 2,
+    Stdio = 3,
+    Cgroup = 4,
+    RlimitRtprio = 5,
+    RlimitMemlock = 6,
+    RlimitRttime = 7,
+    Sched = 8,
+    Affinity = 9,
+    Setgroups = 10,
+    Setgid = 11,
+    Setuid = 12,
+    Pdeathsig = 13,
+    Chdir = 14,
+    Exec = 15,
+}
+
+impl Step {
+    fn from_u32(v: u32) -> Option<Step> {
+        use Step::*;
+        [
+            Setpgid,
+            Signals,
+            Stdio,
+            Cgroup,
+            RlimitRtprio,
+            RlimitMemlock,
+            RlimitRttime,
+            Sched,
+            Affinity,
+            Setgroups,
+            Setgid,
+            Setuid,
+            Pdeathsig,
+            Chdir,
+            Exec,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == v)
+    }
+}
+
+/// Why a process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessSpawnError {
+    #[error("process `{name}`: {source}")]
+    Account {
+        name: String,
+        source: AccountResolveError,
+    },
+    #[error("process `{name}`: {what} contains a NUL byte")]
+    Nul { name: String, what: String },
+    #[error("process `{name}`: cannot open {}: {source}", path.display())]
+    Open {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("process `{name}`: {what} failed: {source}")]
+    Setup {
+        name: String,
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("process `{name}`: {what} failed: {source}")]
+    Child {
+        name: String,
+        step: Step,
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+/// Where a process's paths and ids are looked up.
+#[derive(Debug, Clone)]
+pub struct SpawnContext {
+    /// The install prefix (`/` on a robot).
+    pub prefix: PathBuf,
+    /// `<prefix>/etc/passwd` and `<prefix>/etc/group`.
+    pub accounts: Accounts,
+    /// The supervisor's own (uid, gid).
+    pub own_ids: (u32, u32),
+    /// `cgroup.procs` of the cgroup for real-time processes, when it exists.
+    pub rt_cgroup: Option<PathBuf>,
+    /// `cgroup.procs` of the housekeeping cgroup, when it exists.
+    pub housekeeping_cgroup: Option<PathBuf>,
+    /// Variables every process gets (before its own `env:`).
+    pub base_env: BTreeMap<String, String>,
+}
+
+/// The program a process runs: absolute as written, else inside the
+/// current release's `bin/` (`imu` and `bin/imu` both name
+/// `<prefix>/opt/rtdeploy/current/bin/imu`).
+pub fn resolve_exec(prefix: &Path, exec: &str) -> PathBuf {
+    if exec.starts_with('/') {
+        return PathBuf::from(exec);
+    }
+    let bin = prefix.join("opt/rtdeploy/current/bin");
+    bin.join(exec.strip_prefix("bin/").unwrap_or(exec))
+}
+
+/// The kernel's `struct sched_attr`, first version (48 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct SchedAttr {
+    size: u32,
+    sched_policy: u32,
+    sched_flags: u64,
+    sched_nice: i32,
+    sched_priority: u32,
+    sched_runtime: u64,
+    sched_deadline: u64,
+    sched_period: u64,
+}
+
+/// Everything the child needs, allocated before `fork`.
+pub struct Prepared {
+    pub name: String,
+    pub path: PathBuf,
+    path_c: CString,
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    _envp: Vec<CString>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    cwd: CString,
+    cwd_text: String,
+    identity: Option<Identity>,
+    groups: Vec<libc::gid_t>,
+    sched: SchedAttr,
+    sched_text: String,
+    affinity: libc::cpu_set_t,
+    affinity_text: String,
+    rlimits: Vec<(Step, libc::__rlimit_resource_t, libc::rlimit)>,
+    cgroup: Option<(PathBuf, File)>,
+    devnull: File,
+}
+
+fn cstr(name: &str, what: &str, bytes: &[u8]) -> Result<CString, ProcessSpawnError> {
+    CString::new(bytes).map_err(|_| ProcessSpawnError::Nul {
+        name: name.to_string(),
+        what: what.to_string(),
+    })
+}
+
+/// Prepares a process for [`spawn`]: resolves its program, user and group,
+/// builds its environment and attributes, opens its cgroup.
+pub fn prepare(
+    p: &ProcessConfig,
+    cpus: &CpuSet,
+    ctx: &SpawnContext,
+) -> Result<Prepared, ProcessSpawnError> {
+    let name = p.name.clone();
+    let path = resolve_exec(&ctx.prefix, &p.exec);
+    let path_c = cstr(&name, "exec", path.as_os_str().as_bytes())?;
+    let mut argv = vec![path_c.clone()];
+    for a in &p.args {
+        argv.push(cstr(&name, "args", a.as_bytes())?);
+    }
+    let mut env = ctx.base_env.clone();
+    env.insert("RTDEPLOY_PROCESS".into(), p.name.clone());
+    for (k, v) in &p.env {
+        env.insert(k.clone(), v.clone());
+    }
+    let envp = env
+        .iter()
+        .map(|(k, v)| cstr(&name, &format!("env {k}"), format!("{k}={v}").as_bytes()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let argv_ptrs = argv
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain([std::ptr::null()])
+        .collect();
+    let envp_ptrs = envp
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain([std::ptr::null()])
+        .collect();
+
+    let identity = ctx
+        .accounts
+        .identity(p.user.as_deref(), p.group.as_deref(), ctx.own_ids)
+        .map_err(|source| ProcessSpawnError::Account {
+            name: name.clone(),
+            source,
+        })?;
+    let groups = identity
+        .as_ref()
+        .map(|i| i.groups.clone())
+        .unwrap_or_default();
+
+    let cwd_text = p.working_dir.clone().unwrap_or_else(|| "/".to_string());
+    let cwd = cstr(&name, "working_dir", cwd_text.as_bytes())?;
+
+    let priority = if p.policy.is_realtime() {
+        p.priority.unwrap_or(1)
+    } else {
+        0
+    };
+    let sched = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        sched_policy: p.policy.sched_number(),
+        sched_nice: if p.policy.is_realtime() {
+            0
+        } else {
+            p.nice.unwrap_or(0)
+        },
+        sched_priority: priority,
+        ..Default::default()
+    };
+    let sched_text = match p.policy {
+        Policy::Other => format!("sched_setattr other nice {}", sched.sched_nice),
+        pol => format!("sched_setattr {pol} {priority}"),
+    };
+
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut affinity: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for cpu in cpus.iter() {
+        if (cpu as usize) < libc::CPU_SETSIZE as usize {
+            // SAFETY: `cpu` is below CPU_SETSIZE, so the bit is inside the set.
+            unsafe { libc::CPU_SET(cpu as usize, &mut affinity) };
+        }
+    }
+
+    let mut rlimits = Vec::new();
+    if p.policy.is_realtime() {
+        let v = priority as libc::rlim_t;
+        rlimits.push((
+            Step::RlimitRtprio,
+            libc::RLIMIT_RTPRIO,
+            libc::rlimit {
+                rlim_cur: v,
+                rlim_max: v,
+            },
+        ));
+    }
+    if let Some(m) = p.memlock {
+        let v = match m {
+            Memlock::Unlimited => libc::RLIM_INFINITY,
+            Memlock::Bytes(b) => b.0 as libc::rlim_t,
+        };
+        rlimits.push((
+            Step::RlimitMemlock,
+            libc::RLIMIT_MEMLOCK,
+            libc::rlimit {
+                rlim_cur: v,
+                rlim_max: v,
+            },
+        ));
+    }
+    if let Some(d) = p.rttime {
+        let us = d.0.as_micros().min(u64::MAX as u128) as libc::rlim_t;
+        rlimits.push((
+            Step::RlimitRttime,
+            libc::RLIMIT_RTTIME,
+            libc::rlimit {
+                rlim_cur: us,
+                rlim_max: us,
+            },
+        ));
+    }
+
+    let cgroup_path = if p.policy.is_realtime() {
+        &ctx.rt_cgroup
+    } else {
+        &ctx.housekeeping_cgroup
+    };
+    let cgroup = match cgroup_path {
+        Some(path) => {
+            let f = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|source| ProcessSpawnError::Open {
+                    name: name.clone(),
+                    path: path.clone(),
+                    source,
+                })?;
+            Some((path.clone(), f))
+        }
+        None => None,
+    };
+    let devnull = File::open("/dev/null").map_err(|source| ProcessSpawnError::Open {
+        name: name.clone(),
+        path: "/dev/null".into(),
+        source,
+    })?;
+
+    Ok(Prepared {
+        name,
+        path,
+        path_c,
+        _argv: argv,
+        argv_ptrs,
+        _envp: envp,
+        envp_ptrs,
+        cwd,
+        cwd_text,
+        identity,
+        groups,
+        sched,
+        sched_text,
+        affinity,
+        affinity_text: cpus.to_string(),
+        rlimits,
+        cgroup,
+        devnull,
+    })
+}
+
+impl Prepared {
+    /// What a step did, with its values, for error messages.
+    fn describe(&self, step: Step) -> String {
+        let lim = |r: libc::__rlimit_resource_t| {
+            self.rlimits
+                .iter()
+                .find(|(_, res, _)| *res == r)
+                .map(|(_, _, l)| {
+                    if l.rlim_cur == libc::RLIM_INFINITY {
+                        "unlimited".to_string()
+                    } else {
+                        l.rlim_cur.to_string()
+                    }
+                })
+                .unwrap_or_default()
+        };
+        let id = self.identity.as_ref();
+        match step {
+            Step::Setpgid => "setpgid".into(),
+            Step::Signals => "resetting signals".into(),
+            Step::Stdio => "redirecting stdout/stderr".into(),
+            Step::Cgroup => format!(
+                "joining cgroup {}",
+                self.cgroup
+                    .as_ref()
+                    .map(|c| c.0.display().to_string())
+                    .unwrap_or_default()
+            ),
+            Step::RlimitRtprio => format!("setrlimit RTPRIO {}", lim(libc::RLIMIT_RTPRIO)),
+            Step::RlimitMemlock => format!("setrlimit MEMLOCK {}", lim(libc::RLIMIT_MEMLOCK)),
+            Step::RlimitRttime => format!("setrlimit RTTIME {}us", lim(libc::RLIMIT_RTTIME)),
+            Step::Sched => self.sched_text.clone(),
+            Step::Affinity => format!("sched_setaffinity to CPUs {}", self.affinity_text),
+            Step::Setgroups => format!("setgroups {:?}", self.groups),
+            Step::Setgid => format!("setgid to {}", id.map(|i| i.gid).unwrap_or(0)),
+            Step::Setuid => format!("setuid to {}", id.map(|i| i.uid).unwrap_or(0)),
+            Step::Pdeathsig => "prctl PR_SET_PDEATHSIG".into(),
+            Step::Chdir => format!("chdir to {}", self.cwd_text),
+            Step::Exec => format!("exec {}", self.path.display()),
+        }
+    }
+}
+
+/// A started process.
+#[derive(Debug)]
+pub struct Child {
+    pub pid: i32,
+    /// Readable when the process exits.
+    pub pidfd: OwnedFd,
+    /// The read end of its stdout/stderr pipe (non-blocking).
+    pub output: OwnedFd,
+    pub started: Instant,
+}
+
+fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both are fresh descriptors we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Starts a prepared process. Returns once `execve` succeeded, or with the
+/// step that failed and its errno.
+pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
+    let setup = |what: &str, source| ProcessSpawnError::Setup {
+        name: prep.name.clone(),
+        what: what.to_string(),
+        source,
+    };
+    let (out_r, out_w) = pipe_cloexec().map_err(|e| setup("creating the output pipe", e))?;
+    let (err_r, err_w) = pipe_cloexec().map_err(|e| setup("creating the status pipe", e))?;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: fork has no memory-safety preconditions; the child below
+    // calls only async-signal-safe functions on data prepared before the
+    // fork, and leaves only through execve or _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(setup("fork", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: we are the child of fork; `child` upholds its contract.
+        unsafe { child(prep, parent, out_w.as_raw_fd(), err_w.as_raw_fd()) }
+    }
+    drop(out_w);
+    drop(err_w);
+    let mut report = [0u8; 8];
+    let mut got = 0;
+    while got < report.len() {
+        // SAFETY: the buffer has `len - got` bytes of room at `got`.
+        let n = unsafe {
+            libc::read(
+                err_r.as_raw_fd(),
+                report[got..].as_mut_ptr().cast(),
+                report.len() - got,
+            )
+        };
+        if n == -1 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    if got == report.len() {
+        let step = Step::from_u32(u32::from_ne_bytes(
+            report[..4].try_into().unwrap_or_default(),
+        ))
+        .unwrap_or(Step::Exec);
+        let errno = i32::from_ne_bytes(report[4..].try_into().unwrap_or_default());
+        let mut status = 0;
+        // SAFETY: reaps our own child, which has exited (or is exiting).
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(ProcessSpawnError::Child {
+            name: prep.name.clone(),
+            step,
+            what: prep.describe(step),
+            source: std::io::Error::from_raw_os_error(errno),
+        });
+    }
+    let pidfd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(pid).expect("fork returned a positive pid"),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .map_err(|e| setup("pidfd_open", e.into()))?;
+    rustix::fs::fcntl_setfl(&out_r, rustix::fs::OFlags::NONBLOCK)
+        .map_err(|e| setup("fcntl O_NONBLOCK", e.into()))?;
+    Ok(Child {
+        pid,
+        pidfd,
+        output: out_r,
+        started: Instant::now(),
+    })
+}
+
+/// Reports `(step, errno)` to the parent and exits.
+///
+/// # Safety
+/// Only for the child of `fork`; async-signal-safe.
+unsafe fn fail(err_fd: RawFd, step: Step) -> ! {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let errno = unsafe { *libc::__errno_location() };
+    let mut msg = [0u8; 8];
+    msg[..4].copy_from_slice(&(step as u32).to_ne_bytes());
+    msg[4..].copy_from_slice(&errno.to_ne_bytes());
+    // SAFETY: write and _exit are async-signal-safe; `msg` is on our stack.
+    unsafe {
+        libc::write(err_fd, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
+    }
+}
+
+/// The child between `fork` and `execve`.
+///
+/// # Safety
+/// Only in the child of `fork`. Makes only async-signal-safe system calls
+/// on `prep`, which was fully built before the fork, and never returns.
+unsafe fn child(prep: &Prepared, parent: libc::pid_t, out_fd: RawFd, err_fd: RawFd) -> ! {
+    macro_rules! check {
+        ($step:expr, $call:expr) => {
+            if $call == -1 {
+                fail(err_fd, $step)
+            }
+        };
+    }
+    // SAFETY (whole block): every call is a plain system call wrapper,
+    // async-signal-safe, on pointers to data owned by `prep` (alive until
+    // exec or exit) or on this stack.
+    unsafe {
+        check!(Step::Setpgid, libc::setpgid(0, 0));
+
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        check!(
+            Step::Signals,
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut())
+        );
+        for sig in 1..32 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+
+        check!(Step::Stdio, libc::dup2(prep.devnull.as_raw_fd(), 0));
+        check!(Step::Stdio, libc::dup2(out_fd, 1));
+        check!(Step::Stdio, libc::dup2(out_fd, 2));
+
+        if let Some((_, f)) = &prep.cgroup {
+            // "0" moves the writing process (see cgroups(7)).
+            if libc::write(f.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                fail(err_fd, Step::Cgroup);
+            }
+        }
+
+        for (step, res, lim) in &prep.rlimits {
+            check!(*step, libc::setrlimit(*res, lim));
+        }
+        check!(
+            Step::Sched,
+            libc::syscall(
+                libc::SYS_sched_setattr,
+                0,
+                &prep.sched as *const SchedAttr,
+                0
+            ) as libc::c_int
+        );
+        check!(
+            Step::Affinity,
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &prep.affinity)
+        );
+
+        if let Some(id) = &prep.identity {
+            check!(
+                Step::Setgroups,
+                libc::setgroups(prep.groups.len(), prep.groups.as_ptr())
+            );
+            check!(Step::Setgid, libc::setgid(id.gid));
+            check!(Step::Setuid, libc::setuid(id.uid));
+        }
+
+        check!(
+            Step::Pdeathsig,
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
+        );
+        if libc::getppid() != parent {
+            // The supervisor died before the death signal was armed.
+            libc::_exit(126);
+        }
+
+        check!(Step::Chdir, libc::chdir(prep.cwd.as_ptr()));
+        // Any descriptor the supervisor leaked without O_CLOEXEC closes at
+        // exec (the status pipe is close-on-exec already).
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+        libc::execve(
+            prep.path_c.as_ptr(),
+            prep.argv_ptrs.as_ptr(),
+            prep.envp_ptrs.as_ptr(),
+        );
+        fail(err_fd, Step::Exec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_paths() {
+        let p = Path::new("/pfx");
+        assert_eq!(resolve_exec(p, "/bin/sh"), PathBuf::from("/bin/sh"));
+        assert_eq!(
+            resolve_exec(p, "imu"),
+            PathBuf::from("/pfx/opt/rtdeploy/current/bin/imu")
+        );
+        assert_eq!(
+            resolve_exec(p, "bin/imu"),
+            PathBuf::from("/pfx/opt/rtdeploy/current/bin/imu")
+        );
+    }
+
+    #[test]
+    fn step_numbers_round_trip() {
+        for v in 1..=15 {
+            assert_eq!(Step::from_u32(v).map(|s| s as u32), Some(v));
+        }
+        assert_eq!(Step::from_u32(0), None);
+    }
+}

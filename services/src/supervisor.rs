@@ -1,0 +1,1474 @@
+//! The supervisor's event loop: one thread, `poll(2)` on a signalfd, one
+//! pidfd and one output pipe per running process, the control socket and
+//! its clients; timers are the poll timeout.
+//!
+//! Start-up: mount what is missing (as PID 1), apply the CPU plan, hold
+//! `/dev/cpu_dma_latency`, create the channels, run the boot timing check,
+//! open the control socket, then start the processes in dependency order
+//! (`after:`). Watching: exits go through [`crate::restart`]; a stop is
+//! SIGTERM to the process group, then SIGKILL after `stop_timeout`; on
+//! shutdown the processes stop in reverse dependency order and, as PID 1,
+//! every remaining process is killed and reaped.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use controller::config::{BootCheckSection, ChannelConfig, OnFailure};
+use cpusets::cpuset::CpuSet;
+use rustix::process::{Pid, Signal, WaitIdOptions, WaitOptions};
+
+use crate::accounts::Accounts;
+use crate::config::{ProcessConfig, RobotSection};
+use crate::control::{self, Reply, Request};
+use crate::logfile::{self, RotatingLog};
+use crate::notify::Notifier;
+use crate::pid1::AtExit;
+use crate::procfs;
+use crate::restart::{Decision, ExitKind, Tracker};
+use crate::spawn::{self, SpawnContext};
+use crate::status::{InForceStatus, ProcessStatus, StepStatus, SupervisorStatus};
+
+/// Why the supervisor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorStartError {
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("another supervisor answers on {}", path.display())]
+    AlreadyRunning { path: PathBuf },
+    #[error("cannot listen on {}: {source}", path.display())]
+    Listen {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read accounts: {0}")]
+    Accounts(#[from] crate::accounts::AccountResolveError),
+    #[error("cannot block signals for the signalfd: {0}")]
+    Signals(std::io::Error),
+    #[error("poll failed: {0}")]
+    Poll(std::io::Error),
+}
+
+/// The parts of `robot.yaml` the supervisor runs.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    pub robot: RobotSection,
+    pub processes: Vec<ProcessConfig>,
+    /// The CPUs of each process, in `processes` order (as written, or the
+    /// isolated / housekeeping default).
+    pub cpus: Vec<CpuSet>,
+    pub channels: Vec<ChannelConfig>,
+    pub boot_check: BootCheckSection,
+    /// `power.cpu_dma_latency` in microseconds.
+    pub cpu_dma_latency: Option<u32>,
+}
+
+/// Where the live system is.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    /// The install prefix (`/` on a robot).
+    pub prefix: PathBuf,
+    /// `/proc`.
+    pub proc_root: PathBuf,
+    /// `/sys`.
+    pub sys_root: PathBuf,
+    /// `/dev` (for `cpu_dma_latency`).
+    pub dev_root: PathBuf,
+}
+
+/// How the supervisor runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Read SIGTERM, SIGINT and SIGCHLD through a signalfd, become a child
+    /// subreaper and reap orphans. Off only when the supervisor runs on a
+    /// thread of a larger program (tests).
+    pub handle_signals: bool,
+    /// Run as init: mount what is missing, kill and reap everything left at
+    /// the end, then `at_exit`.
+    pub pid1: bool,
+    pub at_exit: AtExit,
+    pub log_max_bytes: u64,
+    pub log_keep: u32,
+    /// Print what happens on stderr.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            handle_signals: true,
+            pid1: false,
+            at_exit: AtExit::Exit,
+            log_max_bytes: 4 << 20,
+            log_keep: 3,
+            verbose: true,
+        }
+    }
+}
+
+/// The result of the boot timing check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootCheckOutcome {
+    Passed(String),
+    Failed(String),
+    /// Not run, and why.
+    Skipped(String),
+}
+
+/// A start-up step done by another crate, given by the caller.
+pub type StepHook = Box<dyn FnOnce() -> StepStatus>;
+/// The boot timing check, given the configured duration.
+pub type BootCheckHook = Box<dyn FnOnce(Duration) -> BootCheckOutcome>;
+
+/// Start-up work the supervisor cannot do itself.
+#[derive(Default)]
+pub struct Hooks {
+    /// Apply the cpusets runtime plan (IRQs, thread priorities, cgroups).
+    pub apply_cpu_plan: Option<StepHook>,
+    /// Create the channel files.
+    pub create_channels: Option<StepHook>,
+    /// The boot timing check engine.
+    pub boot_check: Option<BootCheckHook>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PState {
+    Waiting,
+    Running,
+    Backoff,
+    Stopping,
+    Stopped,
+    Exited,
+    Failed,
+    Refused,
+}
+
+impl PState {
+    fn name(self) -> &'static str {
+        match self {
+            PState::Waiting => "waiting",
+            PState::Running => "running",
+            PState::Backoff => "backoff",
+            PState::Stopping => "stopping",
+            PState::Stopped => "stopped",
+            PState::Exited => "exited",
+            PState::Failed => "failed",
+            PState::Refused => "refused",
+        }
+    }
+}
+
+/// What to do when a stopping process is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterStop {
+    Stay,
+    Restart,
+}
+
+struct Proc {
+    cfg: ProcessConfig,
+    cpus: CpuSet,
+    state: PState,
+    reason: Option<String>,
+    child: Option<spawn::Child>,
+    log: Option<RotatingLog>,
+    log_path: PathBuf,
+    restarts: u32,
+    tracker: Tracker,
+    last_exit: Option<String>,
+    backoff_until: Option<Instant>,
+    stop_deadline: Option<Instant>,
+    killed: bool,
+    after_stop: AfterStop,
+    degraded: bool,
+}
+
+struct Conn {
+    stream: UnixStream,
+    inbuf: Vec<u8>,
+    outbuf: Vec<u8>,
+    /// Following this process's log.
+    follow: Option<usize>,
+    /// Close once `outbuf` is flushed.
+    closing: bool,
+    dead: bool,
+}
+
+enum Pending {
+    Stopped {
+        conn: usize,
+        proc_idx: usize,
+    },
+    Restarted {
+        conn: usize,
+        proc_idx: usize,
+        old_pid: Option<i32>,
+    },
+    All {
+        conn: usize,
+    },
+}
+
+/// The running supervisor.
+pub struct Supervisor {
+    cfg: SupervisorConfig,
+    roots: Roots,
+    opts: Options,
+    ctx: SpawnContext,
+    procs: Vec<Proc>,
+    conns: Vec<Conn>,
+    listener: Option<UnixListener>,
+    socket_path: PathBuf,
+    sigfd: Option<OwnedFd>,
+    notifier: Option<Notifier>,
+    next_watchdog: Option<Instant>,
+    _dma_latency: Option<File>,
+    started: Instant,
+    startup: Vec<StepStatus>,
+    boot_check: String,
+    boot_failed_refuse: bool,
+    boot_failed_degrade: bool,
+    shutting_down: bool,
+    pending: Vec<Pending>,
+    group_gid: Option<u32>,
+    own_uid: u32,
+}
+
+fn step(step: &str, result: &str, detail: impl Into<String>) -> StepStatus {
+    StepStatus {
+        step: step.into(),
+        result: result.into(),
+        detail: detail.into(),
+    }
+}
+
+/// The first `cgroup.procs` that exists among the places the cpusets plan
+/// creates the `rtdeploy/<leaf>` cgroup: the cgroup2 root, the hybrid
+/// `unified` mount, the cpuset v1 hierarchy.
+pub fn find_cgroup(sys_root: &Path, leaf: &str) -> Option<PathBuf> {
+    ["fs/cgroup", "fs/cgroup/unified", "fs/cgroup/cpuset"]
+        .iter()
+        .map(|base| {
+            sys_root
+                .join(base)
+                .join("rtdeploy")
+                .join(leaf)
+                .join("cgroup.procs")
+        })
+        .find(|p| p.exists())
+}
+
+impl Supervisor {
+    /// Does the start-up sequence up to (not including) starting processes.
+    pub fn new(
+        cfg: SupervisorConfig,
+        roots: Roots,
+        opts: Options,
+        hooks: Hooks,
+        notifier: Option<Notifier>,
+    ) -> Result<Supervisor, SupervisorStartError> {
+        let mut startup = Vec::new();
+        if opts.pid1 {
+            startup.extend(crate::pid1::mount_missing(Path::new("/")));
+        }
+        let sigfd = if opts.handle_signals {
+            let fd = crate::sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGCHLD])
+                .map_err(SupervisorStartError::Signals)?;
+            if !opts.pid1 {
+                if let Err(e) =
+                    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+                {
+                    startup.push(step("child subreaper", "failed", e.to_string()));
+                }
+            }
+            Some(fd)
+        } else {
+            None
+        };
+
+        // 1. The CPU plan.
+        startup.push(match hooks.apply_cpu_plan {
+            Some(h) => h(),
+            None => step(
+                "cpu plan",
+                "skipped",
+                "cpusets runtime plan API not available",
+            ),
+        });
+
+        // 2. cpu_dma_latency, held for the supervisor's lifetime.
+        let mut dma = None;
+        match cfg.cpu_dma_latency {
+            None => startup.push(step(
+                "cpu_dma_latency",
+                "skipped",
+                "power.cpu_dma_latency not set",
+            )),
+            Some(us) => {
+                let path = roots.dev_root.join("cpu_dma_latency");
+                match std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|mut f| {
+                        f.write_all(&(us as i32).to_ne_bytes())?;
+                        Ok(f)
+                    }) {
+                    Ok(f) => {
+                        dma = Some(f);
+                        startup.push(step(
+                            "cpu_dma_latency",
+                            "ok",
+                            format!("{}: {us}us held", path.display()),
+                        ));
+                    }
+                    Err(e) => startup.push(step(
+                        "cpu_dma_latency",
+                        "failed",
+                        format!("{}: {e}", path.display()),
+                    )),
+                }
+            }
+        }
+
+        // 3. Channels.
+        startup.push(match hooks.create_channels {
+            Some(h) => h(),
+            None if cfg.channels.is_empty() => step("channels", "ok", "no channels configured"),
+            None => step(
+                "channels",
+                "skipped",
+                format!("channel creation: controller channel API not available ({} channels not created)", cfg.channels.len()),
+            ),
+        });
+
+        // 4. The boot timing check.
+        let outcome = if !cfg.boot_check.enabled {
+            BootCheckOutcome::Skipped("disabled in robot.yaml".into())
+        } else {
+            match hooks.boot_check {
+                Some(h) => h(cfg.boot_check.duration.0),
+                None => BootCheckOutcome::Skipped("engine not available".into()),
+            }
+        };
+        let (boot_check, refuse, degrade) = match &outcome {
+            BootCheckOutcome::Passed(d) => (format!("passed: {d}"), false, false),
+            BootCheckOutcome::Skipped(d) => (format!("skipped: {d}"), false, false),
+            BootCheckOutcome::Failed(d) => match cfg.boot_check.on_failure {
+                OnFailure::Refuse => (
+                    format!("failed: {d} (real-time processes refused)"),
+                    true,
+                    false,
+                ),
+                OnFailure::Degrade => (
+                    format!("failed: {d} (real-time processes started degraded)"),
+                    false,
+                    true,
+                ),
+            },
+        };
+
+        // 5. Accounts, spawn context, the control socket.
+        let accounts = Accounts::load(&roots.prefix)?;
+        let own_uid = rustix::process::geteuid().as_raw();
+        let own_ids = (own_uid, rustix::process::getegid().as_raw());
+        let group_gid = match &cfg.robot.group {
+            None => None,
+            Some(g) => match accounts.gid(g) {
+                Ok(gid) => Some(gid),
+                Err(e) => {
+                    startup.push(step("robot.group", "failed", e.to_string()));
+                    None
+                }
+            },
+        };
+        let mut base_env = BTreeMap::new();
+        base_env.insert(
+            "PATH".to_string(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        );
+        base_env.insert(
+            "RTDEPLOY_SHM_DIR".to_string(),
+            roots
+                .prefix
+                .join("dev/shm/rtdeploy")
+                .to_string_lossy()
+                .into_owned(),
+        );
+        let ctx = SpawnContext {
+            prefix: roots.prefix.clone(),
+            accounts,
+            own_ids,
+            rt_cgroup: find_cgroup(&roots.sys_root, "rt"),
+            housekeeping_cgroup: find_cgroup(&roots.sys_root, "housekeeping"),
+            base_env,
+        };
+        startup.push(match (&ctx.rt_cgroup, &ctx.housekeeping_cgroup) {
+            (None, None) => step("cgroups", "skipped", "no rtdeploy/rt or rtdeploy/housekeeping cgroup found; processes stay in the supervisor's cgroup"),
+            (rt, hk) => step(
+                "cgroups",
+                "ok",
+                format!(
+                    "rt: {}, housekeeping: {}",
+                    rt.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "none".into()),
+                    hk.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "none".into())
+                ),
+            ),
+        });
+
+        let socket_path = control::socket_path(&roots.prefix);
+        let listener = open_socket(&socket_path, group_gid)?;
+
+        let procs = cfg
+            .processes
+            .iter()
+            .zip(
+                cfg.cpus
+                    .iter()
+                    .cloned()
+                    .chain(std::iter::repeat(CpuSet::new())),
+            )
+            .map(|(p, cpus)| Proc {
+                log_path: logfile::log_path(&roots.prefix, &p.name),
+                cfg: p.clone(),
+                cpus,
+                state: PState::Waiting,
+                reason: None,
+                child: None,
+                log: None,
+                restarts: 0,
+                tracker: Tracker::default(),
+                last_exit: None,
+                backoff_until: None,
+                stop_deadline: None,
+                killed: false,
+                after_stop: AfterStop::Stay,
+                degraded: false,
+            })
+            .collect();
+
+        let mut sup = Supervisor {
+            cfg,
+            roots,
+            opts,
+            ctx,
+            procs,
+            conns: Vec::new(),
+            listener: Some(listener),
+            socket_path,
+            sigfd,
+            next_watchdog: notifier
+                .as_ref()
+                .and_then(|n| n.watchdog)
+                .map(|w| Instant::now() + w),
+            notifier,
+            _dma_latency: dma,
+            started: Instant::now(),
+            startup,
+            boot_check,
+            boot_failed_refuse: refuse,
+            boot_failed_degrade: degrade,
+            shutting_down: false,
+            pending: Vec::new(),
+            group_gid,
+            own_uid,
+        };
+        for s in sup.startup.clone() {
+            if s.result != "ok" {
+                sup.say(format!("{}: {} ({})", s.step, s.result, s.detail));
+            }
+        }
+        sup.say(format!("boot check {}", sup.boot_check));
+        sup.detect_cycles();
+        Ok(sup)
+    }
+
+    fn say(&self, msg: impl std::fmt::Display) {
+        if self.opts.verbose {
+            eprintln!("rtdeploy supervise: {msg}");
+        }
+    }
+
+    fn detect_cycles(&mut self) {
+        let names: Vec<String> = self.procs.iter().map(|p| p.cfg.name.clone()).collect();
+        let idx = |n: &str| names.iter().position(|m| m == n);
+        for i in 0..self.procs.len() {
+            // Depth-first from i; a path back to i is a cycle.
+            let mut stack = vec![i];
+            let mut seen = vec![false; names.len()];
+            let mut cyclic = false;
+            while let Some(j) = stack.pop() {
+                for a in &self.procs[j].cfg.after {
+                    match idx(a) {
+                        Some(k) if k == i => cyclic = true,
+                        Some(k) if !seen[k] => {
+                            seen[k] = true;
+                            stack.push(k);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if cyclic {
+                self.procs[i].state = PState::Failed;
+                self.procs[i].reason = Some("dependency cycle in `after:`".into());
+            }
+        }
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.procs.iter().position(|p| p.cfg.name == name)
+    }
+
+    /// Runs until every process is down after a shutdown request (SIGTERM,
+    /// SIGINT or `stop-all`).
+    pub fn run(mut self) -> Result<(), SupervisorStartError> {
+        let mut ready_sent = false;
+        loop {
+            let now = Instant::now();
+            self.tick(now);
+            if !ready_sent
+                && !self
+                    .procs
+                    .iter()
+                    .any(|p| p.state == PState::Waiting && self.deps_failed(p).is_none())
+            {
+                ready_sent = true;
+                self.notify("READY=1");
+                self.say("start-up done");
+            }
+            if self.shutting_down && self.procs.iter().all(|p| p.child.is_none()) {
+                break;
+            }
+            self.wait_and_dispatch()?;
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn notify(&self, state: &str) {
+        if let Some(n) = &self.notifier {
+            if let Err(e) = n.send(state) {
+                self.say(e);
+            }
+        }
+    }
+
+    /// A dependency that failed or was refused (so this one cannot start).
+    fn deps_failed(&self, p: &Proc) -> Option<String> {
+        for a in &p.cfg.after {
+            match self.index(a) {
+                None => return Some(format!("`after: {a}` names no process")),
+                Some(j) if matches!(self.procs[j].state, PState::Failed | PState::Refused) => {
+                    return Some(format!(
+                        "dependency `{a}` is {}",
+                        self.procs[j].state.name()
+                    ))
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    fn deps_running(&self, p: &Proc) -> bool {
+        p.cfg.after.iter().all(|a| {
+            self.index(a)
+                .is_some_and(|j| self.procs[j].state == PState::Running)
+        })
+    }
+
+    /// Timers: start what can start, restart after backoff, escalate stops.
+    fn tick(&mut self, now: Instant) {
+        if let Some(t) = self.next_watchdog {
+            if now >= t {
+                self.notify("WATCHDOG=1");
+                self.next_watchdog = self
+                    .notifier
+                    .as_ref()
+                    .and_then(|n| n.watchdog)
+                    .map(|w| now + w);
+            }
+        }
+        for i in 0..self.procs.len() {
+            match self.procs[i].state {
+                PState::Waiting if !self.shutting_down => {
+                    if let Some(why) = self.deps_failed(&self.procs[i]) {
+                        self.procs[i].reason = Some(format!("waiting: {why}"));
+                    } else if self.deps_running(&self.procs[i]) {
+                        self.start(i);
+                    } else {
+                        let missing: Vec<&str> = self.procs[i]
+                            .cfg
+                            .after
+                            .iter()
+                            .filter(|a| {
+                                self.index(a)
+                                    .is_none_or(|j| self.procs[j].state != PState::Running)
+                            })
+                            .map(String::as_str)
+                            .collect();
+                        self.procs[i].reason = Some(format!("waiting for {}", missing.join(", ")));
+                    }
+                }
+                PState::Backoff if !self.shutting_down => {
+                    if self.procs[i].backoff_until.is_some_and(|t| now >= t) {
+                        self.procs[i].restarts += 1;
+                        self.start(i);
+                    }
+                }
+                PState::Stopping => {
+                    let p = &mut self.procs[i];
+                    if !p.killed && p.stop_deadline.is_some_and(|t| now >= t) {
+                        p.killed = true;
+                        if let Some(c) = &p.child {
+                            signal_group(c.pid, Signal::KILL);
+                            let (name, timeout) = (p.cfg.name.clone(), p.cfg.stop_timeout);
+                            self.note(
+                                i,
+                                &format!("still running {timeout} after SIGTERM: sent SIGKILL"),
+                            );
+                            self.say(format!("{name}: stop timeout {timeout}: SIGKILL"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.shutting_down {
+            self.shutdown_step();
+        }
+        self.check_pending();
+    }
+
+    /// Starts process `i` now.
+    fn start(&mut self, i: usize) {
+        let realtime = self.procs[i].cfg.policy.is_realtime();
+        if realtime && self.boot_failed_refuse {
+            let p = &mut self.procs[i];
+            p.state = PState::Refused;
+            p.reason = Some(format!("boot check {}", self.boot_check));
+            return;
+        }
+        if self.procs[i].log.is_none() {
+            match RotatingLog::open(
+                self.procs[i].log_path.clone(),
+                self.opts.log_max_bytes,
+                self.opts.log_keep,
+            ) {
+                Ok(l) => self.procs[i].log = Some(l),
+                Err(e) => self.say(format!("{}: {e}", self.procs[i].cfg.name)),
+            }
+        }
+        let result = spawn::prepare(&self.procs[i].cfg, &self.procs[i].cpus, &self.ctx)
+            .and_then(|prep| spawn::spawn(&prep));
+        let degraded = realtime && self.boot_failed_degrade;
+        match result {
+            Ok(child) => {
+                let pid = child.pid;
+                let p = &mut self.procs[i];
+                p.child = Some(child);
+                p.state = PState::Running;
+                p.reason = None;
+                p.degraded = degraded;
+                p.backoff_until = None;
+                p.stop_deadline = None;
+                p.killed = false;
+                p.after_stop = AfterStop::Stay;
+                let name = p.cfg.name.clone();
+                self.note(i, &format!("started, pid {pid}"));
+                self.say(format!("{name}: started, pid {pid}"));
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let p = &mut self.procs[i];
+                p.state = PState::Failed;
+                p.reason = Some(msg.clone());
+                self.note(i, &msg);
+                self.say(msg);
+            }
+        }
+    }
+
+    /// A line from the supervisor in a process's log.
+    fn note(&mut self, i: usize, line: &str) {
+        if let Some(l) = &mut self.procs[i].log {
+            let _ = l.note(line);
+        }
+        let data = format!("[rtdeploy] {line}\n");
+        self.forward(i, &data);
+    }
+
+    fn forward(&mut self, i: usize, data: &str) {
+        for c in self
+            .conns
+            .iter_mut()
+            .filter(|c| c.follow == Some(i) && !c.dead)
+        {
+            let reply = Reply {
+                ok: true,
+                data: Some(data.to_string()),
+                ..Default::default()
+            };
+            queue(c, &reply);
+        }
+    }
+
+    /// Sends SIGTERM to a running process and arms its stop timeout.
+    fn begin_stop(&mut self, i: usize, after: AfterStop) {
+        let p = &mut self.procs[i];
+        match p.state {
+            PState::Running => {
+                if let Some(c) = &p.child {
+                    signal_group(c.pid, Signal::TERM);
+                }
+                p.state = PState::Stopping;
+                p.stop_deadline = Some(Instant::now() + p.cfg.stop_timeout.0);
+                p.killed = false;
+                p.after_stop = after;
+                self.note(i, "stopping: sent SIGTERM");
+            }
+            PState::Stopping => p.after_stop = after,
+            PState::Backoff
+            | PState::Waiting
+            | PState::Exited
+            | PState::Failed
+            | PState::Refused
+            | PState::Stopped => {
+                if after == AfterStop::Restart && !self.shutting_down {
+                    p.state = PState::Waiting;
+                    p.tracker.reset();
+                    p.reason = None;
+                } else if p.child.is_none() {
+                    if matches!(p.state, PState::Backoff | PState::Waiting) {
+                        p.state = PState::Stopped;
+                        p.reason = Some("stopped by request".into());
+                    }
+                }
+            }
+        }
+    }
+
+    fn begin_shutdown(&mut self, why: &str) {
+        if !self.shutting_down {
+            self.say(format!("shutting down: {why}"));
+            self.notify("STOPPING=1");
+            self.shutting_down = true;
+        }
+    }
+
+    /// Stops processes whose dependents are all down (reverse order).
+    fn shutdown_step(&mut self) {
+        for i in 0..self.procs.len() {
+            let name = self.procs[i].cfg.name.clone();
+            let dependents_up = self
+                .procs
+                .iter()
+                .any(|q| q.child.is_some() && q.cfg.after.contains(&name));
+            match self.procs[i].state {
+                PState::Running if !dependents_up => self.begin_stop(i, AfterStop::Stay),
+                PState::Waiting | PState::Backoff => {
+                    self.procs[i].state = PState::Stopped;
+                    self.procs[i].reason = Some("supervisor shutting down".into());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The process `i` exited with `exit`.
+    fn on_exit(&mut self, i: usize, exit: ExitKind) {
+        let Some(child) = self.procs[i].child.take() else {
+            return;
+        };
+        // Keep what it wrote last.
+        self.drain_output(i, &child.output);
+        // Its process group goes with it (grandchildren never linger).
+        let _ = rustix::process::kill_process_group(
+            Pid::from_raw(child.pid).expect("positive pid"),
+            Signal::KILL,
+        );
+        let ran = child.started.elapsed();
+        let desc = exit.describe();
+        self.procs[i].last_exit = Some(desc.clone());
+        self.note(
+            i,
+            &format!("pid {} {desc} after {:.3}s", child.pid, ran.as_secs_f64()),
+        );
+        let name = self.procs[i].cfg.name.clone();
+        self.say(format!("{name}: pid {} {desc}", child.pid));
+        let state = self.procs[i].state;
+        if state == PState::Stopping || self.shutting_down {
+            let p = &mut self.procs[i];
+            if p.after_stop == AfterStop::Restart && !self.shutting_down {
+                p.tracker.reset();
+                p.restarts += 1;
+                p.state = PState::Waiting;
+                p.reason = None;
+            } else {
+                p.state = PState::Stopped;
+                p.reason = Some(if p.killed {
+                    "stopped (SIGKILL after stop timeout)".into()
+                } else {
+                    "stopped".into()
+                });
+            }
+            return;
+        }
+        let now = self.started.elapsed();
+        let p = &mut self.procs[i];
+        match p.tracker.on_exit(&p.cfg.restart, exit, ran, now) {
+            Decision::Restart(d) => {
+                p.state = PState::Backoff;
+                p.backoff_until = Some(Instant::now() + d);
+                p.reason = Some(format!(
+                    "restarting in {:.3}s after {desc}",
+                    d.as_secs_f64()
+                ));
+                let msg = format!("restart in {:.3}s", d.as_secs_f64());
+                self.note(i, &msg);
+            }
+            Decision::Stay => {
+                p.state = PState::Exited;
+                p.reason = Some(
+                    format!("{desc}; restart policy {:?}", p.cfg.restart.policy).to_lowercase(),
+                );
+            }
+            Decision::Fail(why) => {
+                p.state = PState::Failed;
+                p.reason = Some(why.clone());
+                self.note(i, &why);
+                self.say(format!("{name}: {why}"));
+            }
+        }
+    }
+
+    fn drain_output(&mut self, i: usize, fd: &OwnedFd) -> bool {
+        let mut buf = [0u8; 16384];
+        loop {
+            match rustix::io::read(fd, &mut buf) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    if let Some(l) = &mut self.procs[i].log {
+                        if let Err(e) = l.write(&buf[..n]) {
+                            self.say(e);
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    self.forward(i, &text);
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return true,
+            }
+        }
+    }
+
+    /// Reaps: each managed child through its pidfd, then (as reaper) every
+    /// other exited process.
+    fn reap(&mut self) {
+        for i in 0..self.procs.len() {
+            let status = match &self.procs[i].child {
+                Some(c) => rustix::process::waitid(
+                    rustix::process::WaitId::PidFd(c.pidfd.as_fd()),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+                ),
+                None => continue,
+            };
+            match status {
+                Ok(Some(st)) => {
+                    let exit = match (st.exit_status(), st.terminating_signal()) {
+                        (Some(c), _) => ExitKind::Code(c),
+                        (None, Some(s)) => ExitKind::Signal(s),
+                        (None, None) => continue,
+                    };
+                    self.on_exit(i, exit);
+                }
+                Ok(None) => {}
+                // Already reaped by the orphan loop below (ECHILD): handled there.
+                Err(_) => {}
+            }
+        }
+        if self.opts.handle_signals {
+            while let Ok(Some((pid, st))) = rustix::process::waitpid(None, WaitOptions::NOHANG) {
+                let pid = pid.as_raw_nonzero().get();
+                if let Some(i) = self
+                    .procs
+                    .iter()
+                    .position(|p| p.child.as_ref().is_some_and(|c| c.pid == pid))
+                {
+                    let exit = match (st.exit_status(), st.terminating_signal()) {
+                        (Some(c), _) => ExitKind::Code(c),
+                        (_, Some(s)) => ExitKind::Signal(s),
+                        _ => continue,
+                    };
+                    self.on_exit(i, exit);
+                }
+            }
+        }
+    }
+
+    fn wait_and_dispatch(&mut self) -> Result<(), SupervisorStartError> {
+        use crate::sys::{poll, Poll};
+        #[derive(Clone, Copy)]
+        enum Tag {
+            Signal,
+            Listener,
+            Exit,
+            Output(usize),
+            Conn(usize),
+        }
+        let mut fds = Vec::new();
+        let mut tags = Vec::new();
+        if let Some(s) = &self.sigfd {
+            fds.push(Poll::read(s.as_raw_fd()));
+            tags.push(Tag::Signal);
+        }
+        if let Some(l) = &self.listener {
+            fds.push(Poll::read(l.as_raw_fd()));
+            tags.push(Tag::Listener);
+        }
+        for (i, p) in self.procs.iter().enumerate() {
+            if let Some(c) = &p.child {
+                fds.push(Poll::read(c.pidfd.as_raw_fd()));
+                tags.push(Tag::Exit);
+                fds.push(Poll::read(c.output.as_raw_fd()));
+                tags.push(Tag::Output(i));
+            }
+        }
+        for (i, c) in self.conns.iter().enumerate() {
+            let mut e = Poll::read(c.stream.as_raw_fd());
+            e.want_write = !c.outbuf.is_empty();
+            fds.push(e);
+            tags.push(Tag::Conn(i));
+        }
+        poll(&mut fds, self.next_deadline()).map_err(SupervisorStartError::Poll)?;
+        let mut reap = false;
+        let mut drop_output = Vec::new();
+        for (e, tag) in fds.iter().zip(tags) {
+            match tag {
+                Tag::Signal if e.readable => {
+                    let fd = self.sigfd.as_ref().expect("signal tag implies a signalfd");
+                    for sig in crate::sys::read_signals(fd) {
+                        match sig {
+                            libc::SIGCHLD => reap = true,
+                            s => self.begin_shutdown(&format!(
+                                "received {}",
+                                crate::restart::signal_name(s)
+                            )),
+                        }
+                    }
+                }
+                Tag::Listener if e.readable => self.accept(),
+                Tag::Exit if e.readable => reap = true,
+                Tag::Output(i) if e.readable => {
+                    if let Some(c) = self.procs[i].child.take() {
+                        let open = self.drain_output(i, &c.output);
+                        if !open {
+                            drop_output.push(i);
+                        }
+                        self.procs[i].child = Some(c);
+                    }
+                }
+                Tag::Conn(i) => {
+                    if e.writable {
+                        flush(&mut self.conns[i]);
+                    }
+                    if e.readable {
+                        self.read_conn(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // A pipe at EOF while the process lives (it closed stdout): stop
+        // polling it by swapping in /dev/null's read end would be wrong, so
+        // replace it with a fresh pipe whose write end is closed at once.
+        for i in drop_output {
+            if let Some(c) = &mut self.procs[i].child {
+                if let Ok((r, _w)) = rustix::pipe::pipe_with(
+                    rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+                ) {
+                    c.output = r;
+                }
+            }
+        }
+        if reap || self.opts.pid1 {
+            self.reap();
+        }
+        self.conns.retain(|c| !c.dead);
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = self.next_watchdog;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for p in &self.procs {
+            match p.state {
+                PState::Backoff => consider(p.backoff_until),
+                PState::Stopping if !p.killed => consider(p.stop_deadline),
+                _ => {}
+            }
+        }
+        let mut timeout = next.map(|t| t.saturating_duration_since(now));
+        // Processes that wait for one that fails later, and pending replies,
+        // are re-checked at least once a second.
+        if !self.pending.is_empty() || self.shutting_down {
+            timeout = Some(timeout.map_or(Duration::from_millis(100), |t| {
+                t.min(Duration::from_millis(100))
+            }));
+        }
+        Some(timeout.map_or(Duration::from_secs(1), |t| t.min(Duration::from_secs(1))))
+    }
+
+    fn accept(&mut self) {
+        let Some(l) = &self.listener else { return };
+        while let Ok((stream, _)) = l.accept() {
+            let _ = stream.set_nonblocking(true);
+            let mut conn = Conn {
+                stream,
+                inbuf: Vec::new(),
+                outbuf: Vec::new(),
+                follow: None,
+                closing: false,
+                dead: false,
+            };
+            if let Err(why) = self.peer_allowed(&conn.stream) {
+                queue(&mut conn, &Reply::error(why));
+                conn.closing = true;
+                flush(&mut conn);
+            }
+            self.conns.push(conn);
+        }
+    }
+
+    /// Root, the supervisor's own user, or a member of `robot.group`.
+    fn peer_allowed(&self, s: &UnixStream) -> Result<(), String> {
+        let cred = rustix::net::sockopt::socket_peercred(s)
+            .map_err(|e| format!("permission denied: cannot read peer credentials: {e}"))?;
+        let uid = cred.uid.as_raw();
+        if uid == 0 || uid == self.own_uid {
+            return Ok(());
+        }
+        if let Some(gid) = self.group_gid {
+            if cred.gid.as_raw() == gid {
+                return Ok(());
+            }
+            if let Ok(st) =
+                procfs::read_status(&self.roots.proc_root, cred.pid.as_raw_nonzero().get())
+            {
+                if st.groups.contains(&gid) {
+                    return Ok(());
+                }
+            }
+        }
+        Err(format!(
+            "permission denied: uid {uid} is not root, not the supervisor's user ({}) and not in group {}",
+            self.own_uid,
+            match (&self.cfg.robot.group, self.group_gid) {
+                (Some(g), Some(gid)) => format!("`{g}` ({gid})"),
+                _ => "(robot.group not set)".into(),
+            }
+        ))
+    }
+
+    fn read_conn(&mut self, i: usize) {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.conns[i].stream.read(&mut buf) {
+                Ok(0) => {
+                    self.conns[i].dead = true;
+                    return;
+                }
+                Ok(n) => self.conns[i].inbuf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.conns[i].dead = true;
+                    return;
+                }
+            }
+        }
+        if self.conns[i].closing {
+            self.conns[i].inbuf.clear();
+            return;
+        }
+        while let Some(pos) = self.conns[i].inbuf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.conns[i].inbuf.drain(..=pos).collect();
+            let text = String::from_utf8_lossy(&line).trim().to_string();
+            if text.is_empty() {
+                continue;
+            }
+            let reply = match serde_json::from_str::<Request>(&text) {
+                Ok(req) => self.handle(i, req),
+                Err(e) => Some(Reply::error(format!(
+                    "bad request `{}`: {e}",
+                    truncate(&text, 200)
+                ))),
+            };
+            if let Some(r) = reply {
+                queue(&mut self.conns[i], &r);
+            }
+        }
+        if self.conns[i].inbuf.len() > 64 * 1024 {
+            let r = Reply::error("request line longer than 64KiB");
+            queue(&mut self.conns[i], &r);
+            self.conns[i].inbuf.clear();
+            self.conns[i].closing = true;
+        }
+        flush(&mut self.conns[i]);
+    }
+
+    /// Handles one request; `None` when the reply comes later.
+    fn handle(&mut self, conn: usize, req: Request) -> Option<Reply> {
+        let find = |s: &Self, name: &str| {
+            s.index(name).ok_or_else(|| {
+                Reply::error(format!(
+                    "no process `{name}` (known: {})",
+                    s.procs
+                        .iter()
+                        .map(|p| p.cfg.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+        };
+        match req {
+            Request::Status => Some(Reply {
+                ok: true,
+                status: Some(self.status()),
+                ..Default::default()
+            }),
+            Request::Start { name } => {
+                let i = match find(self, &name) {
+                    Ok(i) => i,
+                    Err(r) => return Some(r),
+                };
+                if self.shutting_down {
+                    return Some(Reply::error("the supervisor is shutting down"));
+                }
+                match self.procs[i].state {
+                    PState::Running | PState::Stopping => Some(Reply::error(format!(
+                        "`{name}` is already {}",
+                        self.procs[i].state.name()
+                    ))),
+                    _ => {
+                        let p = &mut self.procs[i];
+                        p.tracker.reset();
+                        p.state = PState::Waiting;
+                        p.reason = None;
+                        self.tick(Instant::now());
+                        let p = &self.procs[i];
+                        match p.state {
+                            PState::Running => Some(Reply::message(format!(
+                                "started `{name}`, pid {}",
+                                p.child.as_ref().map(|c| c.pid).unwrap_or(0)
+                            ))),
+                            _ => Some(Reply::error(format!(
+                                "`{name}` is {}: {}",
+                                p.state.name(),
+                                p.reason.clone().unwrap_or_default()
+                            ))),
+                        }
+                    }
+                }
+            }
+            Request::Stop { name } => {
+                let i = match find(self, &name) {
+                    Ok(i) => i,
+                    Err(r) => return Some(r),
+                };
+                self.begin_stop(i, AfterStop::Stay);
+                self.pending.push(Pending::Stopped { conn, proc_idx: i });
+                None
+            }
+            Request::Restart { name } => {
+                let i = match find(self, &name) {
+                    Ok(i) => i,
+                    Err(r) => return Some(r),
+                };
+                if self.shutting_down {
+                    return Some(Reply::error("the supervisor is shutting down"));
+                }
+                let old_pid = self.procs[i].child.as_ref().map(|c| c.pid);
+                self.begin_stop(i, AfterStop::Restart);
+                self.pending.push(Pending::Restarted {
+                    conn,
+                    proc_idx: i,
+                    old_pid,
+                });
+                None
+            }
+            Request::StopAll => {
+                self.begin_shutdown("stop-all requested on the control socket");
+                self.pending.push(Pending::All { conn });
+                None
+            }
+            Request::Logs {
+                name,
+                lines,
+                follow,
+            } => {
+                let i = match find(self, &name) {
+                    Ok(i) => i,
+                    Err(r) => return Some(r),
+                };
+                let tail = match logfile::tail(&self.procs[i].log_path, lines) {
+                    Ok(t) => t,
+                    Err(e) => return Some(Reply::error(e.to_string())),
+                };
+                if follow {
+                    self.conns[conn].follow = Some(i);
+                }
+                Some(Reply {
+                    ok: true,
+                    lines: Some(tail),
+                    ..Default::default()
+                })
+            }
+        }
+    }
+
+    fn check_pending(&mut self) {
+        let mut done = Vec::new();
+        for (k, p) in self.pending.iter().enumerate() {
+            let (conn, reply) = match p {
+                Pending::Stopped { conn, proc_idx } => {
+                    let pr = &self.procs[*proc_idx];
+                    if pr.child.is_some() {
+                        continue;
+                    }
+                    (
+                        *conn,
+                        Reply::message(format!(
+                            "`{}` {}",
+                            pr.cfg.name,
+                            pr.reason.clone().unwrap_or_else(|| pr.state.name().into())
+                        )),
+                    )
+                }
+                Pending::Restarted {
+                    conn,
+                    proc_idx,
+                    old_pid,
+                } => {
+                    let pr = &self.procs[*proc_idx];
+                    let new_pid = pr.child.as_ref().map(|c| c.pid);
+                    match pr.state {
+                        PState::Running if new_pid != *old_pid => (
+                            *conn,
+                            Reply::message(format!(
+                                "restarted `{}`, pid {}",
+                                pr.cfg.name,
+                                new_pid.unwrap_or(0)
+                            )),
+                        ),
+                        PState::Failed | PState::Refused | PState::Stopped => (
+                            *conn,
+                            Reply::error(format!(
+                                "`{}` is {}: {}",
+                                pr.cfg.name,
+                                pr.state.name(),
+                                pr.reason.clone().unwrap_or_default()
+                            )),
+                        ),
+                        _ => continue,
+                    }
+                }
+                Pending::All { conn } => {
+                    if self.procs.iter().any(|p| p.child.is_some()) {
+                        continue;
+                    }
+                    (
+                        *conn,
+                        Reply::message("all processes stopped; the supervisor exits"),
+                    )
+                }
+            };
+            if let Some(c) = self.conns.get_mut(conn) {
+                queue(c, &reply);
+                flush(c);
+            }
+            done.push(k);
+        }
+        for k in done.into_iter().rev() {
+            self.pending.remove(k);
+        }
+    }
+
+    /// The status document.
+    pub fn status(&self) -> SupervisorStatus {
+        let processes = self
+            .procs
+            .iter()
+            .map(|p| {
+                let pid = p.child.as_ref().map(|c| c.pid);
+                let in_force = pid
+                    .and_then(|pid| procfs::in_force(&self.roots.proc_root, pid).ok())
+                    .map(|f| InForceStatus {
+                        policy: f.policy,
+                        priority: f.priority,
+                        nice: f.nice,
+                        cpus: f.cpus,
+                        uid: f.uid,
+                        gid: f.gid,
+                    });
+                ProcessStatus {
+                    name: p.cfg.name.clone(),
+                    state: p.state.name().into(),
+                    reason: p.reason.clone(),
+                    pid,
+                    restarts: p.restarts,
+                    uptime_s: p.child.as_ref().map(|c| c.started.elapsed().as_secs_f64()),
+                    in_force,
+                    last_exit: p.last_exit.clone(),
+                    wakeup_p99_us: None,
+                    wakeup_max_us: None,
+                    budget: "unmonitored: controller timing report reader not available".into(),
+                    over_budget_reports: 0,
+                    degraded: p.degraded,
+                }
+            })
+            .collect();
+        SupervisorStatus {
+            robot: self.cfg.robot.name.clone(),
+            pid: std::process::id() as i32,
+            pid1: self.opts.pid1,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            state: if self.shutting_down {
+                "stopping"
+            } else {
+                "running"
+            }
+            .into(),
+            boot_check: self.boot_check.clone(),
+            startup: self.startup.clone(),
+            processes,
+        }
+    }
+
+    /// After the last process: kill stragglers, remove the socket, and as
+    /// PID 1 kill and reap everything left.
+    fn finish(&mut self) {
+        for c in &mut self.conns {
+            flush(c);
+        }
+        let _ = std::fs::remove_file(&self.socket_path);
+        if self.opts.pid1 {
+            // kill(-1, sig): every process except init itself.
+            crate::sys::kill_all(libc::SIGTERM);
+            let until = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < until {
+                match rustix::process::waitpid(None, WaitOptions::NOHANG) {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                    Err(_) => break,
+                }
+            }
+            crate::sys::kill_all(libc::SIGKILL);
+            while let Ok(Some(_)) = rustix::process::waitpid(None, WaitOptions::empty()) {}
+        } else if self.opts.handle_signals {
+            while let Ok(Some(_)) = rustix::process::waitpid(None, WaitOptions::NOHANG) {}
+        }
+        self.say("stopped");
+        if self.opts.pid1 {
+            if let Err(e) = crate::pid1::finish(self.opts.at_exit) {
+                self.say(format!("reboot({:?}) failed: {e}", self.opts.at_exit));
+            }
+        }
+    }
+}
+
+fn signal_group(pid: i32, sig: Signal) {
+    if let Some(p) = Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process_group(p, sig);
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        return s.to_string();
+    }
+    let mut end = n;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+fn queue(c: &mut Conn, r: &Reply) {
+    if c.outbuf.len() > 4 << 20 {
+        // A follower that does not read: drop it rather than grow forever.
+        c.dead = true;
+        return;
+    }
+    let mut line = serde_json::to_vec(r)
+        .unwrap_or_else(|_| b"{\"ok\":false,\"error\":\"unserializable reply\"}".to_vec());
+    line.push(b'\n');
+    c.outbuf.extend_from_slice(&line);
+}
+
+fn flush(c: &mut Conn) {
+    while !c.outbuf.is_empty() {
+        match c.stream.write(&c.outbuf) {
+            Ok(0) => {
+                c.dead = true;
+                return;
+            }
+            Ok(n) => {
+                c.outbuf.drain(..n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                c.dead = true;
+                return;
+            }
+        }
+    }
+    if c.closing {
+        let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        c.dead = true;
+    }
+}
+
+/// Binds the control socket: removes a stale one, refuses when another
+/// supervisor answers, then mode 0660 and the robot's group.
+fn open_socket(path: &Path, gid: Option<u32>) -> Result<UnixListener, SupervisorStartError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir).map_err(|source| SupervisorStartError::Create {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(SupervisorStartError::AlreadyRunning {
+                path: path.to_path_buf(),
+            });
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let listen = |source| SupervisorStartError::Listen {
+        path: path.to_path_buf(),
+        source,
+    };
+    let l = UnixListener::bind(path).map_err(listen)?;
+    l.set_nonblocking(true).map_err(listen)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(listen)?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(listen)?;
+    }
+    Ok(l)
+}
