@@ -18,3 +18,4 @@ pub mod cpuset;
 pub mod model;
 pub mod plan;
 pub mod apply;
+pub mod verify;

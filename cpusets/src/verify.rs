@@ -1,0 +1,634 @@
+//! Proves that the live system matches a [`RuntimePlan`]: reads /proc and
+//! /sys under a sysroot (never writes) and reports each check as ok,
+//! drift, unmovable or unsupported, with how to fix it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::apply::{find_cgroup_root, partition_invalid_reason, sched_text, CgroupRoot};
+use crate::cmdline;
+use crate::cpuset::CpuSet;
+use crate::model::live::{read_cpu_list, read_cpu_mask, read_interrupts, read_opt, sys_path, Live, ModelReadError};
+use crate::model::{glob_match, is_preempt_rt, Interrupts, Irq, Task};
+use crate::plan::{is_per_cpu_kthread, RuntimePlan, Source, ThreadKind};
+
+/// How verify samples and what it tolerates.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// How long to watch /proc/interrupts for device interrupts on isolated
+    /// CPUs.
+    pub sample_window: Duration,
+    /// Read the second /proc/interrupts sample from this file instead of
+    /// re-reading /proc/interrupts after the window (replays a captured
+    /// pair, as the fixtures hold).
+    pub interrupts_after: Option<PathBuf>,
+    /// Globs on `comm` of tasks that belong on the isolated CPUs (the
+    /// robot's real-time processes).
+    pub allow_tasks: Vec<String>,
+    /// Interrupts `apply` found the kernel would not move.
+    pub unmovable_irqs: Vec<u32>,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions {
+            sample_window: Duration::from_secs(1),
+            interrupts_after: None,
+            allow_tasks: Vec::new(),
+            unmovable_irqs: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    /// The live system differs from the plan.
+    Drift,
+    /// Differs, but the kernel does not allow it to change.
+    Unmovable,
+    /// The kernel or machine has no such thing to check.
+    Unsupported,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Ok => "ok",
+            Status::Drift => "DRIFT",
+            Status::Unmovable => "unmovable",
+            Status::Unsupported => "unsupported",
+        })
+    }
+}
+
+/// One check and its result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Stable name: `cmdline.isolcpus`, `irq.36`, `thread.50`, ...
+    pub id: String,
+    pub status: Status,
+    pub detail: String,
+    /// The offending items, for checks over many (tasks, interrupts).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<String>,
+    /// How to fix it, when not ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct VerifySummary {
+    pub ok: usize,
+    pub drift: usize,
+    pub unmovable: usize,
+    pub unsupported: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    pub in_sync: bool,
+    pub summary: VerifySummary,
+    pub checks: Vec<Check>,
+}
+
+impl VerifyReport {
+    fn new(checks: Vec<Check>) -> Self {
+        let mut s = VerifySummary::default();
+        for c in &checks {
+            match c.status {
+                Status::Ok => s.ok += 1,
+                Status::Drift => s.drift += 1,
+                Status::Unmovable => s.unmovable += 1,
+                Status::Unsupported => s.unsupported += 1,
+            }
+        }
+        VerifyReport {
+            in_sync: s.drift == 0,
+            summary: s,
+            checks,
+        }
+    }
+
+    pub fn summary(&self) -> VerifySummary {
+        self.summary
+    }
+
+    /// True when nothing drifted (unmovable and unsupported items do not
+    /// count against it).
+    pub fn in_sync(&self) -> bool {
+        self.in_sync
+    }
+
+    pub fn drifted(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| c.status == Status::Drift)
+    }
+
+    pub fn check(&self, id: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.id == id)
+    }
+
+    /// The report as text: every check that is not ok (all with
+    /// `verbose`), with items and fix hints, then the summary.
+    pub fn render(&self, verbose: bool) -> String {
+        let mut out = String::new();
+        for c in &self.checks {
+            if c.status == Status::Ok && !verbose {
+                continue;
+            }
+            out.push_str(&format!("{:<11} {:<34} {}\n", c.status.to_string(), c.id, c.detail));
+            for i in &c.items {
+                out.push_str(&format!("{:<11}   - {i}\n", ""));
+            }
+            if let Some(h) = &c.hint {
+                out.push_str(&format!("{:<11}   fix: {h}\n", ""));
+            }
+        }
+        let s = self.summary;
+        out.push_str(&format!(
+            "{}: {} ok, {} drift, {} unmovable, {} unsupported\n",
+            if self.in_sync { "in sync" } else { "DRIFT" },
+            s.ok,
+            s.drift,
+            s.unmovable,
+            s.unsupported
+        ));
+        out
+    }
+}
+
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(false))
+    }
+}
+
+/// Why verify could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyRunError {
+    #[error(transparent)]
+    Read(#[from] ModelReadError),
+}
+
+fn check(id: impl Into<String>, status: Status, detail: impl Into<String>, hint: Option<&str>) -> Check {
+    Check {
+        id: id.into(),
+        status,
+        detail: detail.into(),
+        items: Vec::new(),
+        hint: if status == Status::Ok { None } else { hint.map(String::from) },
+    }
+}
+
+const HINT_APPLY: &str = "run `deploy apply` (the supervisor does at boot)";
+const HINT_CMDLINE: &str =
+    "put the planned command line on the kernel (`deploy plan` prints it; `deploy image` writes extlinux.conf APPEND) and reboot";
+
+/// Compares the live system under `sysroot` with `plan`.
+pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Result<VerifyReport, VerifyRunError> {
+    let p = |abs: &str| sys_path(sysroot, abs);
+    let mut checks = Vec::new();
+
+    // The kernel.
+    let realtime = read_opt(&p("/sys/kernel/realtime"))?;
+    let version = match read_opt(&p("/proc/sys/kernel/version"))? {
+        Some(v) => Some(v),
+        None => read_opt(&p("/proc/version"))?,
+    };
+    let version = version.unwrap_or_default().trim().to_string();
+    checks.push(if realtime.as_deref().map(str::trim) == Some("1") || is_preempt_rt(&version) {
+        check("kernel.preempt_rt", Status::Ok, format!("PREEMPT_RT ({version})"), None)
+    } else {
+        check(
+            "kernel.preempt_rt",
+            Status::Drift,
+            format!("not a PREEMPT_RT kernel (/sys/kernel/realtime absent, version `{version}`)"),
+            Some("boot a PREEMPT_RT kernel (Debian: linux-image-rt-<arch>; Jetson Linux: the real-time kernel packages)"),
+        )
+    });
+
+    // The command line, and whether it took effect.
+    let cmdline_text = read_opt(&p("/proc/cmdline"))?.unwrap_or_default();
+    let live_tokens = cmdline::split(&cmdline_text);
+    for t in &plan.cmdline {
+        let id = format!("cmdline.{}", t.key());
+        let c = if live_tokens.iter().any(|l| l == &t.token) {
+            check(id, Status::Ok, format!("`{}` in /proc/cmdline", t.token), None)
+        } else if let Some(other) = live_tokens.iter().find(|l| cmdline::key_of(l) == t.key()) {
+            check(id, Status::Drift, format!("/proc/cmdline has `{other}`, planned `{}`", t.token), Some(HINT_CMDLINE))
+        } else {
+            check(id, Status::Drift, format!("`{}` missing from /proc/cmdline", t.token), Some(HINT_CMDLINE))
+        };
+        checks.push(c);
+    }
+    let isolated = &plan.cpus.isolated;
+    match read_cpu_list(&p("/sys/devices/system/cpu/isolated"))? {
+        Some(live) if &live == isolated => checks.push(check(
+            "cmdline.effect.isolated",
+            Status::Ok,
+            format!("kernel isolates {live}"),
+            None,
+        )),
+        Some(live) => checks.push(check(
+            "cmdline.effect.isolated",
+            Status::Drift,
+            format!("kernel isolates `{live}`, planned {isolated} (/sys/devices/system/cpu/isolated)"),
+            Some(HINT_CMDLINE),
+        )),
+        None => checks.push(check(
+            "cmdline.effect.isolated",
+            Status::Unsupported,
+            "/sys/devices/system/cpu/isolated does not exist",
+            Some("a kernel older than 4.x; trust /proc/cmdline"),
+        )),
+    }
+    if plan.cmdline.iter().any(|t| t.key() == "nohz_full") {
+        let c = match read_opt(&p("/sys/devices/system/cpu/nohz_full"))? {
+            None => check(
+                "cmdline.effect.nohz_full",
+                Status::Unsupported,
+                "/sys/devices/system/cpu/nohz_full does not exist: kernel built without CONFIG_NO_HZ_FULL",
+                Some("use a kernel with CONFIG_NO_HZ_FULL=y (PREEMPT_RT kernels from Debian and NVIDIA have it)"),
+            ),
+            Some(text) => {
+                // Reads `(null)` when no CPU is tickless.
+                let live = CpuSet::parse_list(text.trim()).unwrap_or_default();
+                if &live == isolated {
+                    check("cmdline.effect.nohz_full", Status::Ok, format!("tickless CPUs {live}"), None)
+                } else {
+                    check(
+                        "cmdline.effect.nohz_full",
+                        Status::Drift,
+                        format!("tickless CPUs `{}`, planned {isolated}", text.trim()),
+                        Some(HINT_CMDLINE),
+                    )
+                }
+            }
+        };
+        checks.push(c);
+    }
+
+    // Interrupts.
+    let live = Live::read(sysroot)?;
+    let placed: BTreeMap<u32, &CpuSet> = plan.irqs.iter().map(|i| (i.irq, &i.cpus)).collect();
+    let unmovable = |irq: &Irq| opts.unmovable_irqs.contains(&irq.irq) || irq.is_per_cpu();
+    let want_irq = |n: u32| -> &CpuSet { placed.get(&n).copied().unwrap_or(&plan.irq_default) };
+    for irq in &live.irqs {
+        checks.push(check_irq(irq, want_irq(irq.irq), unmovable(irq)));
+    }
+    match read_cpu_mask(&p("/proc/irq/default_smp_affinity"))? {
+        Some(m) if m == plan.irq_default => {
+            checks.push(check("irq.default_affinity", Status::Ok, format!("new interrupts start on {m}"), None))
+        }
+        Some(m) => checks.push(check(
+            "irq.default_affinity",
+            Status::Drift,
+            format!("new interrupts start on {m}, planned {}", plan.irq_default),
+            Some(HINT_APPLY),
+        )),
+        None => checks.push(check(
+            "irq.default_affinity",
+            Status::Unsupported,
+            "/proc/irq/default_smp_affinity does not exist",
+            None,
+        )),
+    }
+    let after = match &opts.interrupts_after {
+        Some(path) => read_interrupts(path)?,
+        None => {
+            std::thread::sleep(opts.sample_window);
+            read_interrupts(&p("/proc/interrupts"))?
+        }
+    };
+    checks.extend(check_irq_activity(&live.interrupts, &after, &live.irqs, isolated, &want_irq, &unmovable, opts));
+
+    // Kernel threads.
+    let tasks: BTreeMap<u32, &Task> = live.tasks.iter().filter(|t| t.pid == t.tid).map(|t| (t.pid, t)).collect();
+    for t in &plan.threads {
+        let id = format!("thread.{}", t.pid);
+        let Some(task) = tasks.get(&t.pid).filter(|task| task.comm == t.comm) else {
+            checks.push(check(id, Status::Unsupported, format!("`{}` (pid {}) no longer exists", t.comm, t.pid), None));
+            continue;
+        };
+        let mut problems = Vec::new();
+        if let (Some(policy), Some(prio)) = (t.policy, t.priority) {
+            let prio = if policy.is_realtime() { prio } else { 0 };
+            if task.policy != policy.sched_number() || task.rt_priority != prio {
+                problems.push(format!(
+                    "is {}, planned {}",
+                    sched_text(task.policy, task.rt_priority),
+                    sched_text(policy.sched_number(), prio)
+                ));
+            }
+        }
+        let mut pinned = false;
+        if let Some(cpus) = &t.cpus {
+            if !task.cpus_allowed.is_subset(cpus) {
+                pinned = task.no_setaffinity;
+                problems.push(format!("runs on {}, planned {cpus}", task.cpus_allowed));
+            }
+        }
+        checks.push(if problems.is_empty() {
+            check(
+                id,
+                Status::Ok,
+                format!("{} {} on {}", t.comm, sched_text(task.policy, task.rt_priority), task.cpus_allowed),
+                None,
+            )
+        } else {
+            let status = if pinned && problems.len() == 1 { Status::Unmovable } else { Status::Drift };
+            check(id, status, format!("{} {}", t.comm, problems.join("; ")), Some(HINT_APPLY))
+        });
+    }
+    checks.extend(check_foreign_tasks(&live.tasks, plan, opts));
+
+    // Sysctls.
+    for s in &plan.sysctls {
+        let id = format!("sysctl.{}", s.key);
+        let c = match read_opt(&p(&s.path()))? {
+            None => check(
+                id,
+                if s.source == Source::Planned { Status::Unsupported } else { Status::Drift },
+                format!("{} does not exist on this kernel", s.path()),
+                Some("remove it from robot.yaml or use a kernel that has it"),
+            ),
+            Some(v) if v.split_whitespace().eq(s.value.split_whitespace()) => {
+                check(id, Status::Ok, format!("{} = {}", s.key, v.trim()), None)
+            }
+            Some(v) => check(id, Status::Drift, format!("{} = {}, planned {}", s.key, v.trim(), s.value), Some(HINT_APPLY)),
+        };
+        checks.push(c);
+    }
+
+    // Unbound workqueues.
+    checks.push(match read_cpu_mask(&p("/sys/devices/virtual/workqueue/cpumask"))? {
+        Some(m) if m == plan.workqueue_cpumask => check("workqueue.cpumask", Status::Ok, format!("unbound workqueues on {m}"), None),
+        Some(m) => check(
+            "workqueue.cpumask",
+            Status::Drift,
+            format!("unbound workqueues on {m}, planned {}", plan.workqueue_cpumask),
+            Some(HINT_APPLY),
+        ),
+        None => check(
+            "workqueue.cpumask",
+            Status::Unsupported,
+            "/sys/devices/virtual/workqueue/cpumask does not exist",
+            None,
+        ),
+    });
+
+    checks.extend(check_cgroups(plan, sysroot)?);
+    checks.extend(check_cpufreq(plan, sysroot)?);
+    Ok(VerifyReport::new(checks))
+}
+
+fn check_irq(irq: &Irq, want: &CpuSet, unmovable: bool) -> Check {
+    let id = format!("irq.{}", irq.irq);
+    let name = if irq.actions.is_empty() { "(no handler)".to_string() } else { irq.name() };
+    let aff = irq.affinity.as_ref();
+    let eff = irq.effective.as_ref();
+    let inside = aff.is_none_or(|a| a.is_subset(want)) && eff.is_none_or(|e| e.is_subset(want));
+    let show = |s: Option<&CpuSet>| s.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
+    let detail = format!("{name}: affinity {} effective {}, planned {want}", show(aff), show(eff));
+    if inside {
+        check(id, Status::Ok, detail, None)
+    } else if unmovable {
+        check(id, Status::Unmovable, detail, Some("per-CPU or kernel-managed interrupt; it cannot move"))
+    } else {
+        check(id, Status::Drift, detail, Some(HINT_APPLY))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_irq_activity<'p>(
+    before: &Interrupts,
+    after: &Interrupts,
+    irqs: &[Irq],
+    isolated: &CpuSet,
+    want: &dyn Fn(u32) -> &'p CpuSet,
+    unmovable: &dyn Fn(&Irq) -> bool,
+    opts: &VerifyOptions,
+) -> Vec<Check> {
+    let by_num: BTreeMap<u32, &Irq> = irqs.iter().map(|i| (i.irq, i)).collect();
+    let mut drift = Vec::new();
+    let mut pinned = Vec::new();
+    for (id, cpu, n) in before.deltas(after) {
+        let Ok(num) = id.parse::<u32>() else {
+            // Named rows (LOC, RES, IPIs) are per-CPU by nature.
+            continue;
+        };
+        if !isolated.contains(cpu) || want(num).contains(cpu) {
+            continue;
+        }
+        let name = by_num.get(&num).map(|i| i.name()).unwrap_or_default();
+        let line = format!("irq {num} {name} fired {n} times on CPU {cpu}");
+        match by_num.get(&num) {
+            Some(i) if unmovable(i) => pinned.push(line),
+            _ => drift.push(line),
+        }
+    }
+    let window = match &opts.interrupts_after {
+        Some(p) => format!("between /proc/interrupts and {}", p.display()),
+        None => format!("in {} ms", opts.sample_window.as_millis()),
+    };
+    let mut out = Vec::new();
+    let mut c = if drift.is_empty() {
+        check("irq.activity", Status::Ok, format!("no device interrupt on isolated CPUs {isolated} {window}"), None)
+    } else {
+        check(
+            "irq.activity",
+            Status::Drift,
+            format!("{} device interrupts fired on isolated CPUs {window}", drift.len()),
+            Some(HINT_APPLY),
+        )
+    };
+    c.items = drift;
+    out.push(c);
+    if !pinned.is_empty() {
+        let mut c = check(
+            "irq.activity.unmovable",
+            Status::Unmovable,
+            format!("unmovable interrupts fired on isolated CPUs {window}"),
+            Some("per-CPU interrupts; nohz_full keeps them rare"),
+        );
+        c.items = pinned;
+        out.push(c);
+    }
+    out
+}
+
+/// Tasks that may run on the isolated CPUs and should not.
+fn check_foreign_tasks(tasks: &[Task], plan: &RuntimePlan, opts: &VerifyOptions) -> Vec<Check> {
+    let isolated = &plan.cpus.isolated;
+    let planned_on_isolated: Vec<u32> = plan
+        .threads
+        .iter()
+        .filter(|t| t.cpus.as_ref().is_some_and(|c| !c.is_disjoint(isolated)) || t.kind == ThreadKind::Irq && t.cpus.is_none())
+        .map(|t| t.pid)
+        .collect();
+    let mut foreign = Vec::new();
+    let mut pinned = Vec::new();
+    for t in tasks {
+        if t.cpus_allowed.is_disjoint(isolated)
+            || is_per_cpu_kthread(t)
+            || planned_on_isolated.contains(&t.pid)
+            || opts.allow_tasks.iter().any(|g| glob_match(g, &t.comm))
+        {
+            continue;
+        }
+        let line = format!("{} `{}` may run on {}", t.tid, t.comm, t.cpus_allowed);
+        if t.kernel_thread && t.no_setaffinity {
+            pinned.push(line);
+        } else {
+            foreign.push(line);
+        }
+    }
+    let mut out = Vec::new();
+    let mut c = if foreign.is_empty() {
+        check("tasks.isolated", Status::Ok, format!("no foreign task may run on {isolated}"), None)
+    } else {
+        check(
+            "tasks.isolated",
+            Status::Drift,
+            format!("{} tasks may run on isolated CPUs {isolated}", foreign.len()),
+            Some("boot with the planned isolcpus= (new tasks then start on housekeeping CPUs) and let the supervisor place its processes; kernel threads move with `deploy apply`"),
+        )
+    };
+    c.items = foreign;
+    out.push(c);
+    if !pinned.is_empty() {
+        let mut c = check(
+            "tasks.isolated.pinned",
+            Status::Unmovable,
+            format!("{} kernel-pinned threads may run on isolated CPUs", pinned.len()),
+            Some("workqueue workers follow the workqueue cpumask once idle; isolcpus= keeps them off at boot"),
+        );
+        c.items = pinned;
+        out.push(c);
+    }
+    out
+}
+
+fn check_cgroups(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRunError> {
+    let g = &plan.cgroups;
+    let mut out = Vec::new();
+    let cpus_check = |id: &str, abs: &str, want: &CpuSet| -> Result<Check, VerifyRunError> {
+        Ok(match read_cpu_list(&sys_path(root, abs))? {
+            Some(c) if &c == want => check(id, Status::Ok, format!("{abs} = {c}"), None),
+            Some(c) => check(id, Status::Drift, format!("{abs} = {c}, planned {want}"), Some(HINT_APPLY)),
+            None => check(id, Status::Drift, format!("{abs} does not exist"), Some(HINT_APPLY)),
+        })
+    };
+    match find_cgroup_root(root)? {
+        CgroupRoot::None => out.push(check(
+            "cgroup",
+            Status::Unsupported,
+            "no cgroup hierarchy with the cpuset controller is mounted",
+            Some("enable CONFIG_CPUSETS and mount cgroup2 (or the v1 cpuset hierarchy)"),
+        )),
+        CgroupRoot::V2(m) => {
+            out.push(cpus_check("cgroup.rt.cpus", &format!("{m}/rtdeploy/rt/cpuset.cpus"), &g.rt)?);
+            out.push(cpus_check(
+                "cgroup.housekeeping.cpus",
+                &format!("{m}/rtdeploy/housekeeping/cpuset.cpus"),
+                &g.housekeeping,
+            )?);
+            if let Some(kind) = g.partition_value() {
+                let abs = format!("{m}/rtdeploy/rt/cpuset.cpus.partition");
+                let exclusive = sys_path(root, &format!("{m}/rtdeploy/cpuset.cpus.exclusive")).exists();
+                let c = match read_opt(&sys_path(root, &abs))? {
+                    _ if !exclusive && sys_path(root, &format!("{m}/rtdeploy")).is_dir() => check(
+                        "cgroup.rt.partition",
+                        Status::Unsupported,
+                        "nested partitions need cpuset.cpus.exclusive (Linux 6.7+)",
+                        Some("the command line's isolcpus= isolates without a partition"),
+                    ),
+                    None => check("cgroup.rt.partition", Status::Drift, format!("{abs} does not exist"), Some(HINT_APPLY)),
+                    Some(v) => match partition_invalid_reason(&v) {
+                        Some(reason) => check(
+                            "cgroup.rt.partition",
+                            Status::Drift,
+                            format!("partition invalid: {reason} ({abs} = `{}`)", v.trim()),
+                            Some("the kernel refused the partition: CPUs already isolated by isolcpus= cannot form an isolated partition on some kernels; set cpus.partition: none when the command line isolates, or check that no other cgroup holds these CPUs exclusively"),
+                        ),
+                        None if v.trim() == kind => check("cgroup.rt.partition", Status::Ok, format!("partition {kind}"), None),
+                        None => check(
+                            "cgroup.rt.partition",
+                            Status::Drift,
+                            format!("partition `{}`, planned {kind}", v.trim()),
+                            Some(HINT_APPLY),
+                        ),
+                    },
+                };
+                out.push(c);
+            }
+        }
+        CgroupRoot::V1(m) => {
+            out.push(cpus_check("cgroup.rt.cpus", &format!("{m}/rtdeploy/rt/cpuset.cpus"), &g.rt)?);
+            out.push(cpus_check(
+                "cgroup.housekeeping.cpus",
+                &format!("{m}/rtdeploy/housekeeping/cpuset.cpus"),
+                &g.housekeeping,
+            )?);
+            if g.partition_value().is_some() {
+                let abs = format!("{m}/rtdeploy/rt/cpuset.cpu_exclusive");
+                out.push(match read_opt(&sys_path(root, &abs))? {
+                    Some(v) if v.trim() == "1" => check("cgroup.rt.exclusive", Status::Ok, "v1 cpuset rtdeploy/rt is cpu_exclusive", None),
+                    Some(v) => check("cgroup.rt.exclusive", Status::Drift, format!("{abs} = {}, planned 1", v.trim()), Some(HINT_APPLY)),
+                    None => check("cgroup.rt.exclusive", Status::Drift, format!("{abs} does not exist"), Some(HINT_APPLY)),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn check_cpufreq(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRunError> {
+    let f = &plan.cpufreq;
+    if f.governor.is_none() && f.lock_cpus.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for cpu in plan.cpus.all.iter() {
+        let dir = format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq");
+        if !sys_path(root, &dir).is_dir() {
+            out.push(check(
+                format!("cpufreq.cpu{cpu}"),
+                Status::Unsupported,
+                format!("{dir} does not exist (no cpufreq driver)"),
+                None,
+            ));
+            continue;
+        }
+        let read = |name: &str| read_opt(&sys_path(root, &format!("{dir}/{name}")));
+        if let Some(want) = &f.governor {
+            let id = format!("cpufreq.cpu{cpu}.governor");
+            out.push(match read("scaling_governor")? {
+                Some(g) if g.trim() == want => check(id, Status::Ok, format!("governor {want}"), None),
+                Some(g) => check(id, Status::Drift, format!("governor {}, planned {want}", g.trim()), Some(HINT_APPLY)),
+                None => check(id, Status::Unsupported, "no scaling_governor", None),
+            });
+        }
+        if f.lock_cpus.contains(cpu) {
+            let id = format!("cpufreq.cpu{cpu}.locked");
+            out.push(match (read("scaling_min_freq")?, read("scaling_max_freq")?) {
+                (Some(lo), Some(hi)) if lo.trim() == hi.trim() => {
+                    check(id, Status::Ok, format!("min = max = {} kHz", hi.trim()), None)
+                }
+                (Some(lo), Some(hi)) => check(
+                    id,
+                    Status::Drift,
+                    format!("min {} kHz, max {} kHz: not locked", lo.trim(), hi.trim()),
+                    Some(HINT_APPLY),
+                ),
+                _ => check(id, Status::Unsupported, "no scaling_min_freq/scaling_max_freq", None),
+            });
+        }
+    }
+    Ok(out)
+}
