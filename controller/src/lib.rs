@@ -12,4 +12,10 @@
 //! - `unsafe` lives only in the modules that map shared memory or issue
 //!   syscalls, each block with its `SAFETY:` argument.
 
+pub mod channel;
 pub mod config;
+pub mod shm;
+pub mod sys;
+
+pub use channel::{Channel, ChannelGeometry, Message, Publisher, Subscriber};
+pub use shm::ShmSafe;

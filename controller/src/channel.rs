@@ -1,0 +1,1502 @@
+//! Shared-memory publish/subscribe channels.
+//!
+//! One file per channel, `<shm_dir>/<name without its leading />.v<LAYOUT_VERSION>`
+//! (so `/imu/raw` is `<shm_dir>/imu/raw.v1`), mode 0660 and an optional
+//! group. The file holds, in order:
+//!
+//! ```text
+//! header page (4096 B)   magic, layout version, geometry, creator, the
+//!                        queue index (next message to publish; its low 32
+//!                        bits are the futex word), the waiter count
+//! publisher table        per publisher: owner (pid + start time), scratch
+//!                        slot, the ring entry being swapped out, counters
+//! subscriber table       per subscriber: owner, how many waits it has armed
+//! ring                   queue_len entries: (queue index tag, slot id)
+//! slots                  queue_len + publishers slots of slot_bytes each:
+//!                        64-byte slot header then the payload
+//! ```
+//!
+//! # Publishing (lock-free)
+//!
+//! Each publisher owns one scratch slot. It writes the whole message there,
+//! stamps the slot with the queue index it is aiming for, then swaps the
+//! slot into the ring position of that index with one compare-and-swap of
+//! the ring entry; the evicted slot becomes its new scratch. Then it
+//! advances the shared queue index. Anyone who finds the ring already
+//! holding the message for the current index (a publisher preempted or
+//! killed between the two steps) advances the index for it ("help along"),
+//! so no publisher ever waits for another.
+//!
+//! Ring entries pack a 40-bit tag of the queue index with a 24-bit slot id,
+//! so the CAS cannot succeed against an entry of an older lap (ABA would
+//! need 2^40 messages to pass while one publisher is stopped mid-publish).
+//!
+//! # Reading
+//!
+//! A reader loads the ring entry for index `i`, checks the slot's stamped
+//! queue index, copies the message with relaxed atomic loads, fences and
+//! checks the stamp again (a seqlock): a changed stamp means the slot was
+//! recycled while it read, the message is counted lost and never delivered
+//! torn. Payload copies use word-sized relaxed atomics on both sides, so the
+//! races a seqlock relies on are atomic races, not data races.
+//!
+//! # Crash recovery
+//!
+//! Publisher and subscriber entries are owned by `pid << 42 | start time`
+//! (start time from `/proc/<pid>/stat`), so a recycled pid is not mistaken
+//! for the dead owner. An entry whose owner is dead is reclaimed by the next
+//! process that attaches (or by [`Channel::recover`]): a publisher killed
+//! mid-swap leaves enough state (`swapping`) to decide which slot is now its
+//! scratch (see [`Channel::recover_publisher`]).
+#![allow(unsafe_code)]
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{validate_channel_name, ChannelConfig, SLOT_HEADER_BYTES};
+use crate::shm::{Mapping, ShmSafe};
+use crate::sys;
+
+/// Version of the file layout; part of the file name and the header.
+pub const LAYOUT_VERSION: u32 = 1;
+/// `RTDCHAN1` read as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"RTDCHAN1");
+/// Bytes of the header page.
+pub const HEADER_BYTES: u64 = 4096;
+/// Subscriber entries a channel gets unless told otherwise.
+pub const DEFAULT_SUBSCRIBERS: u32 = 32;
+/// Most publisher (and subscriber) entries one channel may have.
+pub const MAX_ENTRIES: u32 = 4096;
+
+const TAG_BITS: u32 = 40;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+/// A stamp no queue index ever has.
+const INVALID: u64 = u64::MAX;
+/// `swapping` when the publisher is not between CAS and bookkeeping.
+const NONE: u64 = u64::MAX;
+const PID_SHIFT: u32 = 42;
+const START_MASK: u64 = (1 << PID_SHIFT) - 1;
+
+#[inline]
+fn tag(qi: u64) -> u64 {
+    qi & TAG_MASK
+}
+#[inline]
+fn pack(qi: u64, slot: u64) -> u64 {
+    (tag(qi) << SLOT_BITS) | slot
+}
+#[inline]
+fn entry_tag(e: u64) -> u64 {
+    e >> SLOT_BITS
+}
+#[inline]
+fn entry_slot(e: u64) -> u64 {
+    e & SLOT_MASK
+}
+
+/// The header page. Everything is an `AtomicU64` so that any process may
+/// read any field at any time without a data race.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    /// `layout_version | header_bytes << 32`.
+    version: AtomicU64,
+    slot_bytes: AtomicU64,
+    queue_len: AtomicU64,
+    publishers: AtomicU64,
+    subscribers: AtomicU64,
+    retention_ns: AtomicU64,
+    total_bytes: AtomicU64,
+    creator: AtomicU64,
+    /// Publisher entries reclaimed from dead owners.
+    recovered: AtomicU64,
+    _pad0: [AtomicU64; 6],
+    /// The channel name, NUL padded.
+    name: [AtomicU64; 16],
+    /// The next queue index to publish. Its low 32 bits are the futex word.
+    next_index: AtomicU64,
+    _pad1: [AtomicU64; 7],
+    /// Waits armed on the futex word, all subscribers together.
+    waiters: AtomicU64,
+    _pad2: [AtomicU64; 7],
+}
+// SAFETY: repr(C), only AtomicU64 fields and arrays of them: no padding, no
+// pointers, no Drop, valid for every bit pattern.
+unsafe impl ShmSafe for Header {}
+
+#[repr(C)]
+struct PubEntry {
+    owner: AtomicU64,
+    scratch: AtomicU64,
+    /// The ring entry this publisher is swapping out, or NONE.
+    swapping: AtomicU64,
+    published: AtomicU64,
+    errors: AtomicU64,
+    _pad: [AtomicU64; 3],
+}
+// SAFETY: as for Header.
+unsafe impl ShmSafe for PubEntry {}
+
+#[repr(C)]
+struct SubEntry {
+    owner: AtomicU64,
+    armed: AtomicU64,
+    _pad: [AtomicU64; 6],
+}
+// SAFETY: as for Header.
+unsafe impl ShmSafe for SubEntry {}
+
+#[repr(C)]
+struct SlotHeader {
+    /// The queue index of the message in this slot, INVALID while written.
+    qi: AtomicU64,
+    send_time_ns: AtomicU64,
+    size: AtomicU64,
+    pid: AtomicU64,
+    _pad: [AtomicU64; 4],
+}
+// SAFETY: as for Header.
+unsafe impl ShmSafe for SlotHeader {}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES as usize);
+const _: () = assert!(std::mem::size_of::<PubEntry>() == 64);
+const _: () = assert!(std::mem::size_of::<SubEntry>() == 64);
+const _: () = assert!(std::mem::size_of::<SlotHeader>() as u64 == SLOT_HEADER_BYTES);
+
+/// The sizes of a channel file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelGeometry {
+    /// Ring length, a power of two.
+    pub queue_len: u64,
+    /// Bytes of one slot including its 64-byte header; a multiple of 64.
+    pub slot_bytes: u64,
+    /// Publisher entries (each with a scratch slot).
+    pub publishers: u32,
+    /// Subscriber entries (each may keep waits armed).
+    pub subscribers: u32,
+    /// A publisher may not overwrite a message younger than this.
+    pub retention: Duration,
+}
+
+impl ChannelGeometry {
+    /// Geometry for messages of at most `max_payload` bytes in a ring of
+    /// `queue_len` (rounded up to a power of two), no retention guard and
+    /// [`DEFAULT_SUBSCRIBERS`] subscribers.
+    pub fn new(max_payload: u64, queue_len: u64, publishers: u32) -> Self {
+        ChannelGeometry {
+            queue_len: queue_len.max(2).next_power_of_two(),
+            slot_bytes: (SLOT_HEADER_BYTES + max_payload.max(1)).div_ceil(64) * 64,
+            publishers,
+            subscribers: DEFAULT_SUBSCRIBERS,
+            retention: Duration::ZERO,
+        }
+    }
+
+    /// Geometry of a `channels:` entry of robot.yaml with `publishers`
+    /// publisher entries.
+    pub fn from_config(cfg: &ChannelConfig, publishers: u32) -> Self {
+        ChannelGeometry {
+            queue_len: cfg.queue_len(),
+            slot_bytes: cfg.slot_bytes(),
+            publishers,
+            subscribers: DEFAULT_SUBSCRIBERS,
+            retention: cfg.retention.0,
+        }
+    }
+
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    pub fn with_subscribers(mut self, subscribers: u32) -> Self {
+        self.subscribers = subscribers;
+        self
+    }
+
+    /// The largest payload a slot holds.
+    pub fn max_payload(&self) -> u64 {
+        self.slot_bytes - SLOT_HEADER_BYTES
+    }
+
+    fn slots(&self) -> u64 {
+        self.queue_len + self.publishers as u64
+    }
+    fn pub_table_offset(&self) -> u64 {
+        HEADER_BYTES
+    }
+    fn sub_table_offset(&self) -> u64 {
+        self.pub_table_offset() + 64 * self.publishers as u64
+    }
+    fn ring_offset(&self) -> u64 {
+        self.sub_table_offset() + 64 * self.subscribers as u64
+    }
+    fn slots_offset(&self) -> u64 {
+        (self.ring_offset() + 8 * self.queue_len).div_ceil(64) * 64
+    }
+
+    /// Bytes of the channel file.
+    pub fn total_bytes(&self) -> u64 {
+        self.slots_offset() + self.slots() * self.slot_bytes
+    }
+
+    /// Why this geometry cannot be laid out, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.queue_len.is_power_of_two() || self.queue_len < 2 || self.queue_len > 1 << 20 {
+            return Err(format!(
+                "queue length {} is not a power of two from 2 to 1048576",
+                self.queue_len
+            ));
+        }
+        if self.slot_bytes % 64 != 0
+            || self.slot_bytes < SLOT_HEADER_BYTES + 8
+            || self.slot_bytes > (16 << 20) + SLOT_HEADER_BYTES
+        {
+            return Err(format!(
+                "slot size {} is not a multiple of 64 from 72 to 16MiB+64",
+                self.slot_bytes
+            ));
+        }
+        if self.publishers == 0 || self.publishers > MAX_ENTRIES {
+            return Err(format!(
+                "{} publishers (expected 1 to {MAX_ENTRIES})",
+                self.publishers
+            ));
+        }
+        if self.subscribers > MAX_ENTRIES {
+            return Err(format!(
+                "{} subscribers (expected at most {MAX_ENTRIES})",
+                self.subscribers
+            ));
+        }
+        if self.slots() > SLOT_MASK {
+            return Err(format!("{} slots (at most {SLOT_MASK})", self.slots()));
+        }
+        if self.total_bytes() > 1 << 32 {
+            return Err(format!(
+                "channel of {} bytes is larger than 4GiB",
+                self.total_bytes()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The file of channel `name` under `shm_dir`.
+pub fn channel_path(shm_dir: &Path, name: &str) -> PathBuf {
+    let mut p = shm_dir.join(name.trim_start_matches('/'));
+    let file = format!(
+        "{}.v{LAYOUT_VERSION}",
+        p.file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    );
+    p.set_file_name(file);
+    p
+}
+
+/// Creating a channel file failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelCreateError {
+    #[error("{0}")]
+    InvalidName(String),
+    #[error("channel `{name}`: {reason}")]
+    Geometry { name: String, reason: String },
+    #[error("cannot create channel file {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// Opening an existing channel file failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelOpenError {
+    #[error("{0}")]
+    InvalidName(String),
+    #[error("channel file {path} does not exist (the supervisor creates channels at start)")]
+    NotFound { path: PathBuf },
+    #[error("cannot open channel file {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path} is not a channel file (magic {found:#018x}, expected {MAGIC:#018x})")]
+    BadMagic { path: PathBuf, found: u64 },
+    #[error("channel file {path} has layout version {found}, this runtime reads version {LAYOUT_VERSION} only")]
+    WrongVersion { path: PathBuf, found: u64 },
+    #[error("channel file {path} is {found} bytes, its header says {expected}")]
+    WrongFileSize {
+        path: PathBuf,
+        found: u64,
+        expected: u64,
+    },
+    #[error("channel file {path} has an invalid layout: {reason}")]
+    BadGeometry { path: PathBuf, reason: String },
+    #[error("channel file {path} has {field} {found}, expected {expected}")]
+    Mismatch {
+        path: PathBuf,
+        field: &'static str,
+        found: u64,
+        expected: u64,
+    },
+}
+
+/// Attaching a publisher or subscriber failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelAttachError {
+    #[error("channel {path}: all {count} {what} entries are held by live processes")]
+    Full {
+        path: PathBuf,
+        what: &'static str,
+        count: u32,
+    },
+    #[error("cannot read own start time from {path}")]
+    Proc { path: PathBuf },
+}
+
+/// A publish was refused. Small and `Copy`: it is returned on the
+/// real-time path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    #[error("message of {len} bytes is larger than the channel's {max}")]
+    TooLarge { len: usize, max: u64 },
+    #[error("publishing index {index} would overwrite a message {age_ns}ns old, younger than the retention {retention_ns}ns")]
+    WouldOverwrite {
+        index: u64,
+        age_ns: u64,
+        retention_ns: u64,
+    },
+}
+
+/// What [`Channel::create`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// A new file.
+    Created,
+    /// A compatible file existed; dead owners' entries were reclaimed.
+    Reused { recovered: RecoveryReport },
+    /// An incompatible or damaged file was replaced (processes that still
+    /// map the old one keep it until they reopen).
+    Replaced { reason: String },
+}
+
+/// What [`Channel::recover`] reclaimed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub publishers: u32,
+    pub subscribers: u32,
+    /// Whether the queue index had to be advanced for a dead publisher.
+    pub helped_along: bool,
+}
+
+struct Inner {
+    map: Mapping,
+    geom: ChannelGeometry,
+    path: PathBuf,
+    name: String,
+    mask: u64,
+    // Byte offsets, validated at open.
+    pubs: usize,
+    subs: usize,
+    ring: usize,
+    slots: usize,
+}
+
+/// An open channel file. Cheap to clone; publishers and subscribers keep
+/// it mapped.
+#[derive(Clone)]
+pub struct Channel {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel")
+            .field("name", &self.inner.name)
+            .field("path", &self.inner.path)
+            .field("geometry", &self.inner.geom)
+            .finish()
+    }
+}
+
+fn owner_word(pid: u32, start: u64) -> u64 {
+    ((pid as u64) << PID_SHIFT) | (start & START_MASK)
+}
+
+/// Whether the process an owner word names is still alive.
+fn owner_alive(proc_root: &Path, owner: u64) -> bool {
+    let pid = (owner >> PID_SHIFT) as u32;
+    match sys::process_start_time(proc_root, pid) {
+        Some(start) => start & START_MASK == owner & START_MASK,
+        None => false,
+    }
+}
+
+fn my_owner_word(proc_root: &Path) -> Result<u64, ChannelAttachError> {
+    let pid = sys::getpid();
+    let start =
+        sys::process_start_time(proc_root, pid).ok_or_else(|| ChannelAttachError::Proc {
+            path: proc_root.join(pid.to_string()).join("stat"),
+        })?;
+    Ok(owner_word(pid, start))
+}
+
+impl Channel {
+    /// Creates channel `name` under `shm_dir` (creating directories as
+    /// needed), mode 0660, group `gid` when given. A compatible existing
+    /// file is reused after reclaiming dead owners' entries (`proc_root`,
+    /// normally `/proc`); an incompatible or damaged one is replaced.
+    pub fn create(
+        shm_dir: &Path,
+        name: &str,
+        geom: &ChannelGeometry,
+        gid: Option<u32>,
+        proc_root: &Path,
+    ) -> Result<(Channel, CreateOutcome), ChannelCreateError> {
+        validate_channel_name(name).map_err(ChannelCreateError::InvalidName)?;
+        geom.check()
+            .map_err(|reason| ChannelCreateError::Geometry {
+                name: name.into(),
+                reason,
+            })?;
+        let path = channel_path(shm_dir, name);
+        let io_err = |source: io::Error| ChannelCreateError::Io {
+            path: path.clone(),
+            source,
+        };
+        let replace_reason = match Channel::open_expect(shm_dir, name, geom) {
+            Ok(ch) => {
+                let recovered = ch.recover(proc_root);
+                return Ok((ch, CreateOutcome::Reused { recovered }));
+            }
+            Err(ChannelOpenError::NotFound { .. }) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io_err)?;
+        }
+        let tmp = path.with_extension(format!("v{LAYOUT_VERSION}.tmp.{}", sys::getpid()));
+        let _ = std::fs::remove_file(&tmp);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o660)
+            .open(&tmp)
+            .map_err(io_err)?;
+        let result = (|| {
+            // The umask may have cleared group bits: set them explicitly.
+            file.set_permissions(std::fs::Permissions::from_mode(0o660))?;
+            if let Some(g) = gid {
+                std::os::unix::fs::fchown(&file, None, Some(g))?;
+            }
+            file.set_len(geom.total_bytes())?;
+            let map = Mapping::map(&file, geom.total_bytes() as usize)?;
+            Channel::init(&map, geom, name);
+            drop(map);
+            file.sync_all()?;
+            match &replace_reason {
+                None => std::fs::hard_link(&tmp, &path),
+                Some(_) => std::fs::rename(&tmp, &path),
+            }
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        match result {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // Another creator won the race: use theirs.
+                let ch = Channel::open_expect(shm_dir, name, geom).map_err(|e| {
+                    ChannelCreateError::Io {
+                        path: path.clone(),
+                        source: io::Error::other(e.to_string()),
+                    }
+                })?;
+                let recovered = ch.recover(proc_root);
+                return Ok((ch, CreateOutcome::Reused { recovered }));
+            }
+            Err(e) => return Err(io_err(e)),
+        }
+        let ch = Channel::open_expect(shm_dir, name, geom).map_err(|e| ChannelCreateError::Io {
+            path: path.clone(),
+            source: io::Error::other(e.to_string()),
+        })?;
+        let outcome = match replace_reason {
+            None => CreateOutcome::Created,
+            Some(reason) => CreateOutcome::Replaced { reason },
+        };
+        Ok((ch, outcome))
+    }
+
+    /// [`Channel::create`] with the geometry of a robot.yaml channel.
+    pub fn create_from_config(
+        shm_dir: &Path,
+        cfg: &ChannelConfig,
+        publishers: u32,
+        gid: Option<u32>,
+        proc_root: &Path,
+    ) -> Result<(Channel, CreateOutcome), ChannelCreateError> {
+        Channel::create(
+            shm_dir,
+            &cfg.name,
+            &ChannelGeometry::from_config(cfg, publishers),
+            gid,
+            proc_root,
+        )
+    }
+
+    fn init(map: &Mapping, geom: &ChannelGeometry, name: &str) {
+        let h: &Header = map.at(0);
+        let r = Ordering::Relaxed; // single writer: the file is not yet linked
+        h.version
+            .store(LAYOUT_VERSION as u64 | HEADER_BYTES << 32, r);
+        h.slot_bytes.store(geom.slot_bytes, r);
+        h.queue_len.store(geom.queue_len, r);
+        h.publishers.store(geom.publishers as u64, r);
+        h.subscribers.store(geom.subscribers as u64, r);
+        h.retention_ns
+            .store(geom.retention.as_nanos().min(u64::MAX as u128) as u64, r);
+        h.total_bytes.store(geom.total_bytes(), r);
+        let pid = sys::getpid();
+        h.creator.store(
+            owner_word(
+                pid,
+                sys::process_start_time(Path::new("/proc"), pid).unwrap_or(0),
+            ),
+            r,
+        );
+        let mut nb = [0u8; 128];
+        let n = name.len().min(128);
+        nb[..n].copy_from_slice(&name.as_bytes()[..n]);
+        for (i, w) in h.name.iter().enumerate() {
+            w.store(
+                u64::from_le_bytes(nb[i * 8..i * 8 + 8].try_into().unwrap()),
+                r,
+            );
+        }
+        h.next_index.store(0, r);
+        h.waiters.store(0, r);
+        let len = geom.queue_len;
+        for p in 0..len {
+            let e: &AtomicU64 = map.at((geom.ring_offset() + 8 * p) as usize);
+            e.store(pack(p.wrapping_sub(len), p), r);
+        }
+        for s in 0..geom.slots() {
+            let sh: &SlotHeader = map.at((geom.slots_offset() + s * geom.slot_bytes) as usize);
+            sh.qi.store(INVALID, r);
+        }
+        for i in 0..geom.publishers as u64 {
+            let pe: &PubEntry = map.at((geom.pub_table_offset() + 64 * i) as usize);
+            pe.scratch.store(len + i, r);
+            pe.swapping.store(NONE, r);
+        }
+        // The magic goes last; the file only becomes visible under its name
+        // after this and an fsync, so no reader sees a half-built header.
+        h.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// Opens channel `name` under `shm_dir`, taking its geometry from the
+    /// header. Wrong magic, layout version or size is refused.
+    pub fn open(shm_dir: &Path, name: &str) -> Result<Channel, ChannelOpenError> {
+        validate_channel_name(name).map_err(ChannelOpenError::InvalidName)?;
+        let path = channel_path(shm_dir, name);
+        Channel::open_path(&path, name)
+    }
+
+    /// Opens channel `name` and refuses it unless its geometry is `expect`.
+    pub fn open_expect(
+        shm_dir: &Path,
+        name: &str,
+        expect: &ChannelGeometry,
+    ) -> Result<Channel, ChannelOpenError> {
+        let ch = Channel::open(shm_dir, name)?;
+        let g = ch.inner.geom;
+        let path = ch.inner.path.clone();
+        for (field, found, expected) in [
+            ("queue length", g.queue_len, expect.queue_len),
+            ("slot size", g.slot_bytes, expect.slot_bytes),
+            (
+                "publisher entries",
+                g.publishers as u64,
+                expect.publishers as u64,
+            ),
+            (
+                "subscriber entries",
+                g.subscribers as u64,
+                expect.subscribers as u64,
+            ),
+            (
+                "retention (ns)",
+                g.retention.as_nanos() as u64,
+                expect.retention.as_nanos() as u64,
+            ),
+        ] {
+            if found != expected {
+                return Err(ChannelOpenError::Mismatch {
+                    path,
+                    field,
+                    found,
+                    expected,
+                });
+            }
+        }
+        Ok(ch)
+    }
+
+    /// Opens a channel file by path (`name` is only for messages).
+    pub fn open_path(path: &Path, name: &str) -> Result<Channel, ChannelOpenError> {
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ChannelOpenError::NotFound { path: path.into() })
+            }
+            Err(source) => {
+                return Err(ChannelOpenError::Io {
+                    path: path.into(),
+                    source,
+                })
+            }
+        };
+        let io_err = |source| ChannelOpenError::Io {
+            path: path.into(),
+            source,
+        };
+        let file_len = file.metadata().map_err(io_err)?.len();
+        if file_len < HEADER_BYTES {
+            return Err(ChannelOpenError::WrongFileSize {
+                path: path.into(),
+                found: file_len,
+                expected: HEADER_BYTES,
+            });
+        }
+        let head = Mapping::map(&file, HEADER_BYTES as usize).map_err(io_err)?;
+        let h: &Header = head.at(0);
+        let a = Ordering::Acquire; // pairs with the Release store of the magic in init
+        let magic = h.magic.load(a);
+        if magic != MAGIC {
+            return Err(ChannelOpenError::BadMagic {
+                path: path.into(),
+                found: magic,
+            });
+        }
+        let version = h.version.load(a);
+        if version != LAYOUT_VERSION as u64 | HEADER_BYTES << 32 {
+            return Err(ChannelOpenError::WrongVersion {
+                path: path.into(),
+                found: version & 0xffff_ffff,
+            });
+        }
+        let geom = ChannelGeometry {
+            queue_len: h.queue_len.load(a),
+            slot_bytes: h.slot_bytes.load(a),
+            publishers: h.publishers.load(a).min(u32::MAX as u64) as u32,
+            subscribers: h.subscribers.load(a).min(u32::MAX as u64) as u32,
+            retention: Duration::from_nanos(h.retention_ns.load(a)),
+        };
+        let total = h.total_bytes.load(a);
+        drop(head);
+        geom.check()
+            .map_err(|reason| ChannelOpenError::BadGeometry {
+                path: path.into(),
+                reason,
+            })?;
+        if total != geom.total_bytes() {
+            return Err(ChannelOpenError::BadGeometry {
+                path: path.into(),
+                reason: format!(
+                    "header total size {total} does not match its geometry ({})",
+                    geom.total_bytes()
+                ),
+            });
+        }
+        if file_len != total {
+            return Err(ChannelOpenError::WrongFileSize {
+                path: path.into(),
+                found: file_len,
+                expected: total,
+            });
+        }
+        let map = Mapping::map(&file, total as usize).map_err(io_err)?;
+        Ok(Channel::from_map(map, geom, path.into(), name.into()))
+    }
+
+    fn from_map(map: Mapping, geom: ChannelGeometry, path: PathBuf, name: String) -> Channel {
+        Channel {
+            inner: Arc::new(Inner {
+                mask: geom.queue_len - 1,
+                pubs: geom.pub_table_offset() as usize,
+                subs: geom.sub_table_offset() as usize,
+                ring: geom.ring_offset() as usize,
+                slots: geom.slots_offset() as usize,
+                map,
+                geom,
+                path,
+                name,
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+    pub fn geometry(&self) -> ChannelGeometry {
+        self.inner.geom
+    }
+
+    /// The next queue index to be published (= messages published so far).
+    pub fn next_index(&self) -> u64 {
+        // Acquire: a reader that sees index n also sees the ring entries of
+        // the messages before n (they were CASed in before the index moved).
+        self.inner.header().next_index.load(Ordering::Acquire)
+    }
+
+    /// The futex word: the low 32 bits of the queue index, in the mapping.
+    pub fn futex_word(&self) -> *const u32 {
+        sys::low_word_ptr(&self.inner.header().next_index)
+    }
+
+    /// Waits armed on this channel, all subscribers together.
+    pub fn waiters(&self) -> u64 {
+        self.inner.header().waiters.load(Ordering::SeqCst)
+    }
+
+    /// Publisher entries reclaimed from dead owners since creation.
+    pub fn recovered_count(&self) -> u64 {
+        self.inner.header().recovered.load(Ordering::Relaxed)
+    }
+
+    /// Attaches a publisher: claims a free publisher entry, or reclaims one
+    /// whose owner died. `proc_root` is normally `/proc`.
+    pub fn publisher(&self, proc_root: &Path) -> Result<Publisher, ChannelAttachError> {
+        let me = my_owner_word(proc_root)?;
+        let inner = &self.inner;
+        for i in 0..inner.geom.publishers {
+            // SeqCst: ownership transfer; also orders our later reads of the
+            // entry's scratch after the previous owner's Release of it.
+            if inner
+                .pub_entry(i)
+                .owner
+                .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return Ok(self.make_publisher(i));
+            }
+        }
+        for i in 0..inner.geom.publishers {
+            let o = inner.pub_entry(i).owner.load(Ordering::SeqCst);
+            if o != 0
+                && o != me
+                && !owner_alive(proc_root, o)
+                && inner
+                    .pub_entry(i)
+                    .owner
+                    .compare_exchange(o, me, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                self.recover_publisher(i);
+                return Ok(self.make_publisher(i));
+            }
+        }
+        Err(ChannelAttachError::Full {
+            path: inner.path.clone(),
+            what: "publisher",
+            count: inner.geom.publishers,
+        })
+    }
+
+    fn make_publisher(&self, entry: u32) -> Publisher {
+        let scratch = self.inner.pub_entry(entry).scratch.load(Ordering::SeqCst);
+        Publisher {
+            ch: self.clone(),
+            entry,
+            scratch,
+            pid: sys::getpid() as u64,
+            wakes: 0,
+            published: 0,
+            errors: 0,
+        }
+    }
+
+    /// Attaches a subscriber that may wait on the channel, starting at the
+    /// next message to be published.
+    pub fn subscriber(&self, proc_root: &Path) -> Result<Subscriber, ChannelAttachError> {
+        let me = my_owner_word(proc_root)?;
+        let inner = &self.inner;
+        let mut claimed = None;
+        for i in 0..inner.geom.subscribers {
+            if inner
+                .sub_entry(i)
+                .owner
+                .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                claimed = Some(i);
+                break;
+            }
+        }
+        if claimed.is_none() {
+            for i in 0..inner.geom.subscribers {
+                let o = inner.sub_entry(i).owner.load(Ordering::SeqCst);
+                if o != 0
+                    && o != me
+                    && !owner_alive(proc_root, o)
+                    && inner
+                        .sub_entry(i)
+                        .owner
+                        .compare_exchange(o, me, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    self.recover_subscriber(i);
+                    claimed = Some(i);
+                    break;
+                }
+            }
+        }
+        match claimed {
+            Some(i) => Ok(self.make_reader(Some(i))),
+            None => Err(ChannelAttachError::Full {
+                path: inner.path.clone(),
+                what: "subscriber",
+                count: inner.geom.subscribers,
+            }),
+        }
+    }
+
+    /// A reader that never waits (a fetcher): needs no subscriber entry.
+    /// It starts at the newest message already published, so its first
+    /// [`Subscriber::latest`] or [`Subscriber::next_message`] returns that one.
+    pub fn reader(&self) -> Subscriber {
+        let mut r = self.make_reader(None);
+        r.next = r.next.saturating_sub(1);
+        r
+    }
+
+    fn make_reader(&self, entry: Option<u32>) -> Subscriber {
+        let words = (self.inner.geom.max_payload() / 8) as usize;
+        Subscriber {
+            ch: self.clone(),
+            entry,
+            next: self.next_index(),
+            buf: vec![0u64; words],
+            lost: 0,
+            armed: 0,
+        }
+    }
+
+    /// Reclaims the entries of dead publishers and subscribers and helps
+    /// the queue index along past a message a dead publisher placed but
+    /// did not announce. Safe to call at any time, from any process.
+    pub fn recover(&self, proc_root: &Path) -> RecoveryReport {
+        let inner = &self.inner;
+        let mut rep = RecoveryReport::default();
+        let me = match my_owner_word(proc_root) {
+            Ok(m) => m,
+            Err(_) => return rep,
+        };
+        for i in 0..inner.geom.publishers {
+            let e = inner.pub_entry(i);
+            let o = e.owner.load(Ordering::SeqCst);
+            if o != 0
+                && !owner_alive(proc_root, o)
+                && e.owner
+                    .compare_exchange(o, me, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                self.recover_publisher(i);
+                // Release: the entry's repaired scratch/swapping are visible
+                // to whoever claims the entry next (their CAS is SeqCst).
+                e.owner.store(0, Ordering::Release);
+                rep.publishers += 1;
+            }
+        }
+        for i in 0..inner.geom.subscribers {
+            let e = inner.sub_entry(i);
+            let o = e.owner.load(Ordering::SeqCst);
+            if o != 0
+                && !owner_alive(proc_root, o)
+                && e.owner
+                    .compare_exchange(o, me, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                self.recover_subscriber(i);
+                e.owner.store(0, Ordering::Release);
+                rep.subscribers += 1;
+            }
+        }
+        rep.helped_along = self.help_along();
+        rep
+    }
+
+    /// Advances the queue index past messages already in the ring.
+    fn help_along(&self) -> bool {
+        let inner = &self.inner;
+        let h = inner.header();
+        let mut helped = false;
+        loop {
+            let qi = h.next_index.load(Ordering::SeqCst);
+            let e = inner.ring_entry(qi).load(Ordering::SeqCst);
+            if entry_tag(e) != tag(qi) {
+                break;
+            }
+            if h.next_index
+                .compare_exchange(qi, qi + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                helped = true;
+            }
+        }
+        if helped {
+            let _ = sys::futex_wake_all(&self.inner.header().next_index);
+        }
+        helped
+    }
+
+    /// Repairs publisher entry `i`, whose owner died, so that its scratch
+    /// slot is one no one else uses. The caller owns the entry.
+    ///
+    /// The dead publisher may have stopped anywhere in [`Publisher::publish`]:
+    /// - `swapping == NONE`: its scratch is its own; nothing to do.
+    /// - `swapping == e` (set just before its ring CAS for index `qi`,
+    ///   after stamping its scratch `s` with `qi`): the CAS either
+    ///   happened or never will. It happened iff the message `qi` is in
+    ///   `s`. Evidence that it happened, at least one of which holds at any
+    ///   moment if it did: the ring entry at `qi` is `(qi, s)`; or some
+    ///   publisher W evicting it holds `swapping == (qi, s)` (set before
+    ///   its CAS, cleared only after it re-stamped `s` INVALID); or `s` no
+    ///   longer carries the stamp `qi`. If it did not happen, `s` is frozen
+    ///   with stamp `qi`, never in the ring and never in anyone's
+    ///   `swapping`. Reading the stamp first and last closes the window in
+    ///   which `s` moves between the ring and W's `swapping`.
+    fn recover_publisher(&self, i: u32) {
+        let inner = &self.inner;
+        let e = inner.pub_entry(i);
+        let sw = e.swapping.load(Ordering::SeqCst);
+        if sw != NONE {
+            let s = e.scratch.load(Ordering::SeqCst);
+            let x = entry_slot(sw);
+            let qtag = (entry_tag(sw) + inner.geom.queue_len) & TAG_MASK;
+            let mine = (qtag << SLOT_BITS) | s;
+            let stamp_moved = || tag(inner.slot(s).qi.load(Ordering::SeqCst)) != qtag;
+            let mut happened = stamp_moved();
+            if !happened {
+                let pos = qtag & inner.mask;
+                happened = inner.ring_entry(pos).load(Ordering::SeqCst) == mine
+                    || (0..inner.geom.publishers).any(|j| {
+                        j != i && inner.pub_entry(j).swapping.load(Ordering::SeqCst) == mine
+                    })
+                    || stamp_moved();
+            }
+            if happened {
+                inner.slot(x).qi.store(INVALID, Ordering::SeqCst);
+                e.scratch.store(x, Ordering::SeqCst);
+            }
+            e.swapping.store(NONE, Ordering::SeqCst);
+        }
+        inner.header().recovered.fetch_add(1, Ordering::Relaxed); // a statistic
+        self.help_along();
+    }
+
+    fn recover_subscriber(&self, i: u32) {
+        let h = self.inner.header();
+        let armed = self.inner.sub_entry(i).armed.swap(0, Ordering::SeqCst);
+        // The subscriber adds to `waiters` before its own `armed` and takes
+        // from `armed` first, so `armed` never exceeds its share of
+        // `waiters`: subtracting it cannot hide a live waiter.
+        if armed > 0 {
+            h.waiters.fetch_sub(armed, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Inner {
+    #[inline]
+    fn header(&self) -> &Header {
+        // SAFETY: offset 0 holds the header (checked at open: the file is
+        // at least HEADER_BYTES and the base is page aligned); Header is
+        // ShmSafe and all its fields are atomics.
+        unsafe { &*(self.map.base() as *const Header) }
+    }
+    #[inline]
+    fn pub_entry(&self, i: u32) -> &PubEntry {
+        assert!(i < self.geom.publishers);
+        // SAFETY: i < publishers, and the table of `publishers` 64-byte
+        // entries at `pubs` lies inside the mapping (geometry checked
+        // against the file size at open); 64-byte aligned.
+        unsafe { &*(self.map.base().add(self.pubs + 64 * i as usize) as *const PubEntry) }
+    }
+    #[inline]
+    fn sub_entry(&self, i: u32) -> &SubEntry {
+        assert!(i < self.geom.subscribers);
+        // SAFETY: as for pub_entry, for the subscriber table.
+        unsafe { &*(self.map.base().add(self.subs + 64 * i as usize) as *const SubEntry) }
+    }
+    #[inline]
+    fn ring_entry(&self, qi: u64) -> &AtomicU64 {
+        let pos = (qi & self.mask) as usize;
+        // SAFETY: pos < queue_len; the ring of queue_len u64s at `ring`
+        // (8-aligned) lies inside the mapping (checked at open).
+        unsafe { &*(self.map.base().add(self.ring + 8 * pos) as *const AtomicU64) }
+    }
+    #[inline]
+    fn slot(&self, id: u64) -> &SlotHeader {
+        // A slot id comes from shared memory another process wrote: clamp
+        // it rather than trust it (a corrupt id then yields a lost message,
+        // never an out-of-bounds access).
+        let id = id.min(self.geom.slots() - 1) as usize;
+        // SAFETY: id < slots; the slot array lies inside the mapping and
+        // every slot is 64-byte aligned (slot_bytes is a multiple of 64).
+        unsafe {
+            &*(self
+                .map
+                .base()
+                .add(self.slots + id * self.geom.slot_bytes as usize)
+                as *const SlotHeader)
+        }
+    }
+    /// The payload words of a slot.
+    #[inline]
+    fn payload(&self, id: u64) -> &[AtomicU64] {
+        let id = id.min(self.geom.slots() - 1) as usize;
+        let words = (self.geom.max_payload() / 8) as usize;
+        // SAFETY: the payload of slot `id` (after its 64-byte header) lies
+        // inside the mapping, is 8-aligned, and holds `words` u64s;
+        // AtomicU64 has the layout of u64 and every bit pattern is valid.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.base().add(
+                    self.slots + id * self.geom.slot_bytes as usize + SLOT_HEADER_BYTES as usize,
+                ) as *const AtomicU64,
+                words,
+            )
+        }
+    }
+}
+
+/// Information about a published message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    pub index: u64,
+    pub send_time_ns: u64,
+    /// Whether a futex wake syscall was made.
+    pub woke: bool,
+}
+
+/// A publisher on a channel: owns one publisher entry (released on drop).
+pub struct Publisher {
+    ch: Channel,
+    entry: u32,
+    scratch: u64,
+    pid: u64,
+    wakes: u64,
+    published: u64,
+    errors: u64,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("channel", &self.ch.name())
+            .field("entry", &self.entry)
+            .finish()
+    }
+}
+
+impl Publisher {
+    pub fn channel(&self) -> &Channel {
+        &self.ch
+    }
+    /// Futex wake syscalls this publisher made.
+    pub fn wake_syscalls(&self) -> u64 {
+        self.wakes
+    }
+    pub fn published(&self) -> u64 {
+        self.published
+    }
+    pub fn errors(&self) -> u64 {
+        self.errors
+    }
+    /// The largest payload this channel carries.
+    pub fn max_payload(&self) -> usize {
+        self.ch.inner.geom.max_payload() as usize
+    }
+
+    /// Publishes a typed value.
+    pub fn publish_value<T: ShmSafe>(&mut self, v: &T) -> Result<Published, PublishError> {
+        self.publish(crate::shm::as_bytes(v))
+    }
+
+    /// Publishes `payload`: lock-free, allocation-free, and a futex wake
+    /// syscall only when some subscriber has a wait armed.
+    pub fn publish(&mut self, payload: &[u8]) -> Result<Published, PublishError> {
+        let inner = &*self.ch.inner;
+        let max = inner.geom.max_payload();
+        if payload.len() as u64 > max {
+            self.errors += 1;
+            inner
+                .pub_entry(self.entry)
+                .errors
+                .fetch_add(1, Ordering::Relaxed); // a statistic
+            return Err(PublishError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let s = self.scratch;
+        let sh = inner.slot(s);
+        // Seqlock write side: invalidate the stamp, then a Release fence,
+        // then the data. A reader that sees any of the new data and then
+        // fences (Acquire) sees the INVALID stamp (or later), so it never
+        // accepts a slot we are rewriting.
+        sh.qi.store(INVALID, Ordering::Relaxed);
+        fence(Ordering::Release);
+        let words = inner.payload(s);
+        let mut chunks = payload.chunks_exact(8);
+        let mut w = 0;
+        for c in &mut chunks {
+            // Relaxed: ordered before the stamp by its Release store below.
+            words[w].store(u64::from_ne_bytes(c.try_into().unwrap()), Ordering::Relaxed);
+            w += 1;
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            words[w].store(u64::from_ne_bytes(b), Ordering::Relaxed);
+        }
+        sh.size.store(payload.len() as u64, Ordering::Relaxed);
+        sh.pid.store(self.pid, Ordering::Relaxed);
+        let h = inner.header();
+        let pe = inner.pub_entry(self.entry);
+        let len = inner.geom.queue_len;
+        let retention = h.retention_ns.load(Ordering::Relaxed);
+        loop {
+            // SeqCst load of the index: it is compared with ring entries
+            // that other publishers CAS with SeqCst.
+            let qi = h.next_index.load(Ordering::SeqCst);
+            let slot_ref = inner.ring_entry(qi);
+            let e = slot_ref.load(Ordering::SeqCst);
+            if entry_tag(e) == tag(qi) {
+                // The message for qi is placed but the index not advanced
+                // (its publisher is preempted or dead): help it along.
+                let _ =
+                    h.next_index
+                        .compare_exchange(qi, qi + 1, Ordering::SeqCst, Ordering::SeqCst);
+                continue;
+            }
+            if entry_tag(e) != tag(qi.wrapping_sub(len)) {
+                continue; // our qi was stale; reload
+            }
+            let x = entry_slot(e);
+            let now = sys::monotonic_ns();
+            if retention > 0 && qi >= len {
+                let xs = inner.slot(x);
+                let q1 = xs.qi.load(Ordering::Acquire);
+                let t = xs.send_time_ns.load(Ordering::Relaxed);
+                fence(Ordering::Acquire);
+                let q2 = xs.qi.load(Ordering::Relaxed);
+                if q1 != q2 {
+                    continue; // evicted meanwhile by another publisher
+                }
+                if q1 == qi - len && now.saturating_sub(t) < retention {
+                    self.errors += 1;
+                    pe.errors.fetch_add(1, Ordering::Relaxed); // a statistic
+                    return Err(PublishError::WouldOverwrite {
+                        index: qi,
+                        age_ns: now.saturating_sub(t),
+                        retention_ns: retention,
+                    });
+                }
+            }
+            sh.send_time_ns.store(now, Ordering::Relaxed);
+            // Release: the payload, size, pid and time above are visible to
+            // any reader whose Acquire load sees this stamp.
+            sh.qi.store(qi, Ordering::Release);
+            // Recovery record, ordered before the CAS (both SeqCst).
+            pe.swapping.store(e, Ordering::SeqCst);
+            if slot_ref
+                .compare_exchange(e, pack(qi, s), Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                pe.swapping.store(NONE, Ordering::SeqCst);
+                continue;
+            }
+            // The evicted slot is ours now: invalidate its stamp so readers
+            // of the old message notice, record it, clear the record.
+            inner.slot(x).qi.store(INVALID, Ordering::SeqCst);
+            pe.scratch.store(x, Ordering::SeqCst);
+            pe.swapping.store(NONE, Ordering::SeqCst);
+            self.scratch = x;
+            let _ = h
+                .next_index
+                .compare_exchange(qi, qi + 1, Ordering::SeqCst, Ordering::SeqCst);
+            // Skipping the wake without losing one (store-buffer pattern,
+            // all four accesses SeqCst so they sit in one total order):
+            //   subscriber: waiters += 1 ; load index ; arm wait(index)
+            //   publisher:  index += 1   ; load waiters ; wake if > 0
+            // If we read waiters == 0, our index store precedes the
+            // subscriber's increment, so its index load (later) sees our
+            // message and it does not sleep on the old value (and the
+            // kernel's own check of the word would see it anyway). If the
+            // subscriber read the old index, its increment precedes our
+            // load, we see waiters > 0 and wake; a wait not yet queued in
+            // the kernel then finds the word changed and returns -EAGAIN.
+            let woke = if h.waiters.load(Ordering::SeqCst) != 0 {
+                let _ = sys::futex_wake_all(&h.next_index);
+                self.wakes += 1;
+                true
+            } else {
+                false
+            };
+            self.published += 1;
+            pe.published.fetch_add(1, Ordering::Relaxed); // a statistic
+            return Ok(Published {
+                index: qi,
+                send_time_ns: now,
+                woke,
+            });
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        // Release: our last scratch/swapping stores are visible to the next
+        // owner, whose claim CAS is SeqCst.
+        self.ch
+            .inner
+            .pub_entry(self.entry)
+            .owner
+            .store(0, Ordering::Release);
+    }
+}
+
+/// A message read from a channel; borrows the subscriber's buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    pub index: u64,
+    pub send_time_ns: u64,
+    pub sender_pid: u32,
+    /// Messages skipped (overwritten before they were read) just before
+    /// this one.
+    pub lost_before: u64,
+    pub data: &'a [u8],
+}
+
+impl Message<'_> {
+    /// The payload as a typed value, when its size matches.
+    pub fn value<T: ShmSafe + Copy>(&self) -> Option<T> {
+        crate::shm::from_bytes(self.data)
+    }
+}
+
+/// Outcome of one read attempt.
+enum ReadOne {
+    Ok { time: u64, pid: u64, size: usize },
+    Gone,
+}
+
+/// A subscriber (or, without an entry, a fetcher) on a channel.
+pub struct Subscriber {
+    ch: Channel,
+    entry: Option<u32>,
+    next: u64,
+    buf: Vec<u64>,
+    lost: u64,
+    armed: u64,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("channel", &self.ch.name())
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+impl Subscriber {
+    pub fn channel(&self) -> &Channel {
+        &self.ch
+    }
+    /// The next queue index this subscriber will read.
+    pub fn next_index(&self) -> u64 {
+        self.next
+    }
+    /// Messages lost (overwritten before read) so far.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+    /// Skips everything published so far.
+    pub fn skip_to_end(&mut self) {
+        self.next = self.ch.next_index();
+    }
+    /// Whether messages are waiting to be read.
+    pub fn has_new(&self) -> bool {
+        self.ch.next_index() > self.next
+    }
+
+    fn read_at(&mut self, i: u64) -> ReadOne {
+        let inner = &*self.ch.inner;
+        let e = inner.ring_entry(i).load(Ordering::Acquire);
+        if entry_tag(e) != tag(i) {
+            return ReadOne::Gone;
+        }
+        let x = entry_slot(e);
+        let sh = inner.slot(x);
+        // Seqlock read side: Acquire on the stamp pairs with the
+        // publisher's Release store of it (data visible); after the copy an
+        // Acquire fence, then the stamp again: if any word we read came from
+        // a later rewrite, the fence makes that writer's INVALID store
+        // visible to this second load.
+        if sh.qi.load(Ordering::Acquire) != i {
+            return ReadOne::Gone;
+        }
+        let time = sh.send_time_ns.load(Ordering::Relaxed);
+        let pid = sh.pid.load(Ordering::Relaxed);
+        let size = (sh.size.load(Ordering::Relaxed) as usize).min(self.buf.len() * 8);
+        let words = inner.payload(x);
+        let n = size.div_ceil(8);
+        for (d, s) in self.buf[..n].iter_mut().zip(&words[..n]) {
+            *d = s.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        if sh.qi.load(Ordering::Relaxed) != i {
+            return ReadOne::Gone;
+        }
+        ReadOne::Ok { time, pid, size }
+    }
+
+    fn message(&self, i: u64, time: u64, pid: u64, size: usize, lost_before: u64) -> Message<'_> {
+        // SAFETY: `buf` holds at least `size` initialised bytes (size was
+        // clamped to buf.len() * 8); u8 has no alignment requirement.
+        let data = unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, size) };
+        Message {
+            index: i,
+            send_time_ns: time,
+            sender_pid: pid as u32,
+            lost_before,
+            data,
+        }
+    }
+
+    /// The next unread message in order, or `None` when there is none.
+    /// Messages overwritten before they were read are counted in
+    /// [`Message::lost_before`] and [`Subscriber::lost`].
+    pub fn next_message(&mut self) -> Option<Message<'_>> {
+        let len = self.ch.inner.geom.queue_len;
+        let mut lost = 0;
+        loop {
+            let head = self.ch.next_index();
+            if self.next >= head {
+                self.lost += lost;
+                return None;
+            }
+            if head - self.next > len {
+                lost += head - len - self.next;
+                self.next = head - len;
+            }
+            let i = self.next;
+            self.next += 1;
+            match self.read_at(i) {
+                ReadOne::Ok { time, pid, size } => {
+                    self.lost += lost;
+                    return Some(self.message(i, time, pid, size, lost));
+                }
+                ReadOne::Gone => lost += 1,
+            }
+        }
+    }
+
+    /// The newest message, skipping (not counting as lost) anything older;
+    /// `None` when nothing new was published since the last read.
+    pub fn latest(&mut self) -> Option<Message<'_>> {
+        loop {
+            let head = self.ch.next_index();
+            if head == 0 || self.next >= head {
+                return None;
+            }
+            let i = head - 1;
+            if let ReadOne::Ok { time, pid, size } = self.read_at(i) {
+                self.next = head;
+                return Some(self.message(i, time, pid, size, 0));
+            }
+        }
+    }
+
+    /// The value to arm a futex wait with: the low 32 bits of the next
+    /// index this subscriber expects.
+    pub fn wait_value(&self) -> u32 {
+        self.next as u32
+    }
+
+    /// Counts a wait as armed (call before submitting it), so publishers
+    /// wake. Returns `false` (nothing counted) when new data is already
+    /// there and the wait need not be armed.
+    ///
+    /// Ordering: the SeqCst increment of `waiters` comes before the SeqCst
+    /// load of the index (see the matching comment in
+    /// [`Publisher::publish`]): a publisher either sees our count or we see
+    /// its message.
+    pub fn begin_wait(&mut self) -> bool {
+        let inner = &*self.ch.inner;
+        let h = inner.header();
+        h.waiters.fetch_add(1, Ordering::SeqCst);
+        if let Some(i) = self.entry {
+            inner.sub_entry(i).armed.fetch_add(1, Ordering::SeqCst);
+        }
+        self.armed += 1;
+        if h.next_index.load(Ordering::SeqCst) != self.next {
+            self.end_wait();
+            return false;
+        }
+        true
+    }
+
+    /// Counts an armed wait as finished (its completion arrived).
+    pub fn end_wait(&mut self) {
+        if self.armed == 0 {
+            return;
+        }
+        self.armed -= 1;
+        let inner = &*self.ch.inner;
+        if let Some(i) = self.entry {
+            inner.sub_entry(i).armed.fetch_sub(1, Ordering::SeqCst);
+        }
+        inner.header().waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Blocks (plain `FUTEX_WAIT`) until a message is there or the timeout
+    /// passes. For simple programs and tests; event loops arm io_uring.
+    pub fn wait(&mut self, timeout: Option<Duration>) {
+        if self.begin_wait() {
+            let _ = sys::futex_wait(
+                &self.ch.inner.header().next_index,
+                self.wait_value(),
+                timeout.map(|d| d.as_nanos() as u64),
+            );
+            self.end_wait();
+        }
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        while self.armed > 0 {
+            self.end_wait();
+        }
+        if let Some(i) = self.entry {
+            self.ch.inner.sub_entry(i).owner.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Opens the file read-only to check its mode (tests and `deploy verify`).
+pub fn file_mode(path: &Path) -> io::Result<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)?;
+    Ok((m.mode() & 0o7777, m.gid()))
+}

@@ -1,0 +1,219 @@
+//! Thin wrappers over the few syscalls the runtime issues directly: the
+//! monotonic clock, futex wait/wake, `futex_waitv`, and reading a process's
+//! start time from `/proc` (root given by the caller).
+//!
+//! Everything here is allocation-free except the `/proc` reader, which runs
+//! only when a publisher or subscriber attaches or a channel is recovered.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds. Goes through the vDSO: no syscall.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
+    // exists on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A nanosecond count as a timespec.
+#[inline]
+pub fn timespec_of(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+/// The address of the low 32 bits of a 64-bit queue index: the futex word.
+///
+/// Userspace only ever accesses the index as an `AtomicU64`; the kernel's
+/// 32-bit futex read of the low half is outside the Rust memory model, so no
+/// mixed-size atomic access happens in Rust code.
+#[inline]
+pub fn low_word_ptr(index: &AtomicU64) -> *const u32 {
+    let base = index.as_ptr() as *const u32;
+    if cfg!(target_endian = "big") {
+        base.wrapping_add(1)
+    } else {
+        base
+    }
+}
+
+/// `FUTEX_WAKE` (shared, not private: the word lives in a shared mapping
+/// and waiters are other processes) of every waiter on the low word of
+/// `index`. Returns how many were woken.
+#[inline]
+pub fn futex_wake_all(index: &AtomicU64) -> io::Result<usize> {
+    let word = low_word_ptr(index);
+    // SAFETY: FUTEX_WAKE only uses the address as a key (the kernel reads
+    // no memory through it); `word` points into `index`, alive for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// `FUTEX_WAIT` on the low word of `index` while it holds `expected`, with
+/// an optional relative timeout. `Ok(())` on wake or `EAGAIN`/`EINTR`/timeout
+/// (the caller re-checks the word in every case).
+pub fn futex_wait(index: &AtomicU64, expected: u32, timeout_ns: Option<u64>) -> io::Result<()> {
+    let word = low_word_ptr(index);
+    let ts = timeout_ns.map(timespec_of);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` points into `index`, alive for the call, 4-byte aligned;
+    // `tsp` is null or points to a timespec that outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAIT,
+            expected,
+            tsp,
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ETIMEDOUT) => Ok(()),
+            _ => Err(e),
+        }
+    } else {
+        Ok(())
+    }
+}
+
+/// `futex2` flag: the word is 32 bits.
+pub const FUTEX2_SIZE_U32: u32 = 0x02;
+
+/// One entry of `futex_waitv(2)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FutexWaitv {
+    pub val: u64,
+    pub uaddr: u64,
+    pub flags: u32,
+    pub reserved: u32,
+}
+
+/// `futex_waitv(2)` system call number (the same on every 64-bit
+/// architecture the project targets).
+pub const SYS_FUTEX_WAITV: libc::c_long = 449;
+
+/// What `futex_waitv` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitvResult {
+    /// The futex at this index was woken.
+    Woken(usize),
+    /// A word did not hold its expected value: more data.
+    Again,
+    /// The absolute deadline passed.
+    TimedOut,
+    /// A signal interrupted the wait.
+    Interrupted,
+}
+
+/// `futex_waitv` on `waiters` with an absolute `CLOCK_MONOTONIC` deadline.
+pub fn futex_waitv(waiters: &[FutexWaitv], deadline_ns: Option<u64>) -> io::Result<WaitvResult> {
+    let ts = deadline_ns.map(timespec_of);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `waiters` is a valid array of `futex_waitv` structs (repr(C),
+    // layout per the uapi header) whose addresses point into live mappings;
+    // `tsp` is null or a timespec that outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            SYS_FUTEX_WAITV,
+            waiters.as_ptr(),
+            waiters.len() as libc::c_uint,
+            0u32,
+            tsp,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if r >= 0 {
+        return Ok(WaitvResult::Woken(r as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => Ok(WaitvResult::Again),
+        Some(libc::ETIMEDOUT) => Ok(WaitvResult::TimedOut),
+        Some(libc::EINTR) => Ok(WaitvResult::Interrupted),
+        _ => Err(e),
+    }
+}
+
+/// Whether the kernel has `futex_waitv` (5.16+): an empty call is refused
+/// with `EINVAL` when it exists and `ENOSYS` when it does not.
+pub fn has_futex_waitv() -> bool {
+    // SAFETY: a null array with a zero count is never dereferenced.
+    let r = unsafe {
+        libc::syscall(
+            SYS_FUTEX_WAITV,
+            std::ptr::null::<FutexWaitv>(),
+            0u32,
+            0u32,
+            std::ptr::null::<libc::timespec>(),
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    !(r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
+}
+
+/// The running kernel's release string (`uname -r`).
+pub fn kernel_release() -> String {
+    // SAFETY: utsname is plain old data; zeroed is a valid value.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable utsname.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return "unknown".into();
+    }
+    let bytes: Vec<u8> = u
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The calling process's id.
+#[inline]
+pub fn getpid() -> u32 {
+    std::process::id()
+}
+
+/// Start time (field 22 of `<proc_root>/<pid>/stat`, in clock ticks since
+/// boot) of process `pid`, or `None` when the process does not exist.
+pub fn process_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces or
+    // parentheses: parse from the last `)`.
+    let rest = &text[text.rfind(')')? + 1..];
+    // rest starts with " <state> ..." = field 3; starttime is field 22.
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+}

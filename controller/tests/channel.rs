@@ -1,0 +1,247 @@
+//! Channel behaviour against the real kernel: shared mappings, futexes,
+//! many threads. Each test uses its own temporary shm directory.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use controller::channel::{channel_path, ChannelOpenError, CreateOutcome, PublishError};
+use controller::{Channel, ChannelGeometry};
+
+const PROC: &str = "/proc";
+
+fn checksum(words: &[u64]) -> u64 {
+    words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+        (h ^ w).wrapping_mul(0x1000_0000_01b3)
+    })
+}
+
+/// A message: publisher id, sequence, length-varying filler, checksum.
+fn encode(pubid: u64, seq: u64, out: &mut [u64; 16]) -> usize {
+    let n = 3 + (seq % 13) as usize;
+    out[0] = pubid;
+    out[1] = seq;
+    for (k, w) in out[2..n - 1].iter_mut().enumerate() {
+        *w = seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (k as u64) ^ (pubid << 56);
+    }
+    out[n - 1] = checksum(&out[..n - 1]);
+    n
+}
+
+fn words_of(data: &[u8]) -> Vec<u64> {
+    data.chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn create_open_publish_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(64, 8, 2);
+    let (ch, outcome) =
+        Channel::create(dir.path(), "/imu/raw", &geom, None, Path::new(PROC)).unwrap();
+    assert_eq!(outcome, CreateOutcome::Created);
+    let path = dir.path().join("imu/raw.v1");
+    assert_eq!(ch.path(), path);
+    let (mode, _) = controller::channel::file_mode(&path).unwrap();
+    assert_eq!(mode, 0o660);
+
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    let other = Channel::open(dir.path(), "/imu/raw").unwrap();
+    let mut s = other.subscriber(Path::new(PROC)).unwrap();
+    assert!(s.next_message().is_none());
+    for i in 0..5u64 {
+        let r = p.publish(&i.to_ne_bytes()).unwrap();
+        assert_eq!(r.index, i);
+        assert!(!r.woke);
+    }
+    for i in 0..5u64 {
+        let m = s.next_message().unwrap();
+        assert_eq!(m.index, i);
+        assert_eq!(m.value::<u64>(), Some(i));
+        assert_eq!(m.sender_pid, std::process::id());
+        assert_eq!(m.lost_before, 0);
+        assert!(m.send_time_ns > 0);
+    }
+    assert!(s.next_message().is_none());
+    // Overrun: 20 more into a ring of 8: the subscriber learns it lost 12.
+    for i in 0..20u64 {
+        p.publish(&i.to_ne_bytes()).unwrap();
+    }
+    let m = s.next_message().unwrap();
+    assert_eq!(m.lost_before, 12);
+    assert_eq!(m.index, 17);
+    assert_eq!(s.lost(), 12);
+    // Too large.
+    assert_eq!(
+        p.publish(&[0u8; 65]),
+        Err(PublishError::TooLarge { len: 65, max: 64 })
+    );
+    // latest() jumps to the newest.
+    p.publish(&99u64.to_ne_bytes()).unwrap();
+    let mut f = other.reader();
+    assert_eq!(f.latest().unwrap().value::<u64>(), Some(99));
+    assert!(f.latest().is_none());
+}
+
+#[test]
+fn retention_refuses_overwriting_young_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(8, 4, 1).with_retention(Duration::from_secs(30));
+    let (ch, _) = Channel::create(dir.path(), "/r", &geom, None, Path::new(PROC)).unwrap();
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    for i in 0..4u64 {
+        p.publish(&i.to_ne_bytes()).unwrap();
+    }
+    match p.publish(&4u64.to_ne_bytes()) {
+        Err(PublishError::WouldOverwrite {
+            index,
+            retention_ns,
+            ..
+        }) => {
+            assert_eq!(index, 4);
+            assert_eq!(retention_ns, 30_000_000_000);
+        }
+        other => panic!("expected WouldOverwrite, got {other:?}"),
+    }
+    assert_eq!(p.errors(), 1);
+    assert_eq!(ch.next_index(), 4);
+}
+
+#[test]
+fn wrong_version_and_size_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(64, 8, 1);
+    let (_ch, _) = Channel::create(dir.path(), "/v", &geom, None, Path::new(PROC)).unwrap();
+    let path = channel_path(dir.path(), "/v");
+
+    // Another geometry than expected.
+    let other = ChannelGeometry::new(128, 8, 1);
+    match Channel::open_expect(dir.path(), "/v", &other) {
+        Err(ChannelOpenError::Mismatch {
+            field: "slot size",
+            found: 128,
+            expected: 192,
+            ..
+        }) => {}
+        r => panic!("expected a slot size mismatch, got {r:?}"),
+    }
+
+    // Layout version 7 in the header.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let orig = bytes.clone();
+    bytes[8] = 7;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Channel::open(dir.path(), "/v").unwrap_err();
+    assert!(
+        matches!(e, ChannelOpenError::WrongVersion { found: 7, .. }),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("layout version 7") && msg.contains("v.v1"),
+        "{msg}"
+    );
+
+    // Truncated file.
+    std::fs::write(&path, &orig[..orig.len() - 64]).unwrap();
+    let e = Channel::open(dir.path(), "/v").unwrap_err();
+    assert!(matches!(e, ChannelOpenError::WrongFileSize { .. }), "{e}");
+
+    // Not a channel at all.
+    std::fs::write(&path, vec![0u8; 8192]).unwrap();
+    assert!(matches!(
+        Channel::open(dir.path(), "/v"),
+        Err(ChannelOpenError::BadMagic { .. })
+    ));
+
+    // create() replaces the damaged file and says why.
+    let (_ch, outcome) = Channel::create(dir.path(), "/v", &geom, None, Path::new(PROC)).unwrap();
+    assert!(
+        matches!(outcome, CreateOutcome::Replaced { .. }),
+        "{outcome:?}"
+    );
+    // ... and reuses a good one.
+    let (_ch, outcome) = Channel::create(dir.path(), "/v", &geom, None, Path::new(PROC)).unwrap();
+    assert!(
+        matches!(outcome, CreateOutcome::Reused { .. }),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn many_publishers_many_subscribers() {
+    const PUBS: u64 = 4;
+    const SUBS: usize = 3;
+    const PER_PUB: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(128, 64, PUBS as u32);
+    let (ch, _) = Channel::create(dir.path(), "/mpmc", &geom, None, Path::new(PROC)).unwrap();
+    let total = PUBS * PER_PUB;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let start = Arc::new(AtomicBool::new(false));
+
+    let mut subs = Vec::new();
+    for _ in 0..SUBS {
+        let mut s = ch.subscriber(Path::new(PROC)).unwrap();
+        subs.push(std::thread::spawn(move || {
+            let mut last_seq = [None::<u64>; PUBS as usize];
+            let mut seen = 0u64;
+            let mut expect_index = 0u64;
+            while expect_index < total {
+                assert!(
+                    Instant::now() < deadline,
+                    "subscriber hung at index {expect_index}"
+                );
+                match s.next_message() {
+                    Some(m) => {
+                        assert_eq!(m.index, expect_index + m.lost_before, "out of order");
+                        expect_index = m.index + 1;
+                        let w = words_of(m.data);
+                        assert_eq!(
+                            w[w.len() - 1],
+                            checksum(&w[..w.len() - 1]),
+                            "torn message {}",
+                            m.index
+                        );
+                        let p = w[0] as usize;
+                        if let Some(l) = last_seq[p] {
+                            assert!(w[1] > l, "publisher {p} seq {} after {l}", w[1]);
+                        }
+                        last_seq[p] = Some(w[1]);
+                        seen += 1;
+                    }
+                    None => s.wait(Some(Duration::from_millis(50))),
+                }
+            }
+            (seen, s.lost())
+        }));
+    }
+    let mut pubs = Vec::new();
+    for id in 0..PUBS {
+        let mut p = ch.publisher(Path::new(PROC)).unwrap();
+        let start = start.clone();
+        pubs.push(std::thread::spawn(move || {
+            while !start.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            let mut buf = [0u64; 16];
+            for seq in 0..PER_PUB {
+                let n = encode(id, seq, &mut buf);
+                let bytes: Vec<u8> = buf[..n].iter().flat_map(|w| w.to_ne_bytes()).collect();
+                p.publish(&bytes).unwrap();
+            }
+        }));
+    }
+    start.store(true, Ordering::Release);
+    for p in pubs {
+        p.join().unwrap();
+    }
+    assert_eq!(ch.next_index(), total);
+    for s in subs {
+        let (seen, lost) = s.join().unwrap();
+        assert_eq!(seen + lost, total, "seen {seen} + lost {lost}");
+        assert!(seen > 0);
+    }
+}
