@@ -4,5 +4,34 @@
 //! supervisor, the controller release and the boot configuration, and writes
 //! tar, tar.zst, ext4 or cpio.gz images that are byte-identical for identical
 //! inputs.
+//!
+//! Design rules:
+//! - the base is data: symlinks are entries (never followed), owners, modes
+//!   and device nodes are kept, tar member names cannot leave the root, and
+//!   an entry the output format cannot hold is an error naming it;
+//! - streaming: file data is read when written, one buffer at a time; a
+//!   compressed tar base is decompressed to a temporary file and read by
+//!   offset, never into memory;
+//! - reproducible: entries in path order, numeric owners, every mtime
+//!   clamped to SOURCE_DATE_EPOCH (given, or the newest mtime of the
+//!   release, never the clock), no user names, host paths or host times in
+//!   the output; ext4 goes through e2fsprogs with fixed UUID, hash seed,
+//!   feature list and fake time;
+//! - all or nothing: the image and its sidecars are written under temporary
+//!   names next to the output and renamed into place only when complete.
 
-pub mod bundle;
+pub mod base;
+pub mod build;
+pub mod entry;
+pub mod error;
+pub mod extlinux;
+pub mod flash;
+pub mod manifest;
+pub mod release;
+pub mod sbom;
+pub mod write;
+
+pub use base::Base;
+pub use build::{build, ImageSpec, Phase, Progress, Summary};
+pub use error::ImageBuildError;
+pub use write::Format;

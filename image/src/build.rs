@@ -1,0 +1,794 @@
+//! `build`: base + release + boot configuration -> one image file, written
+//! under a temporary name and renamed into place only when complete.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use cpusets::board::BootLoader;
+use cpusets::cmdline::{render, Token};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::base::{self, Base, HashingReader};
+use crate::entry::{Data, Entry, Kind, Tree};
+use crate::error::ImageBuildError;
+use crate::extlinux;
+use crate::manifest::{Manifest, ManifestEntry};
+use crate::release::{self, exec_in_release};
+use crate::sbom;
+use crate::write::{cpio::CpioSink, ext4, tar::TarSink, Format, HashingWriter, Item, Sink};
+
+/// Where rtdeploy puts things in the image (DESIGN.md, "On the robot").
+pub mod paths {
+    pub const EXTLINUX: &str = "boot/extlinux/extlinux.conf";
+    pub const CMDLINE: &str = "etc/rtdeploy/cmdline";
+    pub const ROBOT_YAML: &str = "etc/rtdeploy/robot.yaml";
+    pub const RELEASES: &str = "opt/rtdeploy/releases";
+    pub const CURRENT: &str = "opt/rtdeploy/current";
+    pub const DEPLOY: &str = "usr/bin/deploy";
+    pub const UNIT_DIR: &str = "etc/systemd/system";
+    pub const WANTS: &str = "etc/systemd/system/multi-user.target.wants";
+    pub const SYSCTL: &str = "etc/sysctl.d/90-rtdeploy.conf";
+    pub const LIMITS: &str = "etc/security/limits.d/90-rtdeploy.conf";
+}
+
+/// Everything an image is made from. Text inputs (unit, sysctl, limits)
+/// are rendered by their owners; this crate only places them.
+#[derive(Debug, Clone)]
+pub struct ImageSpec {
+    pub base: Base,
+    /// The release directory: the release's files (`bin/...`).
+    pub release: PathBuf,
+    /// The `deploy` binary built for the board.
+    pub deploy_binary: PathBuf,
+    /// robot.yaml as the user wrote it.
+    pub robot_yaml: String,
+    pub robot_name: String,
+    /// The release version (`<version>-<sha8>` names the release).
+    pub version: String,
+    /// rtdeploy's own version, for the SBOM.
+    pub rtdeploy_version: String,
+    /// Clamp for every mtime; `None`: the newest mtime in the release.
+    pub source_date_epoch: Option<u64>,
+    /// The planned kernel command line.
+    pub cmdline: Vec<Token>,
+    pub boot: BootLoader,
+    /// The supervisor's systemd unit: file name (`rtdeploy.service`) and text.
+    pub unit: Option<(String, String)>,
+    /// `/etc/sysctl.d/90-rtdeploy.conf`.
+    pub sysctl: String,
+    /// `/etc/security/limits.d/90-rtdeploy.conf`.
+    pub limits: String,
+    /// The programs robot.yaml names (`processes[].exec`); relative ones
+    /// must be in the release.
+    pub programs: Vec<String>,
+    /// ext4 size in bytes; `None`: content plus headroom.
+    pub size: Option<u64>,
+    /// Replace an existing output.
+    pub force: bool,
+}
+
+/// What `build` is doing, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// Reading (and decompressing) a tar base; `total` is its file size.
+    ReadBase,
+    /// Writing entries; `total` is the bytes of file data to write.
+    Write,
+    /// mke2fs / debugfs running (no byte count).
+    MakeFs,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Progress {
+    pub phase: Phase,
+    pub done: u64,
+    pub total: u64,
+}
+
+/// What was written.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub out: PathBuf,
+    pub format: Format,
+    pub bytes: u64,
+    pub sha256: String,
+    pub entries: usize,
+    pub data_bytes: u64,
+    pub source_date_epoch: u64,
+    /// `/opt/rtdeploy/releases/<version>-<sha8>`.
+    pub release_dir: String,
+    pub release_manifest_sha256: String,
+    /// The sha256 the SBOM names for the base (file digest of a tar base,
+    /// digest of the base's manifest for a directory base).
+    pub base_sha256: Option<String>,
+    /// The APPEND line written (extlinux boards with an extlinux.conf).
+    pub append: Option<String>,
+    pub cmdline: String,
+    pub manifest: PathBuf,
+    pub sbom: PathBuf,
+    pub warnings: Vec<String>,
+}
+
+/// The sidecar files written next to the image.
+pub fn sidecars(out: &Path) -> (PathBuf, PathBuf) {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (
+        out.with_file_name(format!("{name}.manifest.json")),
+        out.with_file_name(format!("{name}.cdx.json")),
+    )
+}
+
+/// A 16-byte UUID-formatted value derived from `label` and the inputs.
+fn derived_uuid(label: &str, seed: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(label.as_bytes());
+    h.update(seed);
+    sbom::uuid_from(&hex::encode(h.finalize()))
+}
+
+/// Builds the image described by `spec` at `out` in `format`.
+pub fn build(
+    spec: &ImageSpec,
+    out: &Path,
+    format: Format,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary, ImageBuildError> {
+    let (manifest_path, sbom_path) = sidecars(out);
+    if !spec.force {
+        for p in [out, &manifest_path, &sbom_path] {
+            if fs::symlink_metadata(p).is_ok() {
+                return Err(ImageBuildError::OutputExists {
+                    path: p.to_path_buf(),
+                });
+            }
+        }
+    }
+    let out_dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let out_name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+
+    // The release: checked first, it is small and names the image.
+    let rel = release::read(&spec.release, &spec.programs)?;
+    for reserved in ["robot.yaml", "manifest.json"] {
+        if rel.files.iter().any(|f| f.rel == reserved) {
+            return Err(ImageBuildError::Conflict {
+                path: spec.release.join(reserved).display().to_string(),
+                reason: format!(
+                    "the release directory must not hold {reserved} (rtdeploy writes it)"
+                ),
+            });
+        }
+    }
+    let deploy_md = fs::metadata(&spec.deploy_binary).map_err(ImageBuildError::io(
+        "read deploy binary",
+        &spec.deploy_binary,
+    ))?;
+    if !deploy_md.is_file() {
+        return Err(ImageBuildError::Conflict {
+            path: spec.deploy_binary.display().to_string(),
+            reason: "the deploy binary is not a regular file".into(),
+        });
+    }
+    let epoch = spec.source_date_epoch.unwrap_or(rel.newest_mtime);
+    let rmanifest = rel.manifest(
+        &spec.robot_name,
+        &spec.version,
+        epoch,
+        spec.robot_yaml.as_bytes(),
+    );
+    let rmanifest_bytes = rmanifest.to_bytes();
+    let rmanifest_sha = hex::encode(Sha256::digest(&rmanifest_bytes));
+    let release_name = format!("{}-{}", spec.version, &rmanifest_sha[..8]);
+    let release_dir = format!("{}/{release_name}", paths::RELEASES);
+
+    // The base.
+    let base_total = match &spec.base {
+        Base::Tar(p) => fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+        _ => 0,
+    };
+    let loaded = base::load(&spec.base, &out_dir, &mut |done| {
+        progress(Progress {
+            phase: Phase::ReadBase,
+            done,
+            total: base_total,
+        })
+    })?;
+    let mut tree = loaded.tree;
+    let base_keys: Vec<String> = match spec.base {
+        Base::Dir(_) => tree.entries.keys().cloned().collect(),
+        _ => Vec::new(),
+    };
+    // Base entries rtdeploy replaces, as they were (for the base digest).
+    let mut replaced: HashMap<String, Entry> = HashMap::new();
+    match &spec.base {
+        Base::Dir(p) | Base::Tar(p) => base::check_rootfs(p, &tree)?,
+        Base::None => {}
+    }
+    let mut warnings = Vec::new();
+
+    // Boot configuration.
+    let cmdline = render(&spec.cmdline);
+    let mut append = None;
+    if spec.boot == BootLoader::Extlinux {
+        match tree.entries.get(paths::EXTLINUX) {
+            Some(Entry {
+                kind: Kind::File { size, data, .. },
+                ..
+            }) => {
+                let mut text = String::new();
+                tree.open(paths::EXTLINUX, *size, data)
+                    .and_then(|mut r| r.read_to_string(&mut text))
+                    .map_err(ImageBuildError::io("read", tree.source_of(paths::EXTLINUX, data)))?;
+                let merged = extlinux::merge_conf(&text, &spec.cmdline).map_err(|problems| ImageBuildError::Extlinux {
+                    path: format!("/{}", paths::EXTLINUX),
+                    problems,
+                })?;
+                append = Some(merged.append.clone());
+                let old = tree.entries.get(paths::EXTLINUX).cloned().expect("present");
+                let mut new = Entry::bytes(merged.text.into_bytes(), old.mode, epoch);
+                (new.uid, new.gid) = (old.uid, old.gid);
+                tree.entries.insert(paths::EXTLINUX.to_string(), new);
+                replaced.insert(paths::EXTLINUX.to_string(), old);
+            }
+            Some(e) => {
+                return Err(ImageBuildError::Conflict {
+                    path: format!("/{}", paths::EXTLINUX),
+                    reason: format!("is a {} in the base, not a regular file", e.kind.name()),
+                })
+            }
+            None => warnings.push(format!(
+                "the board boots with extlinux but the base has no /{}; the command line is only in /{}",
+                paths::EXTLINUX,
+                paths::CMDLINE
+            )),
+        }
+    }
+
+    // What rtdeploy adds.
+    let mut add: Vec<(String, Entry)> = Vec::new();
+    add.push((
+        paths::CMDLINE.into(),
+        Entry::bytes(format!("{cmdline}\n").into_bytes(), 0o644, epoch),
+    ));
+    add.push((
+        paths::DEPLOY.into(),
+        Entry {
+            kind: Kind::File {
+                size: deploy_md.len(),
+                data: Data::Disk(spec.deploy_binary.clone()),
+                link_group: None,
+            },
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            mtime: epoch,
+        },
+    ));
+    if let Some((name, text)) = &spec.unit {
+        let unit = format!("{}/{name}", paths::UNIT_DIR);
+        add.push((
+            unit.clone(),
+            Entry::bytes(text.clone().into_bytes(), 0o644, epoch),
+        ));
+        add.push((
+            format!("{}/{name}", paths::WANTS),
+            Entry::symlink(&format!("/{unit}"), epoch),
+        ));
+    }
+    add.push((
+        paths::SYSCTL.into(),
+        Entry::bytes(spec.sysctl.clone().into_bytes(), 0o644, epoch),
+    ));
+    add.push((
+        paths::LIMITS.into(),
+        Entry::bytes(spec.limits.clone().into_bytes(), 0o644, epoch),
+    ));
+    add.push((release_dir.clone(), Entry::dir(0o755, epoch)));
+    for f in &rel.files {
+        let mut e = f.entry.clone();
+        e.mtime = epoch;
+        add.push((format!("{release_dir}/{}", f.rel), e));
+    }
+    add.push((
+        format!("{release_dir}/robot.yaml"),
+        Entry::bytes(spec.robot_yaml.clone().into_bytes(), 0o644, epoch),
+    ));
+    add.push((
+        format!("{release_dir}/manifest.json"),
+        Entry::bytes(rmanifest_bytes, 0o644, epoch),
+    ));
+    add.push((
+        paths::CURRENT.into(),
+        Entry::symlink(&format!("releases/{release_name}"), epoch),
+    ));
+    add.push((
+        paths::ROBOT_YAML.into(),
+        Entry::symlink("/opt/rtdeploy/current/robot.yaml", epoch),
+    ));
+    tree.entries
+        .entry(String::new())
+        .or_insert_with(|| Entry::dir(0o755, epoch));
+    for (path, entry) in add {
+        place(&mut tree, &mut replaced, &path, entry, epoch)?;
+    }
+
+    // Reproducibility: no time after the epoch.
+    for e in tree.entries.values_mut() {
+        e.mtime = e.mtime.min(epoch);
+    }
+    let cannot: Vec<String> = tree
+        .entries
+        .iter()
+        .filter(|(_, e)| !format.can_hold(&e.kind))
+        .map(|(p, e)| format!("{} /{p}", e.kind.name()))
+        .collect();
+    if !cannot.is_empty() {
+        return Err(ImageBuildError::Unrepresentable {
+            format: format.name(),
+            what: cannot,
+        });
+    }
+    if format == Format::Ext4 {
+        let bad: Vec<String> = tree
+            .entries
+            .keys()
+            .filter(|p| !ext4::debugfs_safe(p))
+            .map(|p| format!("name /{p}"))
+            .collect();
+        if !bad.is_empty() {
+            return Err(ImageBuildError::Unrepresentable {
+                format: "ext4",
+                what: bad,
+            });
+        }
+    }
+
+    // Write.
+    let total = tree.data_bytes();
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{out_name}."))
+        .suffix(".tmp")
+        .tempfile_in(&out_dir)
+        .map_err(ImageBuildError::io("create a temporary file in", &out_dir))?;
+    let mut files = Vec::with_capacity(tree.entries.len());
+    let (bytes, sha256) = match format {
+        Format::Tar | Format::TarZst | Format::CpioGz => {
+            let file = tmp
+                .as_file()
+                .try_clone()
+                .map_err(ImageBuildError::io("write", tmp.path()))?;
+            let hw = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
+            let hw = match format {
+                Format::Tar => {
+                    let mut sink = TarSink::new(hw);
+                    write_all(&tree, &mut sink, &mut files, total, progress)?;
+                    sink.finish()
+                }
+                Format::TarZst => {
+                    let mut enc = zstd::stream::write::Encoder::new(hw, 3)
+                        .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
+                    // Multi-threaded zstd output does not depend on the worker
+                    // count (any count >= 1), so the bytes are the same on
+                    // every build host.
+                    let workers =
+                        std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+                    enc.multithread(workers.max(1))
+                        .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
+                    enc.include_checksum(true)
+                        .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
+                    let mut sink = TarSink::new(enc);
+                    write_all(&tree, &mut sink, &mut files, total, progress)?;
+                    sink.finish().and_then(|e| e.finish())
+                }
+                _ => {
+                    let gz = flate2::GzBuilder::new()
+                        .mtime(0)
+                        .write(hw, flate2::Compression::default());
+                    let mut sink = CpioSink::new(gz);
+                    write_all(&tree, &mut sink, &mut files, total, progress)?;
+                    sink.finish().and_then(|g| g.finish())
+                }
+            }
+            .map_err(ImageBuildError::io("write", tmp.path()))?;
+            let mut hw = hw;
+            hw.flush()
+                .map_err(ImageBuildError::io("write", tmp.path()))?;
+            (hw.count, hex::encode(hw.hasher.finalize()))
+        }
+        Format::Ext4 => {
+            let work = tempfile::Builder::new()
+                .prefix(&format!(".{out_name}.staging."))
+                .tempdir_in(&out_dir)
+                .map_err(ImageBuildError::io(
+                    "create a staging directory in",
+                    &out_dir,
+                ))?;
+            let staging = work.path().join("root");
+            fs::create_dir(&staging).map_err(ImageBuildError::io("create", &staging))?;
+            let mut sink = ext4::StagingSink::new(staging.clone());
+            write_all(&tree, &mut sink, &mut files, total, progress)?;
+            sink.finish()
+                .map_err(ImageBuildError::io("set metadata in", &staging))?;
+            let needed = total + tree.entries.len() as u64 * 4096;
+            let size = match spec.size {
+                Some(s) => {
+                    if s < needed {
+                        return Err(ImageBuildError::TooSmall { size: s, needed });
+                    }
+                    s
+                }
+                None => (needed + needed / 5 + (96 << 20)).div_ceil(1 << 20) << 20,
+            };
+            tmp.as_file()
+                .set_len(size)
+                .map_err(ImageBuildError::io("size", tmp.path()))?;
+            progress(Progress {
+                phase: Phase::MakeFs,
+                done: 0,
+                total: 0,
+            });
+            let mut seed = rmanifest_sha.clone().into_bytes();
+            seed.extend_from_slice(spec.robot_name.as_bytes());
+            ext4::make_fs(&ext4::Ext4Params {
+                staging: &staging,
+                out: tmp.path(),
+                size,
+                uuid: derived_uuid("rtdeploy ext4 uuid", &seed),
+                hash_seed: derived_uuid("rtdeploy ext4 hash seed", &seed),
+                epoch,
+                entries: tree
+                    .entries
+                    .iter()
+                    .map(|(p, e)| (p.clone(), e.mode, e.uid, e.gid))
+                    .collect(),
+                deferred_nodes: std::mem::take(&mut sink.deferred_nodes),
+                work_dir: work.path(),
+            })?;
+            let sha = release::sha256_file(tmp.path())?;
+            (size, sha)
+        }
+    };
+    tmp.as_file()
+        .sync_all()
+        .map_err(ImageBuildError::io("sync", tmp.path()))?;
+
+    // Digest of a directory base: its manifest, as listed while written.
+    let base_sha256 = match &spec.base {
+        Base::Tar(_) => loaded.file_sha256.clone(),
+        Base::None => None,
+        Base::Dir(_) => Some(dir_base_digest(&tree, &base_keys, &replaced, &files)?),
+    };
+
+    let image_manifest = Manifest {
+        schema_version: 1,
+        kind: "image",
+        robot: spec.robot_name.clone(),
+        version: spec.version.clone(),
+        source_date_epoch: epoch,
+        files: files.iter().map(|(_, f)| f.clone()).collect(),
+    };
+    let deploy_sha = files
+        .iter()
+        .find(|(p, _)| p == paths::DEPLOY)
+        .and_then(|(_, f)| f.sha256.clone())
+        .unwrap_or_default();
+    let controllers = spec
+        .programs
+        .iter()
+        .filter_map(|p| exec_in_release(p))
+        .filter_map(|rel_path| {
+            let path = format!("{release_dir}/{rel_path}");
+            files
+                .iter()
+                .find(|(p, _)| *p == path)
+                .map(|(_, f)| sbom::Component {
+                    name: rel_path.rsplit('/').next().unwrap_or(rel_path).to_string(),
+                    version: Some(spec.version.clone()),
+                    path: format!("/{path}"),
+                    sha256: f.sha256.clone().unwrap_or_default(),
+                })
+        })
+        .collect::<Vec<_>>();
+    let mut controllers = controllers;
+    controllers.sort_by(|a, b| a.path.cmp(&b.path));
+    controllers.dedup_by(|a, b| a.path == b.path);
+    let sbom_doc = sbom::render(&sbom::SbomInput {
+        robot: &spec.robot_name,
+        version: &spec.version,
+        rtdeploy_version: &spec.rtdeploy_version,
+        source_date_epoch: epoch,
+        base_kind: match spec.base {
+            Base::Dir(_) => "directory",
+            Base::Tar(_) => "tar",
+            Base::None => "none",
+        },
+        base_sha256: base_sha256.as_deref(),
+        image_sha256: &sha256,
+        deploy: sbom::Component {
+            name: "deploy".into(),
+            version: Some(spec.rtdeploy_version.clone()),
+            path: format!("/{}", paths::DEPLOY),
+            sha256: deploy_sha,
+        },
+        controllers,
+    });
+    let mut sbom_bytes = serde_json::to_vec_pretty(&sbom_doc).expect("sbom serializes");
+    sbom_bytes.push(b'\n');
+
+    // Sidecars first, the image last: an image in place means it is whole.
+    let manifest_tmp = write_temp(&out_dir, &out_name, &image_manifest.to_bytes())?;
+    let sbom_tmp = write_temp(&out_dir, &out_name, &sbom_bytes)?;
+    manifest_tmp
+        .persist(&manifest_path)
+        .map_err(|e| ImageBuildError::io("rename into", &manifest_path)(e.error))?;
+    sbom_tmp
+        .persist(&sbom_path)
+        .map_err(|e| ImageBuildError::io("rename into", &sbom_path)(e.error))?;
+    tmp.persist(out)
+        .map_err(|e| ImageBuildError::io("rename into", out)(e.error))?;
+
+    Ok(Summary {
+        out: out.to_path_buf(),
+        format,
+        bytes,
+        sha256,
+        entries: tree.entries.len(),
+        data_bytes: total,
+        source_date_epoch: epoch,
+        release_dir: format!("/{release_dir}"),
+        release_manifest_sha256: rmanifest_sha,
+        base_sha256,
+        append,
+        cmdline,
+        manifest: manifest_path,
+        sbom: sbom_path,
+        warnings,
+    })
+}
+
+fn write_temp(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<tempfile::NamedTempFile, ImageBuildError> {
+    let mut t = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(ImageBuildError::io("create a temporary file in", dir))?;
+    t.write_all(bytes)
+        .and_then(|_| t.as_file().sync_all())
+        .map_err(ImageBuildError::io("write", t.path().to_path_buf()))?;
+    Ok(t)
+}
+
+/// The digest of a directory base: sha256 over its manifest lines (path
+/// order, file contents by sha256) as the base was, before rtdeploy
+/// replaced anything in it.
+fn dir_base_digest(
+    tree: &Tree,
+    base_keys: &[String],
+    replaced: &HashMap<String, Entry>,
+    files: &[(String, ManifestEntry)],
+) -> Result<String, ImageBuildError> {
+    let written: HashMap<&str, &ManifestEntry> =
+        files.iter().map(|(p, f)| (p.as_str(), f)).collect();
+    let mut h = Sha256::new();
+    for key in base_keys {
+        let line = match replaced.get(key) {
+            Some(old) => {
+                let sha = match &old.kind {
+                    Kind::File { size, data, .. } => {
+                        let src = tree.source_of(key, data);
+                        let mut r = tree
+                            .open(key, *size, data)
+                            .map_err(ImageBuildError::io("read", &src))?;
+                        let mut hr = HashingReader {
+                            inner: &mut r,
+                            hasher: Sha256::new(),
+                            count: 0,
+                        };
+                        std::io::copy(&mut hr, &mut std::io::sink())
+                            .map_err(ImageBuildError::io("read", &src))?;
+                        Some(hex::encode(hr.hasher.finalize()))
+                    }
+                    _ => None,
+                };
+                ManifestEntry::new(format!("/{key}"), old, sha, None)
+            }
+            None => match written.get(key.as_str()) {
+                Some(l) => (*l).clone(),
+                None => continue,
+            },
+        };
+        h.update(serde_json::to_vec(&line).expect("manifest line serializes"));
+        h.update(b"\n");
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Puts `entry` at `path`, creating missing parent directories (root,
+/// 0755); a parent that exists as anything but a directory (a symlink
+/// included: the image is never written through one) is an error.
+fn place(
+    tree: &mut Tree,
+    replaced: &mut HashMap<String, Entry>,
+    path: &str,
+    entry: Entry,
+    epoch: u64,
+) -> Result<(), ImageBuildError> {
+    let mut at = 0;
+    while let Some(i) = path[at..].find('/') {
+        let parent = &path[..at + i];
+        match tree.entries.get(parent) {
+            None => {
+                tree.entries
+                    .insert(parent.to_string(), Entry::dir(0o755, epoch));
+            }
+            Some(Entry {
+                kind: Kind::Dir, ..
+            }) => {}
+            Some(e) => {
+                return Err(ImageBuildError::Conflict {
+                    path: format!("/{parent}"),
+                    reason: format!(
+                        "is a {} in the base, but rtdeploy needs a directory there for /{path}",
+                        e.kind.name()
+                    ),
+                })
+            }
+        }
+        at += i + 1;
+    }
+    if let Some(old) = tree.entries.get(path) {
+        if matches!(old.kind, Kind::Dir) != matches!(entry.kind, Kind::Dir) {
+            return Err(ImageBuildError::Conflict {
+                path: format!("/{path}"),
+                reason: format!(
+                    "is a {} in the base; rtdeploy writes a {} there",
+                    old.kind.name(),
+                    entry.kind.name()
+                ),
+            });
+        }
+        if matches!(old.kind, Kind::Dir) {
+            return Ok(());
+        }
+        replaced
+            .entry(path.to_string())
+            .or_insert_with(|| old.clone());
+    }
+    tree.entries.insert(path.to_string(), entry);
+    Ok(())
+}
+
+/// Feeds every entry to `sink` in path order, hashing file data as it
+/// passes and reporting progress.
+fn write_all(
+    tree: &Tree,
+    sink: &mut dyn Sink,
+    files: &mut Vec<(String, ManifestEntry)>,
+    total: u64,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(), ImageBuildError> {
+    let mut first_of_group: HashMap<u64, (String, u64, String)> = HashMap::new();
+    let mut group_size: HashMap<u64, u32> = HashMap::new();
+    for e in tree.entries.values() {
+        if let Kind::File {
+            link_group: Some(g),
+            ..
+        } = e.kind
+        {
+            *group_size.entry(g).or_default() += 1;
+        }
+    }
+    let mut done = 0u64;
+    let mut last_report = 0u64;
+    let mut next_ino = 1u64;
+    progress(Progress {
+        phase: Phase::Write,
+        done,
+        total,
+    });
+    for (path, e) in &tree.entries {
+        let group = match e.kind {
+            Kind::File {
+                link_group: Some(g),
+                ..
+            } => Some(g),
+            _ => None,
+        };
+        if let Some((first, ino, sha)) = group.and_then(|g| first_of_group.get(&g)) {
+            let item = Item {
+                path,
+                entry: e,
+                link_to: Some(first),
+                ino: *ino,
+                nlink: group.map_or(1, |g| group_size[&g]),
+            };
+            sink.put(&item, None)
+                .map_err(ImageBuildError::io("write", format!("/{path}")))?;
+            let line = ManifestEntry::new(
+                format!("/{path}"),
+                e,
+                Some(sha.clone()),
+                Some(format!("/{first}")),
+            );
+            files.push((path.clone(), line));
+            continue;
+        }
+        let ino = next_ino;
+        next_ino += 1;
+        let nlink = match (&e.kind, group) {
+            (Kind::Dir, _) => 2,
+            (_, Some(g)) => group_size[&g],
+            _ => 1,
+        };
+        let item = Item {
+            path,
+            entry: e,
+            link_to: None,
+            ino,
+            nlink,
+        };
+        let sha = match &e.kind {
+            Kind::File { size, data, .. } => {
+                let src = tree.source_of(path, data);
+                let reader = tree
+                    .open(path, *size, data)
+                    .map_err(ImageBuildError::io("read", &src))?;
+                let mut hr = HashingReader {
+                    inner: BufReader::with_capacity(1 << 20, reader),
+                    hasher: Sha256::new(),
+                    count: 0,
+                };
+                sink.put(&item, Some(&mut hr)).map_err(|err| {
+                    // Say which side failed: reading the source or writing.
+                    if hr.count < *size || err.kind() == std::io::ErrorKind::UnexpectedEof {
+                        ImageBuildError::io("read", &src)(err)
+                    } else {
+                        ImageBuildError::io("write", format!("/{path}"))(err)
+                    }
+                })?;
+                done += *size;
+                if done - last_report >= 4 << 20 {
+                    last_report = done;
+                    progress(Progress {
+                        phase: Phase::Write,
+                        done,
+                        total,
+                    });
+                }
+                Some(hex::encode(hr.hasher.finalize()))
+            }
+            _ => {
+                sink.put(&item, None)
+                    .map_err(ImageBuildError::io("write", format!("/{path}")))?;
+                None
+            }
+        };
+        if let (Some(g), Some(s)) = (group, &sha) {
+            first_of_group.insert(g, (path.clone(), ino, s.clone()));
+        }
+        let line = ManifestEntry::new(format!("/{path}"), e, sha, None);
+        files.push((path.clone(), line));
+    }
+    progress(Progress {
+        phase: Phase::Write,
+        done: total,
+        total,
+    });
+    Ok(())
+}
