@@ -117,7 +117,10 @@ struct Header {
     creator: AtomicU64,
     /// Publisher entries reclaimed from dead owners.
     recovered: AtomicU64,
-    _pad0: [AtomicU64; 6],
+    /// Of those, the ones whose owner died between stamping and bookkeeping
+    /// of a ring swap (`swapping` set).
+    recovered_mid_swap: AtomicU64,
+    _pad0: [AtomicU64; 5],
     /// The channel name, NUL padded.
     name: [AtomicU64; 16],
     /// The next queue index to publish. Its low 32 bits are the futex word.
@@ -769,6 +772,14 @@ impl Channel {
         self.inner.header().recovered.load(Ordering::Relaxed)
     }
 
+    /// Reclaimed publisher entries whose owner died mid-swap.
+    pub fn recovered_mid_swap_count(&self) -> u64 {
+        self.inner
+            .header()
+            .recovered_mid_swap
+            .load(Ordering::Relaxed)
+    }
+
     /// Attaches a publisher: claims a free publisher entry, or reclaims one
     /// whose owner died. `proc_root` is normally `/proc`.
     pub fn publisher(&self, proc_root: &Path) -> Result<Publisher, ChannelAttachError> {
@@ -976,6 +987,10 @@ impl Channel {
         let e = inner.pub_entry(i);
         let sw = e.swapping.load(Ordering::SeqCst);
         if sw != NONE {
+            inner
+                .header()
+                .recovered_mid_swap
+                .fetch_add(1, Ordering::Relaxed); // a statistic
             let s = e.scratch.load(Ordering::SeqCst);
             let x = entry_slot(sw);
             let qtag = (entry_tag(sw) + inner.geom.queue_len) & TAG_MASK;
