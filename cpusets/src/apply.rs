@@ -9,7 +9,7 @@
 //! sysctl that cannot be set does not stop the others: each write's outcome
 //! is recorded in the [`ApplyReport`].
 
-mod sched;
+pub mod sched;
 
 use std::fmt;
 use std::fs;

@@ -273,11 +273,19 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
             Some(_) => (ThreadKind::Irq, &iso.irqs.threads, 0),
             None => (ThreadKind::Kthread, &iso.irqs.kthreads, iso.irqs.threads.len()),
         };
+        // `comm` is cut at 15 characters (`irq/201-3210000`), so an IRQ
+        // thread is also matched by its full name, `irq/N-<action>`.
+        let mut names = vec![task.comm.clone()];
+        if let Some(n) = task.irq_number() {
+            if let Some(irq) = inv.irqs.iter().find(|i| i.irq == n) {
+                names.extend(irq.actions.iter().map(|a| format!("irq/{n}-{a}")));
+            }
+        }
         // The last matching rule wins, as with overrides.
         let rule = rules
             .iter()
             .enumerate()
-            .filter(|(_, r)| glob_match(&r.pattern, &task.comm))
+            .filter(|(_, r)| names.iter().any(|name| glob_match(&r.pattern, name)))
             .last();
         if let Some((i, _)) = rule {
             used[offset + i] = true;
