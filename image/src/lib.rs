@@ -22,6 +22,7 @@
 
 pub mod base;
 pub mod build;
+pub mod bundle;
 pub mod entry;
 pub mod error;
 pub mod extlinux;

@@ -207,6 +207,15 @@ impl Staging {
         Ok(())
     }
 
+    /// How many blobs were new to the store.
+    pub fn len(&self) -> usize {
+        self.staged.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.staged.is_empty()
+    }
+
     /// Moves every staged blob into the store (call only once the whole
     /// bundle verified) and fsyncs the store directory.
     pub fn commit(mut self) -> Result<(), StoreError> {
