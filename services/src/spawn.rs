@@ -404,6 +404,9 @@ pub struct Child {
     /// The read end of its stdout/stderr pipe (non-blocking).
     pub output: OwnedFd,
     pub started: Instant,
+    /// Steps that failed without stopping the start (an rlimit the
+    /// supervisor may not raise without CAP_SYS_RESOURCE).
+    pub warnings: Vec<String>,
 }
 
 fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -441,17 +444,14 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
     }
     drop(out_w);
     drop(err_w);
-    let mut report = [0u8; 8];
-    let mut got = 0;
-    while got < report.len() {
-        // SAFETY: the buffer has `len - got` bytes of room at `got`.
-        let n = unsafe {
-            libc::read(
-                err_r.as_raw_fd(),
-                report[got..].as_mut_ptr().cast(),
-                report.len() - got,
-            )
-        };
+    // Records of 12 bytes: (fatal, step, errno). Warnings come first; a
+    // fatal record is the last thing the child writes; EOF alone means
+    // execve succeeded.
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        // SAFETY: `buf` has `buf.len()` bytes of room.
+        let n = unsafe { libc::read(err_r.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n == -1 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
@@ -461,14 +461,21 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
         if n == 0 {
             break;
         }
-        got += n as usize;
+        bytes.extend_from_slice(&buf[..n as usize]);
     }
-    if got == report.len() {
-        let step = Step::from_u32(u32::from_ne_bytes(
-            report[..4].try_into().unwrap_or_default(),
-        ))
-        .unwrap_or(Step::Exec);
-        let errno = i32::from_ne_bytes(report[4..].try_into().unwrap_or_default());
+    let mut warnings = Vec::new();
+    for rec in bytes.chunks_exact(12) {
+        let word =
+            |i: usize| u32::from_ne_bytes(rec[i * 4..i * 4 + 4].try_into().unwrap_or_default());
+        let step = Step::from_u32(word(1)).unwrap_or(Step::Exec);
+        let source = std::io::Error::from_raw_os_error(word(2) as i32);
+        if word(0) == 0 {
+            warnings.push(format!(
+                "{} failed: {source} (the process runs with the inherited limit)",
+                prep.describe(step)
+            ));
+            continue;
+        }
         let mut status = 0;
         // SAFETY: reaps our own child, which has exited (or is exiting).
         unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -476,7 +483,7 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
             name: prep.name.clone(),
             step,
             what: prep.describe(step),
-            source: std::io::Error::from_raw_os_error(errno),
+            source,
         });
     }
     let pidfd = rustix::process::pidfd_open(
@@ -491,7 +498,24 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
         pidfd,
         output: out_r,
         started: Instant::now(),
+        warnings,
     })
+}
+
+/// Writes one `(fatal, step, errno)` record for the parent.
+///
+/// # Safety
+/// Only for the child of `fork`; async-signal-safe.
+unsafe fn report(err_fd: RawFd, fatal: bool, step: Step) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let errno = unsafe { *libc::__errno_location() };
+    let mut msg = [0u8; 12];
+    msg[..4].copy_from_slice(&u32::from(fatal).to_ne_bytes());
+    msg[4..8].copy_from_slice(&(step as u32).to_ne_bytes());
+    msg[8..].copy_from_slice(&errno.to_ne_bytes());
+    // SAFETY: write is async-signal-safe; `msg` is on our stack. A pipe
+    // write of 12 bytes is atomic.
+    unsafe { libc::write(err_fd, msg.as_ptr().cast(), msg.len()) };
 }
 
 /// Reports `(step, errno)` to the parent and exits.
@@ -499,14 +523,9 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
 /// # Safety
 /// Only for the child of `fork`; async-signal-safe.
 unsafe fn fail(err_fd: RawFd, step: Step) -> ! {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    let errno = unsafe { *libc::__errno_location() };
-    let mut msg = [0u8; 8];
-    msg[..4].copy_from_slice(&(step as u32).to_ne_bytes());
-    msg[4..].copy_from_slice(&errno.to_ne_bytes());
-    // SAFETY: write and _exit are async-signal-safe; `msg` is on our stack.
+    // SAFETY: same contract as ours; _exit is async-signal-safe.
     unsafe {
-        libc::write(err_fd, msg.as_ptr().cast(), msg.len());
+        report(err_fd, true, step);
         libc::_exit(127)
     }
 }
@@ -554,7 +573,11 @@ unsafe fn child(prep: &Prepared, parent: libc::pid_t, out_fd: RawFd, err_fd: Raw
         }
 
         for (step, res, lim) in &prep.rlimits {
-            check!(*step, libc::setrlimit(*res, lim));
+            // Raising a hard limit needs CAP_SYS_RESOURCE; without it the
+            // start goes on and the parent reports a warning.
+            if libc::setrlimit(*res, lim) == -1 {
+                report(err_fd, false, *step);
+            }
         }
         check!(
             Step::Sched,

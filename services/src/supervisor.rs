@@ -672,6 +672,7 @@ impl Supervisor {
         match result {
             Ok(child) => {
                 let pid = child.pid;
+                let warnings = child.warnings.clone();
                 let p = &mut self.procs[i];
                 p.child = Some(child);
                 p.state = PState::Running;
@@ -684,6 +685,10 @@ impl Supervisor {
                 let name = p.cfg.name.clone();
                 self.note(i, &format!("started, pid {pid}"));
                 self.say(format!("{name}: started, pid {pid}"));
+                for w in warnings {
+                    self.note(i, &format!("warning: {w}"));
+                    self.say(format!("{name}: warning: {w}"));
+                }
             }
             Err(e) => {
                 let msg = e.to_string();

@@ -1,0 +1,176 @@
+//! Shared helpers: a prefix in a temporary directory, process configs from
+//! JSON, and a supervisor running on its own thread.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use services::config::{ProcessConfig, RobotSection};
+use services::control::{self, Reply, Request};
+use services::status::{ProcessStatus, SupervisorStatus};
+use services::supervisor::{Hooks, Options, Roots, Supervisor, SupervisorConfig};
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// A process config from JSON (the same shape as robot.yaml).
+pub fn process(v: serde_json::Value) -> ProcessConfig {
+    serde_json::from_value(v).expect("valid process config")
+}
+
+/// A prefix whose `etc/passwd` and `etc/group` know `nobody` and a group
+/// `rtctl` (gid 4242); world-traversable so `nobody` can reach its socket.
+pub fn prefix() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("rtdeploy-sup-")
+        .tempdir()
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+    std::fs::write(
+        dir.path().join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("etc/group"),
+        "root:x:0:\nnogroup:x:65534:\nrtctl:x:4242:\n",
+    )
+    .unwrap();
+    dir
+}
+
+pub struct Running {
+    pub prefix: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub thread: Option<JoinHandle<Result<(), String>>>,
+}
+
+pub fn config(processes: Vec<ProcessConfig>, group: Option<&str>) -> SupervisorConfig {
+    let all = cpusets::cpuset::CpuSet::first(
+        rustix::thread::sched_getaffinity(None)
+            .map(|s| s.count())
+            .unwrap_or(1) as u32,
+    );
+    SupervisorConfig {
+        robot: RobotSection {
+            name: "testbot".into(),
+            group: group.map(String::from),
+        },
+        cpus: processes
+            .iter()
+            .map(|p| p.cpus.clone().unwrap_or_else(|| all.clone()))
+            .collect(),
+        processes,
+        channels: Vec::new(),
+        boot_check: Default::default(),
+        cpu_dma_latency: None,
+    }
+}
+
+pub fn roots(prefix: &Path) -> Roots {
+    Roots {
+        prefix: prefix.to_path_buf(),
+        proc_root: "/proc".into(),
+        sys_root: prefix.join("sys"),
+        dev_root: prefix.join("dev"),
+    }
+}
+
+/// Starts a supervisor (no signal handling: it shares the test process).
+pub fn start(cfg: SupervisorConfig, hooks: Hooks) -> Running {
+    let prefix = prefix();
+    start_in(prefix, cfg, hooks)
+}
+
+pub fn start_in(prefix: tempfile::TempDir, cfg: SupervisorConfig, hooks: Hooks) -> Running {
+    let opts = Options {
+        handle_signals: false,
+        verbose: false,
+        log_max_bytes: 1 << 20,
+        ..Default::default()
+    };
+    let sup =
+        Supervisor::new(cfg, roots(prefix.path()), opts, hooks, None).expect("supervisor starts");
+    let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
+    Running {
+        socket: control::socket_path(prefix.path()),
+        prefix,
+        thread: Some(thread),
+    }
+}
+
+impl Running {
+    pub fn request(&self, r: &Request) -> Reply {
+        control::request(&self.socket, r).expect("control request")
+    }
+
+    pub fn status(&self) -> SupervisorStatus {
+        self.request(&Request::Status)
+            .status
+            .expect("status in reply")
+    }
+
+    pub fn process(&self, name: &str) -> ProcessStatus {
+        self.status()
+            .processes
+            .into_iter()
+            .find(|p| p.name == name)
+            .expect("process in status")
+    }
+
+    /// Polls status until `f` holds; panics after 20 s (watchdog).
+    pub fn wait_for(&self, what: &str, f: impl Fn(&SupervisorStatus) -> bool) -> SupervisorStatus {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = self.status();
+            if f(&s) {
+                return s;
+            }
+            if Instant::now() > until {
+                panic!("timed out waiting for {what}; status: {s:#?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(
+            self.prefix
+                .path()
+                .join(format!("var/log/rtdeploy/{name}.log")),
+        )
+        .unwrap_or_default()
+    }
+
+    /// Waits until the log of `name` contains `needle`.
+    pub fn wait_log(&self, name: &str, needle: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !self.log(name).contains(needle) {
+            if Instant::now() > until {
+                panic!(
+                    "timed out waiting for `{needle}` in the log of {name}: {}",
+                    self.log(name)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// stop-all, then joins the supervisor thread.
+    pub fn stop_all(mut self) -> tempfile::TempDir {
+        let reply = self.request(&Request::StopAll);
+        assert!(reply.ok, "{reply:?}");
+        self.thread.take().unwrap().join().unwrap().unwrap();
+        self.prefix
+    }
+}
+
+pub fn pid_alive(pid: i32) -> bool {
+    // A zombie still has a /proc entry; count it as alive (not reaped).
+    Path::new(&format!("/proc/{pid}")).exists()
+}

@@ -1,0 +1,247 @@
+//! Spawning real processes: attributes read back from /proc, and failures
+//! that come back with the step and the reason.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use common::{is_root, process};
+use serde_json::json;
+use services::accounts::Accounts;
+use services::procfs;
+use services::spawn::{prepare, spawn, Child, SpawnContext, Step};
+
+fn ctx(prefix: &Path) -> SpawnContext {
+    SpawnContext {
+        prefix: prefix.to_path_buf(),
+        accounts: Accounts::load(prefix).unwrap(),
+        own_ids: (
+            rustix::process::geteuid().as_raw(),
+            rustix::process::getegid().as_raw(),
+        ),
+        rt_cgroup: None,
+        housekeeping_cgroup: None,
+        base_env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+    }
+}
+
+/// CAP_SYS_RESOURCE (bit 24) in the effective set.
+fn has_cap_sys_resource() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap() & (1 << 24) != 0
+}
+
+fn one_cpu() -> cpusets::cpuset::CpuSet {
+    let mut s = cpusets::cpuset::CpuSet::new();
+    s.insert(0);
+    s
+}
+
+/// Reads the child's output until it closes stdout.
+fn output(c: &Child) -> String {
+    rustix::fs::fcntl_setfl(&c.output, rustix::fs::OFlags::empty()).unwrap();
+    let mut f = std::fs::File::from(c.output.try_clone().unwrap());
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    s
+}
+
+fn reap(c: &Child) -> Option<i32> {
+    let (_, st) = rustix::process::waitpid(
+        rustix::process::Pid::from_raw(c.pid),
+        rustix::process::WaitOptions::empty(),
+    )
+    .unwrap()
+    .unwrap();
+    st.exit_status()
+}
+
+#[test]
+fn args_env_and_working_dir_reach_the_process() {
+    let prefix = common::prefix();
+    let p = process(json!({
+        "name": "echo", "exec": "/bin/sh",
+        "args": ["-c", "pwd; echo \"$GREETING $RTDEPLOY_PROCESS\"; echo to-stderr >&2; exit 7"],
+        "env": {"GREETING": "hello world"}, "working_dir": "/usr",
+    }));
+    let child = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap();
+    assert_eq!(output(&child), "/usr\nhello world echo\nto-stderr\n");
+    assert_eq!(reap(&child), Some(7));
+}
+
+#[test]
+fn attributes_in_force_read_back_from_proc() {
+    if !is_root() {
+        eprintln!(
+            "skipped: SCHED_FIFO, rlimits and setuid need root (euid {})",
+            rustix::process::geteuid().as_raw()
+        );
+        return;
+    }
+    let prefix = common::prefix();
+    let p = process(json!({
+        "name": "rt", "exec": "/bin/sleep", "args": ["30"],
+        "policy": "fifo", "priority": 17, "cpus": "0", "user": "nobody", "group": "rtctl",
+        "memlock": "64MiB", "rttime": "500ms",
+    }));
+    let child = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap();
+    let f = procfs::in_force(Path::new("/proc"), child.pid).unwrap();
+    assert_eq!(
+        (f.policy.as_str(), f.priority, f.cpus.as_str()),
+        ("fifo", 17, "0")
+    );
+    assert_eq!((f.uid, f.gid), (65534, 4242));
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.pid)).unwrap();
+    let line = |name: &str| {
+        limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if has_cap_sys_resource() {
+        assert!(child.warnings.is_empty(), "{:?}", child.warnings);
+        assert!(
+            line("Max realtime priority").ends_with("17 17"),
+            "{}",
+            line("Max realtime priority")
+        );
+        assert!(
+            line("Max locked memory").contains("67108864 67108864"),
+            "{}",
+            line("Max locked memory")
+        );
+        assert!(
+            line("Max realtime timeout").contains("500000 500000"),
+            "{}",
+            line("Max realtime timeout")
+        );
+    } else {
+        // Root without CAP_SYS_RESOURCE (a container): hard limits cannot
+        // be raised; each such rlimit comes back as a warning, the start
+        // goes on, and limits at or below the hard limit are set.
+        eprintln!("no CAP_SYS_RESOURCE: checking the rlimit warnings instead of the limits");
+        for (step, limit) in [
+            ("setrlimit RTPRIO 17", "Max realtime priority"),
+            ("setrlimit MEMLOCK 67108864", "Max locked memory"),
+            ("setrlimit RTTIME 500000us", "Max realtime timeout"),
+        ] {
+            let warned = child
+                .warnings
+                .iter()
+                .any(|w| w.starts_with(&format!("{step} failed: Operation not permitted")));
+            let set = line(limit).contains(step.rsplit(' ').next().unwrap().trim_end_matches("us"));
+            assert!(
+                warned != set,
+                "{step}: warned {warned}, limit line `{}`, warnings {:?}",
+                line(limit),
+                child.warnings
+            );
+        }
+    }
+    let stat = procfs::read_stat(Path::new("/proc"), child.pid).unwrap();
+    assert_eq!(
+        stat.pgrp, child.pid,
+        "the process leads its own process group"
+    );
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    reap(&child);
+}
+
+#[test]
+fn nice_applies_to_other_processes() {
+    let prefix = common::prefix();
+    let p = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["30"], "nice": 7}));
+    let child = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap();
+    let f = procfs::in_force(Path::new("/proc"), child.pid).unwrap();
+    assert_eq!(
+        (f.policy.as_str(), f.nice, f.cpus.as_str()),
+        ("other", 7, "0")
+    );
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    reap(&child);
+}
+
+#[test]
+fn a_missing_executable_fails_with_its_path_and_reason() {
+    let prefix = common::prefix();
+    let p = process(json!({"name": "ghost", "exec": "bin/does_not_exist"}));
+    let err = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap_err();
+    let expected = format!(
+        "process `ghost`: exec {}/opt/rtdeploy/current/bin/does_not_exist failed: No such file or directory (os error 2)",
+        prefix.path().display()
+    );
+    assert_eq!(err.to_string(), expected);
+    assert!(matches!(
+        err,
+        services::spawn::ProcessSpawnError::Child {
+            step: Step::Exec,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_unknown_user_fails_before_forking() {
+    let prefix = common::prefix();
+    let p = process(json!({"name": "who", "exec": "/bin/true", "user": "ghost"}));
+    let err = prepare(&p, &one_cpu(), &ctx(prefix.path())).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "process `who`: unknown user `ghost` (not in {}/etc/passwd)",
+            prefix.path().display()
+        )
+    );
+}
+
+#[test]
+fn a_failing_step_in_the_child_is_named() {
+    let prefix = common::prefix();
+    // CPU 1000 exists on no machine this runs on: sched_setaffinity fails
+    // in the child with EINVAL.
+    let mut cpus = cpusets::cpuset::CpuSet::new();
+    cpus.insert(1000);
+    let p = process(json!({"name": "far", "exec": "/bin/true"}));
+    let err = spawn(&prepare(&p, &cpus, &ctx(prefix.path())).unwrap()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "process `far`: sched_setaffinity to CPUs 1000 failed: Invalid argument (os error 22)"
+    );
+
+    if is_root() {
+        // A missing working directory fails at chdir, after the ids changed.
+        let p = process(
+            json!({"name": "cwd", "exec": "/bin/true", "working_dir": "/nonexistent/dir", "user": "nobody"}),
+        );
+        let err = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap_err();
+        assert_eq!(err.to_string(), "process `cwd`: chdir to /nonexistent/dir failed: No such file or directory (os error 2)");
+    } else {
+        // Without root, a real-time policy above RLIMIT_RTPRIO is refused.
+        let p =
+            process(json!({"name": "rt", "exec": "/bin/true", "policy": "fifo", "priority": 99}));
+        let err = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("process `rt`: setrlimit RTPRIO 99 failed"),
+            "{err}"
+        );
+    }
+}
