@@ -1,0 +1,291 @@
+//! The supervisor with real processes under a temporary prefix: restarts
+//! with backoff, crash loops, stop escalation, orderly shutdown, dependency
+//! order, bad input on the control socket.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{config, pid_alive, process, start};
+use serde_json::json;
+use services::control::{Client, Request};
+use services::supervisor::Hooks;
+
+#[test]
+fn a_crashing_process_restarts_with_growing_delays_then_fails() {
+    let crasher = process(json!({
+        "name": "crasher", "exec": "/bin/sh", "args": ["-c", "echo up; exit 3"],
+        "restart": {"initial_backoff": "50ms", "max_backoff": "300ms", "factor": 2.0,
+                    "crash_loop_restarts": 4, "crash_loop_window": "60s"},
+    }));
+    let steady = process(json!({"name": "steady", "exec": "/bin/sleep", "args": ["60"]}));
+    let sup = start(config(vec![crasher, steady], None), Hooks::default());
+    let s = sup.wait_for("crasher failed", |s| s.processes[0].state == "failed");
+    let p = &s.processes[0];
+    assert_eq!(p.restarts, 4);
+    assert_eq!(p.last_exit.as_deref(), Some("exit 3"));
+    assert!(
+        p.reason
+            .as_deref()
+            .unwrap()
+            .starts_with("crash loop: 4 restarts within 1m, last exit 3"),
+        "{p:?}"
+    );
+    // The other process is untouched.
+    assert_eq!(s.processes[1].state, "running");
+    assert_eq!(s.processes[1].restarts, 0);
+
+    let log = sup.log("crasher");
+    let delays: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("[rtdeploy] restart in "))
+        .collect();
+    assert_eq!(delays, ["0.050s", "0.100s", "0.200s", "0.300s"], "{log}");
+    assert_eq!(
+        log.matches("\nup\n").count() + usize::from(log.starts_with("up\n")),
+        5,
+        "{log}"
+    );
+    sup.stop_all();
+}
+
+#[test]
+fn sigkill_after_the_stop_timeout() {
+    let stubborn = process(json!({
+        "name": "stubborn", "exec": "/bin/sh",
+        "args": ["-c", "trap '' TERM; echo armed; while :; do sleep 0.05; done"],
+        "stop_timeout": "300ms",
+    }));
+    let sup = start(config(vec![stubborn], None), Hooks::default());
+    sup.wait_log("stubborn", "armed");
+    let pid = sup.process("stubborn").pid.unwrap();
+    let reply = sup.request(&Request::Stop {
+        name: "stubborn".into(),
+    });
+    assert!(reply.ok, "{reply:?}");
+    assert_eq!(
+        reply.message.as_deref(),
+        Some("`stubborn` stopped (SIGKILL after stop timeout)")
+    );
+    let p = sup.process("stubborn");
+    assert_eq!(p.state, "stopped");
+    assert_eq!(p.last_exit.as_deref(), Some("killed by SIGKILL"));
+    assert!(!pid_alive(pid));
+    let log = sup.log("stubborn");
+    assert!(log.contains("[rtdeploy] stopping: sent SIGTERM\n"), "{log}");
+    assert!(
+        log.contains("[rtdeploy] still running 300ms after SIGTERM: sent SIGKILL\n"),
+        "{log}"
+    );
+
+    // A polite process stops on SIGTERM alone.
+    let reply = sup.request(&Request::Start {
+        name: "stubborn".into(),
+    });
+    assert!(reply.ok, "{reply:?}");
+    sup.stop_all();
+}
+
+#[test]
+fn orderly_shutdown_leaves_no_child_and_no_zombie() {
+    // `tree` leaves a grandchild in its process group; `base` must outlive
+    // `tree` (reverse dependency order on the way down).
+    let base = process(
+        json!({"name": "base", "exec": "/bin/sh", "args": ["-c", "trap 'echo base-term; exit 0' TERM; while :; do sleep 0.05; done"]}),
+    );
+    let tree = process(json!({
+        "name": "tree", "exec": "/bin/sh", "after": ["base"],
+        "args": ["-c", "sleep 600 & echo grandchild $!; trap 'echo tree-term; exit 0' TERM; while :; do sleep 0.05; done"],
+    }));
+    let sup = start(config(vec![base, tree], None), Hooks::default());
+    sup.wait_log("tree", "grandchild ");
+    let s = sup.status();
+    let pids: Vec<i32> = s.processes.iter().map(|p| p.pid.unwrap()).collect();
+    let log = sup.log("tree");
+    let grandchild: i32 = log
+        .lines()
+        .find_map(|l| l.strip_prefix("grandchild "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(pid_alive(grandchild));
+    let prefix = sup.stop_all();
+
+    for pid in pids.iter().chain([&grandchild]) {
+        // The grandchild is reparented and reaped outside this process;
+        // give init a moment (watchdog-bounded) to reap it.
+        let until = Instant::now() + Duration::from_secs(10);
+        while pid_alive(*pid) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!pid_alive(*pid), "pid {pid} survived the shutdown");
+    }
+    let me = std::process::id() as i32;
+    let zombies: Vec<_> = services::procfs::children_of(std::path::Path::new("/proc"), me)
+        .into_iter()
+        .filter(|s| s.state == 'Z')
+        .collect();
+    assert!(zombies.is_empty(), "{zombies:?}");
+    // `tree` went down before `base`.
+    let base_log =
+        std::fs::read_to_string(prefix.path().join("var/log/rtdeploy/base.log")).unwrap();
+    let tree_log =
+        std::fs::read_to_string(prefix.path().join("var/log/rtdeploy/tree.log")).unwrap();
+    assert!(base_log.contains("base-term") && tree_log.contains("tree-term"));
+    assert!(!prefix.path().join("run/rtdeploy/control.sock").exists());
+}
+
+#[test]
+fn dependency_order_and_a_missing_executable_leave_the_others_running() {
+    let a = process(json!({"name": "a", "exec": "/bin/sleep", "args": ["60"], "after": ["b"]}));
+    let b = process(json!({"name": "b", "exec": "/bin/sleep", "args": ["60"]}));
+    let missing = process(json!({"name": "missing", "exec": "bin/not_there"}));
+    let orphan = process(
+        json!({"name": "orphan", "exec": "/bin/sleep", "args": ["60"], "after": ["missing"]}),
+    );
+    let nobody =
+        process(json!({"name": "ghostly", "exec": "/bin/sleep", "args": ["60"], "user": "ghost"}));
+    let sup = start(
+        config(vec![a, b, missing, orphan, nobody], None),
+        Hooks::default(),
+    );
+    let s = sup.wait_for("a running", |s| s.processes[0].state == "running");
+    let by = |n: &str| s.processes.iter().find(|p| p.name == n).unwrap().clone();
+    assert_eq!(by("b").state, "running");
+    // a started after b: a larger start time in /proc.
+    let start_of = |pid: i32| {
+        services::procfs::read_stat(std::path::Path::new("/proc"), pid)
+            .unwrap()
+            .starttime
+    };
+    assert!(start_of(by("a").pid.unwrap()) >= start_of(by("b").pid.unwrap()));
+    assert_eq!(by("missing").state, "failed");
+    assert!(by("missing")
+        .reason
+        .unwrap()
+        .contains("/opt/rtdeploy/current/bin/not_there failed: No such file or directory"));
+    assert_eq!(by("orphan").state, "waiting");
+    assert_eq!(
+        by("orphan").reason.as_deref(),
+        Some("waiting: dependency `missing` is failed")
+    );
+    assert_eq!(by("ghostly").state, "failed");
+    assert!(by("ghostly")
+        .reason
+        .unwrap()
+        .contains("unknown user `ghost`"));
+    sup.stop_all();
+}
+
+#[test]
+fn bad_requests_get_error_replies_and_the_socket_keeps_working() {
+    let p = process(
+        json!({"name": "p", "exec": "/bin/sh", "args": ["-c", "echo hello-log; sleep 60"]}),
+    );
+    let sup = start(config(vec![p], None), Hooks::default());
+    let mut c = Client::connect(&sup.socket).unwrap();
+    let r = c.raw("this is not json").unwrap();
+    assert!(!r.ok);
+    assert!(r
+        .error
+        .unwrap()
+        .starts_with("bad request `this is not json`"));
+    let r = c.raw(r#"{"cmd":"launch","name":"p"}"#).unwrap();
+    assert!(r.error.unwrap().contains("unknown variant `launch`"));
+    let r = c.raw(&"x".repeat(70_000)).unwrap();
+    assert!(!r.ok);
+    let r = c
+        .raw(&format!("{{\"cmd\":\"stop\",\"name\":\"{}\"}}", "\u{fffd}"))
+        .unwrap();
+    assert!(r.error.unwrap().starts_with("no process `\u{fffd}`"));
+    let r = sup.request(&Request::Start { name: "p".into() });
+    assert_eq!(r.error.as_deref(), Some("`p` is already running"));
+    // Still answering.
+    assert_eq!(sup.status().processes[0].state, "running");
+
+    // logs: tail, then follow sees new supervisor notes.
+    sup.wait_log("p", "hello-log");
+    let r = sup.request(&Request::Logs {
+        name: "p".into(),
+        lines: 10,
+        follow: false,
+    });
+    assert!(r.lines.unwrap().iter().any(|l| l == "hello-log"));
+    let mut f = Client::connect(&sup.socket).unwrap();
+    let first = f
+        .request(&Request::Logs {
+            name: "p".into(),
+            lines: 1,
+            follow: true,
+        })
+        .unwrap();
+    assert!(first.ok);
+    let r = sup.request(&Request::Restart { name: "p".into() });
+    assert!(r.message.unwrap().starts_with("restarted `p`, pid "));
+    let mut seen = String::new();
+    while !seen.contains("hello-log") {
+        let r = f.next_reply().unwrap().expect("follow stream open");
+        seen.push_str(&r.data.unwrap());
+    }
+    assert!(seen.contains("[rtdeploy] stopping: sent SIGTERM"), "{seen}");
+    sup.stop_all();
+}
+
+#[test]
+fn boot_check_failure_refuses_realtime_processes_only() {
+    if !common::is_root() {
+        eprintln!("skipped: starting a fifo process needs root");
+        return;
+    }
+    let rt = process(
+        json!({"name": "rt", "exec": "/bin/sleep", "args": ["60"], "policy": "fifo", "priority": 10}),
+    );
+    let bg = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["60"]}));
+    let hooks = Hooks {
+        boot_check: Some(Box::new(|_| {
+            services::supervisor::BootCheckOutcome::Failed(
+                "wakeup max 900us over budget 200us".into(),
+            )
+        })),
+        ..Default::default()
+    };
+    let sup = start(config(vec![rt, bg], None), hooks);
+    let s = sup.wait_for("bg running", |s| s.processes[1].state == "running");
+    assert_eq!(s.processes[0].state, "refused");
+    assert!(s
+        .boot_check
+        .starts_with("failed: wakeup max 900us over budget 200us"));
+    let f = s.processes[1].in_force.as_ref().unwrap();
+    assert_eq!(f.policy, "other");
+    sup.stop_all();
+}
+
+#[test]
+fn status_reports_attributes_read_back_from_the_kernel() {
+    if !common::is_root() {
+        eprintln!("skipped: SCHED_FIFO needs root");
+        return;
+    }
+    let rt = process(
+        json!({"name": "rt", "exec": "/bin/sleep", "args": ["60"], "policy": "rr", "priority": 33, "cpus": "0"}),
+    );
+    let sup = start(config(vec![rt], None), Hooks::default());
+    let s = sup.wait_for("rt running", |s| s.processes[0].state == "running");
+    let f = s.processes[0].in_force.as_ref().unwrap();
+    assert_eq!(
+        (f.policy.as_str(), f.priority, f.cpus.as_str()),
+        ("rr", 33, "0")
+    );
+    // Changed behind the supervisor's back: status shows the kernel's view.
+    let pid = s.processes[0].pid.unwrap();
+    let out = std::process::Command::new("chrt")
+        .args(["-f", "-p", "44", &pid.to_string()])
+        .output();
+    if out.is_ok_and(|o| o.status.success()) {
+        let f = sup.process("rt").in_force.unwrap();
+        assert_eq!((f.policy.as_str(), f.priority), ("fifo", 44));
+    }
+    assert!(s.boot_check.starts_with("skipped: engine not available"));
+    sup.stop_all();
+}
