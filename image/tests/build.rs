@@ -1,0 +1,400 @@
+//! Building images from an L4T-shaped base, read back and checked.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::*;
+use image::{build, Base, Format};
+
+#[test]
+fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    let out = t.path().join("arm1.tar");
+    let summary = build(&inputs.spec(), &out, Format::Tar, &mut no_progress()).unwrap();
+    assert_eq!(
+        summary.source_date_epoch, RELEASE_MTIME,
+        "epoch comes from the release"
+    );
+    let (order, m) = read_tar(&out);
+
+    // Sorted, root first, every directory before what it holds.
+    let mut sorted = order.clone();
+    sorted.sort_by(|a, b| (a != ".", a.as_str()).cmp(&(b != ".", b.as_str())));
+    assert_eq!(order[0], ".");
+    assert_eq!(order, sorted);
+
+    // The APPEND line of the default label, token by token.
+    let conf = String::from_utf8(m["boot/extlinux/extlinux.conf"].data.clone()).unwrap();
+    let append = image::extlinux::append_of(&conf, "primary").unwrap();
+    let tokens: Vec<&str> = append.split_whitespace().collect();
+    assert_eq!(
+        tokens,
+        [
+            "${cbootargs}",
+            "root=/dev/mmcblk0p1",
+            "rw",
+            "rootwait",
+            "rootfstype=ext4",
+            "mminit_loglevel=4",
+            "console=ttyTCU0,115200",
+            "firmware_class.path=/etc/firmware",
+            "fbcon=map:1",
+            "nospectre_bhb",
+            "video=efifb:off",
+            "console=tty0",
+            "isolcpus=managed_irq,domain,4-5",
+            "nohz_full=4-5",
+            "rcu_nocbs=4-5",
+            "rcu_nocb_poll",
+            "irqaffinity=0-3",
+            "mitigations=off",
+        ]
+    );
+    assert_eq!(summary.append.as_deref(), Some(append.as_str()));
+    // The fallback label boots the original line; the rest is kept.
+    let original = EXTLINUX
+        .lines()
+        .find(|l| l.trim_start().starts_with("APPEND"))
+        .unwrap()
+        .trim_start();
+    assert_eq!(
+        format!(
+            "APPEND {}",
+            image::extlinux::append_of(&conf, image::extlinux::FALLBACK_LABEL).unwrap()
+        ),
+        original
+    );
+    assert!(conf.contains("# LABEL backup\n#    MENU LABEL backup kernel\n"));
+    assert!(conf.starts_with("TIMEOUT 30\nDEFAULT primary\n"));
+    assert!(image::extlinux::lint(&conf).is_empty());
+    let cmdline = String::from_utf8(m["etc/rtdeploy/cmdline"].data.clone()).unwrap();
+    assert_eq!(
+        cmdline,
+        format!("{}\n", cpusets::cmdline::render(&planned()))
+    );
+
+    // The release, named by its manifest's digest.
+    let rdir = summary.release_dir.trim_start_matches('/').to_string();
+    assert!(rdir.starts_with("opt/rtdeploy/releases/1.4.0-"), "{rdir}");
+    let manifest_bytes = &m[&format!("{rdir}/manifest.json")].data;
+    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(manifest_bytes));
+    assert_eq!(&rdir[rdir.len() - 8..], &sha[..8]);
+    assert_eq!(summary.release_manifest_sha256, sha);
+    let manifest: serde_json::Value = serde_json::from_slice(manifest_bytes).unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        paths,
+        [
+            "bin",
+            "bin/controller",
+            "bin/imu_reader",
+            "robot.yaml",
+            "share",
+            "share/gains.csv"
+        ]
+    );
+    for f in files {
+        let p = f["path"].as_str().unwrap();
+        let member = &m[&format!("{rdir}/{p}")];
+        assert_eq!(
+            f["mode"].as_str().unwrap(),
+            format!("{:04o}", member.mode),
+            "{p}"
+        );
+        assert_eq!(f["uid"], 0);
+        assert_eq!(f["gid"], 0);
+        if f["type"] == "file" {
+            let want = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&member.data));
+            assert_eq!(f["sha256"].as_str().unwrap(), want, "{p}");
+            assert_eq!(f["size"].as_u64().unwrap(), member.data.len() as u64, "{p}");
+        }
+    }
+    // Normalised modes: executables 0755, the rest 0644, whatever the host had.
+    assert_eq!(m[&format!("{rdir}/share/gains.csv")].mode, 0o644);
+    assert_eq!(m[&format!("{rdir}/bin/controller")].mode, 0o755);
+    assert_eq!(
+        m["opt/rtdeploy/current"].link.as_deref(),
+        Some(&rdir["opt/rtdeploy/".len()..])
+    );
+    assert_eq!(
+        m["etc/rtdeploy/robot.yaml"].link.as_deref(),
+        Some("/opt/rtdeploy/current/robot.yaml")
+    );
+    assert_eq!(
+        m[&format!("{rdir}/robot.yaml")].data,
+        inputs.spec().robot_yaml.as_bytes()
+    );
+
+    // The supervisor, enabled; sysctl and limits; the deploy binary.
+    assert_eq!(
+        m["etc/systemd/system/multi-user.target.wants/rtdeploy.service"]
+            .link
+            .as_deref(),
+        Some("/etc/systemd/system/rtdeploy.service")
+    );
+    assert!(m["etc/systemd/system/rtdeploy.service"]
+        .data
+        .starts_with(b"[Unit]"));
+    assert_eq!(
+        m["etc/sysctl.d/90-rtdeploy.conf"].data,
+        b"kernel.sched_rt_runtime_us = -1\n"
+    );
+    assert!(m["etc/security/limits.d/90-rtdeploy.conf"]
+        .data
+        .ends_with(b"memlock unlimited\n"));
+    assert_eq!(m["usr/bin/deploy"].data, b"\x7fELF deploy");
+    assert_eq!(m["usr/bin/deploy"].mode, 0o755);
+
+    // The base as it was: symlinks untouched, modes, hard links, owners.
+    assert_eq!(m["bin"].link.as_deref(), Some("usr/bin"));
+    assert_eq!(
+        m["etc/resolv.conf"].link.as_deref(),
+        Some("../run/systemd/resolve/stub-resolv.conf")
+    );
+    assert_eq!(
+        m["etc/localtime"].link.as_deref(),
+        Some("/usr/share/zoneinfo/Etc/UTC")
+    );
+    assert_eq!(m["usr/bin/sudo"].mode, 0o4755);
+    assert_eq!(m["tmp"].mode, 0o1777);
+    assert_eq!(m["usr/bin/perl5.34.0"].kind, tar::EntryType::Link);
+    assert_eq!(
+        m["usr/bin/perl5.34.0"].link.as_deref(),
+        Some("usr/bin/perl")
+    );
+    assert!(m
+        .keys()
+        .any(|k| k.ends_with("libcuda.so.1.1") && k.len() > 100));
+    if is_root() {
+        assert_eq!(
+            (m["home/ubuntu/.bashrc"].uid, m["home/ubuntu/.bashrc"].gid),
+            (1000, 1000)
+        );
+        assert_eq!(m["etc/shadow"].gid, 42);
+        assert_eq!(m["dev/null"].kind, tar::EntryType::Char);
+        assert_eq!(m["dev/null"].device, Some((1, 3)));
+    } else {
+        eprintln!("skipping owner and device node checks: not root");
+    }
+    // Every mtime clamped to the epoch, none from the clock.
+    assert!(m.values().all(|e| e.mtime <= RELEASE_MTIME));
+    assert_eq!(m["etc/hostname"].mtime, RELEASE_MTIME);
+    assert_eq!(m["boot/Image"].mtime, BASE_MTIME);
+
+    // The image manifest (sidecar) lists every entry with its digest.
+    let im: serde_json::Value =
+        serde_json::from_slice(&fs::read(&summary.manifest).unwrap()).unwrap();
+    let im_files = im["files"].as_array().unwrap();
+    assert_eq!(im_files.len(), m.len());
+    let image_line = im_files
+        .iter()
+        .find(|f| f["path"] == "/boot/Image")
+        .unwrap();
+    assert_eq!(
+        image_line["sha256"].as_str().unwrap(),
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+            &m["boot/Image"].data
+        ))
+    );
+    let perl = im_files
+        .iter()
+        .find(|f| f["path"] == "/usr/bin/perl5.34.0")
+        .unwrap();
+    assert_eq!(perl["type"], "hardlink");
+    assert_eq!(perl["target"], "/usr/bin/perl");
+
+    // The SBOM: base digest, rtdeploy, each controller program.
+    let sbom: serde_json::Value =
+        serde_json::from_slice(&fs::read(&summary.sbom).unwrap()).unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    assert_eq!(sbom["specVersion"], "1.5");
+    assert_eq!(
+        sbom["metadata"]["component"]["hashes"][0]["content"]
+            .as_str()
+            .unwrap(),
+        sha256_file(&out)
+    );
+    let comps = sbom["components"].as_array().unwrap();
+    assert_eq!(
+        comps[0]["hashes"][0]["content"].as_str(),
+        summary.base_sha256.as_deref()
+    );
+    let names: Vec<&str> = comps.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "base root filesystem",
+            "rtdeploy",
+            "controller",
+            "imu_reader"
+        ]
+    );
+    assert_eq!(
+        comps[3]["hashes"][0]["content"].as_str().unwrap(),
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+            b"\x7fELF imu reader"
+        ))
+    );
+    assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+}
+
+/// The same base given as a directory, a plain tar, a .tar.gz and a
+/// .tar.zst gives the same image bytes.
+#[test]
+fn tar_bases_give_the_same_image_as_the_directory() {
+    if std::process::Command::new("tar")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipping: GNU tar not installed");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    let base_tar = t.path().join("base.tar");
+    let st = std::process::Command::new("tar")
+        .args(["--sort=name", "--numeric-owner", "-C"])
+        .arg(t.path().join("base"))
+        .arg("-cf")
+        .arg(&base_tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let raw = fs::read(&base_tar).unwrap();
+    let gz = t.path().join("base.tar.gz");
+    let mut enc =
+        flate2::write::GzEncoder::new(fs::File::create(&gz).unwrap(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut enc, &raw).unwrap();
+    enc.finish().unwrap();
+    let zst = t.path().join("base.tar.zst");
+    fs::write(&zst, zstd::stream::encode_all(&raw[..], 3).unwrap()).unwrap();
+
+    let from_dir = t.path().join("dir.tar");
+    build(&inputs.spec(), &from_dir, Format::Tar, &mut no_progress()).unwrap();
+    let want = sha256_file(&from_dir);
+    for (i, base) in [&base_tar, &gz, &zst].into_iter().enumerate() {
+        let mut spec = inputs.spec();
+        spec.base = Base::from_arg(base);
+        assert!(matches!(spec.base, Base::Tar(_)));
+        let out = t.path().join(format!("from-tar-{i}.tar"));
+        let s = build(&spec, &out, Format::Tar, &mut no_progress()).unwrap();
+        assert_eq!(
+            sha256_file(&out),
+            want,
+            "image from {} differs from the directory's",
+            base.display()
+        );
+        assert_eq!(s.base_sha256.unwrap(), sha256_file(base));
+    }
+}
+
+#[test]
+fn overlay_only_image_has_the_release_and_its_parents() {
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    let mut spec = inputs.spec();
+    spec.base = Base::None;
+    spec.source_date_epoch = Some(1_650_000_000);
+    let out = t.path().join("overlay.tar.zst");
+    let s = build(&spec, &out, Format::TarZst, &mut no_progress()).unwrap();
+    assert_eq!(s.source_date_epoch, 1_650_000_000);
+    assert!(s.append.is_none());
+    assert!(
+        s.warnings.iter().any(|w| w.contains("extlinux")),
+        "{:?}",
+        s.warnings
+    );
+    let (_, m) = read_tar(&out);
+    for d in ["opt", "opt/rtdeploy", "etc/security/limits.d", "usr/bin"] {
+        assert_eq!(m[d].kind, tar::EntryType::Directory, "{d}");
+        assert_eq!((m[d].mode, m[d].uid), (0o755, 0), "{d}");
+    }
+    assert!(m.contains_key("etc/rtdeploy/cmdline"));
+    assert!(!m.contains_key("boot/extlinux/extlinux.conf"));
+    assert!(m.values().all(|e| e.mtime == 1_650_000_000));
+}
+
+#[test]
+fn cpio_is_newc_with_the_release() {
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    let out = t.path().join("initramfs.cpio.gz");
+    build(&inputs.spec(), &out, Format::CpioGz, &mut no_progress()).unwrap();
+    let gz = fs::read(&out).unwrap();
+    // gzip header: no mtime, so the bytes do not depend on the clock.
+    assert_eq!(&gz[..4], &[0x1f, 0x8b, 8, 0]);
+    assert_eq!(&gz[4..8], &[0, 0, 0, 0]);
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut raw).unwrap();
+    let names = cpio_names(&raw);
+    assert_eq!(names[0], ".");
+    assert_eq!(names.last().unwrap(), "TRAILER!!!");
+    assert!(names.contains(&"usr/bin/deploy".to_string()));
+    assert!(names.contains(&"opt/rtdeploy/current".to_string()));
+    if which("cpio") {
+        let dir = t.path().join("unpacked");
+        fs::create_dir(&dir).unwrap();
+        let st = std::process::Command::new("cpio")
+            .args(["-i", "-d", "--quiet", "--no-absolute-filenames"])
+            .current_dir(&dir)
+            .stdin(fs::File::open(write_raw(t.path(), &raw)).unwrap())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert_eq!(
+            fs::read(dir.join("usr/bin/deploy")).unwrap(),
+            b"\x7fELF deploy"
+        );
+        assert_eq!(
+            fs::read_link(dir.join("bin")).unwrap(),
+            Path::new("usr/bin")
+        );
+    } else {
+        eprintln!("skipping the cpio(1) unpack check: cpio not installed");
+    }
+}
+
+fn write_raw(dir: &Path, raw: &[u8]) -> std::path::PathBuf {
+    let p = dir.join("raw.cpio");
+    fs::write(&p, raw).unwrap();
+    p
+}
+
+pub fn which(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([Path::new("/usr/sbin").into(), Path::new("/sbin").into()])
+                .any(|d| d.join(tool).is_file())
+        })
+        .unwrap_or(false)
+}
+
+/// The member names of a newc archive.
+fn cpio_names(raw: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut at = 0;
+    loop {
+        let h = std::str::from_utf8(&raw[at..at + 110]).unwrap();
+        assert_eq!(&h[..6], "070701");
+        let field = |i: usize| usize::from_str_radix(&h[6 + i * 8..14 + i * 8], 16).unwrap();
+        let size = field(6);
+        let namesize = field(11);
+        let name = std::str::from_utf8(&raw[at + 110..at + 110 + namesize - 1])
+            .unwrap()
+            .to_string();
+        at = (at + 110 + namesize).div_ceil(4) * 4;
+        at = (at + size).div_ceil(4) * 4;
+        let done = name == "TRAILER!!!";
+        names.push(name);
+        if done {
+            return names;
+        }
+    }
+}

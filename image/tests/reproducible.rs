@@ -1,0 +1,119 @@
+//! Two builds from the same inputs are byte-identical, in every format.
+//! The second build reads a fresh copy of the inputs, made later (other
+//! inode numbers, ctimes and atimes), into another directory.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use image::{build, Format};
+
+fn which(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([Path::new("/usr/sbin").into(), Path::new("/sbin").into()])
+                .any(|d| d.join(tool).is_file())
+        })
+        .unwrap_or(false)
+}
+
+fn build_twice(format: Format) -> Option<(String, String, std::path::PathBuf, tempfile::TempDir)> {
+    if format == Format::Ext4 && !(which("mke2fs") && which("debugfs")) {
+        eprintln!("skipping ext4: mke2fs/debugfs not installed (Debian package e2fsprogs)");
+        return None;
+    }
+    let a = tempfile::tempdir().unwrap();
+    let ia = Inputs::new(a.path());
+    let out_a = a.path().join(format!("a.{format}"));
+    let sa = build(&ia.spec(), &out_a, format, &mut no_progress()).unwrap();
+    wait_a_moment();
+    let b = tempfile::tempdir().unwrap();
+    let ib = Inputs::new(b.path());
+    let out_b = b.path().join(format!("b.{format}"));
+    let sb = build(&ib.spec(), &out_b, format, &mut no_progress()).unwrap();
+    assert_eq!(sa.sha256, sha256_file(&out_a));
+    assert_eq!(sb.sha256, sha256_file(&out_b));
+    // The sidecars name the image by digest; they match too.
+    assert_eq!(
+        std::fs::read(&sa.manifest).unwrap(),
+        std::fs::read(&sb.manifest).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(&sa.sbom).unwrap(),
+        std::fs::read(&sb.sbom).unwrap()
+    );
+    Some((sa.sha256, sb.sha256, out_a, a))
+}
+
+#[test]
+fn tar_is_byte_identical() {
+    let (a, b, ..) = build_twice(Format::Tar).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn tar_zst_is_byte_identical() {
+    let (a, b, ..) = build_twice(Format::TarZst).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn cpio_gz_is_byte_identical() {
+    let (a, b, ..) = build_twice(Format::CpioGz).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn ext4_is_byte_identical_and_clean() {
+    let Some((a, b, img, _keep)) = build_twice(Format::Ext4) else {
+        return;
+    };
+    assert_eq!(a, b);
+    let fsck = Command::new("e2fsck")
+        .args(["-f", "-n"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "e2fsck: {}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    let stat = |path: &str| {
+        let o = Command::new("debugfs")
+            .arg("-R")
+            .arg(format!("stat {path}"))
+            .arg(&img)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let sudo = stat("/usr/bin/sudo");
+    assert!(sudo.contains("Mode:  04755"), "{sudo}");
+    assert!(sudo.contains("User:     0   Group:     0"), "{sudo}");
+    if is_root() {
+        let bashrc = stat("/home/ubuntu/.bashrc");
+        assert!(bashrc.contains("User:  1000   Group:  1000"), "{bashrc}");
+        let null = stat("/dev/null");
+        assert!(null.contains("Type: character special"), "{null}");
+    }
+    let link = Command::new("debugfs")
+        .args(["-R", "stat /bin"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&link.stdout).contains("Fast link dest: \"usr/bin\""));
+    // Times come from the epoch, not the clock.
+    let cur = stat("/etc/hostname");
+    let epoch = format!("{RELEASE_MTIME:x}");
+    for field in ["ctime", "atime", "mtime", "crtime"] {
+        let line = cur
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{field}:")))
+            .unwrap();
+        assert!(line.contains(&epoch), "{field}: {line}");
+    }
+}
