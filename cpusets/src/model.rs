@@ -67,7 +67,7 @@ impl InterruptRow {
         let words: Vec<&str> = self.desc.split_whitespace().collect();
         let trigger = words.iter().position(|w| {
             let w = w.to_ascii_lowercase();
-            w.ends_with("edge") || w.ends_with("level") || w == "fasteoi"
+            w.ends_with("edge") || w.ends_with("level") || w.ends_with("fasteoi")
         });
         let rest = match trigger {
             Some(i) => words[i + 1..].join(" "),
