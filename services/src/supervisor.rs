@@ -132,8 +132,6 @@ pub type BootCheckHook = Box<dyn FnOnce(Duration) -> BootCheckOutcome>;
 pub struct Hooks {
     /// Apply the cpusets runtime plan (IRQs, thread priorities, cgroups).
     pub apply_cpu_plan: Option<StepHook>,
-    /// Create the channel files.
-    pub create_channels: Option<StepHook>,
     /// The boot timing check engine.
     pub boot_check: Option<BootCheckHook>,
 }
@@ -337,16 +335,20 @@ impl Supervisor {
             }
         }
 
-        // 3. Channels.
-        startup.push(match hooks.create_channels {
-            Some(h) => h(),
-            None if cfg.channels.is_empty() => step("channels", "ok", "no channels configured"),
-            None => step(
-                "channels",
-                "skipped",
-                format!("channel creation: controller channel API not available ({} channels not created)", cfg.channels.len()),
-            ),
-        });
+        // 3. Channels (mode 0660, the robot's group).
+        let accounts = Accounts::load(&roots.prefix)?;
+        let group_gid = match &cfg.robot.group {
+            None => None,
+            Some(g) => match accounts.gid(g) {
+                Ok(gid) => Some(gid),
+                Err(e) => {
+                    startup.push(step("robot.group", "failed", e.to_string()));
+                    None
+                }
+            },
+        };
+        let shm_dir = roots.prefix.join("dev/shm/rtdeploy");
+        startup.push(create_channels(&cfg, &shm_dir, group_gid, &roots.proc_root));
 
         // 4. The boot timing check.
         let outcome = if !cfg.boot_check.enabled {
@@ -375,19 +377,8 @@ impl Supervisor {
         };
 
         // 5. Accounts, spawn context, the control socket.
-        let accounts = Accounts::load(&roots.prefix)?;
         let own_uid = rustix::process::geteuid().as_raw();
         let own_ids = (own_uid, rustix::process::getegid().as_raw());
-        let group_gid = match &cfg.robot.group {
-            None => None,
-            Some(g) => match accounts.gid(g) {
-                Ok(gid) => Some(gid),
-                Err(e) => {
-                    startup.push(step("robot.group", "failed", e.to_string()));
-                    None
-                }
-            },
-        };
         let mut base_env = BTreeMap::new();
         base_env.insert(
             "PATH".to_string(),
@@ -1445,6 +1436,51 @@ fn flush(c: &mut Conn) {
     if c.closing {
         let _ = c.stream.shutdown(std::net::Shutdown::Both);
         c.dead = true;
+    }
+}
+
+/// Creates every channel of `robot.yaml` under `shm_dir` (an existing
+/// compatible file is reused, its dead owners' entries reclaimed).
+fn create_channels(
+    cfg: &SupervisorConfig,
+    shm_dir: &Path,
+    gid: Option<u32>,
+    proc_root: &Path,
+) -> StepStatus {
+    use controller::channel::{Channel, CreateOutcome};
+    if cfg.channels.is_empty() {
+        return step("channels", "ok", "no channels configured");
+    }
+    let (mut created, mut reused, mut replaced) = (0, 0, Vec::new());
+    let mut errors = Vec::new();
+    for c in &cfg.channels {
+        let publishers = cfg
+            .processes
+            .iter()
+            .filter(|p| p.publishes.contains(&c.name))
+            .count()
+            .max(1) as u32;
+        match Channel::create_from_config(shm_dir, c, publishers, gid, proc_root) {
+            Ok((_, CreateOutcome::Created)) => created += 1,
+            Ok((_, CreateOutcome::Reused { .. })) => reused += 1,
+            Ok((_, CreateOutcome::Replaced { reason })) => {
+                replaced.push(format!("{} ({reason})", c.name))
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    let mut detail = format!("{}: {created} created, {reused} reused", shm_dir.display());
+    if !replaced.is_empty() {
+        detail.push_str(&format!(", replaced: {}", replaced.join(", ")));
+    }
+    if errors.is_empty() {
+        step("channels", "ok", detail)
+    } else {
+        step(
+            "channels",
+            "failed",
+            format!("{detail}; {}", errors.join("; ")),
+        )
     }
 }
 

@@ -289,3 +289,51 @@ fn status_reports_attributes_read_back_from_the_kernel() {
     assert!(s.boot_check.starts_with("skipped: engine not available"));
     sup.stop_all();
 }
+
+#[test]
+fn channels_exist_with_mode_and_group_before_processes_start() {
+    let mut cfg = config(
+        vec![process(json!({
+            "name": "lister", "exec": "/bin/sh",
+            "args": ["-c", "echo shm=$RTDEPLOY_SHM_DIR proc=$RTDEPLOY_PROCESS; ls $RTDEPLOY_SHM_DIR/imu; sleep 60"],
+            "publishes": ["/imu/raw"],
+        }))],
+        Some("rtctl"),
+    );
+    cfg.channels =
+        vec![
+            serde_json::from_value(json!({"name": "/imu/raw", "max_size": 64, "rate": 1000}))
+                .unwrap(),
+        ];
+    let sup = start(cfg, Hooks::default());
+    sup.wait_log("lister", "raw.v");
+    let shm = sup.prefix.path().join("dev/shm/rtdeploy");
+    let log = sup.log("lister");
+    assert!(
+        log.contains(&format!("shm={} proc=lister\n", shm.display())),
+        "{log}"
+    );
+    let file = std::fs::read_dir(shm.join("imu"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(file
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with("raw.v"));
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o660);
+    if common::is_root() {
+        assert_eq!(meta.gid(), 4242);
+    }
+    let s = sup.status();
+    let ch = s.startup.iter().find(|st| st.step == "channels").unwrap();
+    assert_eq!(ch.result, "ok", "{ch:?}");
+    assert!(ch.detail.ends_with(": 1 created, 0 reused"), "{ch:?}");
+    sup.stop_all();
+}
