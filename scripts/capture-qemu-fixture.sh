@@ -6,8 +6,8 @@
 #
 # Usage: scripts/capture-qemu-fixture.sh OUT [KERNEL CMDLINE TOKENS...]
 #
-# Without tokens the isolation tokens are the ones the end-to-end test boots
-# with. Besides the / tree, OUT holds:
+# Without tokens the command line is the one `deploy plan` gives for
+# examples/qemu.yaml, as in the end-to-end test. Besides the / tree, OUT holds:
 #   _second/proc/{interrupts,stat}  a second sample, one second after proc/...
 #   _capture/cgroup-steps.txt       each cgroup2 cpuset write tried, its result
 #   _capture/rtdeploy-layout/       cpuset files of rtdeploy/{rt,housekeeping}
@@ -32,7 +32,10 @@ fi
 if [ $# -gt 0 ]; then
     TOKENS="$*"
 else
-    TOKENS=$(e2e_plan_cmdline)
+    TOKENS=$(e2e_plan_cmdline "$REPO/examples/qemu.yaml") || {
+        echo "capture-qemu-fixture: deploy plan failed; give the tokens on the command line" >&2
+        exit 2
+    }
 fi
 
 bash "$REPO/scripts/fetch-rt-kernel.sh"

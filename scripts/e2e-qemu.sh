@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # End-to-end test: an image built by `deploy image` boots Debian's PREEMPT_RT
-# kernel under QEMU (TCG, 4 CPUs, 1 GiB) and the test reads the serial console.
+# kernel under QEMU (TCG, 4 CPUs, 1 GiB), the supervisor runs as PID 1, and
+# the test reads the serial console.
 #
-# Usage: scripts/e2e-qemu.sh            (as root on Debian 12; installs what it needs)
+# Usage: scripts/e2e-qemu.sh     (as root on Debian 12; installs what it needs)
+#
+# Two boots:
+#   1. probe: a busybox initramfs with the plan's kernel command line; shows
+#      the kernel's own state (PREEMPT_RT, isolated CPUs, IRQ threads).
+#   2. image: `deploy image --format cpio.gz -c examples/qemu.yaml`, booted
+#      with /init -> `deploy supervise` as PID 1 and a test driver beside it.
 #
 # Environment:
-#   RTDEPLOY_CACHE     cache directory (default <repo>/.cache): kernel package
-#   E2E_KEEP=1         keep the work directory (serial logs, images) and print it
-#   E2E_BOOT_LIMIT     seconds each QEMU boot may take (default 300)
+#   RTDEPLOY_CACHE   cache directory (default <repo>/.cache): the kernel package
+#   E2E_TARGET_DIR   cargo target directory (default <repo>/target-e2e)
+#   E2E_SRC          source tree to build (default: this repository)
+#   E2E_KEEP=1       keep the work directory (serial logs, images) and say where
+#   E2E_BOOT_LIMIT   seconds each QEMU boot may take (default 300)
 #
-# Every assertion prints PASS, FAIL or SKIP (with the reason it cannot run yet).
-# Exit status: 0 when no assertion failed, 1 when one did, 2 on a setup error.
-# On failure the whole serial log of the failing boot is printed.
+# Every assertion prints PASS, FAIL or SKIP (with the reason it cannot run).
+# Exit status: 0 when no assertion failed, 1 when one did, 2 on a setup
+# error. On failure the whole serial log of the failing boot is printed.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/e2e/lib.sh
 . "$REPO/scripts/e2e/lib.sh"
 
+SRC=${E2E_SRC:-$REPO}
 BOOT_LIMIT=${E2E_BOOT_LIMIT:-300}
-CONFIG=$REPO/examples/qemu.yaml
+CONFIG=$SRC/examples/qemu.yaml
+TRIPLE=x86_64-unknown-linux-gnu
+export CARGO_TARGET_DIR=${E2E_TARGET_DIR:-$REPO/target-e2e}
+OUTBIN=$CARGO_TARGET_DIR/$TRIPLE/release
 WORK=$(mktemp -d /tmp/rtdeploy-e2e.XXXXXX)
 if [ "${E2E_KEEP:-0}" = 1 ]; then
     trap 'e2e_log "work directory kept: $WORK"' EXIT
@@ -32,9 +45,14 @@ FAILED_LOGS=()
 pass() { N_PASS=$((N_PASS + 1)); printf 'PASS: %s\n' "$1"; }
 fail() { N_FAIL=$((N_FAIL + 1)); printf 'FAIL: %s: %s\n' "$1" "$2"; }
 skip() { N_SKIP=$((N_SKIP + 1)); printf 'SKIP: %s: %s\n' "$1" "$2"; }
-# check NAME EXPECTED ACTUAL
+# check NAME EXPECTED ACTUAL [LOG]
 check() {
-    if [ "$2" = "$3" ]; then pass "$1 ($3)"; else fail "$1" "expected '$2', got '$3'"; fi
+    if [ "$2" = "$3" ]; then
+        pass "$1 ($3)"
+    else
+        fail "$1" "expected '$2', got '$3'"
+        [ -n "${4:-}" ] && log_failed "$4"
+    fi
 }
 # A failing boot's serial log is printed once, at the end.
 log_failed() {
@@ -48,22 +66,52 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 secs() { printf '%d.%d' $(($1 / 1000)) $((($1 % 1000) / 100)); }
 T0=$(now_ms)
 phase_start() { PHASE_NAME=$1; PHASE_T=$(now_ms); e2e_log "phase $1"; }
-phase_end() { PHASES+=("$(printf '%-36s %7s s' "$PHASE_NAME" "$(secs $(($(now_ms) - PHASE_T)))")"); }
+phase_end() { PHASES+=("$(printf '%-34s %7s s' "$PHASE_NAME" "$(secs $(($(now_ms) - PHASE_T)))")"); }
 
 finish() {
     local l
     for l in "${FAILED_LOGS[@]}"; do
-        printf '\n===== serial log %s =====\n' "$l"
+        printf '\n===== serial log %s =====\n' "${l##*/}"
         e2e_serial_clean "$l"
-        printf '===== end of %s =====\n' "$l"
-        [ -s "$l.qemu" ] && { printf '===== qemu output =====\n'; cat "$l.qemu"; }
+        printf '===== end of serial log %s =====\n' "${l##*/}"
+        if [ -s "$l.qemu" ]; then
+            printf '===== qemu output =====\n'
+            cat "$l.qemu"
+        fi
     done
     printf '\nphase timings:\n'
     printf '  %s\n' "${PHASES[@]}"
-    printf '  %-36s %7s s\n' total "$(secs $(($(now_ms) - T0)))"
+    printf '  %-34s %7s s\n' total "$(secs $(($(now_ms) - T0)))"
     printf 'e2e-qemu: %d passed, %d failed, %d skipped\n' "$N_PASS" "$N_FAIL" "$N_SKIP"
     [ "$N_FAIL" -eq 0 ] || exit 1
     exit 0
+}
+
+# block LOG NAME: the output of the guest's block NAME (see driver.sh).
+block() {
+    e2e_serial_clean "$1" | awk -v n="$2" '
+        $0 == "E2E-BLOCK-BEGIN " n { on = 1; next }
+        on && index($0, "E2E-BLOCK-END " n " ") == 1 { exit }
+        on { print }'
+}
+# block_rc LOG NAME: the exit status of the guest's block NAME.
+block_rc() {
+    e2e_serial_clean "$1" | sed -n "s/^E2E-BLOCK-END $2 rc=//p" | head -n1
+}
+# json_of < TEXT: the first line of TEXT that is a JSON object, else the
+# whole TEXT when it is one (pretty-printed) JSON document, compacted.
+json_of() {
+    local text line
+    text=$(cat)
+    while IFS= read -r line; do
+        case $line in
+        '{'*'}') if jq -e . >/dev/null 2>&1 <<<"$line"; then
+            printf '%s\n' "$line"
+            return 0
+        fi ;;
+        esac
+    done <<<"$text"
+    jq -c . 2>/dev/null <<<"$text" | head -n1
 }
 
 # ---------------------------------------------------------------- host tools
@@ -75,31 +123,121 @@ fi
 KDIR=$E2E_CACHE/rt-kernel
 phase_end
 
-# ------------------------------------------------------------------ the plan
-# The kernel command line and the isolated CPUs come from `deploy plan`.
-phase_start "plan"
-PLAN_CMDLINE= PLAN_ISOLATED=
-# Stand-in while `deploy plan --json` and examples/qemu.yaml do not exist yet.
-DEV_CMDLINE="isolcpus=managed_irq,domain,2-3 nohz_full=2-3 rcu_nocbs=2-3 rcu_nocb_poll irqaffinity=0-1"
-DEV_ISOLATED=2-3
-skip "kernel command line from deploy plan" "deploy plan --json not available yet; using the development stand-in '$DEV_CMDLINE'"
-PLAN_CMDLINE=$DEV_CMDLINE
-PLAN_ISOLATED=$DEV_ISOLATED
+# --------------------------------------------------------------------- build
+phase_start "build deploy (static)"
+DEPLOY=
+if (cd "$SRC" && RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $TRIPLE -p deploy) \
+    >"$WORK/build-deploy.log" 2>&1; then
+    DEPLOY=$OUTBIN/deploy
+    if e2e_is_static "$DEPLOY"; then
+        pass "deploy builds as a static x86_64 binary"
+    else
+        fail "deploy builds as a static x86_64 binary" "$DEPLOY has a program interpreter"
+    fi
+else
+    tail -n 40 "$WORK/build-deploy.log"
+    fail "deploy builds as a static x86_64 binary" "cargo build failed (above)"
+fi
 phase_end
 
+phase_start "build example controllers"
+EXAMPLES_OK=0
+if [ -d "$SRC/controller/examples" ]; then
+    if (cd "$SRC" && RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $TRIPLE --examples -p controller) \
+        >"$WORK/build-examples.log" 2>&1; then
+        if [ -x "$OUTBIN/examples/talker" ] && [ -x "$OUTBIN/examples/listener" ]; then
+            EXAMPLES_OK=1
+            pass "example controllers talker and listener build statically"
+        else
+            fail "example controllers build" "no talker/listener in $OUTBIN/examples"
+        fi
+    else
+        tail -n 40 "$WORK/build-examples.log"
+        fail "example controllers build" "cargo build --examples -p controller failed (above)"
+    fi
+else
+    skip "example controllers talker and listener build" "controller/examples does not exist yet"
+fi
+phase_end
+
+# ------------------------------------------------------------------ the plan
+# The kernel command line, the isolated CPUs and the IRQ-thread rules all
+# come from `deploy plan --json`.
+phase_start "plan"
+PLAN_JSON= PLAN_CMDLINE= PLAN_ISOLATED=
+if [ -n "$DEPLOY" ]; then
+    if PLAN_JSON=$("$DEPLOY" plan -c "$CONFIG" --json 2>"$WORK/plan.err"); then
+        PLAN_CMDLINE=$(jq -r '.cmdline.line' <<<"$PLAN_JSON")
+        PLAN_ISOLATED=$(jq -r '.cpus.isolated' <<<"$PLAN_JSON")
+        pass "deploy plan -c examples/qemu.yaml --json (cmdline: $PLAN_CMDLINE)"
+    else
+        fail "deploy plan -c examples/qemu.yaml --json" "$(cat "$WORK/plan.err")"
+    fi
+fi
+phase_end
+if [ -z "$PLAN_CMDLINE" ]; then
+    skip "every boot" "no plan (deploy did not build or plan failed)"
+    finish
+fi
+
+# irq_rules: "glob policy priority" per IRQ-thread rule of the plan, in order.
+jq -r '.irqs.threads[] | "\(.match) \(.policy) \(.priority)"' <<<"$PLAN_JSON" >"$WORK/irq-rules"
+# policy number of /proc/PID/stat field 41
+policy_no() { case $1 in other) echo 0 ;; fifo) echo 1 ;; rr) echo 2 ;; *) echo "?" ;; esac; }
+# check_irq_threads LOG LINES NAME: every IRQ thread carries the policy and
+# priority of the first plan rule whose glob matches its name.
+check_irq_threads() {
+    local log=$1 lines=$2 name=$3 bad= n=0 pid comm pol prio glob rpol rprio
+    while read -r pid comm pol prio _; do
+        [ -n "$pid" ] || continue
+        n=$((n + 1))
+        while read -r glob rpol rprio; do
+            # shellcheck disable=SC2053
+            if [[ $comm == $glob ]]; then
+                [ "$pol" = "policy=$(policy_no "$rpol")" ] && [ "$prio" = "prio=$rprio" ] ||
+                    bad="$bad $comm($pol $prio, planned $rpol $rprio)"
+                break
+            fi
+        done <"$WORK/irq-rules"
+    done <<<"$lines"
+    if [ "$n" = 0 ]; then
+        fail "$name" "no irq/* thread listed"
+        log_failed "$log"
+    elif [ -z "$bad" ]; then
+        pass "$name ($n threads)"
+    else
+        fail "$name" "$bad"
+        log_failed "$log"
+    fi
+}
+# check_cmdline LOG GOT: every planned token is in GOT.
+check_cmdline() {
+    local missing= t
+    for t in $PLAN_CMDLINE; do
+        case " $2 " in *" $t "*) ;; *) missing="$missing $t" ;; esac
+    done
+    if [ -z "$missing" ] && [ -n "$2" ]; then
+        pass "/proc/cmdline carries every planned token"
+    else
+        fail "/proc/cmdline carries every planned token" "missing:${missing:- (no cmdline line)}"
+        log_failed "$1"
+    fi
+}
+
 # ------------------------------------------------- boot 1: the kernel itself
-# A probe initramfs (busybox and a shell /init) shows what the kernel gives
-# before anything of rtdeploy runs.
-phase_start "boot 1: kernel probe"
+phase_start "base rootfs + probe initramfs"
 BASE=$WORK/base
 e2e_base "$BASE"
 PROBE=$WORK/probe-root
 cp -a "$BASE" "$PROBE"
 cp "$REPO/scripts/e2e/probe-init.sh" "$PROBE/init"
 e2e_cpio "$PROBE" "$WORK/probe.cpio.gz"
+phase_end
+
+phase_start "boot 1: kernel probe"
 LOG1=$WORK/serial-probe.log
-e2e_qemu "$KDIR/vmlinuz" "$WORK/probe.cpio.gz" "console=ttyS0 panic=-1 $PLAN_CMDLINE" "$LOG1" "$BOOT_LIMIT"
-rc=$?
+rc=0
+e2e_qemu "$KDIR/vmlinuz" "$WORK/probe.cpio.gz" "console=ttyS0 panic=-1 $PLAN_CMDLINE" "$LOG1" "$BOOT_LIMIT" || rc=$?
 phase_end
 if [ "$rc" = 124 ]; then
     fail "probe boot finishes within ${BOOT_LIMIT}s" "time limit hit"
@@ -114,44 +252,217 @@ else
     fail "probe guest ran to its end" "no 'E2E end' line on the serial console"
     log_failed "$LOG1"
 fi
-check "kernel is PREEMPT_RT (/sys/kernel/realtime)" 1 "$(e2e_guest_value "$LOG1" realtime)"
-check "/sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(e2e_guest_value "$LOG1" isolated)"
-got_cmdline=$(e2e_guest_value "$LOG1" cmdline)
-missing=
-for t in $PLAN_CMDLINE; do
-    case " $got_cmdline " in *" $t "*) ;; *) missing="$missing $t" ;; esac
-done
-if [ -z "$missing" ] && [ -n "$got_cmdline" ]; then
-    pass "/proc/cmdline carries every planned token"
-else
-    fail "/proc/cmdline carries every planned token" "missing:${missing:- (no cmdline line)}"
-    log_failed "$LOG1"
-fi
-# Interrupt threads: on PREEMPT_RT every threaded handler runs SCHED_FIFO
-# (policy 1) at priority 50 unless something changed it; nothing has yet.
-threads=$(e2e_serial_clean "$LOG1" | grep '^E2E irqthread ' || true)
+check "kernel is PREEMPT_RT (/sys/kernel/realtime)" 1 "$(e2e_guest_value "$LOG1" realtime)" "$LOG1"
+check "/sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(e2e_guest_value "$LOG1" isolated)" "$LOG1"
+check_cmdline "$LOG1" "$(e2e_guest_value "$LOG1" cmdline)"
+# Before anything applies the plan every threaded handler runs SCHED_FIFO
+# 50, the PREEMPT_RT default.
+threads=$(e2e_serial_clean "$LOG1" | sed -n 's/^E2E irqthread //p')
 if [ -z "$threads" ]; then
     fail "irq/* threads exist" "none listed"
     log_failed "$LOG1"
 else
-    pass "irq/* threads exist ($(echo "$threads" | wc -l): $(echo "$threads" | awk '{print $4}' | tr '\n' ' '))"
-    bad=$(echo "$threads" | grep -v 'policy=1 prio=50$' || true)
+    pass "irq/* threads exist: $(awk '{print $2}' <<<"$threads" | tr '\n' ' ')"
+    bad=$(grep -v 'policy=1 prio=50$' <<<"$threads" || true)
     if [ -z "$bad" ]; then
-        pass "irq/* threads are SCHED_FIFO 50 before the plan is applied"
+        pass "irq/* threads are SCHED_FIFO 50 (kernel default) before the plan is applied"
     else
-        fail "irq/* threads are SCHED_FIFO 50 before the plan is applied" "$(echo "$bad" | tr '\n' ';')"
+        fail "irq/* threads are SCHED_FIFO 50 before the plan is applied" "$(tr '\n' ';' <<<"$bad")"
         log_failed "$LOG1"
     fi
 fi
 
 # ------------------------------------------------- boot 2: the built image
-skip "deploy image --format cpio.gz with examples/qemu.yaml" "deploy image (issue 7) not available yet"
-skip "supervisor as PID 1 applies the plan (IRQ threads at planned priorities)" "deploy supervise (issue 5) not available yet"
-skip "deploy verify exits 0 in the guest" "needs the supervised image"
-skip "boot check ran and its report has figures" "needs the supervised image"
-skip "example controllers exchanged >= 1000 messages over io_uring" "needs the supervised image and the example controllers"
-skip "a controller killed with SIGKILL runs again within its backoff" "needs the supervised image"
-skip "deploy status shows the restarted controller" "needs the supervised image"
-skip "orderly shutdown" "needs the supervised image"
+SUPERVISED_ASSERTIONS=(
+    "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities"
+    "deploy verify exits 0 in the guest"
+    "the boot check ran and its report has figures"
+    "the example controllers exchanged at least 1000 messages"
+    "the runtime reports the io_uring backend"
+    "a controller killed with SIGKILL runs again within its backoff"
+    "deploy status shows the restarted controller"
+    "shutdown is orderly"
+)
+skip_supervised() {
+    local a
+    for a in "${SUPERVISED_ASSERTIONS[@]}"; do skip "$a" "$1"; done
+    finish
+}
+
+has_command() { "$DEPLOY" "$1" --help >/dev/null 2>&1; }
+if ! has_command image || ! "$DEPLOY" image --help 2>&1 | grep -q 'cpio.gz'; then
+    skip "deploy image --format cpio.gz -c examples/qemu.yaml" "deploy has no image command with cpio.gz yet (issue 7)"
+    skip_supervised "needs the image built by deploy image"
+fi
+if ! has_command supervise; then
+    skip "deploy image --format cpio.gz -c examples/qemu.yaml" "not built: the image would have no supervisor"
+    skip_supervised "deploy has no supervise command yet (issue 5)"
+fi
+if [ "$EXAMPLES_OK" != 1 ]; then
+    skip "deploy image --format cpio.gz -c examples/qemu.yaml" "not built: the release needs the example controllers"
+    skip_supervised "the example controllers do not build yet"
+fi
+
+phase_start "deploy image --format cpio.gz"
+# The release directory holds the binaries robot.yaml names (bin/talker,
+# bin/listener); debug info is stripped to keep the initramfs small.
+REL=$WORK/release
+mkdir -p "$REL/bin" "$WORK/bin"
+strip_copy() { if command -v strip >/dev/null; then strip -o "$2" "$1"; else cp "$1" "$2"; fi; }
+strip_copy "$OUTBIN/examples/talker" "$REL/bin/talker"
+strip_copy "$OUTBIN/examples/listener" "$REL/bin/listener"
+strip_copy "$DEPLOY" "$WORK/bin/deploy"
+# The test's own files in the base: /init execs the supervisor, the driver
+# runs beside it.
+mkdir -p "$BASE/usr/lib/rtdeploy-e2e"
+cp "$REPO/scripts/e2e/supervised-init.sh" "$BASE/init"
+cp "$REPO/scripts/e2e/driver.sh" "$BASE/usr/lib/rtdeploy-e2e/driver.sh"
+IMAGE=$WORK/image.cpio.gz
+if "$DEPLOY" image -c "$CONFIG" --base "$BASE" --release "$REL" --deploy-binary "$WORK/bin/deploy" \
+    --out "$IMAGE" --format cpio.gz >"$WORK/image.log" 2>&1; then
+    pass "deploy image --format cpio.gz -c examples/qemu.yaml ($(du -h "$IMAGE" | cut -f1))"
+else
+    cat "$WORK/image.log"
+    fail "deploy image --format cpio.gz -c examples/qemu.yaml" "exit $? (output above)"
+    phase_end
+    skip_supervised "the image did not build"
+fi
+phase_end
+
+phase_start "boot 2: image, supervisor as PID 1"
+LOG2=$WORK/serial-image.log
+rc=0
+e2e_qemu "$KDIR/vmlinuz" "$IMAGE" "console=ttyS0 panic=-1 $PLAN_CMDLINE" "$LOG2" "$BOOT_LIMIT" || rc=$?
+phase_end
+if [ "$rc" = 124 ]; then
+    fail "image boot finishes within ${BOOT_LIMIT}s" "time limit hit"
+    log_failed "$LOG2"
+elif [ "$rc" != 0 ]; then
+    fail "image boot" "qemu exited with $rc"
+    log_failed "$LOG2"
+fi
+check "image: kernel is PREEMPT_RT" 1 "$(e2e_guest_value "$LOG2" realtime)" "$LOG2"
+check "image: /sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(e2e_guest_value "$LOG2" isolated)" "$LOG2"
+check_cmdline "$LOG2" "$(e2e_guest_value "$LOG2" cmdline)"
+if ! e2e_serial_clean "$LOG2" | grep -q '^E2E controllers-running'; then
+    fail "the supervisor starts talker and listener" "they were not both running within 240 s"
+    log_failed "$LOG2"
+else
+    pass "the supervisor starts talker and listener"
+fi
+
+STATUS=$(block "$LOG2" status-json | json_of)
+check_irq_threads "$LOG2" "$(block "$LOG2" irqthreads)" "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities"
+
+# deploy verify
+vrc=$(block_rc "$LOG2" verify)
+if [ "$vrc" = 0 ]; then
+    pass "deploy verify exits 0 in the guest"
+else
+    fail "deploy verify exits 0 in the guest" "exit ${vrc:-missing}: $(block "$LOG2" verify; block "$LOG2" verify-stderr | head -n 30)"
+    log_failed "$LOG2"
+fi
+
+# The boot check
+if [ -z "$STATUS" ]; then
+    fail "deploy status --json in the guest" "no JSON document: $(block "$LOG2" status-json; block "$LOG2" status-json-stderr | head -n 20)"
+    log_failed "$LOG2"
+else
+    pass "deploy status --json in the guest"
+    bc=$(jq -r '.boot_check // empty' <<<"$STATUS")
+    bstep=$(jq -c '[.startup[]? | select(.step | test("boot"))][0] // empty' <<<"$STATUS")
+    case $bc in
+    passed* | failed*)
+        if grep -Eq '[0-9]+(\.[0-9]+)? ?(us|µs|ms)' <<<"$bstep"; then
+            pass "the boot check ran and its report has figures ($bc; $(jq -r '.detail' <<<"$bstep"))"
+        else
+            fail "the boot check ran and its report has figures" "boot_check=$bc but no figures in its step: $bstep"
+            log_failed "$LOG2"
+        fi
+        ;;
+    skipped*) skip "the boot check ran and its report has figures" "the supervisor skipped it: $bc" ;;
+    *)
+        fail "the boot check ran and its report has figures" "boot_check='$bc'"
+        log_failed "$LOG2"
+        ;;
+    esac
+fi
+
+# Messages and the wake backend: the listener's log.
+LLOG=$(block "$LOG2" listener-log)
+count=$(grep -Eo '(received|messages)[= :]+[0-9]+' <<<"$LLOG" | grep -Eo '[0-9]+$' | sort -n | tail -n1)
+if [ -z "$count" ]; then
+    fail "the example controllers exchanged at least 1000 messages" "no message count in the listener's log: $(head -n 20 <<<"$LLOG")"
+    log_failed "$LOG2"
+elif [ "$count" -ge 1000 ]; then
+    pass "the example controllers exchanged at least 1000 messages ($count)"
+else
+    fail "the example controllers exchanged at least 1000 messages" "only $count"
+    log_failed "$LOG2"
+fi
+if grep -Eiq 'backend[=: ]+"?io_uring' <<<"$LLOG$(block "$LOG2" talker-log)"; then
+    pass "the runtime reports the io_uring backend"
+else
+    fail "the runtime reports the io_uring backend" "no 'backend: io_uring' in the controllers' logs: $(grep -i backend <<<"$LLOG" | head -n 3)"
+    log_failed "$LOG2"
+fi
+
+# SIGKILL and restart within the backoff
+restart=$(e2e_guest_value "$LOG2" restart)
+ms=$(sed -n 's/.* ms=\([0-9-]*\).*/\1/p' <<<"$restart")
+backoff=$(jq -r '.processes[] | select(.name == "talker") | .restart.max_backoff // empty' <<<"$PLAN_JSON")
+if [ -z "$ms" ] || [ "$ms" -lt 0 ]; then
+    fail "a controller killed with SIGKILL runs again within its backoff" "not running again within 60 s ($restart)"
+    log_failed "$LOG2"
+else
+    # The restart comes after the first backoff; the bound allows the
+    # largest backoff plus 3 s for software emulation and polling.
+    bound_ms=
+    if [ -n "$backoff" ]; then
+        case $backoff in
+        *ms) bound_ms=${backoff%ms} ;;
+        *s) bound_ms=$((${backoff%s} * 1000)) ;;
+        esac
+    fi
+    if [ -z "$bound_ms" ]; then
+        pass "a controller killed with SIGKILL runs again (${ms} ms; backoff bound not in the plan, not checked)"
+    elif [ "$ms" -le $((bound_ms + 3000)) ]; then
+        pass "a controller killed with SIGKILL runs again within its backoff (${ms} ms, max_backoff $backoff)"
+    else
+        fail "a controller killed with SIGKILL runs again within its backoff" "${ms} ms, max_backoff $backoff"
+        log_failed "$LOG2"
+    fi
+fi
+AFTER=$(block "$LOG2" status-after-kill-json | json_of)
+new_pid=$(sed -n 's/.* new=\([0-9]*\).*/\1/p' <<<"$restart")
+if [ -n "$AFTER" ] && [ -n "$new_pid" ]; then
+    t=$(jq -c '.processes[] | select(.name == "talker") | {state, pid, restarts}' <<<"$AFTER")
+    if [ "$(jq -r '.state' <<<"$t")" = running ] && [ "$(jq -r '.pid' <<<"$t")" = "$new_pid" ] &&
+        [ "$(jq -r '.restarts' <<<"$t")" -ge 1 ]; then
+        pass "deploy status shows the restarted controller ($t)"
+    else
+        fail "deploy status shows the restarted controller" "$t (new pid $new_pid)"
+        log_failed "$LOG2"
+    fi
+else
+    fail "deploy status shows the restarted controller" "no status after the kill, or no restart"
+    log_failed "$LOG2"
+fi
+
+# Orderly shutdown: the driver sent SIGTERM to PID 1; the supervisor stops
+# the controllers and powers off (QEMU exits 0 with -no-reboot); init must
+# never die.
+if e2e_serial_clean "$LOG2" | grep -q 'Attempted to kill init'; then
+    fail "shutdown is orderly" "PID 1 exited: $(e2e_serial_clean "$LOG2" | grep -m1 'Attempted to kill init')"
+    log_failed "$LOG2"
+elif ! e2e_serial_clean "$LOG2" | grep -q '^E2E driver-done'; then
+    fail "shutdown is orderly" "the driver did not finish"
+    log_failed "$LOG2"
+elif [ "$rc" = 0 ] && e2e_serial_clean "$LOG2" | grep -q 'reboot: Power down'; then
+    pass "shutdown is orderly (SIGTERM to PID 1 -> processes stopped -> power off)"
+else
+    fail "shutdown is orderly" "no power-off after SIGTERM (qemu exit $rc)"
+    log_failed "$LOG2"
+fi
 
 finish

@@ -111,9 +111,12 @@ e2e_guest_value() {
     e2e_serial_clean "$1" | sed -n "s/^E2E $2 //p" | head -n1
 }
 
-# e2e_plan_cmdline: the isolation tokens of the kernel command line.
-# Development stand-in until `deploy plan --json` exists: the tokens
-# cpusets::cmdline::plan gives for housekeeping 0-1, isolated 2-3.
+# e2e_plan_cmdline CONFIG: the kernel command line `deploy plan --json`
+# gives for CONFIG (builds deploy as the end-to-end test does, so the two
+# share the cargo cache).
 e2e_plan_cmdline() {
-    echo "isolcpus=managed_irq,domain,2-3 nohz_full=2-3 rcu_nocbs=2-3 rcu_nocb_poll irqaffinity=0-1"
+    local cfg=$1 tdir=${E2E_TARGET_DIR:-$E2E_REPO/target-e2e}
+    (cd "$E2E_REPO" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_TARGET_DIR=$tdir \
+        cargo build -q --release --target x86_64-unknown-linux-gnu -p deploy) >&2 || return 1
+    "$tdir/x86_64-unknown-linux-gnu/release/deploy" plan -c "$cfg" --json | jq -r '.cmdline.line'
 }

@@ -1,0 +1,112 @@
+#!/bin/sh
+# The in-guest half of the end-to-end test: waits for the supervisor to run
+# the controllers, then prints what the host asserts on, as
+#   E2E <key> <value>                          single values
+#   E2E-BLOCK-BEGIN <name> ... E2E-BLOCK-END <name> rc=<exit status>
+# and finally asks the supervisor (PID 1) for an orderly shutdown.
+export PATH=/usr/bin:/bin:/usr/sbin:/sbin
+say() { echo "E2E $*"; }
+# block NAME COMMAND...: runs COMMAND; its stdout between marker lines,
+# then its stderr as block NAME-stderr.
+block() {
+    name=$1
+    shift
+    echo "E2E-BLOCK-BEGIN $name"
+    "$@" 2>/tmp/e2e-stderr
+    rc=$?
+    echo ""
+    echo "E2E-BLOCK-END $name rc=$rc"
+    echo "E2E-BLOCK-BEGIN $name-stderr"
+    cat /tmp/e2e-stderr
+    echo "E2E-BLOCK-END $name-stderr rc=0"
+}
+# uptime in milliseconds (/proc/uptime has centiseconds)
+now_ms() {
+    read -r up _ </proc/uptime
+    cs=${up#*.}
+    cs=${cs#0}
+    echo $((${up%.*} * 1000 + cs * 10))
+}
+# wait_for SECONDS COMMAND...: polls COMMAND every 0.2 s
+wait_for() {
+    limit=$(($(now_ms) + $1 * 1000))
+    shift
+    while ! "$@" >/dev/null 2>&1; do
+        [ "$(now_ms)" -ge "$limit" ] && return 1
+        sleep 0.2
+    done
+}
+both_running() { pidof talker && pidof listener; }
+
+# The supervisor mounts /proc; wait for it.
+n=0
+while [ ! -e /proc/self/stat ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+say "driver-start $(now_ms)"
+say "realtime $(cat /sys/kernel/realtime 2>/dev/null || echo missing)"
+say "isolated $(cat /sys/devices/system/cpu/isolated)"
+say "cmdline $(cat /proc/cmdline)"
+
+if wait_for 240 test -S /run/rtdeploy/control.sock; then
+    say "control-socket up $(now_ms)"
+else
+    say "control-socket missing"
+fi
+if wait_for 240 both_running; then
+    say "controllers-running $(now_ms)"
+else
+    say "controllers-not-running"
+fi
+# Let the controllers exchange messages (the talker sends one per ms) and
+# send at least one timing report (once a second).
+sleep "${E2E_RUN_SECONDS:-5}"
+
+block status-json deploy status --json
+block verify deploy verify
+block verify-json deploy verify --json
+# IRQ threads as the supervisor left them (after applying the plan).
+irqthreads() {
+    for d in /proc/[0-9]*; do
+        comm=$(cat "$d/comm" 2>/dev/null) || continue
+        case $comm in irq/*) ;; *) continue ;; esac
+        stat=$(cat "$d/stat" 2>/dev/null) || continue
+        rest=${stat##*) }
+        # shellcheck disable=SC2086
+        set -- $rest
+        shift 37
+        echo "${d#/proc/} $comm policy=$2 prio=$1 cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$d/status")"
+    done
+}
+block irqthreads irqthreads
+block talker-log cat /var/log/rtdeploy/talker.log
+block listener-log cat /var/log/rtdeploy/listener.log
+block state-dir ls -lR /var/lib/rtdeploy /run/rtdeploy
+
+# Kill the talker with SIGKILL and time its return.
+old=$(pidof talker)
+if [ -n "$old" ]; then
+    t0=$(now_ms)
+    kill -KILL "$old"
+    new=
+    limit=$((t0 + 60000))
+    while [ "$(now_ms)" -lt "$limit" ]; do
+        new=$(pidof talker)
+        [ -n "$new" ] && [ "$new" != "$old" ] && break
+        new=
+        sleep 0.05
+    done
+    if [ -n "$new" ]; then
+        say "restart old=$old new=$new ms=$(($(now_ms) - t0))"
+    else
+        say "restart old=$old new=none ms=-1"
+    fi
+    sleep 2
+    block status-after-kill-json deploy status --json
+    block status-after-kill deploy status
+else
+    say "restart old=none"
+fi
+
+say "driver-done $(now_ms)"
+# Orderly shutdown: SIGTERM to the supervisor, which is PID 1.
+kill -TERM 1
+sleep 1000

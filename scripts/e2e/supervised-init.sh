@@ -1,0 +1,13 @@
+#!/bin/sh
+# /init of the end-to-end image: mounts /dev (devtmpfs; the supervisor
+# mounts /proc, /sys, cgroup2, /dev/shm and /run itself when they are
+# missing), starts the test driver in the background, then execs
+# `deploy supervise`, which runs as PID 1 from there on.
+export PATH=/usr/bin:/bin:/usr/sbin:/sbin
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /proc && mount -t proc proc /proc
+# Warnings and worse only on the console: the host parses it line by line.
+echo 4 >/proc/sys/kernel/printk
+umount /proc
+/usr/lib/rtdeploy-e2e/driver.sh </dev/null >/dev/console 2>&1 &
+exec /usr/bin/deploy supervise
