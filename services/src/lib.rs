@@ -21,5 +21,5 @@ pub mod restart;
 pub mod spawn;
 pub mod status;
 pub mod supervisor;
-pub mod release;
+pub mod unit;
 mod sys;
