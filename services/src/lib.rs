@@ -22,4 +22,5 @@ pub mod spawn;
 pub mod status;
 pub mod supervisor;
 pub mod unit;
+pub mod release;
 mod sys;
