@@ -164,7 +164,7 @@ phase_end
 # The kernel command line, the isolated CPUs and the IRQ-thread rules all
 # come from `deploy plan --json`.
 phase_start "plan"
-PLAN_JSON= PLAN_CMDLINE= PLAN_ISOLATED=
+PLAN_JSON='' PLAN_CMDLINE='' PLAN_ISOLATED=''
 if [ -n "$DEPLOY" ]; then
     if PLAN_JSON=$("$DEPLOY" plan -c "$CONFIG" --json 2>"$WORK/plan.err"); then
         PLAN_CMDLINE=$(jq -r '.cmdline.line' <<<"$PLAN_JSON")
@@ -187,7 +187,7 @@ policy_no() { case $1 in other) echo 0 ;; fifo) echo 1 ;; rr) echo 2 ;; *) echo 
 # check_irq_threads LOG LINES NAME: every IRQ thread carries the policy and
 # priority of the first plan rule whose glob matches its name.
 check_irq_threads() {
-    local log=$1 lines=$2 name=$3 bad= n=0 pid comm pol prio glob rpol rprio
+    local log=$1 lines=$2 name=$3 bad='' n=0 pid comm pol prio glob rpol rprio
     while read -r pid comm pol prio _; do
         [ -n "$pid" ] || continue
         n=$((n + 1))
@@ -212,7 +212,7 @@ check_irq_threads() {
 }
 # check_cmdline LOG GOT: every planned token is in GOT.
 check_cmdline() {
-    local missing= t
+    local missing='' t
     for t in $PLAN_CMDLINE; do
         case " $2 " in *" $t "*) ;; *) missing="$missing $t" ;; esac
     done

@@ -83,7 +83,7 @@ log "downloading $PKG"
 (cd "$WORK/dl" && apt-get "${APT_OPTS[@]}" download -q "$PKG" >&2)
 DEB=$(ls "$WORK/dl"/*.deb)
 dpkg-deb -x "$DEB" "$WORK/x"
-VMLINUZ=$(ls "$WORK/x/boot"/vmlinuz-* | head -n1)
+VMLINUZ=$(find "$WORK/x/boot" -name "vmlinuz-*" | head -n1)
 REL=${VMLINUZ##*/vmlinuz-}
 mkdir -p "$WORK/out"
 cp "$VMLINUZ" "$WORK/out/vmlinuz"

@@ -1,8 +1,9 @@
+# shellcheck shell=bash
 # Shared helpers of the QEMU end-to-end scripts (sourced, not run).
 # Every function reports on stderr; results go to files or stdout.
 
 E2E_REPO=${E2E_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-E2E_CACHE=${RTDEPLOY_CACHE:-$E2E_REPO/.cache}
+export E2E_CACHE=${RTDEPLOY_CACHE:-$E2E_REPO/.cache}
 
 e2e_log() { printf '[e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -44,7 +45,7 @@ e2e_base() {
     bb=/bin/busybox
     mkdir -p "$dir"
     (
-        cd "$dir"
+        cd "$dir" || exit 1
         mkdir -p usr/bin usr/lib etc dev proc sys tmp run root var/log var/lib mnt opt
         ln -sfn usr/bin bin
         ln -sfn usr/bin sbin
