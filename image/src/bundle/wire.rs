@@ -39,7 +39,7 @@ pub const MAX_FRAME: u32 = 64 << 20;
 /// zstd level on the wire: a good ratio at a speed above Wi-Fi rates.
 pub const WIRE_ZSTD_LEVEL: i32 = 9;
 /// BLOB_DATA frames carry at most this many compressed bytes.
-const DATA_FRAME: usize = 256 << 10;
+const DATA_FRAME: usize = 64 << 10;
 
 /// Frame kinds.
 pub mod kind {
