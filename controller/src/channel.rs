@@ -1308,6 +1308,16 @@ impl Message<'_> {
     }
 }
 
+/// Where and what a message read into a subscriber's buffer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageMeta {
+    pub index: u64,
+    pub send_time_ns: u64,
+    pub sender_pid: u32,
+    pub lost_before: u64,
+    pub size: usize,
+}
+
 /// Outcome of one read attempt.
 enum ReadOne {
     Ok { time: u64, pid: u64, size: usize },
@@ -1385,23 +1395,11 @@ impl Subscriber {
         ReadOne::Ok { time, pid, size }
     }
 
-    fn message(&self, i: u64, time: u64, pid: u64, size: usize, lost_before: u64) -> Message<'_> {
-        // SAFETY: `buf` holds at least `size` initialised bytes (size was
-        // clamped to buf.len() * 8); u8 has no alignment requirement.
-        let data = unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, size) };
-        Message {
-            index: i,
-            send_time_ns: time,
-            sender_pid: pid as u32,
-            lost_before,
-            data,
-        }
-    }
-
-    /// The next unread message in order, or `None` when there is none.
+    /// Reads the next unread message in order into this subscriber's
+    /// buffer and returns its metadata, or `None` when there is none.
     /// Messages overwritten before they were read are counted in
-    /// [`Message::lost_before`] and [`Subscriber::lost`].
-    pub fn next_message(&mut self) -> Option<Message<'_>> {
+    /// [`MessageMeta::lost_before`] and [`Subscriber::lost`].
+    pub fn next_meta(&mut self) -> Option<MessageMeta> {
         let len = self.ch.inner.geom.queue_len;
         let mut lost = 0;
         loop {
@@ -1419,16 +1417,46 @@ impl Subscriber {
             match self.read_at(i) {
                 ReadOne::Ok { time, pid, size } => {
                     self.lost += lost;
-                    return Some(self.message(i, time, pid, size, lost));
+                    return Some(MessageMeta {
+                        index: i,
+                        send_time_ns: time,
+                        sender_pid: pid as u32,
+                        lost_before: lost,
+                        size,
+                    });
                 }
                 ReadOne::Gone => lost += 1,
             }
         }
     }
 
-    /// The newest message, skipping (not counting as lost) anything older;
-    /// `None` when nothing new was published since the last read.
-    pub fn latest(&mut self) -> Option<Message<'_>> {
+    /// The message last read by [`Subscriber::next_meta`] or
+    /// [`Subscriber::latest_meta`], described by `meta`.
+    pub fn staged(&self, meta: &MessageMeta) -> Message<'_> {
+        let size = meta.size.min(self.buf.len() * 8);
+        // SAFETY: `buf` holds buf.len() * 8 initialised bytes and `size` is
+        // clamped to that; u8 has no alignment requirement.
+        let data = unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, size) };
+        Message {
+            index: meta.index,
+            send_time_ns: meta.send_time_ns,
+            sender_pid: meta.sender_pid,
+            lost_before: meta.lost_before,
+            data,
+        }
+    }
+
+    /// The next unread message in order, or `None` when there is none.
+    /// Messages overwritten before they were read are counted in
+    /// [`Message::lost_before`] and [`Subscriber::lost`].
+    pub fn next_message(&mut self) -> Option<Message<'_>> {
+        let meta = self.next_meta()?;
+        Some(self.staged(&meta))
+    }
+
+    /// Reads the newest message, skipping (not counting as lost) anything
+    /// older; `None` when nothing new was published since the last read.
+    pub fn latest_meta(&mut self) -> Option<MessageMeta> {
         loop {
             let head = self.ch.next_index();
             if head == 0 || self.next >= head {
@@ -1437,9 +1465,21 @@ impl Subscriber {
             let i = head - 1;
             if let ReadOne::Ok { time, pid, size } = self.read_at(i) {
                 self.next = head;
-                return Some(self.message(i, time, pid, size, 0));
+                return Some(MessageMeta {
+                    index: i,
+                    send_time_ns: time,
+                    sender_pid: pid as u32,
+                    lost_before: 0,
+                    size,
+                });
             }
         }
+    }
+
+    /// The newest message (see [`Subscriber::latest_meta`]).
+    pub fn latest(&mut self) -> Option<Message<'_>> {
+        let meta = self.latest_meta()?;
+        Some(self.staged(&meta))
     }
 
     /// The value to arm a futex wait with: the low 32 bits of the next

@@ -13,9 +13,12 @@
 //!   syscalls, each block with its `SAFETY:` argument.
 
 pub mod channel;
+pub mod check;
 pub mod config;
+pub mod event_loop;
 pub mod shm;
 pub mod sys;
+pub mod timing_report;
 
 pub use channel::{Channel, ChannelGeometry, Message, Publisher, Subscriber};
 pub use shm::ShmSafe;

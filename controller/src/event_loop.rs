@@ -1,0 +1,933 @@
+//! The event loop: one io_uring per loop, one futex wait kept armed per
+//! watched channel, timers on absolute `CLOCK_MONOTONIC` deadlines.
+//!
+//! - The ring is set up with `SINGLE_ISSUER | DEFER_TASKRUN`: completions
+//!   run in this thread when it waits, so no other task posts to its
+//!   completion ring.
+//! - Each watcher keeps one `IORING_OP_FUTEX_WAIT` armed on its channel's
+//!   futex word (the low 32 bits of the queue index) with the index it
+//!   expects next. On completion it drains every new message in order and
+//!   re-arms with the new index. A completion of `-EAGAIN` means the word
+//!   moved between our load and the kernel's check: more data, never an
+//!   error; it is drained like a wake and counted.
+//! - Timers and phased loops are io_uring timeouts with absolute
+//!   `CLOCK_MONOTONIC` deadlines; periods missed while the loop was late
+//!   are skipped and counted.
+//! - Everything ready after a wake is handled in event-time order (message
+//!   send time, timer deadline).
+//! - Kernels without io_uring futex ops (before 6.7) get the `futex_waitv`
+//!   backend (5.16+): one `futex_waitv` call over all watched words with
+//!   the next timer deadline as its timeout. Older kernels get a clear error.
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::io;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use io_uring::{opcode, types, IoUring};
+use serde::Serialize;
+
+use crate::channel::{
+    Channel, ChannelAttachError, Message, MessageMeta, PublishError, Published, Publisher,
+    Subscriber,
+};
+use crate::shm::ShmSafe;
+use crate::sys::{self, FutexWaitv, WaitvResult};
+use crate::timing_report::{self, EntryKind, EntryStats, RawReport};
+
+/// How the loop sleeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Backend {
+    /// `IORING_OP_FUTEX_WAIT` kept armed per channel (Linux 6.7+).
+    #[serde(rename = "io_uring-futex")]
+    IoUringFutex,
+    /// One `futex_waitv` call per sleep (Linux 5.16+).
+    #[serde(rename = "futex_waitv")]
+    FutexWaitv,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::IoUringFutex => "io_uring-futex",
+            Backend::FutexWaitv => "futex_waitv",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the kernel offers.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeReport {
+    pub kernel: String,
+    /// A ring with SINGLE_ISSUER | DEFER_TASKRUN that supports
+    /// IORING_OP_FUTEX_WAIT.
+    pub io_uring_futex: bool,
+    /// Why not, when not.
+    pub io_uring_problem: Option<String>,
+    pub futex_waitv: bool,
+    /// The backend a loop would use.
+    pub backend: Option<Backend>,
+}
+
+fn build_ring(entries: u32) -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries)
+}
+
+/// Probes the kernel for the loop's backends.
+pub fn probe() -> ProbeReport {
+    let kernel = sys::kernel_release();
+    let (io_uring_futex, io_uring_problem) = match build_ring(8) {
+        Err(e) => (
+            false,
+            Some(format!(
+                "io_uring setup with SINGLE_ISSUER | DEFER_TASKRUN failed: {e}"
+            )),
+        ),
+        Ok(ring) => {
+            let mut p = io_uring::Probe::new();
+            match ring.submitter().register_probe(&mut p) {
+                Err(e) => (false, Some(format!("io_uring opcode probe failed: {e}"))),
+                Ok(()) if p.is_supported(opcode::FutexWait::CODE) => (true, None),
+                Ok(()) => (
+                    false,
+                    Some("io_uring has no IORING_OP_FUTEX_WAIT (needs Linux 6.7+)".into()),
+                ),
+            }
+        }
+    };
+    let futex_waitv = sys::has_futex_waitv();
+    let backend = if io_uring_futex {
+        Some(Backend::IoUringFutex)
+    } else if futex_waitv {
+        Some(Backend::FutexWaitv)
+    } else {
+        None
+    };
+    ProbeReport {
+        kernel,
+        io_uring_futex,
+        io_uring_problem,
+        futex_waitv,
+        backend,
+    }
+}
+
+/// Creating an event loop failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EventLoopCreateError {
+    #[error("kernel {kernel} has neither io_uring futex waits (Linux 6.7 or later) nor futex_waitv (Linux 5.16 or later); the event loop needs one of them")]
+    Unsupported { kernel: String },
+    #[error("backend {backend} is not available on kernel {kernel}: {reason}")]
+    BackendUnavailable {
+        backend: Backend,
+        kernel: String,
+        reason: String,
+    },
+    #[error("cannot set up the io_uring: {0}")]
+    Ring(io::Error),
+    #[error("cannot create the timing channel of process `{process}`: {reason}")]
+    Timing { process: String, reason: String },
+}
+
+/// Running an event loop failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EventLoopRunError {
+    #[error("io_uring_enter failed: {0}")]
+    Enter(io::Error),
+    #[error("futex_waitv failed: {0}")]
+    Waitv(io::Error),
+    #[error("a futex wait on channel {channel} failed: {errno}")]
+    Wait { channel: String, errno: io::Error },
+}
+
+/// Where and how often the loop publishes its timing report.
+#[derive(Debug, Clone)]
+pub struct TimingOptions {
+    /// `<prefix>/dev/shm/rtdeploy`.
+    pub shm_dir: PathBuf,
+    /// The process name (`RTDEPLOY_PROCESS`).
+    pub process: String,
+    pub period: Duration,
+}
+
+/// Options of a loop.
+#[derive(Debug, Clone)]
+pub struct LoopOptions {
+    /// Force a backend (the default takes the best the kernel has).
+    pub backend: Option<Backend>,
+    /// Publish timing reports; `None` keeps them in the loop only.
+    pub timing: Option<TimingOptions>,
+    /// `/proc`, for publisher/subscriber ownership.
+    pub proc_root: PathBuf,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            backend: None,
+            timing: None,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+impl LoopOptions {
+    /// Options from the environment the supervisor sets:
+    /// `RTDEPLOY_SHM_DIR` and `RTDEPLOY_PROCESS` (timing reports are
+    /// published when both are set), `RTDEPLOY_BACKEND` (`io_uring-futex`
+    /// or `futex_waitv`) to force a backend.
+    pub fn from_env() -> LoopOptions {
+        let mut o = LoopOptions::default();
+        if let (Ok(dir), Ok(process)) = (
+            std::env::var("RTDEPLOY_SHM_DIR"),
+            std::env::var("RTDEPLOY_PROCESS"),
+        ) {
+            o.timing = Some(TimingOptions {
+                shm_dir: dir.into(),
+                process,
+                period: Duration::from_secs(1),
+            });
+        }
+        o.backend = match std::env::var("RTDEPLOY_BACKEND").as_deref() {
+            Ok("futex_waitv") => Some(Backend::FutexWaitv),
+            Ok("io_uring-futex") => Some(Backend::IoUringFutex),
+            _ => None,
+        };
+        o
+    }
+}
+
+/// What a handler knows about the event it handles.
+pub struct Ctx<'a> {
+    now_ns: u64,
+    event_ns: u64,
+    exit: &'a mut bool,
+}
+
+impl Ctx<'_> {
+    /// `CLOCK_MONOTONIC` when the handler started.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+    /// The event's time: the message's send time or the timer's deadline.
+    pub fn event_time_ns(&self) -> u64 {
+        self.event_ns
+    }
+    /// Wakeup latency: event time to handler start.
+    pub fn latency_ns(&self) -> u64 {
+        self.now_ns.saturating_sub(self.event_ns)
+    }
+    /// Makes [`EventLoop::run`] return after this handler.
+    pub fn exit(&mut self) {
+        *self.exit = true;
+    }
+}
+
+type WatchFn = Box<dyn FnMut(&mut Ctx, &Message)>;
+type TimerFn = Box<dyn FnMut(&mut Ctx)>;
+type HookFn = Box<dyn FnMut(&mut Ctx)>;
+
+struct Watcher {
+    name: String,
+    sub: Subscriber,
+    handler: WatchFn,
+    /// A wait is armed (in the ring, or counted for futex_waitv).
+    armed: bool,
+    /// A completion arrived or data is known to be there.
+    ready: bool,
+    staged: Option<MessageMeta>,
+    stats: EntryStats,
+    total: u64,
+}
+
+struct Timer {
+    name: String,
+    deadline: u64,
+    period: u64,
+    handler: Option<TimerFn>,
+    ts: Box<types::Timespec>,
+    armed: bool,
+    due: bool,
+    active: bool,
+    stats: EntryStats,
+    total: u64,
+}
+
+#[derive(Default)]
+struct SenderCounters {
+    count: Cell<u64>,
+    errors: Cell<u64>,
+    window_count: Cell<u64>,
+    window_errors: Cell<u64>,
+}
+
+/// A publisher made by a loop; its counts appear in the loop's reports.
+pub struct Sender {
+    publisher: Publisher,
+    counters: Rc<SenderCounters>,
+}
+
+impl Sender {
+    pub fn send(&mut self, payload: &[u8]) -> Result<Published, PublishError> {
+        let r = self.publisher.publish(payload);
+        match r {
+            Ok(_) => {
+                self.counters.count.set(self.counters.count.get() + 1);
+                self.counters
+                    .window_count
+                    .set(self.counters.window_count.get() + 1);
+            }
+            Err(_) => {
+                self.counters.errors.set(self.counters.errors.get() + 1);
+                self.counters
+                    .window_errors
+                    .set(self.counters.window_errors.get() + 1);
+            }
+        }
+        r
+    }
+    pub fn send_value<T: ShmSafe>(&mut self, v: &T) -> Result<Published, PublishError> {
+        self.send(crate::shm::as_bytes(v))
+    }
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+}
+
+/// A reader that never wakes the loop: fetch the latest or the next
+/// message when the loop decides to.
+pub struct Fetcher {
+    reader: Subscriber,
+}
+
+impl Fetcher {
+    pub fn fetch_latest(&mut self) -> Option<Message<'_>> {
+        self.reader.latest()
+    }
+    pub fn fetch_next(&mut self) -> Option<Message<'_>> {
+        self.reader.next_message()
+    }
+    pub fn lost(&self) -> u64 {
+        self.reader.lost()
+    }
+}
+
+const KIND_SHIFT: u32 = 56;
+const KIND_WATCH: u64 = 1 << KIND_SHIFT;
+const KIND_TIMER: u64 = 2 << KIND_SHIFT;
+const INDEX_MASK: u64 = (1 << KIND_SHIFT) - 1;
+/// `FUTEX_BITSET_MATCH_ANY`.
+const MATCH_ANY: u64 = 0xffff_ffff;
+
+struct Reporting {
+    publisher: Publisher,
+    raw: Box<RawReport>,
+    seq: u64,
+    period: u64,
+}
+
+/// One event loop. Not `Send`: it lives on the thread that runs it (the
+/// ring is SINGLE_ISSUER).
+pub struct EventLoop {
+    backend: Backend,
+    ring: Option<IoUring>,
+    watchers: Vec<Watcher>,
+    timers: Vec<Timer>,
+    senders: Vec<(String, Rc<SenderCounters>)>,
+    on_run: Vec<HookFn>,
+    waitv: Vec<FutexWaitv>,
+    waitv_owner: Vec<usize>,
+    exit: bool,
+    proc_root: PathBuf,
+    reporting: Option<Reporting>,
+    report_timer: Option<usize>,
+    before_arm: Option<Box<dyn FnMut()>>,
+    pid: u32,
+}
+
+impl EventLoop {
+    /// A loop on the best backend the kernel offers (or the forced one).
+    pub fn new(opts: LoopOptions) -> Result<EventLoop, EventLoopCreateError> {
+        let p = probe();
+        let backend = match opts.backend {
+            Some(Backend::IoUringFutex) if !p.io_uring_futex => {
+                return Err(EventLoopCreateError::BackendUnavailable {
+                    backend: Backend::IoUringFutex,
+                    kernel: p.kernel,
+                    reason: p.io_uring_problem.unwrap_or_default(),
+                })
+            }
+            Some(Backend::FutexWaitv) if !p.futex_waitv => {
+                return Err(EventLoopCreateError::BackendUnavailable {
+                    backend: Backend::FutexWaitv,
+                    kernel: p.kernel,
+                    reason: "futex_waitv needs Linux 5.16 or later".into(),
+                })
+            }
+            Some(b) => b,
+            None => p.backend.ok_or(EventLoopCreateError::Unsupported {
+                kernel: p.kernel.clone(),
+            })?,
+        };
+        let mut lp = EventLoop {
+            backend,
+            ring: None,
+            watchers: Vec::new(),
+            timers: Vec::new(),
+            senders: Vec::new(),
+            on_run: Vec::new(),
+            waitv: Vec::new(),
+            waitv_owner: Vec::new(),
+            exit: false,
+            proc_root: opts.proc_root.clone(),
+            reporting: None,
+            report_timer: None,
+            before_arm: None,
+            pid: sys::getpid(),
+        };
+        if let Some(t) = opts.timing {
+            lp.enable_reports(&t)?;
+        }
+        Ok(lp)
+    }
+
+    fn enable_reports(&mut self, t: &TimingOptions) -> Result<(), EventLoopCreateError> {
+        let err = |reason: String| EventLoopCreateError::Timing {
+            process: t.process.clone(),
+            reason,
+        };
+        let name = timing_report::timing_channel_name(&t.process);
+        let (ch, _) = Channel::create(
+            &t.shm_dir,
+            &name,
+            &timing_report::timing_geometry(),
+            None,
+            &self.proc_root,
+        )
+        .map_err(|e| err(e.to_string()))?;
+        let publisher = ch
+            .publisher(&self.proc_root)
+            .map_err(|e| err(e.to_string()))?;
+        let mut raw = Box::<RawReport>::default();
+        timing_report::fill_name(&mut raw.process, &t.process);
+        raw.pid = self.pid as u64;
+        raw.backend = match self.backend {
+            Backend::IoUringFutex => 1,
+            Backend::FutexWaitv => 2,
+        };
+        let period = t.period.as_nanos().max(1) as u64;
+        raw.period_ns = period;
+        let timer = self.push_timer(
+            "timing-report".into(),
+            sys::monotonic_ns() + period,
+            period,
+            None,
+        );
+        self.report_timer = Some(timer);
+        self.reporting = Some(Reporting {
+            publisher,
+            raw,
+            seq: 0,
+            period,
+        });
+        Ok(())
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Calls `handler` for every message published on `channel`, in order,
+    /// woken by a futex wait kept armed on the channel.
+    pub fn watch(
+        &mut self,
+        channel: &Channel,
+        handler: impl FnMut(&mut Ctx, &Message) + 'static,
+    ) -> Result<(), ChannelAttachError> {
+        let sub = channel.subscriber(&self.proc_root)?;
+        self.watchers.push(Watcher {
+            name: channel.name().to_string(),
+            sub,
+            handler: Box::new(handler),
+            armed: false,
+            ready: false,
+            staged: None,
+            stats: EntryStats::default(),
+            total: 0,
+        });
+        Ok(())
+    }
+
+    /// A publisher whose counts appear in this loop's reports.
+    pub fn make_sender(&mut self, channel: &Channel) -> Result<Sender, ChannelAttachError> {
+        let publisher = channel.publisher(&self.proc_root)?;
+        let counters = Rc::new(SenderCounters::default());
+        self.senders
+            .push((channel.name().to_string(), counters.clone()));
+        Ok(Sender {
+            publisher,
+            counters,
+        })
+    }
+
+    /// A reader that never wakes the loop.
+    pub fn make_fetcher(&mut self, channel: &Channel) -> Fetcher {
+        Fetcher {
+            reader: channel.reader(),
+        }
+    }
+
+    fn push_timer(
+        &mut self,
+        name: String,
+        deadline: u64,
+        period: u64,
+        handler: Option<TimerFn>,
+    ) -> usize {
+        self.timers.push(Timer {
+            name,
+            deadline,
+            period,
+            handler,
+            ts: Box::new(types::Timespec::new()),
+            armed: false,
+            due: false,
+            active: true,
+            stats: EntryStats::default(),
+            total: 0,
+        });
+        self.timers.len() - 1
+    }
+
+    /// A timer first due at `first_deadline_ns` (CLOCK_MONOTONIC), then
+    /// every `period` if given.
+    pub fn add_timer(
+        &mut self,
+        name: &str,
+        first_deadline_ns: u64,
+        period: Option<Duration>,
+        handler: impl FnMut(&mut Ctx) + 'static,
+    ) {
+        let period = period.map_or(0, |p| p.as_nanos().max(1) as u64);
+        self.push_timer(
+            name.into(),
+            first_deadline_ns,
+            period,
+            Some(Box::new(handler)),
+        );
+    }
+
+    /// A phased loop: due at every `k * period + offset` on CLOCK_MONOTONIC,
+    /// starting with the next such instant.
+    pub fn add_phased_loop(
+        &mut self,
+        name: &str,
+        period: Duration,
+        offset: Duration,
+        handler: impl FnMut(&mut Ctx) + 'static,
+    ) {
+        let p = period.as_nanos().max(1) as u64;
+        let off = offset.as_nanos() as u64 % p;
+        let now = sys::monotonic_ns();
+        let k = now.saturating_sub(off) / p + 1;
+        self.push_timer(name.into(), k * p + off, p, Some(Box::new(handler)));
+    }
+
+    /// Runs `hook` each time [`EventLoop::run`] starts, after every wait is
+    /// armed.
+    pub fn on_run(&mut self, hook: impl FnMut(&mut Ctx) + 'static) {
+        self.on_run.push(Box::new(hook));
+    }
+
+    /// Test instrumentation: called just before each futex wait is armed
+    /// (after the index was checked), e.g. to publish into that window and
+    /// force the `-EAGAIN` path.
+    #[doc(hidden)]
+    pub fn set_before_arm_hook(&mut self, hook: impl FnMut() + 'static) {
+        self.before_arm = Some(Box::new(hook));
+    }
+
+    /// The loop's counters now, as a report (allocates; for tests and
+    /// diagnostics, not for the real-time path).
+    pub fn report_now(&self) -> timing_report::TimingReport {
+        let mut raw = Box::<RawReport>::default();
+        self.fill_report(&mut raw, 0);
+        timing_report::TimingReport::from_raw(&raw).expect("freshly built report decodes")
+    }
+
+    fn fill_report(&self, raw: &mut RawReport, seq: u64) {
+        raw.seq = seq;
+        raw.time_ns = sys::monotonic_ns();
+        raw.pid = self.pid as u64;
+        raw.backend = match self.backend {
+            Backend::IoUringFutex => 1,
+            Backend::FutexWaitv => 2,
+        };
+        let mut n = 0;
+        for w in &self.watchers {
+            if n < timing_report::MAX_ENTRIES {
+                raw.entry[n].fill(EntryKind::Watcher, &w.name, &w.stats, w.total);
+                n += 1;
+            }
+        }
+        for (i, t) in self.timers.iter().enumerate() {
+            if self.report_timer == Some(i) {
+                continue;
+            }
+            if n < timing_report::MAX_ENTRIES {
+                raw.entry[n].fill(EntryKind::Timer, &t.name, &t.stats, t.total);
+                n += 1;
+            }
+        }
+        for (name, c) in &self.senders {
+            if n < timing_report::MAX_ENTRIES {
+                let s = EntryStats {
+                    count: c.window_count.get(),
+                    errors: c.window_errors.get(),
+                    ..EntryStats::default()
+                };
+                raw.entry[n].fill(EntryKind::Sender, name, &s, c.count.get());
+                n += 1;
+            }
+        }
+        raw.entries = n as u64;
+    }
+
+    fn publish_report(&mut self) {
+        let Some(mut rep) = self.reporting.take() else {
+            return;
+        };
+        rep.seq += 1;
+        self.fill_report(&mut rep.raw, rep.seq);
+        rep.raw.period_ns = rep.period;
+        let _ = rep.publisher.publish_value(&*rep.raw);
+        for w in &mut self.watchers {
+            w.stats.clear();
+        }
+        for t in &mut self.timers {
+            t.stats.clear();
+        }
+        for (_, c) in &self.senders {
+            c.window_count.set(0);
+            c.window_errors.set(0);
+        }
+        self.reporting = Some(rep);
+    }
+
+    fn ring(&mut self) -> Result<&mut IoUring, EventLoopRunError> {
+        if self.ring.is_none() {
+            let entries =
+                (2 * (self.watchers.len() + self.timers.len()) + 8).next_power_of_two() as u32;
+            let ring = build_ring(entries).map_err(EventLoopRunError::Enter)?;
+            self.ring = Some(ring);
+        }
+        Ok(self.ring.as_mut().expect("ring was just built"))
+    }
+
+    fn push(&mut self, sqe: &io_uring::squeue::Entry) -> Result<(), EventLoopRunError> {
+        let ring = self.ring()?;
+        loop {
+            // SAFETY: the pointers in our SQEs are a futex word inside a
+            // channel mapping that the watcher's Subscriber keeps mapped
+            // for the loop's lifetime, and a boxed Timespec owned by its
+            // Timer; the kernel reads both when the SQE is submitted
+            // (a futex wait keeps only the futex key, a timeout copies the
+            // timespec). Watchers and timers are never removed, and the
+            // ring is dropped before them (field order), so both outlive
+            // every submission.
+            if unsafe { ring.submission().push(sqe) }.is_ok() {
+                return Ok(());
+            }
+            ring.submit().map_err(EventLoopRunError::Enter)?;
+        }
+    }
+
+    /// Arms watcher `i`'s wait, or marks it ready when data is already
+    /// there.
+    fn arm_watcher(&mut self, i: usize) -> Result<(), EventLoopRunError> {
+        let w = &mut self.watchers[i];
+        if w.armed || w.ready {
+            return Ok(());
+        }
+        if !w.sub.begin_wait() {
+            w.ready = true;
+            return Ok(());
+        }
+        w.armed = true;
+        if self.backend == Backend::FutexWaitv {
+            return Ok(()); // the wait itself is issued in wait_waitv
+        }
+        let word = w.sub.channel().futex_word();
+        let val = w.sub.wait_value() as u64;
+        if let Some(h) = self.before_arm.as_mut() {
+            h();
+        }
+        let sqe = opcode::FutexWait::new(word, val, MATCH_ANY, sys::FUTEX2_SIZE_U32)
+            .build()
+            .user_data(KIND_WATCH | i as u64);
+        self.push(&sqe)
+    }
+
+    fn arm_timer(&mut self, i: usize) -> Result<(), EventLoopRunError> {
+        let t = &mut self.timers[i];
+        if t.armed || t.due || !t.active {
+            return Ok(());
+        }
+        t.armed = true;
+        if self.backend == Backend::FutexWaitv {
+            return Ok(());
+        }
+        *t.ts = types::Timespec::new()
+            .sec(t.deadline / 1_000_000_000)
+            .nsec((t.deadline % 1_000_000_000) as u32);
+        let sqe = opcode::Timeout::new(&*t.ts as *const types::Timespec)
+            .flags(types::TimeoutFlags::ABS)
+            .build()
+            .user_data(KIND_TIMER | i as u64);
+        self.push(&sqe)
+    }
+
+    /// Runs until a handler calls [`Ctx::exit`] or nothing is left to wait
+    /// for.
+    pub fn run(&mut self) -> Result<(), EventLoopRunError> {
+        self.exit = false;
+        self.waitv.reserve(self.watchers.len());
+        self.waitv_owner.reserve(self.watchers.len());
+        if self.backend == Backend::IoUringFutex {
+            self.ring()?;
+        }
+        for i in 0..self.watchers.len() {
+            self.arm_watcher(i)?;
+        }
+        for i in 0..self.timers.len() {
+            self.arm_timer(i)?;
+        }
+        let mut hooks = std::mem::take(&mut self.on_run);
+        for h in &mut hooks {
+            let now = sys::monotonic_ns();
+            let mut ctx = Ctx {
+                now_ns: now,
+                event_ns: now,
+                exit: &mut self.exit,
+            };
+            h(&mut ctx);
+        }
+        self.on_run = hooks;
+        while !self.exit {
+            self.dispatch()?;
+            if self.exit {
+                break;
+            }
+            let waiting =
+                self.watchers.iter().any(|w| w.armed) || self.timers.iter().any(|t| t.armed);
+            if !waiting {
+                break;
+            }
+            match self.backend {
+                Backend::IoUringFutex => self.wait_uring()?,
+                Backend::FutexWaitv => self.wait_waitv()?,
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_uring(&mut self) -> Result<(), EventLoopRunError> {
+        let ring = self.ring.as_mut().expect("ring built in run");
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+            Err(e) => return Err(EventLoopRunError::Enter(e)),
+        }
+        let ring = self.ring.as_mut().expect("ring built in run");
+        for cqe in ring.completion() {
+            let ud = cqe.user_data();
+            let res = cqe.result();
+            let idx = (ud & INDEX_MASK) as usize;
+            match ud & !INDEX_MASK {
+                KIND_WATCH => {
+                    let w = &mut self.watchers[idx];
+                    w.armed = false;
+                    w.sub.end_wait();
+                    w.ready = true;
+                    if res == -libc::EAGAIN {
+                        w.stats.eagain += 1;
+                    } else if res < 0 && res != -libc::EINTR && res != -libc::ECANCELED {
+                        return Err(EventLoopRunError::Wait {
+                            channel: w.name.clone(),
+                            errno: io::Error::from_raw_os_error(-res),
+                        });
+                    }
+                }
+                KIND_TIMER => {
+                    let t = &mut self.timers[idx];
+                    t.armed = false;
+                    t.due = true;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_waitv(&mut self) -> Result<(), EventLoopRunError> {
+        self.waitv.clear();
+        self.waitv_owner.clear();
+        for (i, w) in self.watchers.iter().enumerate() {
+            if w.armed {
+                self.waitv.push(FutexWaitv {
+                    val: w.sub.wait_value() as u64,
+                    uaddr: w.sub.channel().futex_word() as u64,
+                    flags: sys::FUTEX2_SIZE_U32,
+                    reserved: 0,
+                });
+                self.waitv_owner.push(i);
+            }
+        }
+        let deadline = self
+            .timers
+            .iter()
+            .filter(|t| t.armed)
+            .map(|t| t.deadline)
+            .min();
+        let r = if self.waitv.is_empty() {
+            if let Some(d) = deadline {
+                let ts = sys::timespec_of(d);
+                // SAFETY: `ts` is a valid timespec for the call.
+                unsafe {
+                    libc::clock_nanosleep(
+                        libc::CLOCK_MONOTONIC,
+                        libc::TIMER_ABSTIME,
+                        &ts,
+                        std::ptr::null_mut(),
+                    )
+                };
+            }
+            WaitvResult::TimedOut
+        } else {
+            if let Some(h) = self.before_arm.as_mut() {
+                h();
+            }
+            sys::futex_waitv(&self.waitv, deadline).map_err(EventLoopRunError::Waitv)?
+        };
+        for &i in &self.waitv_owner {
+            let w = &mut self.watchers[i];
+            w.armed = false;
+            w.sub.end_wait();
+            if w.sub.has_new() {
+                w.ready = true;
+                if r == WaitvResult::Again {
+                    w.stats.eagain += 1;
+                }
+            }
+        }
+        let now = sys::monotonic_ns();
+        for t in &mut self.timers {
+            if t.armed && t.deadline <= now {
+                t.armed = false;
+                t.due = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure a ready watcher has a staged message, or re-arms it when
+    /// drained.
+    fn refill(&mut self, i: usize) -> Result<(), EventLoopRunError> {
+        loop {
+            let w = &mut self.watchers[i];
+            if !w.ready || w.staged.is_some() {
+                return Ok(());
+            }
+            if let Some(m) = w.sub.next_meta() {
+                w.stats.lost += m.lost_before;
+                w.staged = Some(m);
+                return Ok(());
+            }
+            w.ready = false;
+            self.arm_watcher(i)?;
+        }
+    }
+
+    /// Handles everything ready, in event-time order.
+    fn dispatch(&mut self) -> Result<(), EventLoopRunError> {
+        loop {
+            let mut best: Option<(u64, bool, usize)> = None;
+            for i in 0..self.watchers.len() {
+                self.refill(i)?;
+                if let Some(m) = &self.watchers[i].staged {
+                    if best.is_none_or(|b| m.send_time_ns < b.0) {
+                        best = Some((m.send_time_ns, true, i));
+                    }
+                }
+            }
+            for (i, t) in self.timers.iter().enumerate() {
+                if t.due && best.is_none_or(|b| t.deadline < b.0) {
+                    best = Some((t.deadline, false, i));
+                }
+            }
+            let Some((event_ns, is_watch, i)) = best else {
+                return Ok(());
+            };
+            let now = sys::monotonic_ns();
+            let mut ctx = Ctx {
+                now_ns: now,
+                event_ns,
+                exit: &mut self.exit,
+            };
+            if is_watch {
+                let w = &mut self.watchers[i];
+                let meta = w.staged.take().expect("staged message picked");
+                let msg = w.sub.staged(&meta);
+                (w.handler)(&mut ctx, &msg);
+                let end = sys::monotonic_ns();
+                w.stats.latency.record(now.saturating_sub(event_ns));
+                w.stats.handler.record(end - now);
+                w.stats.count += 1;
+                w.total += 1;
+            } else {
+                let is_report = self.report_timer == Some(i);
+                let end = if is_report {
+                    self.publish_report();
+                    sys::monotonic_ns()
+                } else {
+                    let t = &mut self.timers[i];
+                    if let Some(h) = t.handler.as_mut() {
+                        h(&mut ctx);
+                    }
+                    let end = sys::monotonic_ns();
+                    t.stats.latency.record(now.saturating_sub(event_ns));
+                    t.stats.handler.record(end - now);
+                    t.stats.count += 1;
+                    t.total += 1;
+                    end
+                };
+                let t = &mut self.timers[i];
+                t.due = false;
+                if t.period == 0 {
+                    t.active = false;
+                } else {
+                    let mut next = t.deadline + t.period;
+                    if next <= end {
+                        let skipped = (end - next) / t.period + 1;
+                        t.stats.missed += skipped;
+                        next += skipped * t.period;
+                    }
+                    t.deadline = next;
+                    self.arm_timer(i)?;
+                }
+            }
+        }
+    }
+}

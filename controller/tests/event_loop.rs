@@ -1,0 +1,287 @@
+//! The event loop against the real kernel, on every backend the kernel
+//! has (each test probes and prints why it skips a backend).
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use controller::event_loop::{probe, Backend, EventLoop, LoopOptions, TimingOptions};
+use controller::{Channel, ChannelGeometry};
+
+const PROC: &str = "/proc";
+
+fn backends() -> Vec<Backend> {
+    let p = probe();
+    let mut v = Vec::new();
+    if p.io_uring_futex {
+        v.push(Backend::IoUringFutex);
+    } else {
+        println!(
+            "skipping io_uring-futex on kernel {}: {:?}",
+            p.kernel, p.io_uring_problem
+        );
+    }
+    if p.futex_waitv {
+        v.push(Backend::FutexWaitv);
+    } else {
+        println!(
+            "skipping futex_waitv: kernel {} lacks it (needs 5.16+)",
+            p.kernel
+        );
+    }
+    v
+}
+
+fn new_loop(b: Backend) -> EventLoop {
+    EventLoop::new(LoopOptions {
+        backend: Some(b),
+        ..LoopOptions::default()
+    })
+    .unwrap()
+}
+
+/// Fails the test (from inside the loop) if it runs longer than `secs`.
+fn watchdog(lp: &mut EventLoop, secs: u64) {
+    let deadline = controller::sys::monotonic_ns() + secs * 1_000_000_000;
+    lp.add_timer("watchdog", deadline, None, move |_| {
+        panic!("event loop watchdog: no progress in {secs}s")
+    });
+}
+
+#[test]
+fn probe_reports_a_backend() {
+    let p = probe();
+    println!("{p:?}");
+    assert!(!p.kernel.is_empty());
+    assert_eq!(p.backend.is_some(), p.io_uring_futex || p.futex_waitv);
+}
+
+#[test]
+fn watcher_gets_every_message_in_order_from_another_thread() {
+    for b in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let geom = ChannelGeometry::new(16, 4096, 1);
+        let (ch, _) = Channel::create(dir.path(), "/w", &geom, None, Path::new(PROC)).unwrap();
+        const N: u64 = 3000;
+        let mut lp = new_loop(b);
+        assert_eq!(lp.backend(), b);
+        watchdog(&mut lp, 20);
+        let got = Rc::new(RefCell::new(Vec::new()));
+        let g = got.clone();
+        lp.watch(&ch, move |ctx, m| {
+            g.borrow_mut().push(m.value::<u64>().unwrap());
+            assert!(ctx.now_ns() >= m.send_time_ns);
+            if m.value::<u64>() == Some(N - 1) {
+                ctx.exit();
+            }
+        })
+        .unwrap();
+        let ch2 = ch.clone();
+        let t = std::thread::spawn(move || {
+            let mut p = ch2.publisher(Path::new(PROC)).unwrap();
+            let mut woke = 0;
+            for i in 0..N {
+                if p.publish(&i.to_ne_bytes()).unwrap().woke {
+                    woke += 1;
+                }
+                if i % 3 == 0 {
+                    std::thread::sleep(Duration::from_micros(30));
+                }
+            }
+            woke
+        });
+        lp.run().unwrap();
+        let woke = t.join().unwrap();
+        assert_eq!(*got.borrow(), (0..N).collect::<Vec<_>>(), "backend {b}");
+        let rep = lp.report_now();
+        let w = &rep.entries[0];
+        assert_eq!(w.count, N);
+        assert_eq!(w.lost, 0);
+        println!(
+            "{b}: {N} messages, {woke} wake syscalls, {} -EAGAIN",
+            w.eagain
+        );
+        assert!(woke > 0, "the publisher never saw a waiter");
+    }
+}
+
+#[test]
+fn eagain_path_is_forced_and_counted() {
+    for b in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let geom = ChannelGeometry::new(8, 64, 1);
+        let (ch, _) = Channel::create(dir.path(), "/e", &geom, None, Path::new(PROC)).unwrap();
+        const K: u64 = 25;
+        let mut lp = new_loop(b);
+        watchdog(&mut lp, 20);
+        let mut p = ch.publisher(Path::new(PROC)).unwrap();
+        let mut sent = 0u64;
+        // Publish between the loop's index check and the kernel's: every
+        // one of these arms must come back -EAGAIN and still deliver.
+        lp.set_before_arm_hook(move || {
+            if sent < K {
+                p.publish(&sent.to_ne_bytes()).unwrap();
+                sent += 1;
+            }
+        });
+        let got = Rc::new(RefCell::new(Vec::new()));
+        let g = got.clone();
+        lp.watch(&ch, move |ctx, m| {
+            g.borrow_mut().push(m.value::<u64>().unwrap());
+            if g.borrow().len() as u64 == K {
+                ctx.exit();
+            }
+        })
+        .unwrap();
+        lp.run().unwrap();
+        assert_eq!(*got.borrow(), (0..K).collect::<Vec<_>>());
+        let rep = lp.report_now();
+        assert_eq!(rep.entries[0].eagain, K, "backend {b}");
+    }
+}
+
+#[test]
+fn handlers_run_in_event_time_order_across_channels() {
+    for b in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let geom = ChannelGeometry::new(8, 64, 1);
+        let (a, _) = Channel::create(dir.path(), "/a", &geom, None, Path::new(PROC)).unwrap();
+        let (c, _) = Channel::create(dir.path(), "/c", &geom, None, Path::new(PROC)).unwrap();
+        let mut lp = new_loop(b);
+        watchdog(&mut lp, 20);
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        for (ch, tag) in [(&a, 0u8), (&c, 1u8)] {
+            let s = seen.clone();
+            lp.watch(ch, move |ctx, m| {
+                s.borrow_mut()
+                    .push((m.send_time_ns, tag, m.value::<u64>().unwrap()));
+                if s.borrow().len() == 20 {
+                    ctx.exit();
+                }
+            })
+            .unwrap();
+        }
+        let (mut pa, mut pc) = (
+            a.publisher(Path::new(PROC)).unwrap(),
+            c.publisher(Path::new(PROC)).unwrap(),
+        );
+        // Published before the loop runs: one wake sees both channels full.
+        lp.on_run(move |_| {
+            for i in 0..10u64 {
+                pa.publish(&(2 * i).to_ne_bytes()).unwrap();
+                pc.publish(&(2 * i + 1).to_ne_bytes()).unwrap();
+            }
+        });
+        lp.run().unwrap();
+        let seen = seen.borrow();
+        let order: Vec<u64> = seen.iter().map(|e| e.2).collect();
+        assert_eq!(order, (0..20).collect::<Vec<_>>(), "backend {b}");
+        assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+}
+
+#[test]
+fn phased_loop_keeps_phase_and_counts_missed_periods() {
+    for b in backends() {
+        let mut lp = new_loop(b);
+        watchdog(&mut lp, 20);
+        let period = Duration::from_millis(2);
+        let offset = Duration::from_micros(300);
+        let fired = Rc::new(RefCell::new(Vec::new()));
+        let f = fired.clone();
+        lp.add_phased_loop("phase", period, offset, move |ctx| {
+            f.borrow_mut().push(ctx.event_time_ns());
+            assert!(ctx.now_ns() >= ctx.event_time_ns());
+            if f.borrow().len() == 5 {
+                // Overrun: late by more than two periods.
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if f.borrow().len() == 12 {
+                ctx.exit();
+            }
+        });
+        lp.run().unwrap();
+        let fired = fired.borrow();
+        let p = period.as_nanos() as u64;
+        for d in fired.iter() {
+            assert_eq!(d % p, offset.as_nanos() as u64, "deadline {d} off phase");
+        }
+        assert!(fired.windows(2).all(|w| w[1] > w[0]));
+        let rep = lp.report_now();
+        let t = rep.entries.iter().find(|e| e.name == "phase").unwrap();
+        assert_eq!(t.count, 12);
+        assert!(t.missed >= 2, "missed {} (backend {b})", t.missed);
+        // The deadlines skipped are exactly the periods counted missed.
+        let span = (fired[fired.len() - 1] - fired[0]) / p;
+        assert_eq!(span, 11 + t.missed, "backend {b}");
+    }
+}
+
+#[test]
+fn timing_reports_are_published_and_read_back() {
+    let Some(b) = backends().first().copied() else {
+        println!("skipping: no backend");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(8, 64, 1);
+    let (ch, _) = Channel::create(dir.path(), "/t", &geom, None, Path::new(PROC)).unwrap();
+    let mut lp = EventLoop::new(LoopOptions {
+        backend: Some(b),
+        timing: Some(TimingOptions {
+            shm_dir: dir.path().into(),
+            process: "reporter".into(),
+            period: Duration::from_millis(30),
+        }),
+        ..LoopOptions::default()
+    })
+    .unwrap();
+    watchdog(&mut lp, 20);
+    lp.watch(&ch, |_, _| {}).unwrap();
+    let mut s = lp.make_sender(&ch).unwrap();
+    let start = Instant::now();
+    lp.add_timer(
+        "tick",
+        controller::sys::monotonic_ns(),
+        Some(Duration::from_millis(1)),
+        move |ctx| {
+            s.send(&1u64.to_ne_bytes()).unwrap();
+            if start.elapsed() > Duration::from_millis(200) {
+                ctx.exit();
+            }
+        },
+    );
+    assert!(
+        controller::timing_report::read_latest(dir.path(), "reporter")
+            .unwrap()
+            .is_none()
+    );
+    lp.run().unwrap();
+    let rep = controller::timing_report::read_latest(dir.path(), "reporter")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rep.process, "reporter");
+    assert_eq!(rep.pid, std::process::id());
+    assert_eq!(rep.backend, b.name());
+    assert!(rep.seq >= 2, "seq {}", rep.seq);
+    let kinds: Vec<_> = rep
+        .entries
+        .iter()
+        .map(|e| (e.kind, e.name.as_str()))
+        .collect();
+    use controller::timing_report::EntryKind::*;
+    assert_eq!(
+        kinds,
+        vec![
+            (Watcher, "/t"),
+            (Timer, "watchdog"),
+            (Timer, "tick"),
+            (Sender, "/t")
+        ]
+    );
+    let sender = &rep.entries[3];
+    assert!(sender.total >= sender.count && sender.total > 0);
+    println!("{}", serde_json::to_string_pretty(&rep).unwrap());
+    assert!(controller::timing_report::read_latest(dir.path(), "nobody").is_err());
+}
