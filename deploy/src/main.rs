@@ -52,6 +52,12 @@ enum Command {
     /// Show the plan: CPU map, kernel command line, IRQ/thread/process
     /// placement, channel sizes.
     Plan(cmd::plan::PlanArgs),
+    /// Apply the CPU plan: IRQ affinities, IRQ-thread priorities, sysctls,
+    /// cgroup cpusets, cpufreq (exit 0 ok, 1 invalid partition, 2 error).
+    Apply(cmd::apply::ApplyArgs),
+    /// Check the live system against the CPU plan (exit 0 in sync, 1
+    /// drift, 2 error).
+    Verify(cmd::verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +77,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Config(c) => cmd::config::run(&ctx, c),
         Command::Plan(a) => cmd::plan::run(&ctx, a),
+        Command::Apply(a) => cmd::apply::run(&ctx, a),
+        Command::Verify(a) => cmd::verify::run(&ctx, a),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

@@ -1,8 +1,10 @@
 //! One module per subcommand: each parses its own arguments and returns
 //! how it ended.
 
+pub mod apply;
 pub mod config;
 pub mod plan;
+pub mod verify;
 
 use crate::config::{self as robot_config, ConfigLoadError, Loaded};
 use crate::ctx::Ctx;
