@@ -1,0 +1,173 @@
+//! Applies the examples/dev.yaml plan (2 CPUs, CPU 1 isolated) to this
+//! machine as root, verifies the runtime items, applies again (nothing may
+//! change), and restores everything it changed, whatever the outcome.
+//!
+//! The kernel command line of a development machine does not isolate
+//! anything, so the command line checks (and the tasks that may run on
+//! CPU 1) drift; this test asserts only what `apply` controls. Set
+//! RTDEPLOY_SKIP_LIVE=1 to skip it.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cpusets::apply::{self, sched, write_existing, ApplyOptions, ThreadControl};
+use cpusets::cpuset::CpuSet;
+use cpusets::model::live::{read_task, task_dir};
+use cpusets::plan::RuntimePlan;
+use cpusets::verify::{self, Status, VerifyOptions};
+
+/// Everything apply may change, as it was, put back on drop.
+struct Saved {
+    files: Vec<(PathBuf, String)>,
+    threads: Vec<(u32, String, u32, u32, CpuSet)>,
+    new_dirs: Vec<PathBuf>,
+}
+
+impl Saved {
+    fn capture(plan: &RuntimePlan) -> Saved {
+        let root = Path::new("/");
+        let mut files = Vec::new();
+        let mut keep = |p: PathBuf| {
+            if let Ok(v) = fs::read_to_string(&p) {
+                files.push((p, v.trim().to_string()));
+            }
+        };
+        for s in &plan.sysctls {
+            keep(PathBuf::from(s.path()));
+        }
+        keep("/proc/irq/default_smp_affinity".into());
+        for i in &plan.irqs {
+            keep(format!("/proc/irq/{}/smp_affinity_list", i.irq).into());
+        }
+        keep("/sys/devices/virtual/workqueue/cpumask".into());
+        for cpu in plan.cpus.all.iter() {
+            keep(format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor").into());
+            keep(format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_min_freq").into());
+        }
+        let threads = plan
+            .threads
+            .iter()
+            .filter_map(|t| {
+                let task = read_task(t.pid, t.pid, &task_dir(root, t.pid, t.pid)).ok()??;
+                Some((t.pid, task.comm, task.policy, task.rt_priority, task.cpus_allowed))
+            })
+            .collect();
+        let mut new_dirs = Vec::new();
+        if let Ok(apply::CgroupRoot::V2(m) | apply::CgroupRoot::V1(m)) = apply::find_cgroup_root(root) {
+            for d in ["rtdeploy", "rtdeploy/rt", "rtdeploy/housekeeping"] {
+                let p = Path::new(&m).join(d);
+                if !p.exists() {
+                    new_dirs.push(p);
+                }
+            }
+        }
+        Saved { files, threads, new_dirs }
+    }
+}
+
+impl Drop for Saved {
+    fn drop(&mut self) {
+        // Interrupts first: the kernel moves an IRQ's thread after it.
+        for (path, value) in &self.files {
+            let now = fs::read_to_string(path).unwrap_or_default();
+            if now.trim() != value {
+                if let Err(e) = write_existing(path, value) {
+                    eprintln!("restore {}: {e}", path.display());
+                }
+            }
+        }
+        for (pid, comm, policy, prio, cpus) in &self.threads {
+            let Ok(Some(t)) = read_task(*pid, *pid, &task_dir(Path::new("/"), *pid, *pid)) else { continue };
+            if &t.comm != comm {
+                continue;
+            }
+            if (t.policy, t.rt_priority) != (*policy, *prio) {
+                if let Err(e) = sched::set_scheduler(*pid, *policy, *prio) {
+                    eprintln!("restore scheduling of {pid} {comm}: {e}");
+                }
+            }
+            if &t.cpus_allowed != cpus {
+                if let Err(e) = sched::set_affinity(*pid, cpus) {
+                    eprintln!("restore affinity of {pid} {comm}: {e}");
+                }
+            }
+        }
+        for d in self.new_dirs.iter().rev() {
+            if let Err(e) = fs::remove_dir(d) {
+                eprintln!("remove {}: {e}", d.display());
+            }
+        }
+    }
+}
+
+fn skip_reason() -> Option<String> {
+    if std::env::var_os("RTDEPLOY_SKIP_LIVE").is_some() {
+        return Some("RTDEPLOY_SKIP_LIVE is set".into());
+    }
+    // SAFETY-free probe: root is who may write /proc/sys.
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("");
+    if uid != "0" {
+        return Some(format!("needs root (effective uid {uid})"));
+    }
+    if fs::OpenOptions::new().write(true).open("/proc/sys/kernel/sched_rt_runtime_us").is_err() {
+        return Some("/proc/sys is read-only here (a container?)".into());
+    }
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    if online.trim() != "0-1" {
+        return Some(format!("the dev plan is for 2 CPUs (0-1); this machine has {}", online.trim()));
+    }
+    None
+}
+
+#[test]
+fn apply_dev_plan_on_this_machine_then_verify_and_restore() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let root = Path::new("/");
+    let plan = common::dev().plan(root);
+    let saved = Saved::capture(&plan);
+    let opts = ApplyOptions::for_sysroot(root, false);
+    assert_eq!(opts.threads, ThreadControl::Syscalls);
+
+    let report = apply::apply(&plan, root, &opts).unwrap();
+    eprintln!("{}", report.render(true));
+    assert_eq!(report.failures().count(), 0, "{}", report.render(false));
+
+    let v = verify::verify(
+        &plan,
+        root,
+        &VerifyOptions {
+            sample_window: Duration::from_millis(300),
+            unmovable_irqs: report.unmovable_irqs(),
+            ..VerifyOptions::default()
+        },
+    )
+    .unwrap();
+    eprintln!("{}", v.render(true));
+    let runtime = |id: &str| {
+        id.starts_with("sysctl.")
+            || id.starts_with("irq.")
+            || id.starts_with("thread.")
+            || id.starts_with("cgroup.")
+            || id.starts_with("cpufreq.")
+            || id == "workqueue.cpumask"
+    };
+    for c in v.checks.iter().filter(|c| runtime(&c.id) && c.id != "irq.activity") {
+        assert_ne!(c.status, Status::Drift, "{} drifted after apply: {}", c.id, c.detail);
+    }
+    assert_eq!(v.check("sysctl.kernel.sched_rt_runtime_us").unwrap().status, Status::Ok);
+    assert_eq!(v.check("workqueue.cpumask").unwrap().status, Status::Ok);
+    assert_eq!(v.check("irq.default_affinity").unwrap().status, Status::Ok);
+    assert_eq!(v.check("cgroup.rt.cpus").unwrap().status, Status::Ok);
+
+    let again = apply::apply(&plan, root, &opts).unwrap();
+    let s = again.summary();
+    assert_eq!((s.changed, s.failed), (0, 0), "second apply changed something:\n{}", again.render(false));
+    drop(saved);
+}
