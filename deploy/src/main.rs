@@ -58,6 +58,11 @@ enum Command {
     /// Check the live system against the CPU plan (exit 0 in sync, 1
     /// drift, 2 error).
     Verify(cmd::verify::VerifyArgs),
+    /// Build a reproducible root filesystem image with the controller
+    /// installed (tar, tar.zst, ext4, cpio.gz).
+    Image(cmd::image::ImageArgs),
+    /// Flash an image onto a Jetson board in recovery mode.
+    Flash(cmd::image::FlashArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +82,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Config(c) => cmd::config::run(&ctx, c),
         Command::Plan(a) => cmd::plan::run(&ctx, a),
+        Command::Image(a) => cmd::image::run(&ctx, a),
+        Command::Flash(a) => cmd::image::run_flash(&ctx, a),
         Command::Apply(a) => cmd::apply::run(&ctx, a),
         Command::Verify(a) => cmd::verify::run(&ctx, a),
     };

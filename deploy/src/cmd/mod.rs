@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod config;
+pub mod image;
 pub mod plan;
 pub mod verify;
 

@@ -1,0 +1,254 @@
+//! `deploy image` and `deploy flash`, run as the real binary in a
+//! temporary directory.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const EXTLINUX: &str = "TIMEOUT 30
+DEFAULT primary
+
+MENU TITLE L4T boot options
+
+LABEL primary
+      MENU LABEL primary kernel
+      LINUX /boot/Image
+      INITRD /boot/initrd
+      APPEND ${cbootargs} root=/dev/mmcblk0p1 rw rootwait rootfstype=ext4 console=ttyTCU0,115200 fbcon=map:0
+";
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+}
+
+fn deploy(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_deploy"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("SOURCE_DATE_EPOCH")
+        .env_remove("RTDEPLOY_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn write(p: &Path, bytes: &[u8], mode: u32) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, bytes).unwrap();
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// base/ (L4T-shaped), release/ with every program orin-nano.yaml names.
+fn inputs(dir: &Path) {
+    for d in ["base/etc", "base/usr/bin"] {
+        fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    write(
+        &dir.join("base/boot/extlinux/extlinux.conf"),
+        EXTLINUX.as_bytes(),
+        0o644,
+    );
+    write(&dir.join("base/boot/Image"), b"kernel", 0o644);
+    for p in [
+        "imu_reader",
+        "motor_controller",
+        "state_estimator",
+        "planner",
+        "logger",
+        "rt_sender",
+        "rt_receiver",
+        "diag_publisher",
+    ] {
+        write(
+            &dir.join("release/bin").join(p),
+            format!("\x7fELF {p}").as_bytes(),
+            0o755,
+        );
+    }
+    write(&dir.join("deploy-aarch64"), b"\x7fELF deploy", 0o755);
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn image_builds_reproducibly_and_refuses_to_overwrite() {
+    let t = tempfile::tempdir().unwrap();
+    inputs(t.path());
+    let cfg = example("orin-nano.yaml");
+    let cfg = cfg.to_str().unwrap();
+    let args = [
+        "-q",
+        "-c",
+        cfg,
+        "image",
+        "--base",
+        "base",
+        "--release",
+        "release",
+        "--deploy-binary",
+        "deploy-aarch64",
+        "--source-date-epoch",
+        "1700000000",
+        "--release-version",
+        "2.1.0",
+    ];
+    let mut a = args.to_vec();
+    a.extend(["--out", "a.tar.zst"]);
+    let o = deploy(t.path(), &a);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("wrote a.tar.zst (tar.zst"), "{out}");
+    assert!(
+        out.contains("APPEND    ${cbootargs} root=/dev/mmcblk0p1 rw rootwait rootfstype=ext4 console=ttyTCU0,115200 fbcon=map:0 isolcpus=managed_irq,domain,4-5 nohz_full=4-5 rcu_nocbs=4-5 rcu_nocb_poll irqaffinity=0-3 nosoftlockup tsc=reliable"),
+        "{out}"
+    );
+    assert!(
+        out.contains("release   /opt/rtdeploy/releases/2.1.0-"),
+        "{out}"
+    );
+    assert!(t.path().join("a.tar.zst.manifest.json").is_file());
+    assert!(t.path().join("a.tar.zst.cdx.json").is_file());
+
+    // Same inputs, --json: the same digest.
+    let mut b = args.to_vec();
+    b.extend(["--out", "b.tar.zst", "--json"]);
+    let o = deploy(t.path(), &b);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["schema_version"], 1);
+    assert_eq!(j["format"], "tar.zst");
+    assert_eq!(
+        fs::read(t.path().join("a.tar.zst")).unwrap(),
+        fs::read(t.path().join("b.tar.zst")).unwrap()
+    );
+    assert!(out.contains(j["sha256"].as_str().unwrap()));
+
+    // The output exists: refused (exit 2), untouched; --force replaces it.
+    let before = fs::read(t.path().join("a.tar.zst")).unwrap();
+    let o = deploy(t.path(), &a);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("exists (pass --force to replace it)"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(fs::read(t.path().join("a.tar.zst")).unwrap(), before);
+    a.push("--force");
+    assert!(deploy(t.path(), &a).status.success());
+}
+
+#[test]
+fn image_lists_every_missing_program() {
+    let t = tempfile::tempdir().unwrap();
+    inputs(t.path());
+    fs::remove_file(t.path().join("release/bin/planner")).unwrap();
+    fs::remove_file(t.path().join("release/bin/logger")).unwrap();
+    let cfg = example("orin-nano.yaml");
+    let o = deploy(
+        t.path(),
+        &[
+            "-c",
+            cfg.to_str().unwrap(),
+            "image",
+            "--base",
+            "base",
+            "--release",
+            "release",
+            "--deploy-binary",
+            "deploy-aarch64",
+            "--out",
+            "x.tar",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("lacks 2 program(s) robot.yaml names: bin/planner, bin/logger"),
+        "{err}"
+    );
+    assert!(!t.path().join("x.tar").exists());
+}
+
+#[test]
+fn flash_dry_run_prints_the_jetson_commands() {
+    let t = tempfile::tempdir().unwrap();
+    inputs(t.path());
+    let l4t = t.path().join("Linux_for_Tegra");
+    write(
+        &l4t.join("tools/kernel_flash/l4t_initrd_flash.sh"),
+        b"#!/bin/sh\nexit 1\n",
+        0o755,
+    );
+    write(&l4t.join("flash.sh"), b"#!/bin/sh\nexit 1\n", 0o755);
+    write(&l4t.join("rootfs/README.txt"), b"", 0o644);
+    let cfg = example("orin-nano.yaml");
+    let o = deploy(
+        t.path(),
+        &[
+            "-q",
+            "-c",
+            cfg.to_str().unwrap(),
+            "image",
+            "--base",
+            "base",
+            "--release",
+            "release",
+            "--deploy-binary",
+            "deploy-aarch64",
+            "--out",
+            "robot.tar.zst",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = deploy(
+        t.path(),
+        &[
+            "-c",
+            cfg.to_str().unwrap(),
+            "flash",
+            "--image",
+            "robot.tar.zst",
+            "--l4t",
+            "Linux_for_Tegra",
+            "--dry-run",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("tar --numeric-owner --same-permissions -xf "),
+        "{out}"
+    );
+    assert!(
+        out.contains("./tools/kernel_flash/l4t_initrd_flash.sh --external-device nvme0n1p1 -c tools/kernel_flash/flash_l4t_t234_nvme.xml"),
+        "{out}"
+    );
+    assert!(out.contains("jetson-orin-nano-devkit internal"), "{out}");
+    // Nothing ran: the rootfs is still empty.
+    assert_eq!(fs::read_dir(l4t.join("rootfs")).unwrap().count(), 1);
+
+    // A board without a flash configuration is refused.
+    let o = deploy(
+        t.path(),
+        &[
+            "-c",
+            example("qemu.yaml").to_str().unwrap(),
+            "flash",
+            "--image",
+            "robot.tar.zst",
+            "--l4t",
+            "Linux_for_Tegra",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("board `qemu-x86_64` has no Jetson Linux flash configuration"),
+        "{}",
+        text(&o.stderr)
+    );
+}
