@@ -63,6 +63,21 @@ enum Command {
     Image(cmd::image::ImageArgs),
     /// Flash an image onto a Jetson board in recovery mode.
     Flash(cmd::image::FlashArgs),
+    /// Run the supervisor: CPU plan, channels, boot check, processes (also
+    /// as PID 1, and under systemd).
+    Supervise(cmd::supervise::SuperviseArgs),
+    /// Per process: state, pid, restarts, the policy/priority/CPUs in
+    /// force, last exit, wakeup figures, budget (exit 1 when one failed).
+    Status(cmd::status::StatusArgs),
+    /// Start a process the supervisor stopped or gave up on.
+    Start(cmd::control::StartArgs),
+    /// Stop a process (SIGTERM, then SIGKILL after its stop_timeout), or
+    /// with --all every process and the supervisor.
+    Stop(cmd::control::StopArgs),
+    /// Stop and start a process.
+    Restart(cmd::control::RestartArgs),
+    /// A process's output (-f: follow).
+    Logs(cmd::control::LogsArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +101,12 @@ fn main() -> ExitCode {
         Command::Flash(a) => cmd::image::run_flash(&ctx, a),
         Command::Apply(a) => cmd::apply::run(&ctx, a),
         Command::Verify(a) => cmd::verify::run(&ctx, a),
+        Command::Supervise(a) => cmd::supervise::run(&ctx, a),
+        Command::Status(a) => cmd::status::run(&ctx, a),
+        Command::Start(a) => cmd::control::run_start(&ctx, a),
+        Command::Stop(a) => cmd::control::run_stop(&ctx, a),
+        Command::Restart(a) => cmd::control::run_restart(&ctx, a),
+        Command::Logs(a) => cmd::control::run_logs(&ctx, a),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

@@ -6,6 +6,9 @@ pub mod config;
 pub mod image;
 pub mod plan;
 pub mod verify;
+pub mod supervise;
+pub mod status;
+pub mod control;
 
 use crate::config::{self as robot_config, ConfigLoadError, Loaded};
 use crate::ctx::Ctx;
