@@ -1,0 +1,174 @@
+//! Facts about the host that every check report carries: which kernel,
+//! whether it is PREEMPT_RT, the CPU, the frequency governors, the
+//! `cpu_dma_latency` in force and the CPUs the kernel isolated. Everything is
+//! read under a sysroot so tests can point it at a captured tree.
+
+use std::fs;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// What the report says about the machine it ran on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostFacts {
+    /// `/proc/sys/kernel/osrelease` (what `uname -r` prints).
+    pub kernel_release: String,
+    /// `/proc/sys/kernel/version` (`#1 SMP PREEMPT_RT ...`).
+    pub kernel_version: String,
+    /// `/sys/kernel/realtime` is `1`, or the version string says PREEMPT_RT.
+    pub preempt_rt: bool,
+    /// The preemption model named in the version string (`PREEMPT_RT`,
+    /// `PREEMPT_DYNAMIC`, `PREEMPT`, or `none` when it names none).
+    pub preempt_model: String,
+    /// From `/proc/cpuinfo` (`model name`, else `Hardware`, else the
+    /// device-tree model).
+    pub cpu_model: Option<String>,
+    /// `/sys/devices/system/cpu/online`.
+    pub cpus_online: String,
+    /// `scaling_governor` of every CPU that has cpufreq.
+    pub governors: Vec<CpuGovernor>,
+    /// `/sys/devices/system/cpu/isolated` (empty when none).
+    pub isolated_cpus: String,
+    /// The PM QoS CPU latency in force before the check took its own hold,
+    /// read from `/dev/cpu_dma_latency` (microseconds); `None` when it
+    /// could not be read.
+    pub cpu_dma_latency_us: Option<i64>,
+}
+
+/// One CPU's frequency governor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CpuGovernor {
+    pub cpu: u32,
+    pub governor: String,
+}
+
+fn read_trim(path: &Path) -> Option<String> {
+    fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim_end_matches(['\n', '\0']).trim().to_string())
+}
+
+/// The preemption model a kernel version string names.
+pub fn preempt_model(version: &str) -> &'static str {
+    let words: Vec<&str> = version.split_whitespace().collect();
+    for m in ["PREEMPT_RT", "PREEMPT_DYNAMIC", "PREEMPT_LAZY", "PREEMPT"] {
+        if words.contains(&m) {
+            return m;
+        }
+    }
+    "none"
+}
+
+/// The CPU model from the text of `/proc/cpuinfo`.
+pub fn cpu_model_of(cpuinfo: &str) -> Option<String> {
+    for key in ["model name", "Hardware", "Model"] {
+        for line in cpuinfo.lines() {
+            if let Some((k, v)) = line.split_once(':') {
+                if k.trim() == key && !v.trim().is_empty() {
+                    return Some(v.trim().to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Reads the host facts under `sysroot` (`/` on a robot).
+pub fn read_host_facts(sysroot: &Path) -> HostFacts {
+    let kernel_release =
+        read_trim(&sysroot.join("proc/sys/kernel/osrelease")).unwrap_or_else(|| "unknown".into());
+    let kernel_version =
+        read_trim(&sysroot.join("proc/sys/kernel/version")).unwrap_or_else(|| "unknown".into());
+    let rt_flag = read_trim(&sysroot.join("sys/kernel/realtime")).is_some_and(|s| s == "1");
+    let model = preempt_model(&kernel_version);
+    let cpu_model = fs::read_to_string(sysroot.join("proc/cpuinfo"))
+        .ok()
+        .and_then(|t| cpu_model_of(&t))
+        .or_else(|| read_trim(&sysroot.join("proc/device-tree/model")));
+    let cpu_dir = sysroot.join("sys/devices/system/cpu");
+    let mut governors = vec![];
+    if let Ok(rd) = fs::read_dir(&cpu_dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(n) = name.strip_prefix("cpu").and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(g) = read_trim(&e.path().join("cpufreq/scaling_governor")) {
+                governors.push(CpuGovernor {
+                    cpu: n,
+                    governor: g,
+                });
+            }
+        }
+    }
+    governors.sort_by_key(|g| g.cpu);
+    let cpu_dma_latency_us = fs::read(sysroot.join("dev/cpu_dma_latency"))
+        .ok()
+        .and_then(|b| dma_latency_value(&b));
+    HostFacts {
+        kernel_release,
+        preempt_rt: rt_flag || model == "PREEMPT_RT",
+        preempt_model: model.to_string(),
+        kernel_version,
+        cpu_model,
+        cpus_online: read_trim(&cpu_dir.join("online")).unwrap_or_default(),
+        governors,
+        isolated_cpus: read_trim(&cpu_dir.join("isolated")).unwrap_or_default(),
+        cpu_dma_latency_us,
+    }
+}
+
+/// `/dev/cpu_dma_latency` reads as a native-endian `s32`; a text value
+/// (a captured fixture, or a hex string some tools write) is accepted too.
+pub fn dma_latency_value(bytes: &[u8]) -> Option<i64> {
+    if bytes.len() == 4 {
+        return Some(i32::from_ne_bytes(bytes.try_into().ok()?) as i64);
+    }
+    let t = std::str::from_utf8(bytes).ok()?.trim();
+    t.parse::<i64>()
+        .ok()
+        .or_else(|| i64::from_str_radix(t.trim_start_matches("0x"), 16).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preempt_models() {
+        assert_eq!(
+            preempt_model("#1 SMP PREEMPT_RT Debian 6.1.0-rt"),
+            "PREEMPT_RT"
+        );
+        assert_eq!(
+            preempt_model("#1 SMP PREEMPT_DYNAMIC @0"),
+            "PREEMPT_DYNAMIC"
+        );
+        assert_eq!(preempt_model("#1 SMP PREEMPT Tue"), "PREEMPT");
+        assert_eq!(preempt_model("#1 SMP Tue"), "none");
+    }
+
+    #[test]
+    fn cpu_models() {
+        assert_eq!(
+            cpu_model_of("processor\t: 0\nmodel name\t: AMD EPYC\n").as_deref(),
+            Some("AMD EPYC")
+        );
+        assert_eq!(
+            cpu_model_of("processor\t: 0\nCPU part\t: 0xd42\nHardware\t: NVIDIA Orin\n").as_deref(),
+            Some("NVIDIA Orin")
+        );
+        assert_eq!(cpu_model_of("processor\t: 0\n"), None);
+    }
+
+    #[test]
+    fn dma_latency_forms() {
+        assert_eq!(
+            dma_latency_value(&2_000_000_000i32.to_ne_bytes()),
+            Some(2_000_000_000)
+        );
+        assert_eq!(dma_latency_value(&0i32.to_ne_bytes()), Some(0));
+        assert_eq!(dma_latency_value(b"0x00000000\n"), Some(0));
+        assert_eq!(dma_latency_value(b"15\n"), Some(15));
+    }
+}

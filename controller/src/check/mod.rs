@@ -1,0 +1,325 @@
+//! The timing check: does this board, with this kernel and this
+//! robot.yaml, meet its latency budgets under realistic load?
+//!
+//! One run measures, in order:
+//!
+//! 1. timer latency on each isolated CPU, the way cyclictest does (a
+//!    SCHED_FIFO thread per CPU sleeping to absolute `CLOCK_MONOTONIC`
+//!    deadlines; latency = wake - deadline), with the loads below running;
+//! 2. the scenario of the io_uring futex-wakeup cover letter: a real-time
+//!    sender on one isolated CPU publishing every `check.period` on a real
+//!    channel to a real-time receiver on another isolated CPU (the same one
+//!    when only one is isolated); lower-priority processes on the
+//!    housekeeping CPUs publishing and subscribing on the same channel every
+//!    `check.low_priority.period`, started and stopped during the run;
+//!    SCHED_FIFO burst threads below the real-time priority; CPU hogs and
+//!    fsync'ing writers. Per message it records the sender's time in the
+//!    publishing call and the delivery latency (the send time stamped in the
+//!    message to the receiver's handler start).
+//!
+//! With several wake mechanisms (`--compare`) the scenario runs once per
+//! mechanism with the same loads, and the report sets them side by side.
+//!
+//! Every worker process is the calling executable itself, started with the
+//! hidden arguments `__check-worker <role> key=value...` (see [`worker`]),
+//! so one binary on the robot is enough. Workers and the engine share one
+//! file in `<prefix>/dev/shm/rtdeploy/` holding the control words and the
+//! fixed-size histograms the workers record into; nothing allocates while
+//! measuring.
+//!
+//! Design rules: the engine is a library ([`run`], [`run_boot`]) so the
+//! supervisor runs the same code at boot; every live-system path (`/proc`,
+//! `/sys`, `/dev/cpu_dma_latency`, the shm directory) comes from the
+//! caller's prefix and sysroot; without permission for SCHED_FIFO the run
+//! still happens, and the report says plainly that its figures are not
+//! real-time figures.
+
+pub mod hist;
+pub mod host;
+pub mod output;
+pub mod report;
+pub mod rt;
+mod scenario;
+pub mod timer;
+pub mod worker;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CheckSection, Dur};
+
+pub use report::{BudgetResult, CheckReport, Measurement, MeasurementKind, CHECK_SCHEMA_VERSION};
+
+/// How the real-time receiver is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// The runtime's own: an io_uring `IORING_OP_FUTEX_WAIT` kept armed on
+    /// the channel's queue index (the event loop).
+    IoUringFutex,
+    /// `futex_waitv(2)` on the queue index (the event loop's fallback).
+    FutexWaitv,
+    /// A plain `FUTEX_WAIT` on the queue index.
+    Futex,
+    /// An eventfd per subscriber, written by every publisher.
+    Eventfd,
+    /// A real-time signal per subscriber, read through a signalfd.
+    Signalfd,
+}
+
+impl Mechanism {
+    /// Every mechanism, in the order `--compare` runs them.
+    pub const ALL: [Mechanism; 5] = [
+        Mechanism::IoUringFutex,
+        Mechanism::FutexWaitv,
+        Mechanism::Futex,
+        Mechanism::Eventfd,
+        Mechanism::Signalfd,
+    ];
+
+    /// The name on the command line and in JSON.
+    pub fn short(self) -> &'static str {
+        match self {
+            Mechanism::IoUringFutex => "io_uring",
+            Mechanism::FutexWaitv => "futex_waitv",
+            Mechanism::Futex => "futex",
+            Mechanism::Eventfd => "eventfd",
+            Mechanism::Signalfd => "signalfd",
+        }
+    }
+
+    /// The name in the tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mechanism::IoUringFutex => "io_uring futex (armed)",
+            Mechanism::FutexWaitv => "futex_waitv",
+            Mechanism::Futex => "futex",
+            Mechanism::Eventfd => "eventfd",
+            Mechanism::Signalfd => "RT signal + signalfd",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mechanism> {
+        Mechanism::ALL.into_iter().find(|m| m.short() == s)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        Mechanism::ALL.iter().position(|&m| m == self).unwrap_or(0)
+    }
+
+    /// Whether this build of the check can drive the mechanism, and why
+    /// not when it cannot.
+    pub fn availability(self) -> Result<(), String> {
+        worker::mechanism_availability(self)
+    }
+}
+
+impl std::fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.short())
+    }
+}
+
+/// A latency budget from outside the `check:` section: a channel's
+/// `budget` or a process's `budgets.wakeup`, applied to the delivery
+/// latency's maximum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedBudget {
+    /// Where it comes from, e.g. `channels./demo/ping.budget`.
+    pub name: String,
+    pub limit: Dur,
+}
+
+/// Everything a run needs from robot.yaml, as plain values.
+#[derive(Debug, Clone)]
+pub struct CheckInputs {
+    /// The robot's name (for the report).
+    pub robot: String,
+    /// The `check:` section (scenario and budgets).
+    pub check: CheckSection,
+    /// Total duration; overrides `check.duration` (the boot check passes
+    /// `boot_check.duration`). A quarter goes to the timer phase, the rest
+    /// to the scenario, per mechanism.
+    pub duration: Option<Dur>,
+    /// The isolated CPUs (real-time side).
+    pub isolated: Vec<usize>,
+    /// The housekeeping CPUs (loads and lower-priority processes).
+    pub housekeeping: Vec<usize>,
+    /// `power.cpu_dma_latency` in microseconds; the run holds this (or 0)
+    /// on `/dev/cpu_dma_latency` throughout.
+    pub cpu_dma_latency_us: Option<u32>,
+    /// Channel budgets (`channels[].budget`).
+    pub channel_budgets: Vec<NamedBudget>,
+    /// Process wakeup budgets (`processes[].budgets.wakeup`).
+    pub process_budgets: Vec<NamedBudget>,
+    /// The mechanisms to run; the first one decides the verdict, the
+    /// others are for comparison.
+    pub mechanisms: Vec<Mechanism>,
+    /// Lines to carry into the report (e.g. a verify summary).
+    pub notes: Vec<String>,
+}
+
+impl CheckInputs {
+    /// Inputs for `check` with its defaults: the runtime's own mechanism.
+    pub fn new(
+        robot: impl Into<String>,
+        check: CheckSection,
+        isolated: Vec<usize>,
+        housekeeping: Vec<usize>,
+    ) -> Self {
+        CheckInputs {
+            robot: robot.into(),
+            check,
+            duration: None,
+            isolated,
+            housekeeping,
+            cpu_dma_latency_us: None,
+            channel_budgets: vec![],
+            process_budgets: vec![],
+            mechanisms: vec![Mechanism::IoUringFutex],
+            notes: vec![],
+        }
+    }
+
+    /// The total duration of the run.
+    pub fn total_duration(&self) -> Duration {
+        self.duration.unwrap_or(self.check.duration).0
+    }
+}
+
+/// Where a run reads and writes the live system.
+#[derive(Debug, Clone)]
+pub struct CheckEnv {
+    /// On-robot paths (the shm directory, `/var/lib/rtdeploy`) are under
+    /// this (`/` on a robot).
+    pub prefix: PathBuf,
+    /// `/proc`, `/sys` and `/dev/cpu_dma_latency` are read under this.
+    pub sysroot: PathBuf,
+    /// The executable to start workers from (the `deploy` binary).
+    pub exe: PathBuf,
+}
+
+/// Live progress of a run, for a progress bar.
+pub trait Progress {
+    /// `phase` names what runs now; `fraction` is of the whole run (0..=1);
+    /// `worst_ns` is the running worst case of the phase's main figure
+    /// (timer latency, then delivery latency).
+    fn update(&self, phase: &str, fraction: f64, worst_ns: u64);
+}
+
+/// A [`Progress`] that shows nothing.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn update(&self, _: &str, _: f64, _: u64) {}
+}
+
+/// Why a run could not happen (exit 2), as opposed to a failed budget.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckRunError {
+    #[error("no isolated CPU to measure on (robot.yaml `cpus.isolated` is empty)")]
+    NoIsolatedCpus,
+    #[error("no housekeeping CPU for the loads (robot.yaml `cpus.housekeeping` is empty)")]
+    NoHousekeepingCpus,
+    #[error("cpu {cpu} is not on this machine ({online} CPUs online)")]
+    NoSuchCpu { cpu: usize, online: usize },
+    #[error("mechanism {mechanism} cannot run here: {reason}")]
+    Mechanism {
+        mechanism: Mechanism,
+        reason: String,
+    },
+    #[error("cannot set up {path}: {source}")]
+    Setup {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create the check channel: {0}")]
+    Channel(String),
+    #[error("cannot start worker `{role}` from {exe}: {source}")]
+    Spawn {
+        role: String,
+        exe: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("worker `{role}` failed ({status}): {stderr}")]
+    Worker {
+        role: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("cannot start the timer threads: {0}")]
+    Timer(std::io::Error),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Runs the check: timer phase, then the scenario once per mechanism.
+pub fn run(
+    inputs: &CheckInputs,
+    env: &CheckEnv,
+    progress: &dyn Progress,
+) -> Result<CheckReport, CheckRunError> {
+    scenario::run(inputs, env, progress, "check")
+}
+
+/// Where the boot check's report goes under `prefix`.
+pub fn boot_report_path(prefix: &Path) -> PathBuf {
+    prefix.join("var/lib/rtdeploy/boot-check.json")
+}
+
+/// The supervisor's boot check: the same run, shortened to `inputs.duration`
+/// (the caller passes `boot_check.duration`), with the runtime's mechanism
+/// only and no progress display; the report (JSON, the documented schema)
+/// is written to `<prefix>/var/lib/rtdeploy/boot-check.json` (directories
+/// created, written to a temporary file, fsync'd and renamed) and returned.
+pub fn run_boot(
+    inputs: &CheckInputs,
+    prefix: &Path,
+    sysroot: &Path,
+    exe: &Path,
+) -> Result<CheckReport, CheckRunError> {
+    let mut inputs = inputs.clone();
+    inputs.mechanisms.truncate(1);
+    if inputs.mechanisms.is_empty() {
+        inputs.mechanisms.push(Mechanism::IoUringFutex);
+    }
+    let env = CheckEnv {
+        prefix: prefix.to_path_buf(),
+        sysroot: sysroot.to_path_buf(),
+        exe: exe.to_path_buf(),
+    };
+    let report = scenario::run(&inputs, &env, &NoProgress, "boot")?;
+    write_report(&report, &boot_report_path(prefix))?;
+    Ok(report)
+}
+
+/// Writes a report as JSON to `path` atomically (temp file, fsync, rename).
+pub fn write_report(report: &CheckReport, path: &Path) -> Result<(), CheckRunError> {
+    use std::io::Write;
+    let werr = |source| CheckRunError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(werr)?;
+    }
+    let mut text =
+        serde_json::to_string_pretty(report).map_err(|e| werr(std::io::Error::other(e)))?;
+    text.push('\n');
+    let tmp = path.with_extension(format!("json.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(werr)
+}

@@ -1,0 +1,615 @@
+//! The engine: sets up the shared file and the channel, starts the loads,
+//! runs the timer phase and the scenario (per mechanism), stops
+//! everything, and builds the report.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::report::{
+    BudgetResult, CheckReport, Measurement, MeasurementKind, Realtime, ScenarioFacts, Statistic,
+};
+use super::timer::TimerRun;
+use super::worker::{Shared, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW};
+use super::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
+use crate::channel::{Channel, ChannelGeometry};
+
+/// A started worker process.
+struct Worker {
+    role: String,
+    child: Child,
+}
+
+/// Everything started for one run; dropping it stops and reaps the
+/// workers and removes the run's files.
+struct Run<'a> {
+    env: &'a CheckEnv,
+    shared: Shared,
+    shared_path: PathBuf,
+    channel_name: String,
+    channel_path: PathBuf,
+    io_dir: Option<tempfile_dir::TempDir>,
+    loads: Vec<Worker>,
+    low: Vec<Option<Worker>>,
+    retired: Vec<Worker>,
+}
+
+/// A tiny owned temporary directory (removed on drop), so the library
+/// needs no extra dependency for it.
+mod tempfile_dir {
+    use std::path::{Path, PathBuf};
+    pub struct TempDir(PathBuf);
+    impl TempDir {
+        pub fn new(parent: &Path, name: &str) -> std::io::Result<TempDir> {
+            let p = parent.join(name);
+            std::fs::create_dir_all(&p)?;
+            Ok(TempDir(p))
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl Run<'_> {
+    fn base_args(&self) -> Vec<String> {
+        vec![
+            format!("shared={}", self.shared_path.display()),
+            format!("shm={}", shm_dir(&self.env.prefix).display()),
+            format!("channel={}", self.channel_name),
+            format!("proc={}", self.env.sysroot.join("proc").display()),
+        ]
+    }
+
+    fn spawn(&self, role: &str, extra: &[String]) -> Result<Worker, CheckRunError> {
+        let mut cmd = Command::new(&self.env.exe);
+        cmd.arg("__check-worker")
+            .arg(role)
+            .args(self.base_args())
+            .args(extra);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().map_err(|source| CheckRunError::Spawn {
+            role: role.into(),
+            exe: self.env.exe.clone(),
+            source,
+        })?;
+        Ok(Worker {
+            role: role.into(),
+            child,
+        })
+    }
+
+    /// Fails when a worker that should still run has exited.
+    fn check_alive(w: &mut Worker) -> Result<(), CheckRunError> {
+        if let Ok(Some(status)) = w.child.try_wait() {
+            return Err(worker_failed(w, status.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Reaps retired low-priority processes that exited; kills those that
+    /// overstay.
+    fn reap_retired(&mut self, force: bool) {
+        self.retired.retain_mut(|w| match w.child.try_wait() {
+            Ok(Some(_)) => false,
+            _ if force => {
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+                false
+            }
+            _ => true,
+        });
+    }
+}
+
+fn worker_failed(w: &mut Worker, status: String) -> CheckRunError {
+    let mut stderr = String::new();
+    if let Some(mut e) = w.child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut stderr);
+    }
+    CheckRunError::Worker {
+        role: w.role.clone(),
+        status,
+        stderr: stderr.trim().to_string(),
+    }
+}
+
+/// Waits up to `timeout` for a worker to exit by itself, then kills it.
+/// Returns an error when it exited unsuccessfully on its own.
+fn finish(mut w: Worker, timeout: Duration) -> Result<(), CheckRunError> {
+    let end = Instant::now() + timeout;
+    loop {
+        match w.child.try_wait() {
+            Ok(Some(s)) if s.success() => return Ok(()),
+            Ok(Some(s)) => return Err(worker_failed(&mut w, s.to_string())),
+            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        let ctl = self.shared.control();
+        ctl.stop_all.store(1, Ordering::SeqCst);
+        ctl.rt_stop.store(1, Ordering::SeqCst);
+        let workers: Vec<Worker> = self
+            .loads
+            .drain(..)
+            .chain(self.low.iter_mut().filter_map(|w| w.take()))
+            .chain(self.retired.drain(..))
+            .collect();
+        for w in workers {
+            let _ = finish(w, Duration::from_secs(2));
+        }
+        let _ = std::fs::remove_file(&self.shared_path);
+        let _ = std::fs::remove_file(&self.channel_path);
+    }
+}
+
+/// `<prefix>/dev/shm/rtdeploy`: where channels live.
+pub(crate) fn shm_dir(prefix: &Path) -> PathBuf {
+    prefix.join("dev/shm/rtdeploy")
+}
+
+fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+pub(crate) fn run(
+    inputs: &CheckInputs,
+    env: &CheckEnv,
+    progress: &dyn Progress,
+    mode: &str,
+) -> Result<CheckReport, CheckRunError> {
+    let c = &inputs.check;
+    if inputs.isolated.is_empty() {
+        return Err(CheckRunError::NoIsolatedCpus);
+    }
+    if inputs.housekeeping.is_empty() {
+        return Err(CheckRunError::NoHousekeepingCpus);
+    }
+    let online = online_cpus();
+    if let Some(&cpu) = inputs
+        .isolated
+        .iter()
+        .chain(&inputs.housekeeping)
+        .find(|&&c| c >= online)
+    {
+        return Err(CheckRunError::NoSuchCpu { cpu, online });
+    }
+    let mechanisms: Vec<Mechanism> = if inputs.mechanisms.is_empty() {
+        vec![Mechanism::IoUringFutex]
+    } else {
+        inputs.mechanisms.clone()
+    };
+    for &m in &mechanisms {
+        m.availability()
+            .map_err(|reason| CheckRunError::Mechanism {
+                mechanism: m,
+                reason,
+            })?;
+    }
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let host = host::read_host_facts(&env.sysroot);
+    let total = inputs.total_duration().max(Duration::from_millis(200));
+    let timer_dur = total / 4;
+    let scen_dur = total - timer_dur;
+    let mut notes = inputs.notes.clone();
+
+    // Hold the PM QoS latency request and lock memory for the whole run.
+    let dma_value = inputs.cpu_dma_latency_us.unwrap_or(0);
+    let dma = match rt::hold_dma_latency(&env.sysroot, dma_value) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            notes.push(format!(
+                "could not hold {} at {dma_value}us: {e}",
+                env.sysroot.join("dev/cpu_dma_latency").display()
+            ));
+            None
+        }
+    };
+    let parent_locked = rt::lock_memory();
+
+    // The shared file and the channel.
+    let pid = std::process::id();
+    let dir = shm_dir(&env.prefix);
+    let shared_path = dir.join(format!("rtdeploy/check/p{pid}.ctl"));
+    let channel_name = format!("/rtdeploy/check/p{pid}");
+    let setup_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CheckRunError::Setup { path, source }
+    };
+    let shared = Shared::create(&shared_path).map_err(setup_err(&shared_path))?;
+    let low_n = (c.low_priority.processes as usize).min(MAX_LOW);
+    let rate = 1e9 / c.period.as_nanos().max(1) as f64
+        + low_n as f64 * 1e9 / c.low_priority.period.as_nanos().max(1) as f64;
+    let queue_len = ((rate * 0.1) as u64 + 2).next_power_of_two().max(64);
+    let entries = 4 + 2 * low_n as u32;
+    let geom = ChannelGeometry::new(64, queue_len, entries).with_subscribers(entries);
+    let proc_root = env.sysroot.join("proc");
+    let (channel, _) = match Channel::create(&dir, &channel_name, &geom, None, &proc_root) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = std::fs::remove_file(&shared_path);
+            return Err(CheckRunError::Channel(e.to_string()));
+        }
+    };
+    let channel_path = channel.path().to_path_buf();
+    drop(channel);
+    let mut run = Run {
+        env,
+        shared,
+        shared_path,
+        channel_name,
+        channel_path,
+        io_dir: None,
+        loads: vec![],
+        low: (0..low_n).map(|_| None).collect(),
+        retired: vec![],
+    };
+    let hk = cpu_list(&inputs.housekeeping);
+
+    // Loads on the housekeeping CPUs.
+    for i in 0..c.bursts.threads as usize {
+        let cpu = inputs.housekeeping[i % inputs.housekeeping.len()];
+        let w = run.spawn(
+            "burst",
+            &[
+                format!("cpu={cpu}"),
+                format!("priority={}", c.bursts.priority),
+                format!("min_ns={}", c.bursts.min.as_nanos()),
+                format!("max_ns={}", c.bursts.max.as_nanos()),
+            ],
+        )?;
+        run.loads.push(w);
+    }
+    for i in 0..c.cpu_load as usize {
+        let cpu = inputs.housekeeping[i % inputs.housekeeping.len()];
+        let w = run.spawn("hog", &[format!("cpu={cpu}")])?;
+        run.loads.push(w);
+    }
+    if c.io_load > 0 {
+        let base = env.prefix.join("var/tmp");
+        let d = tempfile_dir::TempDir::new(&base, &format!("rtdeploy-check-{pid}"))
+            .map_err(setup_err(&base))?;
+        for _ in 0..c.io_load {
+            let w = run.spawn(
+                "io",
+                &[format!("cpu={hk}"), format!("dir={}", d.path().display())],
+            )?;
+            run.loads.push(w);
+        }
+        run.io_dir = Some(d);
+    }
+
+    let n_phases = 1 + mechanisms.len() as u32;
+    let whole = timer_dur + scen_dur * (n_phases - 1);
+    let t_start = Instant::now();
+    let frac = |t0: Instant| t0.elapsed().as_secs_f64() / whole.as_secs_f64();
+
+    // Timer phase (with the loads, without the real-time pair).
+    let timer =
+        TimerRun::start(&inputs.isolated, c.priority, c.period.0).map_err(CheckRunError::Timer)?;
+    let phase_end = Instant::now() + timer_dur;
+    while Instant::now() < phase_end {
+        std::thread::sleep(
+            Duration::from_millis(100).min(phase_end.saturating_duration_since(Instant::now())),
+        );
+        progress.update("timer latency", frac(t_start), timer.live_worst());
+        for w in run.loads.iter_mut() {
+            Run::check_alive(w)?;
+        }
+    }
+    let (setups, timer_hists) = timer.stop();
+    let timer_fifo = setups.iter().all(|s| s.fifo);
+    let mut measurements = vec![];
+    for (s, h) in setups.iter().zip(&timer_hists) {
+        measurements.push(Measurement::new(
+            format!("timer cpu{}", s.cpu),
+            MeasurementKind::Timer,
+            None,
+            Some(s.cpu),
+            h.summary(),
+        ));
+    }
+
+    // The scenario, once per mechanism.
+    let sender_cpu = inputs.isolated[0];
+    let receiver_cpu = *inputs.isolated.get(1).unwrap_or(&inputs.isolated[0]);
+    let churn = c.low_priority.churn.0.max(Duration::from_millis(10));
+    let mut gen = 0u64;
+    for &mech in &mechanisms {
+        let ctl = run.shared.control();
+        ctl.rt_stop.store(0, Ordering::SeqCst);
+        ctl.receiver_ready.store(0, Ordering::SeqCst);
+        // Fresh low-priority processes on this mechanism.
+        let low_args = |slot: usize, gen: u64| {
+            vec![
+                format!("cpu={hk}"),
+                format!("mech={}", mech.short()),
+                format!("slot={slot}"),
+                format!("gen={gen}"),
+                format!("period_ns={}", c.low_priority.period.as_nanos()),
+            ]
+        };
+        for slot in 0..low_n {
+            gen += 1;
+            run.shared.control().low_gen[slot].store(gen, Ordering::SeqCst);
+            let w = run.spawn("low", &low_args(slot, gen))?;
+            if let Some(old) = run.low[slot].replace(w) {
+                run.retired.push(old);
+            }
+        }
+        let rt_args = |cpu: usize| {
+            vec![
+                format!("cpu={cpu}"),
+                format!("mech={}", mech.short()),
+                format!("priority={}", c.priority),
+                format!("period_ns={}", c.period.as_nanos()),
+            ]
+        };
+        let mut recv = run.spawn("rt-recv", &rt_args(receiver_cpu))?;
+        let ready_by = Instant::now() + Duration::from_secs(10);
+        // Acquire: pairs with the receiver's Release store.
+        while run.shared.control().receiver_ready.load(Ordering::Acquire) == 0 {
+            Run::check_alive(&mut recv)?;
+            if Instant::now() > ready_by {
+                let _ = recv.child.kill();
+                return Err(worker_failed(&mut recv, "not ready after 10s".into()));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut send = run.spawn("rt-send", &rt_args(sender_cpu))?;
+        let phase_start = Instant::now();
+        let phase_end = phase_start + scen_dur;
+        // Staggered churn: slot i is replaced at churn * (k + (i+1)/n).
+        let mut next_churn: Vec<Instant> = (0..low_n)
+            .map(|i| phase_start + churn.mul_f64((i + 1) as f64 / low_n.max(1) as f64))
+            .collect();
+        while Instant::now() < phase_end {
+            std::thread::sleep(
+                Duration::from_millis(50).min(phase_end.saturating_duration_since(Instant::now())),
+            );
+            let worst = run.shared.hist(mech, H_DELIVERY).live().1;
+            progress.update(
+                &format!("scenario ({})", mech.short()),
+                frac(t_start),
+                worst,
+            );
+            Run::check_alive(&mut recv)?;
+            Run::check_alive(&mut send)?;
+            for w in run.loads.iter_mut() {
+                Run::check_alive(w)?;
+            }
+            let now = Instant::now();
+            for (slot, due) in next_churn.iter_mut().enumerate() {
+                if now >= *due {
+                    *due += churn;
+                    gen += 1;
+                    // Start the new one first, then let the old one go.
+                    let new_gen = gen;
+                    let w = run.spawn("low", &low_args(slot, new_gen))?;
+                    run.shared.control().low_gen[slot].store(new_gen, Ordering::SeqCst);
+                    if let Some(old) = run.low[slot].replace(w) {
+                        run.retired.push(old);
+                    }
+                }
+            }
+            run.reap_retired(false);
+        }
+        run.shared.control().rt_stop.store(1, Ordering::SeqCst);
+        finish(send, Duration::from_secs(2))?;
+        finish(recv, Duration::from_secs(2))?;
+        let sh = &run.shared;
+        let cpu_s = Some(sender_cpu);
+        measurements.push(Measurement::new(
+            "send",
+            MeasurementKind::Send,
+            Some(mech),
+            cpu_s,
+            sh.hist(mech, H_SEND).summary(),
+        ));
+        measurements.push(Measurement::new(
+            "delivery",
+            MeasurementKind::Delivery,
+            Some(mech),
+            Some(receiver_cpu),
+            sh.hist(mech, H_DELIVERY).summary(),
+        ));
+        // Low-priority processes still running write into this
+        // mechanism's histogram; they are replaced at the next phase.
+        let lows: Vec<Worker> = run.low.iter_mut().filter_map(|w| w.take()).collect();
+        for slot in 0..low_n {
+            gen += 1;
+            run.shared.control().low_gen[slot].store(gen, Ordering::SeqCst);
+        }
+        for w in lows {
+            finish(w, Duration::from_secs(2))?;
+        }
+        run.reap_retired(true);
+        measurements.push(Measurement::new(
+            "low-priority delivery",
+            MeasurementKind::LowPriorityDelivery,
+            Some(mech),
+            None,
+            run.shared.hist(mech, H_LOW_DELIVERY).summary(),
+        ));
+    }
+    progress.update("done", 1.0, 0);
+    let ctl = run.shared.control();
+    let fifo_refused = ctl.fifo_refused.load(Ordering::SeqCst);
+    let mlock_failed = ctl.mlock_failed.load(Ordering::SeqCst);
+    let low_started = ctl.low_started.load(Ordering::SeqCst);
+    drop(run);
+    let _ = t_start;
+
+    let sched_fifo = timer_fifo && fifo_refused == 0;
+    let realtime = Realtime {
+        sched_fifo,
+        memory_locked: parent_locked && mlock_failed == 0,
+        cpu_dma_latency_held_us: dma.as_ref().map(|d| d.value_us),
+        warning: (!sched_fifo).then(|| {
+            "SCHED_FIFO was refused (run as root or with CAP_SYS_NICE and an RLIMIT_RTPRIO): the measuring threads ran at normal priority, so these figures are NOT real-time figures".to_string()
+        }),
+    };
+    drop(dma);
+    let scenario = ScenarioFacts {
+        robot: inputs.robot.clone(),
+        mode: mode.into(),
+        duration_ns: (timer_dur + scen_dur).as_nanos() as u64,
+        timer_duration_ns: timer_dur.as_nanos() as u64,
+        scenario_duration_ns: scen_dur.as_nanos() as u64,
+        period_ns: c.period.as_nanos(),
+        priority: c.priority,
+        isolated: inputs.isolated.clone(),
+        housekeeping: inputs.housekeeping.clone(),
+        sender_cpu: Some(sender_cpu),
+        receiver_cpu: Some(receiver_cpu),
+        low_priority_processes: low_n as u32,
+        low_priority_period_ns: c.low_priority.period.as_nanos(),
+        churn_ns: churn.as_nanos() as u64,
+        low_priority_started: low_started,
+        burst_threads: c.bursts.threads,
+        burst_priority: c.bursts.priority,
+        burst_min_ns: c.bursts.min.as_nanos(),
+        burst_max_ns: c.bursts.max.as_nanos(),
+        cpu_load: c.cpu_load,
+        io_load: c.io_load,
+        mechanisms: mechanisms.clone(),
+    };
+    let budgets = evaluate_budgets(inputs, &mechanisms, &measurements);
+    let mut report = CheckReport {
+        schema_version: super::CHECK_SCHEMA_VERSION,
+        started_unix,
+        host,
+        realtime,
+        scenario,
+        measurements,
+        budgets,
+        verdict: String::new(),
+        failed: vec![],
+        notes,
+    };
+    report.decide();
+    Ok(report)
+}
+
+/// Every budget against its figure. Budgets on the scenario apply to each
+/// mechanism; only the first mechanism's decide the verdict.
+pub(crate) fn evaluate_budgets(
+    inputs: &CheckInputs,
+    mechanisms: &[Mechanism],
+    ms: &[Measurement],
+) -> Vec<BudgetResult> {
+    let b = &inputs.check.budgets;
+    let mut out = vec![];
+    let mut add =
+        |name: String, m: &Measurement, stat: Statistic, limit: u64, informational: bool| {
+            let figure = (m.count > 0).then_some(match stat {
+                Statistic::Max => m.max_ns,
+                Statistic::P99 => m.p99_ns,
+            });
+            out.push(BudgetResult {
+                name,
+                measurement: m.name.clone(),
+                mechanism: m.mechanism,
+                statistic: stat,
+                limit_ns: limit,
+                figure_ns: figure,
+                // Nothing measured is a failure: a budget cannot be met by
+                // a measurement that never happened.
+                pass: figure.is_some_and(|f| f <= limit),
+                informational,
+            });
+        };
+    for m in ms.iter().filter(|m| m.kind == MeasurementKind::Timer) {
+        let suffix = m.cpu.map_or(String::new(), |c| format!(" (cpu{c})"));
+        if let Some(d) = b.timer_max {
+            add(
+                format!("check.budgets.timer_max{suffix}"),
+                m,
+                Statistic::Max,
+                d.as_nanos(),
+                false,
+            );
+        }
+        if let Some(d) = b.timer_p99 {
+            add(
+                format!("check.budgets.timer_p99{suffix}"),
+                m,
+                Statistic::P99,
+                d.as_nanos(),
+                false,
+            );
+        }
+    }
+    for (i, &mech) in mechanisms.iter().enumerate() {
+        let info = i > 0;
+        let find = |name: &str| {
+            ms.iter()
+                .find(|m| m.name == name && m.mechanism == Some(mech))
+        };
+        if let Some(m) = find("delivery") {
+            if let Some(d) = b.delivery_max {
+                add(
+                    "check.budgets.delivery_max".into(),
+                    m,
+                    Statistic::Max,
+                    d.as_nanos(),
+                    info,
+                );
+            }
+            if let Some(d) = b.delivery_p99 {
+                add(
+                    "check.budgets.delivery_p99".into(),
+                    m,
+                    Statistic::P99,
+                    d.as_nanos(),
+                    info,
+                );
+            }
+            for nb in inputs.channel_budgets.iter().chain(&inputs.process_budgets) {
+                add(
+                    nb.name.clone(),
+                    m,
+                    Statistic::Max,
+                    nb.limit.as_nanos(),
+                    info,
+                );
+            }
+        }
+        if let (Some(m), Some(d)) = (find("send"), b.send_max) {
+            add(
+                "check.budgets.send_max".into(),
+                m,
+                Statistic::Max,
+                d.as_nanos(),
+                info,
+            );
+        }
+    }
+    out
+}

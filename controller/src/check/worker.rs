@@ -1,0 +1,499 @@
+//! The check's worker processes. The engine starts the calling executable
+//! with `__check-worker <role> key=value...`; the executable hands those
+//! arguments to [`main`]. Roles:
+//!
+//! - `rt-send`: the real-time sender (SCHED_FIFO, pinned, memory locked),
+//!   publishing every period and timing each publishing call;
+//! - `rt-recv`: the real-time receiver, woken by the mechanism under test,
+//!   timing each message from its send time to the handler start;
+//! - `low`: a lower-priority process on the housekeeping CPUs, publishing
+//!   every low-priority period and subscribing on the same channel;
+//! - `burst`: a SCHED_FIFO thread below the real-time priority running
+//!   busy bursts of random length;
+//! - `hog`: a CPU hog at normal priority;
+//! - `io`: a writer doing fsync'd writes in a directory.
+//!
+//! Workers stop when the engine raises their stop word in the shared
+//! control file, and die with it (`PR_SET_PDEATHSIG`).
+
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::hist::Histogram;
+use super::{rt, Mechanism};
+use crate::channel::{Channel, Subscriber};
+use crate::shm::{Mapping, ShmSafe};
+use crate::sys::{self, monotonic_ns};
+
+/// Most lower-priority process slots.
+pub const MAX_LOW: usize = 32;
+/// Histograms per mechanism: send, delivery, low-priority delivery.
+pub(crate) const PER_MECH: usize = 3;
+pub(crate) const H_SEND: usize = 0;
+pub(crate) const H_DELIVERY: usize = 1;
+pub(crate) const H_LOW_DELIVERY: usize = 2;
+pub(crate) const CONTROL_BYTES: usize = 4096;
+/// `RTDCHECK` read as a little-endian u64.
+pub(crate) const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"RTDCHECK");
+/// Message tags: which side sent it.
+pub(crate) const TAG_RT: u64 = 0x5254;
+pub(crate) const TAG_LOW: u64 = 0x4c4f;
+
+/// The control words at the start of the shared file. Every field is an
+/// independent word; see each access for its ordering.
+#[repr(C)]
+pub(crate) struct Control {
+    pub magic: AtomicU64,
+    /// Non-zero: every worker stops.
+    pub stop_all: AtomicU64,
+    /// Non-zero: the real-time pair stops.
+    pub rt_stop: AtomicU64,
+    /// The receiver is subscribed and about to wait.
+    pub receiver_ready: AtomicU64,
+    /// Workers that asked for SCHED_FIFO and were refused.
+    pub fifo_refused: AtomicU64,
+    /// Workers that could not lock their memory.
+    pub mlock_failed: AtomicU64,
+    /// Low-priority processes started (all generations).
+    pub low_started: AtomicU64,
+    pub _pad: [AtomicU64; 9],
+    /// Per low-priority slot: the generation that may run; a process whose
+    /// generation differs stops.
+    pub low_gen: [AtomicU64; MAX_LOW],
+}
+// SAFETY: repr(C), only AtomicU64 fields and arrays: no padding, no
+// pointers, no Drop, valid for every bit pattern.
+unsafe impl ShmSafe for Control {}
+const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_BYTES);
+
+/// Bytes of the shared file.
+pub(crate) fn shared_bytes() -> usize {
+    CONTROL_BYTES + Mechanism::ALL.len() * PER_MECH * std::mem::size_of::<Histogram>()
+}
+
+/// The shared file, mapped.
+pub(crate) struct Shared {
+    map: Mapping,
+}
+
+impl Shared {
+    pub fn create(path: &Path) -> std::io::Result<Shared> {
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        f.set_len(shared_bytes() as u64)?;
+        let map = Mapping::map(&f, shared_bytes())?;
+        let s = Shared { map };
+        // Release: a worker that reads the magic (Acquire) sees a fully
+        // sized, zeroed file.
+        s.control().magic.store(CONTROL_MAGIC, Ordering::Release);
+        Ok(s)
+    }
+
+    pub fn open(path: &Path) -> std::io::Result<Shared> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let len = f.metadata()?.len() as usize;
+        if len != shared_bytes() {
+            return Err(std::io::Error::other(format!(
+                "{} is {len} bytes, expected {} (a worker of another version?)",
+                path.display(),
+                shared_bytes()
+            )));
+        }
+        let s = Shared {
+            map: Mapping::map(&f, len)?,
+        };
+        // Acquire: pairs with the Release store in `create`.
+        if s.control().magic.load(Ordering::Acquire) != CONTROL_MAGIC {
+            return Err(std::io::Error::other(format!(
+                "{} is not a check control file",
+                path.display()
+            )));
+        }
+        Ok(s)
+    }
+
+    pub fn control(&self) -> &Control {
+        self.map.at(0)
+    }
+
+    pub fn hist(&self, mech: Mechanism, which: usize) -> &Histogram {
+        let i = mech.index() * PER_MECH + which;
+        self.map
+            .at(CONTROL_BYTES + i * std::mem::size_of::<Histogram>())
+    }
+}
+
+/// Whether the check can drive `m` in this build, and why not.
+pub fn mechanism_availability(m: Mechanism) -> Result<(), String> {
+    match m {
+        Mechanism::Futex => Ok(()),
+        Mechanism::FutexWaitv => {
+            if sys::has_futex_waitv() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "kernel {} has no futex_waitv (needs 5.16 or later)",
+                    sys::kernel_release()
+                ))
+            }
+        }
+        Mechanism::IoUringFutex => {
+            Err("the runtime's event loop (controller::event_loop) is not in this build yet".into())
+        }
+        Mechanism::Eventfd | Mechanism::Signalfd => Err(
+            "the wake benchmark's mechanisms (controller::bench) are not in this build yet".into(),
+        ),
+    }
+}
+
+/// Parsed `key=value` arguments.
+struct Args {
+    map: HashMap<String, String>,
+}
+
+impl Args {
+    fn parse(args: &[String]) -> Result<Args, String> {
+        let mut map = HashMap::new();
+        for a in args {
+            let (k, v) = a
+                .split_once('=')
+                .ok_or_else(|| format!("argument `{a}` is not key=value"))?;
+            map.insert(k.to_string(), v.to_string());
+        }
+        Ok(Args { map })
+    }
+    fn str(&self, k: &str) -> Result<&str, String> {
+        self.map
+            .get(k)
+            .map(|s| s.as_str())
+            .ok_or_else(|| format!("missing argument {k}="))
+    }
+    fn u64(&self, k: &str) -> Result<u64, String> {
+        let v = self.str(k)?;
+        v.parse().map_err(|_| format!("{k}={v} is not a number"))
+    }
+    fn path(&self, k: &str) -> Result<PathBuf, String> {
+        self.str(k).map(PathBuf::from)
+    }
+    fn cpus(&self, k: &str) -> Result<Vec<usize>, String> {
+        self.str(k)?
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|c| {
+                c.parse()
+                    .map_err(|_| format!("{k}: `{c}` is not a CPU number"))
+            })
+            .collect()
+    }
+    fn mech(&self) -> Result<Mechanism, String> {
+        let v = self.str("mech")?;
+        Mechanism::parse(v).ok_or_else(|| format!("mech={v} is not a mechanism"))
+    }
+}
+
+/// Runs a worker role; returns the process exit code. `args[0]` is the
+/// role, the rest `key=value`.
+pub fn main(args: &[String]) -> i32 {
+    rt::die_with_parent();
+    let Some((role, rest)) = args.split_first() else {
+        eprintln!("check worker: no role given");
+        return 2;
+    };
+    let result = Args::parse(rest).and_then(|a| match role.as_str() {
+        "rt-send" => rt_send(&a),
+        "rt-recv" => rt_recv(&a),
+        "low" => low(&a),
+        "burst" => burst(&a),
+        "hog" => hog(&a),
+        "io" => io_writer(&a),
+        r => Err(format!("unknown role `{r}`")),
+    });
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("check worker {role}: {e}");
+            let _ = std::io::stderr().flush();
+            2
+        }
+    }
+}
+
+/// Common real-time setup: pin, memory lock, SCHED_FIFO (counted in the
+/// control words when refused).
+fn rt_setup(ctl: &Control, cpus: &[usize], priority: Option<u32>) -> Result<(), String> {
+    rt::pin_to_set(cpus).map_err(|e| format!("cannot pin to cpus {cpus:?}: {e}"))?;
+    if priority.is_some() && !rt::lock_memory() {
+        ctl.mlock_failed.fetch_add(1, Ordering::Relaxed); // a statistic
+    }
+    if let Some(p) = priority {
+        if !rt::set_fifo(p).map_err(|e| format!("sched_setscheduler(SCHED_FIFO, {p}): {e}"))? {
+            ctl.fifo_refused.fetch_add(1, Ordering::Relaxed); // a statistic
+        }
+    }
+    Ok(())
+}
+
+fn open_channel(a: &Args) -> Result<Channel, String> {
+    let dir = a.path("shm")?;
+    let name = a.str("channel")?;
+    Channel::open(&dir, name).map_err(|e| e.to_string())
+}
+
+/// Stop polling interval for waits (bounded so a stop request is seen).
+const WAIT_SLICE_NS: u64 = 20_000_000;
+
+fn rt_send(a: &Args) -> Result<(), String> {
+    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let ctl = shared.control();
+    let mech = a.mech()?;
+    rt_setup(ctl, &a.cpus("cpu")?, Some(a.u64("priority")? as u32))?;
+    let ch = open_channel(a)?;
+    let mut publisher = ch.publisher(&a.path("proc")?).map_err(|e| e.to_string())?;
+    let period = a.u64("period_ns")?.max(1);
+    let send_h = shared.hist(mech, H_SEND);
+    // Acquire: pairs with the receiver's Release store; its subscription
+    // is in place before the first message.
+    while ctl.receiver_ready.load(Ordering::Acquire) == 0 {
+        if ctl.rt_stop.load(Ordering::Relaxed) != 0 {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut seq = 0u64;
+    let mut next = monotonic_ns() + period;
+    // Relaxed: a stop request; the engine reaps this process before it
+    // reads the histograms.
+    while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
+        rt::sleep_until(next);
+        let payload = [TAG_RT, seq];
+        let t0 = monotonic_ns();
+        let r = publisher.publish_value(&payload);
+        let t1 = monotonic_ns();
+        match r {
+            Ok(_) => send_h.record(t1 - t0),
+            Err(_) => send_h.error(),
+        }
+        seq += 1;
+        next += period;
+        let now = monotonic_ns();
+        if now > next {
+            next += ((now - next) / period + 1) * period;
+        }
+    }
+    Ok(())
+}
+
+/// Waits once for new messages with the plain futex or futex_waitv,
+/// bounded by [`WAIT_SLICE_NS`].
+fn wait_once(mech: Mechanism, sub: &mut Subscriber) {
+    match mech {
+        Mechanism::FutexWaitv => {
+            if sub.begin_wait() {
+                let w = [sys::FutexWaitv {
+                    val: sub.wait_value() as u64,
+                    uaddr: sub.channel().futex_word() as u64,
+                    flags: sys::FUTEX2_SIZE_U32,
+                    reserved: 0,
+                }];
+                let _ = sys::futex_waitv(&w, Some(monotonic_ns() + WAIT_SLICE_NS));
+                sub.end_wait();
+            }
+        }
+        _ => sub.wait(Some(Duration::from_nanos(WAIT_SLICE_NS))),
+    }
+}
+
+/// Drains every new message, recording the delivery latency of those
+/// tagged `only` (or all when `None`) into `h`. Returns messages lost.
+#[inline]
+fn drain(sub: &mut Subscriber, h: &Histogram, only: Option<u64>) {
+    while let Some(m) = sub.next_message() {
+        let now = monotonic_ns();
+        for _ in 0..m.lost_before {
+            h.error();
+        }
+        let tag = m.value::<[u64; 2]>().map_or(0, |v| v[0]);
+        if only.is_none_or(|t| t == tag) {
+            h.record(now.saturating_sub(m.send_time_ns));
+        }
+    }
+}
+
+fn rt_recv(a: &Args) -> Result<(), String> {
+    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let ctl = shared.control();
+    let mech = a.mech()?;
+    mechanism_availability(mech)?;
+    rt_setup(ctl, &a.cpus("cpu")?, Some(a.u64("priority")? as u32))?;
+    let ch = open_channel(a)?;
+    let mut sub = ch.subscriber(&a.path("proc")?).map_err(|e| e.to_string())?;
+    sub.skip_to_end();
+    let h = shared.hist(mech, H_DELIVERY);
+    // Release: the subscription above happens before the sender's first
+    // message (its Acquire load of this word).
+    ctl.receiver_ready.store(1, Ordering::Release);
+    // Relaxed: a stop request, see rt_send.
+    while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
+        wait_once(mech, &mut sub);
+        drain(&mut sub, h, Some(TAG_RT));
+    }
+    Ok(())
+}
+
+fn low(a: &Args) -> Result<(), String> {
+    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let ctl = shared.control();
+    let mech = a.mech()?;
+    let slot = a.u64("slot")? as usize;
+    let gen = a.u64("gen")?;
+    if slot >= MAX_LOW {
+        return Err(format!("slot {slot} is out of range (at most {MAX_LOW})"));
+    }
+    rt_setup(ctl, &a.cpus("cpu")?, None)?;
+    ctl.low_started.fetch_add(1, Ordering::Relaxed); // a statistic
+    let ch = open_channel(a)?;
+    let proc_root = a.path("proc")?;
+    let period = a.u64("period_ns")?.max(1);
+    let running = |ctl: &Control| {
+        // Relaxed: stop requests; see rt_send.
+        ctl.stop_all.load(Ordering::Relaxed) == 0
+            && ctl.low_gen[slot].load(Ordering::Relaxed) == gen
+    };
+    let mut sub = ch.subscriber(&proc_root).map_err(|e| e.to_string())?;
+    sub.skip_to_end();
+    std::thread::scope(|s| -> Result<(), String> {
+        let publisher_thread = s.spawn(|| -> Result<(), String> {
+            let mut publisher = ch.publisher(&proc_root).map_err(|e| e.to_string())?;
+            let mut seq = 0u64;
+            let mut next = monotonic_ns() + period;
+            while running(ctl) {
+                rt::sleep_until(next);
+                let _ = publisher.publish_value(&[TAG_LOW, seq]);
+                seq += 1;
+                next += period;
+                let now = monotonic_ns();
+                if now > next {
+                    next += ((now - next) / period + 1) * period;
+                }
+            }
+            Ok(())
+        });
+        let h = shared.hist(mech, H_LOW_DELIVERY);
+        while running(ctl) {
+            if mech == Mechanism::IoUringFutex
+                || mech == Mechanism::Futex
+                || mech == Mechanism::FutexWaitv
+            {
+                wait_once(mech, &mut sub);
+            } else {
+                wait_once(Mechanism::Futex, &mut sub);
+            }
+            drain(&mut sub, h, None);
+        }
+        publisher_thread
+            .join()
+            .map_err(|_| "publisher thread panicked".to_string())?
+    })
+}
+
+/// A small xorshift generator (no allocation, no dependency).
+struct Rng(u64);
+impl Rng {
+    fn new() -> Rng {
+        Rng(monotonic_ns() ^ ((std::process::id() as u64) << 32) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Log-uniform in `[lo, hi]`, so short and long bursts both happen.
+    fn log_between(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo {
+            return lo;
+        }
+        let f = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let (l, h) = ((lo.max(1)) as f64, hi as f64);
+        (l * (h / l).powf(f)) as u64
+    }
+}
+
+fn burst(a: &Args) -> Result<(), String> {
+    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let ctl = shared.control();
+    rt_setup(ctl, &a.cpus("cpu")?, Some(a.u64("priority")? as u32))?;
+    let (lo, hi) = (a.u64("min_ns")?, a.u64("max_ns")?);
+    let mut rng = Rng::new();
+    // Relaxed: a stop request, see rt_send.
+    while ctl.stop_all.load(Ordering::Relaxed) == 0 {
+        let busy = rng.log_between(lo, hi);
+        let end = monotonic_ns() + busy;
+        while monotonic_ns() < end {
+            std::hint::spin_loop();
+        }
+        // An idle gap of the same distribution: about half the CPU.
+        let gap = rng.log_between(lo, hi);
+        rt::sleep_until(monotonic_ns() + gap);
+    }
+    Ok(())
+}
+
+fn hog(a: &Args) -> Result<(), String> {
+    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let ctl = shared.control();
+    rt_setup(ctl, &a.cpus("cpu")?, None)?;
+    let mut x = 1u64;
+    // Relaxed: a stop request, see rt_send.
+    while ctl.stop_all.load(Ordering::Relaxed) == 0 {
+        for _ in 0..10_000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    Ok(())
+}
+
+fn io_writer(a: &Args) -> Result<(), String> {
+    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let ctl = shared.control();
+    rt_setup(ctl, &a.cpus("cpu")?, None)?;
+    let dir = a.path("dir")?;
+    let path = dir.join(format!("io-{}", std::process::id()));
+    let buf = vec![0x5au8; 64 << 10];
+    let mut f = std::fs::File::create(&path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let mut written = 0u64;
+    // Relaxed: a stop request, see rt_send.
+    while ctl.stop_all.load(Ordering::Relaxed) == 0 {
+        f.write_all(&buf)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        f.sync_data()
+            .map_err(|e| format!("cannot fsync {}: {e}", path.display()))?;
+        written += buf.len() as u64;
+        if written >= 16 << 20 {
+            f.set_len(0)
+                .map_err(|e| format!("cannot truncate {}: {e}", path.display()))?;
+            use std::io::Seek;
+            f.rewind()
+                .map_err(|e| format!("cannot rewind {}: {e}", path.display()))?;
+            written = 0;
+        }
+    }
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
