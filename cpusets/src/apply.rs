@@ -54,7 +54,11 @@ impl ApplyOptions {
             .unwrap_or(false);
         ApplyOptions {
             dry_run,
-            threads: if live { ThreadControl::Syscalls } else { ThreadControl::FakeTree },
+            threads: if live {
+                ThreadControl::Syscalls
+            } else {
+                ThreadControl::FakeTree
+            },
         }
     }
 }
@@ -70,13 +74,21 @@ pub enum Outcome {
     WouldChange,
     /// The kernel refuses to move this interrupt or thread (per-CPU
     /// timers, IPIs, managed interrupts, pinned kernel threads).
-    Unmovable { reason: String },
+    Unmovable {
+        reason: String,
+    },
     /// This kernel or machine has no such setting.
-    Unsupported { reason: String },
+    Unsupported {
+        reason: String,
+    },
     /// Written, but the kernel reports the result invalid (a cgroup
     /// partition it could not make).
-    Invalid { reason: String },
-    Failed { error: String },
+    Invalid {
+        reason: String,
+    },
+    Failed {
+        error: String,
+    },
 }
 
 /// One planned write and its outcome.
@@ -151,7 +163,9 @@ impl ApplyReport {
     }
 
     pub fn failures(&self) -> impl Iterator<Item = &Action> {
-        self.actions.iter().filter(|a| matches!(a.outcome, Outcome::Failed { .. }))
+        self.actions
+            .iter()
+            .filter(|a| matches!(a.outcome, Outcome::Failed { .. }))
     }
 
     /// The report as text: every action that is not `unchanged` (all of them
@@ -169,8 +183,15 @@ impl ApplyReport {
                 Outcome::Invalid { reason } => ("INVALID", format!(": {reason}")),
                 Outcome::Failed { error } => ("FAILED", format!(": {error}")),
             };
-            let old = a.old.as_deref().map(|o| o.trim().to_string()).unwrap_or_else(|| "(absent)".into());
-            out.push_str(&format!("{word:<11} {}  {old} -> {}  [{}]{extra}\n", a.path, a.new, a.item));
+            let old = a
+                .old
+                .as_deref()
+                .map(|o| o.trim().to_string())
+                .unwrap_or_else(|| "(absent)".into());
+            out.push_str(&format!(
+                "{word:<11} {}  {old} -> {}  [{}]{extra}\n",
+                a.path, a.new, a.item
+            ));
         }
         let s = self.summary();
         out.push_str(&format!(
@@ -222,17 +243,30 @@ struct Applier<'a> {
 /// Opens an existing file for writing (never creating it) and writes the
 /// value in one `write`, as /proc and /sys expect.
 pub fn write_existing(path: &Path, value: &str) -> io::Result<()> {
-    let mut f = fs::OpenOptions::new().write(true).truncate(true).open(path)?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)?;
     f.write_all(value.as_bytes())
 }
 
 /// Errors with which the kernel refuses to move an interrupt or a thread.
 pub fn is_unmovable_error(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EPERM) | Some(libc::EINVAL))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO) | Some(libc::EPERM) | Some(libc::EINVAL)
+    )
 }
 
 impl Applier<'_> {
-    fn push(&mut self, item: String, path: String, old: Option<String>, new: String, outcome: Outcome) {
+    fn push(
+        &mut self,
+        item: String,
+        path: String,
+        old: Option<String>,
+        new: String,
+        outcome: Outcome,
+    ) {
         self.actions.push(Action {
             item,
             path,
@@ -257,7 +291,9 @@ impl Applier<'_> {
         let old = match read_opt(&path) {
             Ok(o) => o,
             Err(e) => {
-                let outcome = Outcome::Failed { error: e.to_string() };
+                let outcome = Outcome::Failed {
+                    error: e.to_string(),
+                };
                 self.push(item, abs.into(), None, new, outcome.clone());
                 return outcome;
             }
@@ -285,7 +321,13 @@ impl Applier<'_> {
                 },
             },
         };
-        self.push(item, abs.into(), old.map(|o| o.trim().to_string()), new, outcome.clone());
+        self.push(
+            item,
+            abs.into(),
+            old.map(|o| o.trim().to_string()),
+            new,
+            outcome.clone(),
+        );
         outcome
     }
 
@@ -304,7 +346,13 @@ impl Applier<'_> {
             }
         };
         let old = path.is_dir().then(|| "directory".to_string());
-        self.push(item.into(), abs.into(), old, "directory".into(), outcome.clone());
+        self.push(
+            item.into(),
+            abs.into(),
+            old,
+            "directory".into(),
+            outcome.clone(),
+        );
         outcome
     }
 }
@@ -323,7 +371,8 @@ fn same_words(want: &str) -> impl Fn(&str) -> bool + '_ {
 
 /// True when a `cgroup.subtree_control` text enables the cpuset controller.
 fn has_cpuset(old: &str) -> bool {
-    old.split_whitespace().any(|w| w.trim_start_matches('+') == "cpuset")
+    old.split_whitespace()
+        .any(|w| w.trim_start_matches('+') == "cpuset")
 }
 
 /// Where the cpusets live.
@@ -369,7 +418,11 @@ pub fn find_cgroup_root(root: &Path) -> Result<CgroupRoot, ModelReadError> {
 
 /// Writes `plan` under `sysroot` (or, with `dry_run`, reports what it
 /// would write).
-pub fn apply(plan: &RuntimePlan, sysroot: &Path, opts: &ApplyOptions) -> Result<ApplyReport, ApplyRunError> {
+pub fn apply(
+    plan: &RuntimePlan,
+    sysroot: &Path,
+    opts: &ApplyOptions,
+) -> Result<ApplyReport, ApplyRunError> {
     let mut a = Applier {
         root: sysroot,
         opts,
@@ -381,7 +434,14 @@ pub fn apply(plan: &RuntimePlan, sysroot: &Path, opts: &ApplyOptions) -> Result<
             Source::Planned => Missing::Unsupported,
             Source::RobotYaml => Missing::Fail,
         };
-        a.set(format!("sysctl {}", s.key), &s.path(), s.value.clone(), same_words(&s.value), missing, false);
+        a.set(
+            format!("sysctl {}", s.key),
+            &s.path(),
+            s.value.clone(),
+            same_words(&s.value),
+            missing,
+            false,
+        );
     }
 
     a.set(
@@ -483,7 +543,11 @@ pub fn partition_invalid_reason(value: &str) -> Option<String> {
     let i = value.find("invalid")?;
     let rest = value[i + "invalid".len()..].trim();
     let reason = rest.trim_start_matches('(').trim_end_matches(')').trim();
-    Some(if reason.is_empty() { value.trim().to_string() } else { reason.to_string() })
+    Some(if reason.is_empty() {
+        value.trim().to_string()
+    } else {
+        reason.to_string()
+    })
 }
 
 fn apply_cgroup_v2(a: &mut Applier, plan: &RuntimePlan, m: &str) {
@@ -501,12 +565,20 @@ fn apply_cgroup_v2(a: &mut Applier, plan: &RuntimePlan, m: &str) {
         return;
     }
     let all = plan.cpus.all.to_string();
-    a.set("cgroup rtdeploy cpus".into(), &format!("{base}/cpuset.cpus"), all, same_list(&plan.cpus.all), Missing::CreatedLater, false);
+    a.set(
+        "cgroup rtdeploy cpus".into(),
+        &format!("{base}/cpuset.cpus"),
+        all,
+        same_list(&plan.cpus.all),
+        Missing::CreatedLater,
+        false,
+    );
     // Nested partitions need the CPUs granted exclusively by every
     // ancestor (`cpuset.cpus.exclusive`, Linux 6.7+).
     let exclusive_file = sys_path(a.root, &format!("{base}/cpuset.cpus.exclusive"));
     let base_created_later = !sys_path(a.root, &base).is_dir();
-    let exclusive = g.partition_value().is_some() && (exclusive_file.exists() || base_created_later);
+    let exclusive =
+        g.partition_value().is_some() && (exclusive_file.exists() || base_created_later);
     if exclusive {
         a.set(
             "cgroup rtdeploy exclusive cpus".into(),
@@ -527,7 +599,10 @@ fn apply_cgroup_v2(a: &mut Applier, plan: &RuntimePlan, m: &str) {
     );
     for (name, cpus) in [("rt", &g.rt), ("housekeeping", &g.housekeeping)] {
         let dir = format!("{base}/{name}");
-        if matches!(a.mkdir(&format!("cgroup rtdeploy/{name}"), &dir), Outcome::Failed { .. }) {
+        if matches!(
+            a.mkdir(&format!("cgroup rtdeploy/{name}"), &dir),
+            Outcome::Failed { .. }
+        ) {
             continue;
         }
         a.set(
@@ -610,12 +685,26 @@ fn apply_cgroup_v1(a: &mut Applier, plan: &RuntimePlan, m: &str) -> Result<(), A
         writes.push((format!("{base}/cpuset.cpu_exclusive"), "1".into()));
     }
     for (abs, value) in writes {
-        let same = |old: &str| old == value || (abs.ends_with(".cpus") || abs.ends_with(".mems")) && same_list(&CpuSet::parse_list(&value).unwrap_or_default())(old);
-        a.set(format!("cgroup v1 {}", rel(&abs, m)), &abs, value.clone(), same, Missing::CreatedLater, false);
+        let same = |old: &str| {
+            old == value
+                || (abs.ends_with(".cpus") || abs.ends_with(".mems"))
+                    && same_list(&CpuSet::parse_list(&value).unwrap_or_default())(old)
+        };
+        a.set(
+            format!("cgroup v1 {}", rel(&abs, m)),
+            &abs,
+            value.clone(),
+            same,
+            Missing::CreatedLater,
+            false,
+        );
     }
     for (name, cpus) in [("rt", &g.rt), ("housekeeping", &g.housekeeping)] {
         let dir = format!("{base}/{name}");
-        if matches!(a.mkdir(&format!("cgroup v1 rtdeploy/{name}"), &dir), Outcome::Failed { .. }) {
+        if matches!(
+            a.mkdir(&format!("cgroup v1 rtdeploy/{name}"), &dir),
+            Outcome::Failed { .. }
+        ) {
             continue;
         }
         let mut writes = files(&dir, cpus);
@@ -628,15 +717,28 @@ fn apply_cgroup_v1(a: &mut Applier, plan: &RuntimePlan, m: &str) -> Result<(), A
             }
         }
         for (abs, value) in writes {
-            let same = |old: &str| old == value || (abs.ends_with(".cpus") || abs.ends_with(".mems")) && same_list(&CpuSet::parse_list(&value).unwrap_or_default())(old);
-            a.set(format!("cgroup v1 {}", rel(&abs, m)), &abs, value.clone(), same, Missing::CreatedLater, false);
+            let same = |old: &str| {
+                old == value
+                    || (abs.ends_with(".cpus") || abs.ends_with(".mems"))
+                        && same_list(&CpuSet::parse_list(&value).unwrap_or_default())(old)
+            };
+            a.set(
+                format!("cgroup v1 {}", rel(&abs, m)),
+                &abs,
+                value.clone(),
+                same,
+                Missing::CreatedLater,
+                false,
+            );
         }
     }
     Ok(())
 }
 
 fn rel<'p>(abs: &'p str, mount: &str) -> &'p str {
-    abs.strip_prefix(mount).map(|s| s.trim_start_matches('/')).unwrap_or(abs)
+    abs.strip_prefix(mount)
+        .map(|s| s.trim_start_matches('/'))
+        .unwrap_or(abs)
 }
 
 fn policy_name(policy: u32) -> String {
@@ -685,7 +787,11 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
         let prio = if policy == Policy::Other { 0 } else { prio };
         let old = sched_text(task.policy, task.rt_priority);
         let new = sched_text(policy.sched_number(), prio);
-        let path = if fake { format!("/proc/{}/stat", t.pid) } else { format!("sched_setscheduler({})", t.pid) };
+        let path = if fake {
+            format!("/proc/{}/stat", t.pid)
+        } else {
+            format!("sched_setscheduler({})", t.pid)
+        };
         let outcome = if task.policy == policy.sched_number() && task.rt_priority == prio {
             Outcome::Unchanged
         } else if a.opts.dry_run {
@@ -715,7 +821,11 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
         a.push(format!("{item} policy"), path, Some(old), new, outcome);
     }
     if let Some(cpus) = &t.cpus {
-        let path = if fake { format!("/proc/{}/status", t.pid) } else { format!("sched_setaffinity({})", t.pid) };
+        let path = if fake {
+            format!("/proc/{}/status", t.pid)
+        } else {
+            format!("sched_setaffinity({})", t.pid)
+        };
         let outcome = if &task.cpus_allowed == cpus {
             Outcome::Unchanged
         } else if task.no_setaffinity {
@@ -744,7 +854,13 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
                 },
             }
         };
-        a.push(format!("{item} cpus"), path, Some(task.cpus_allowed.to_string()), cpus.to_string(), outcome);
+        a.push(
+            format!("{item} cpus"),
+            path,
+            Some(task.cpus_allowed.to_string()),
+            cpus.to_string(),
+            outcome,
+        );
     }
     Ok(())
 }
@@ -756,17 +872,31 @@ mod tests {
     #[test]
     fn reads_partition_reasons() {
         assert_eq!(
-            partition_invalid_reason("isolated invalid (Cpu list in cpuset.cpus not exclusive)").as_deref(),
+            partition_invalid_reason("isolated invalid (Cpu list in cpuset.cpus not exclusive)")
+                .as_deref(),
             Some("Cpu list in cpuset.cpus not exclusive")
         );
         assert_eq!(partition_invalid_reason("isolated"), None);
-        assert_eq!(partition_invalid_reason("root invalid").as_deref(), Some("root invalid"));
+        assert_eq!(
+            partition_invalid_reason("root invalid").as_deref(),
+            Some("root invalid")
+        );
     }
 
     #[test]
     fn classifies_write_errors() {
-        for (errno, unmovable) in [(libc::EIO, true), (libc::EPERM, true), (libc::EINVAL, true), (libc::EACCES, false), (libc::ENOENT, false)] {
-            assert_eq!(is_unmovable_error(&io::Error::from_raw_os_error(errno)), unmovable, "errno {errno}");
+        for (errno, unmovable) in [
+            (libc::EIO, true),
+            (libc::EPERM, true),
+            (libc::EINVAL, true),
+            (libc::EACCES, false),
+            (libc::ENOENT, false),
+        ] {
+            assert_eq!(
+                is_unmovable_error(&io::Error::from_raw_os_error(errno)),
+                unmovable,
+                "errno {errno}"
+            );
         }
     }
 
@@ -774,7 +904,10 @@ mod tests {
     fn write_existing_never_creates() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("smp_affinity_list");
-        assert_eq!(write_existing(&p, "0").unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(
+            write_existing(&p, "0").unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
         assert!(!p.exists());
         fs::write(&p, "0-5\n").unwrap();
         write_existing(&p, "0").unwrap();

@@ -114,7 +114,9 @@ impl Interrupts {
             let mut rest = rest;
             while counts.len() < cpus.len() {
                 let trimmed = rest.trim_start();
-                let end = trimmed.find(|c: char| c.is_whitespace()).unwrap_or(trimmed.len());
+                let end = trimmed
+                    .find(|c: char| c.is_whitespace())
+                    .unwrap_or(trimmed.len());
                 match trimmed[..end].parse::<u64>() {
                     Ok(n) if end > 0 => {
                         counts.push(n);
@@ -184,12 +186,18 @@ impl TaskStat {
     /// spaces and parentheses itself, so the fields are counted from the
     /// last `)`.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ModelParseError> {
-        let open = text.find('(').ok_or_else(|| bad(path, "no `(` before comm"))?;
-        let close = text.rfind(')').ok_or_else(|| bad(path, "no `)` after comm"))?;
-        let pid = text[..open]
-            .trim()
-            .parse()
-            .map_err(|_| bad(path, format!("pid `{}` is not a number", text[..open].trim())))?;
+        let open = text
+            .find('(')
+            .ok_or_else(|| bad(path, "no `(` before comm"))?;
+        let close = text
+            .rfind(')')
+            .ok_or_else(|| bad(path, "no `)` after comm"))?;
+        let pid = text[..open].trim().parse().map_err(|_| {
+            bad(
+                path,
+                format!("pid `{}` is not a number", text[..open].trim()),
+            )
+        })?;
         let comm = text[open + 1..close].to_string();
         // Fields from 3 (state) on.
         let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
@@ -215,7 +223,10 @@ impl TaskStat {
     /// for the kernel in a fake tree).
     pub fn with_sched(text: &str, policy: u32, rt_priority: u32) -> Option<String> {
         let close = text.rfind(')')?;
-        let mut rest: Vec<String> = text[close + 1..].split_whitespace().map(String::from).collect();
+        let mut rest: Vec<String> = text[close + 1..]
+            .split_whitespace()
+            .map(String::from)
+            .collect();
         if rest.len() < 41 - 2 {
             return None;
         }
@@ -283,7 +294,10 @@ fn unescape_mount(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v as char);
             i += 4;
@@ -460,7 +474,10 @@ mod tests {
         assert_eq!(r.chip(), "PCI-MSIX-0000:00:02.0");
         assert_eq!(r.hwirq(), Some(1));
         assert_eq!(r.actions(), vec!["virtio1-req.0"]);
-        assert_eq!(i.row("18").unwrap().actions(), vec!["ehci_hcd:usb1", "i801_smbus"]);
+        assert_eq!(
+            i.row("18").unwrap().actions(),
+            vec!["ehci_hcd:usb1", "i801_smbus"]
+        );
         assert_eq!(i.row("LOC").unwrap().irq, None);
         assert_eq!(i.row("ERR").unwrap().counts, vec![0]);
         assert!(Interrupts::parse("", Path::new("/x")).is_err());
@@ -485,7 +502,10 @@ mod tests {
         assert!(s.flags & PF_KTHREAD != 0);
         assert_eq!((s.processor, s.rt_priority, s.policy), (0, 50, 1));
         let odd = STAT.replace("(irq/24-ACPI:Ged)", "(a) b (c)");
-        assert_eq!(TaskStat::parse(&odd, Path::new("x")).unwrap().comm, "a) b (c");
+        assert_eq!(
+            TaskStat::parse(&odd, Path::new("x")).unwrap().comm,
+            "a) b (c"
+        );
         let changed = TaskStat::with_sched(STAT, 2, 80).unwrap();
         let s = TaskStat::parse(&changed, Path::new("x")).unwrap();
         assert_eq!((s.rt_priority, s.policy, s.processor), (80, 2, 0));
@@ -495,7 +515,10 @@ mod tests {
     #[test]
     fn parses_status_cpus() {
         let st = "Name:\tx\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\n";
-        assert_eq!(parse_cpus_allowed(st, Path::new("s")).unwrap().to_string(), "0-1");
+        assert_eq!(
+            parse_cpus_allowed(st, Path::new("s")).unwrap().to_string(),
+            "0-1"
+        );
         let one: CpuSet = "0".parse().unwrap();
         let re = status_with_cpus(st, &one);
         assert_eq!(parse_cpus_allowed(&re, Path::new("s")).unwrap(), one);

@@ -268,10 +268,18 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
     let irq_cpus: BTreeMap<u32, &CpuSet> = irqs.iter().map(|p| (p.irq, &p.cpus)).collect();
     let mut threads = Vec::new();
     let mut used = vec![false; iso.irqs.threads.len() + iso.irqs.kthreads.len()];
-    for task in inv.tasks.iter().filter(|t| t.kernel_thread && t.pid == t.tid) {
+    for task in inv
+        .tasks
+        .iter()
+        .filter(|t| t.kernel_thread && t.pid == t.tid)
+    {
         let (kind, rules, offset) = match task.irq_number() {
             Some(_) => (ThreadKind::Irq, &iso.irqs.threads, 0),
-            None => (ThreadKind::Kthread, &iso.irqs.kthreads, iso.irqs.threads.len()),
+            None => (
+                ThreadKind::Kthread,
+                &iso.irqs.kthreads,
+                iso.irqs.threads.len(),
+            ),
         };
         // `comm` is cut at 15 characters (`irq/201-3210000`), so an IRQ
         // thread is also matched by its full name, `irq/N-<action>`.
@@ -285,16 +293,22 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
         let rule = rules
             .iter()
             .enumerate()
-            .filter(|(_, r)| names.iter().any(|name| glob_match(&r.pattern, name)))
-            .last();
+            .rfind(|(_, r)| names.iter().any(|name| glob_match(&r.pattern, name)));
         if let Some((i, _)) = rule {
             used[offset + i] = true;
         }
-        let field = if kind == ThreadKind::Irq { "threads" } else { "kthreads" };
+        let field = if kind == ThreadKind::Irq {
+            "threads"
+        } else {
+            "kthreads"
+        };
         let placement = match (kind, rule) {
             (_, Some((i, r))) => {
                 let cpus = r.cpus.clone().or_else(|| match kind {
-                    ThreadKind::Irq => task.irq_number().and_then(|n| irq_cpus.get(&n)).map(|c| (*c).clone()),
+                    ThreadKind::Irq => task
+                        .irq_number()
+                        .and_then(|n| irq_cpus.get(&n))
+                        .map(|c| (*c).clone()),
                     ThreadKind::Kthread => None,
                 });
                 Some(ThreadPlacement {
@@ -307,18 +321,19 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
                     reason: format!("irqs.{field}[{i}] `{}`", r.pattern),
                 })
             }
-            (ThreadKind::Irq, None) => task
-                .irq_number()
-                .and_then(|n| irq_cpus.get(&n))
-                .map(|c| ThreadPlacement {
-                    pid: task.pid,
-                    comm: task.comm.clone(),
-                    kind,
-                    policy: None,
-                    priority: None,
-                    cpus: Some((*c).clone()),
-                    reason: "follows its interrupt's CPUs".into(),
-                }),
+            (ThreadKind::Irq, None) => {
+                task.irq_number()
+                    .and_then(|n| irq_cpus.get(&n))
+                    .map(|c| ThreadPlacement {
+                        pid: task.pid,
+                        comm: task.comm.clone(),
+                        kind,
+                        policy: None,
+                        priority: None,
+                        cpus: Some((*c).clone()),
+                        reason: "follows its interrupt's CPUs".into(),
+                    })
+            }
             (ThreadKind::Kthread, None) => {
                 // Unbound kernel threads leave the isolated CPUs; threads
                 // bound to one CPU by design stay.
@@ -340,11 +355,23 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
         threads.extend(placement);
     }
     if !inv.tasks.is_empty() {
-        let all_rules = iso.irqs.threads.iter().map(|r| ("threads", r)).chain(iso.irqs.kthreads.iter().map(|r| ("kthreads", r)));
+        let all_rules = iso
+            .irqs
+            .threads
+            .iter()
+            .map(|r| ("threads", r))
+            .chain(iso.irqs.kthreads.iter().map(|r| ("kthreads", r)));
         for (n, (field, r)) in all_rules.enumerate() {
             if !used[n] {
-                let i = if field == "threads" { n } else { n - iso.irqs.threads.len() };
-                warnings.push(format!("irqs.{field}[{i}] `{}` matches no kernel thread", r.pattern));
+                let i = if field == "threads" {
+                    n
+                } else {
+                    n - iso.irqs.threads.len()
+                };
+                warnings.push(format!(
+                    "irqs.{field}[{i}] `{}` matches no kernel thread",
+                    r.pattern
+                ));
             }
         }
     }
@@ -374,14 +401,24 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
 
     let cpufreq = CpufreqPlan {
         governor: iso.power.governor.clone(),
-        lock_cpus: if iso.power.lock_frequency { isolated.clone() } else { CpuSet::new() },
+        lock_cpus: if iso.power.lock_frequency {
+            isolated.clone()
+        } else {
+            CpuSet::new()
+        },
     };
 
     Ok(RuntimePlan {
         cmdline: cmdline::plan(iso.cpus, iso.kernel, &all),
         irq_default,
         irqs,
-        thread_rules: iso.irqs.threads.iter().chain(&iso.irqs.kthreads).cloned().collect(),
+        thread_rules: iso
+            .irqs
+            .threads
+            .iter()
+            .chain(&iso.irqs.kthreads)
+            .cloned()
+            .collect(),
         threads,
         sysctls,
         workqueue_cpumask: housekeeping.clone(),
@@ -404,22 +441,41 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
 impl fmt::Display for RuntimePlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.cpus;
-        writeln!(f, "CPUs: all {}  housekeeping {}  isolated {}", c.all, c.housekeeping, c.isolated)?;
+        writeln!(
+            f,
+            "CPUs: all {}  housekeeping {}  isolated {}",
+            c.all, c.housekeeping, c.isolated
+        )?;
         writeln!(f, "kernel command line:")?;
         for t in &self.cmdline {
             writeln!(f, "  {:<40} {}", t.token, t.reason)?;
         }
         writeln!(f, "interrupts: new ones start on {}", self.irq_default)?;
         for p in &self.irqs {
-            writeln!(f, "  irq {:<4} {:<28} -> {:<6} ({})", p.irq, p.name, p.cpus.to_string(), p.reason)?;
+            writeln!(
+                f,
+                "  irq {:<4} {:<28} -> {:<6} ({})",
+                p.irq,
+                p.name,
+                p.cpus.to_string(),
+                p.reason
+            )?;
         }
         if self.irqs.is_empty() {
-            writeln!(f, "  (placed on the robot: every interrupt to {})", self.irq_default)?;
+            writeln!(
+                f,
+                "  (placed on the robot: every interrupt to {})",
+                self.irq_default
+            )?;
         }
         writeln!(f, "kernel threads:")?;
         for r in &self.thread_rules {
             let prio = r.priority.map(|p| format!(" {p}")).unwrap_or_default();
-            let cpus = r.cpus.as_ref().map(|c| format!(" on {c}")).unwrap_or_default();
+            let cpus = r
+                .cpus
+                .as_ref()
+                .map(|c| format!(" on {c}"))
+                .unwrap_or_default();
             writeln!(f, "  rule `{}`: {}{prio}{cpus}", r.pattern, r.policy)?;
         }
         for t in &self.threads {
@@ -428,8 +484,16 @@ impl fmt::Display for RuntimePlan {
                 (Some(p), _) => p.to_string(),
                 _ => "-".into(),
             };
-            let cpus = t.cpus.as_ref().map(|c| c.to_string()).unwrap_or_else(|| "-".into());
-            writeln!(f, "  {:<6} {:<18} {:<8} cpus {:<6} ({})", t.pid, t.comm, sched, cpus, t.reason)?;
+            let cpus = t
+                .cpus
+                .as_ref()
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "-".into());
+            writeln!(
+                f,
+                "  {:<6} {:<18} {:<8} cpus {:<6} ({})",
+                t.pid, t.comm, sched, cpus, t.reason
+            )?;
         }
         writeln!(f, "sysctls:")?;
         for s in &self.sysctls {
@@ -438,13 +502,21 @@ impl fmt::Display for RuntimePlan {
         writeln!(f, "unbound workqueues: {}", self.workqueue_cpumask)?;
         let g = &self.cgroups;
         let part = g.partition_value().unwrap_or("no partition");
-        writeln!(f, "cgroups: rtdeploy/rt {} ({part}), rtdeploy/housekeeping {}", g.rt, g.housekeeping)?;
+        writeln!(
+            f,
+            "cgroups: rtdeploy/rt {} ({part}), rtdeploy/housekeeping {}",
+            g.rt, g.housekeeping
+        )?;
         match &self.cpufreq.governor {
             Some(gov) => writeln!(f, "cpufreq: governor {gov} on every CPU")?,
             None => writeln!(f, "cpufreq: governor left alone")?,
         }
         if !self.cpufreq.lock_cpus.is_empty() {
-            writeln!(f, "cpufreq: min = max frequency on {}", self.cpufreq.lock_cpus)?;
+            writeln!(
+                f,
+                "cpufreq: min = max frequency on {}",
+                self.cpufreq.lock_cpus
+            )?;
         }
         match self.cpu_dma_latency_us {
             Some(us) => writeln!(f, "cpu_dma_latency: {us}us, held by the supervisor")?,

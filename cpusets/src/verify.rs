@@ -12,7 +12,9 @@ use serde::Serialize;
 use crate::apply::{find_cgroup_root, partition_invalid_reason, sched_text, CgroupRoot};
 use crate::cmdline;
 use crate::cpuset::CpuSet;
-use crate::model::live::{read_cpu_list, read_cpu_mask, read_interrupts, read_opt, sys_path, Live, ModelReadError};
+use crate::model::live::{
+    read_cpu_list, read_cpu_mask, read_interrupts, read_opt, sys_path, Live, ModelReadError,
+};
 use crate::model::{glob_match, is_preempt_rt, Interrupts, Irq, Task};
 use crate::plan::{is_per_cpu_kthread, RuntimePlan, Source, ThreadKind};
 
@@ -141,13 +143,26 @@ impl VerifyReport {
             if c.status == Status::Ok && !verbose {
                 continue;
             }
-            out.push_str(&format!("{:<11} {:<34} {}\n", c.status.to_string(), c.id, c.detail));
-            let shown = if verbose { c.items.len() } else { c.items.len().min(12) };
+            out.push_str(&format!(
+                "{:<11} {:<34} {}\n",
+                c.status.to_string(),
+                c.id,
+                c.detail
+            ));
+            let shown = if verbose {
+                c.items.len()
+            } else {
+                c.items.len().min(12)
+            };
             for i in &c.items[..shown] {
                 out.push_str(&format!("{:<11}   - {i}\n", ""));
             }
             if shown < c.items.len() {
-                out.push_str(&format!("{:<11}   - ... and {} more (-v or --json for all)\n", "", c.items.len() - shown));
+                out.push_str(&format!(
+                    "{:<11}   - ... and {} more (-v or --json for all)\n",
+                    "",
+                    c.items.len() - shown
+                ));
             }
             if let Some(h) = &c.hint {
                 out.push_str(&format!("{:<11}   fix: {h}\n", ""));
@@ -179,13 +194,22 @@ pub enum VerifyRunError {
     Read(#[from] ModelReadError),
 }
 
-fn check(id: impl Into<String>, status: Status, detail: impl Into<String>, hint: Option<&str>) -> Check {
+fn check(
+    id: impl Into<String>,
+    status: Status,
+    detail: impl Into<String>,
+    hint: Option<&str>,
+) -> Check {
     Check {
         id: id.into(),
         status,
         detail: detail.into(),
         items: Vec::new(),
-        hint: if status == Status::Ok { None } else { hint.map(String::from) },
+        hint: if status == Status::Ok {
+            None
+        } else {
+            hint.map(String::from)
+        },
     }
 }
 
@@ -194,7 +218,11 @@ const HINT_CMDLINE: &str =
     "put the planned command line on the kernel (`deploy plan` prints it; `deploy image` writes extlinux.conf APPEND) and reboot";
 
 /// Compares the live system under `sysroot` with `plan`.
-pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Result<VerifyReport, VerifyRunError> {
+pub fn verify(
+    plan: &RuntimePlan,
+    sysroot: &Path,
+    opts: &VerifyOptions,
+) -> Result<VerifyReport, VerifyRunError> {
     let p = |abs: &str| sys_path(sysroot, abs);
     let mut checks = Vec::new();
 
@@ -222,11 +250,26 @@ pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Resul
     for t in &plan.cmdline {
         let id = format!("cmdline.{}", t.key());
         let c = if live_tokens.iter().any(|l| l == &t.token) {
-            check(id, Status::Ok, format!("`{}` in /proc/cmdline", t.token), None)
+            check(
+                id,
+                Status::Ok,
+                format!("`{}` in /proc/cmdline", t.token),
+                None,
+            )
         } else if let Some(other) = live_tokens.iter().find(|l| cmdline::key_of(l) == t.key()) {
-            check(id, Status::Drift, format!("/proc/cmdline has `{other}`, planned `{}`", t.token), Some(HINT_CMDLINE))
+            check(
+                id,
+                Status::Drift,
+                format!("/proc/cmdline has `{other}`, planned `{}`", t.token),
+                Some(HINT_CMDLINE),
+            )
         } else {
-            check(id, Status::Drift, format!("`{}` missing from /proc/cmdline", t.token), Some(HINT_CMDLINE))
+            check(
+                id,
+                Status::Drift,
+                format!("`{}` missing from /proc/cmdline", t.token),
+                Some(HINT_CMDLINE),
+            )
         };
         checks.push(c);
     }
@@ -241,7 +284,9 @@ pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Resul
         Some(live) => checks.push(check(
             "cmdline.effect.isolated",
             Status::Drift,
-            format!("kernel isolates `{live}`, planned {isolated} (/sys/devices/system/cpu/isolated)"),
+            format!(
+                "kernel isolates `{live}`, planned {isolated} (/sys/devices/system/cpu/isolated)"
+            ),
             Some(HINT_CMDLINE),
         )),
         None => checks.push(check(
@@ -283,9 +328,12 @@ pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Resul
     let unmovable = |irq: &Irq| opts.unmovable_irqs.contains(&irq.irq) || irq.is_per_cpu();
     let want_irq = |n: u32| -> &CpuSet { placed.get(&n).copied().unwrap_or(&plan.irq_default) };
     match read_cpu_mask(&p("/proc/irq/default_smp_affinity"))? {
-        Some(m) if m == plan.irq_default => {
-            checks.push(check("irq.default_affinity", Status::Ok, format!("new interrupts start on {m}"), None))
-        }
+        Some(m) if m == plan.irq_default => checks.push(check(
+            "irq.default_affinity",
+            Status::Ok,
+            format!("new interrupts start on {m}"),
+            None,
+        )),
         Some(m) => checks.push(check(
             "irq.default_affinity",
             Status::Drift,
@@ -318,16 +366,39 @@ pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Resul
         .filter_map(|(id, _, _)| id.parse().ok())
         .collect();
     for irq in &live.irqs {
-        checks.push(check_irq(irq, want_irq(irq.irq), unmovable(irq), fired.contains(&irq.irq)));
+        checks.push(check_irq(
+            irq,
+            want_irq(irq.irq),
+            unmovable(irq),
+            fired.contains(&irq.irq),
+        ));
     }
-    checks.extend(check_irq_activity(&live.interrupts, &after, &live.irqs, isolated, &want_irq, &unmovable, opts));
+    checks.extend(check_irq_activity(
+        &live.interrupts,
+        &after,
+        &live.irqs,
+        isolated,
+        &want_irq,
+        &unmovable,
+        opts,
+    ));
 
     // Kernel threads.
-    let tasks: BTreeMap<u32, &Task> = live.tasks.iter().filter(|t| t.pid == t.tid).map(|t| (t.pid, t)).collect();
+    let tasks: BTreeMap<u32, &Task> = live
+        .tasks
+        .iter()
+        .filter(|t| t.pid == t.tid)
+        .map(|t| (t.pid, t))
+        .collect();
     for t in &plan.threads {
         let id = format!("thread.{}", t.pid);
         let Some(task) = tasks.get(&t.pid).filter(|task| task.comm == t.comm) else {
-            checks.push(check(id, Status::Unsupported, format!("`{}` (pid {}) no longer exists", t.comm, t.pid), None));
+            checks.push(check(
+                id,
+                Status::Unsupported,
+                format!("`{}` (pid {}) no longer exists", t.comm, t.pid),
+                None,
+            ));
             continue;
         };
         let mut problems = Vec::new();
@@ -352,12 +423,26 @@ pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Resul
             check(
                 id,
                 Status::Ok,
-                format!("{} {} on {}", t.comm, sched_text(task.policy, task.rt_priority), task.cpus_allowed),
+                format!(
+                    "{} {} on {}",
+                    t.comm,
+                    sched_text(task.policy, task.rt_priority),
+                    task.cpus_allowed
+                ),
                 None,
             )
         } else {
-            let status = if pinned && problems.len() == 1 { Status::Unmovable } else { Status::Drift };
-            check(id, status, format!("{} {}", t.comm, problems.join("; ")), Some(HINT_APPLY))
+            let status = if pinned && problems.len() == 1 {
+                Status::Unmovable
+            } else {
+                Status::Drift
+            };
+            check(
+                id,
+                status,
+                format!("{} {}", t.comm, problems.join("; ")),
+                Some(HINT_APPLY),
+            )
         });
     }
     checks.extend(check_foreign_tasks(&live.tasks, plan, opts));
@@ -368,34 +453,53 @@ pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Resul
         let c = match read_opt(&p(&s.path()))? {
             None => check(
                 id,
-                if s.source == Source::Planned { Status::Unsupported } else { Status::Drift },
+                if s.source == Source::Planned {
+                    Status::Unsupported
+                } else {
+                    Status::Drift
+                },
                 format!("{} does not exist on this kernel", s.path()),
                 Some("remove it from robot.yaml or use a kernel that has it"),
             ),
             Some(v) if v.split_whitespace().eq(s.value.split_whitespace()) => {
                 check(id, Status::Ok, format!("{} = {}", s.key, v.trim()), None)
             }
-            Some(v) => check(id, Status::Drift, format!("{} = {}, planned {}", s.key, v.trim(), s.value), Some(HINT_APPLY)),
+            Some(v) => check(
+                id,
+                Status::Drift,
+                format!("{} = {}, planned {}", s.key, v.trim(), s.value),
+                Some(HINT_APPLY),
+            ),
         };
         checks.push(c);
     }
 
     // Unbound workqueues.
-    checks.push(match read_cpu_mask(&p("/sys/devices/virtual/workqueue/cpumask"))? {
-        Some(m) if m == plan.workqueue_cpumask => check("workqueue.cpumask", Status::Ok, format!("unbound workqueues on {m}"), None),
-        Some(m) => check(
-            "workqueue.cpumask",
-            Status::Drift,
-            format!("unbound workqueues on {m}, planned {}", plan.workqueue_cpumask),
-            Some(HINT_APPLY),
-        ),
-        None => check(
-            "workqueue.cpumask",
-            Status::Unsupported,
-            "/sys/devices/virtual/workqueue/cpumask does not exist",
-            None,
-        ),
-    });
+    checks.push(
+        match read_cpu_mask(&p("/sys/devices/virtual/workqueue/cpumask"))? {
+            Some(m) if m == plan.workqueue_cpumask => check(
+                "workqueue.cpumask",
+                Status::Ok,
+                format!("unbound workqueues on {m}"),
+                None,
+            ),
+            Some(m) => check(
+                "workqueue.cpumask",
+                Status::Drift,
+                format!(
+                    "unbound workqueues on {m}, planned {}",
+                    plan.workqueue_cpumask
+                ),
+                Some(HINT_APPLY),
+            ),
+            None => check(
+                "workqueue.cpumask",
+                Status::Unsupported,
+                "/sys/devices/virtual/workqueue/cpumask does not exist",
+                None,
+            ),
+        },
+    );
 
     checks.extend(check_cgroups(plan, sysroot)?);
     checks.extend(check_cpufreq(plan, sysroot)?);
@@ -404,13 +508,21 @@ pub fn verify(plan: &RuntimePlan, sysroot: &Path, opts: &VerifyOptions) -> Resul
 
 fn check_irq(irq: &Irq, want: &CpuSet, unmovable: bool, fired_on_isolated: bool) -> Check {
     let id = format!("irq.{}", irq.irq);
-    let name = if irq.actions.is_empty() { "(no handler)".to_string() } else { irq.name() };
+    let name = if irq.actions.is_empty() {
+        "(no handler)".to_string()
+    } else {
+        irq.name()
+    };
     let aff = irq.affinity.as_ref();
     let eff = irq.effective.as_ref();
     let aff_inside = aff.is_none_or(|a| a.is_subset(want));
     let eff_inside = eff.is_none_or(|e| e.is_subset(want));
     let show = |s: Option<&CpuSet>| s.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
-    let detail = format!("{name}: affinity {} effective {}, planned {want}", show(aff), show(eff));
+    let detail = format!(
+        "{name}: affinity {} effective {}, planned {want}",
+        show(aff),
+        show(eff)
+    );
     if aff_inside && eff_inside {
         check(id, Status::Ok, detail, None)
     } else if aff_inside && !fired_on_isolated && !unmovable {
@@ -466,12 +578,20 @@ fn check_irq_activity<'p>(
     };
     let mut out = Vec::new();
     let mut c = if drift.is_empty() {
-        check("irq.activity", Status::Ok, format!("no device interrupt on isolated CPUs {isolated} {window}"), None)
+        check(
+            "irq.activity",
+            Status::Ok,
+            format!("no device interrupt on isolated CPUs {isolated} {window}"),
+            None,
+        )
     } else {
         check(
             "irq.activity",
             Status::Drift,
-            format!("{} device interrupts fired on isolated CPUs {window}", drift.len()),
+            format!(
+                "{} device interrupts fired on isolated CPUs {window}",
+                drift.len()
+            ),
             Some(HINT_APPLY),
         )
     };
@@ -496,7 +616,10 @@ fn check_foreign_tasks(tasks: &[Task], plan: &RuntimePlan, opts: &VerifyOptions)
     let planned_on_isolated: Vec<u32> = plan
         .threads
         .iter()
-        .filter(|t| t.cpus.as_ref().is_some_and(|c| !c.is_disjoint(isolated)) || t.kind == ThreadKind::Irq && t.cpus.is_none())
+        .filter(|t| {
+            t.cpus.as_ref().is_some_and(|c| !c.is_disjoint(isolated))
+                || t.kind == ThreadKind::Irq && t.cpus.is_none()
+        })
         .map(|t| t.pid)
         .collect();
     let mut foreign = Vec::new();
@@ -518,7 +641,12 @@ fn check_foreign_tasks(tasks: &[Task], plan: &RuntimePlan, opts: &VerifyOptions)
     }
     let mut out = Vec::new();
     let mut c = if foreign.is_empty() {
-        check("tasks.isolated", Status::Ok, format!("no foreign task may run on {isolated}"), None)
+        check(
+            "tasks.isolated",
+            Status::Ok,
+            format!("no foreign task may run on {isolated}"),
+            None,
+        )
     } else {
         check(
             "tasks.isolated",
@@ -548,8 +676,18 @@ fn check_cgroups(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRu
     let cpus_check = |id: &str, abs: &str, want: &CpuSet| -> Result<Check, VerifyRunError> {
         Ok(match read_cpu_list(&sys_path(root, abs))? {
             Some(c) if &c == want => check(id, Status::Ok, format!("{abs} = {c}"), None),
-            Some(c) => check(id, Status::Drift, format!("{abs} = {c}, planned {want}"), Some(HINT_APPLY)),
-            None => check(id, Status::Drift, format!("{abs} does not exist"), Some(HINT_APPLY)),
+            Some(c) => check(
+                id,
+                Status::Drift,
+                format!("{abs} = {c}, planned {want}"),
+                Some(HINT_APPLY),
+            ),
+            None => check(
+                id,
+                Status::Drift,
+                format!("{abs} does not exist"),
+                Some(HINT_APPLY),
+            ),
         })
     };
     match find_cgroup_root(root)? {
@@ -560,7 +698,11 @@ fn check_cgroups(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRu
             Some("enable CONFIG_CPUSETS and mount cgroup2 (or the v1 cpuset hierarchy)"),
         )),
         CgroupRoot::V2(m) => {
-            out.push(cpus_check("cgroup.rt.cpus", &format!("{m}/rtdeploy/rt/cpuset.cpus"), &g.rt)?);
+            out.push(cpus_check(
+                "cgroup.rt.cpus",
+                &format!("{m}/rtdeploy/rt/cpuset.cpus"),
+                &g.rt,
+            )?);
             out.push(cpus_check(
                 "cgroup.housekeeping.cpus",
                 &format!("{m}/rtdeploy/housekeeping/cpuset.cpus"),
@@ -568,7 +710,8 @@ fn check_cgroups(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRu
             )?);
             if let Some(kind) = g.partition_value() {
                 let abs = format!("{m}/rtdeploy/rt/cpuset.cpus.partition");
-                let exclusive = sys_path(root, &format!("{m}/rtdeploy/cpuset.cpus.exclusive")).exists();
+                let exclusive =
+                    sys_path(root, &format!("{m}/rtdeploy/cpuset.cpus.exclusive")).exists();
                 let c = match read_opt(&sys_path(root, &abs))? {
                     _ if !exclusive && sys_path(root, &format!("{m}/rtdeploy")).is_dir() => check(
                         "cgroup.rt.partition",
@@ -597,7 +740,11 @@ fn check_cgroups(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRu
             }
         }
         CgroupRoot::V1(m) => {
-            out.push(cpus_check("cgroup.rt.cpus", &format!("{m}/rtdeploy/rt/cpuset.cpus"), &g.rt)?);
+            out.push(cpus_check(
+                "cgroup.rt.cpus",
+                &format!("{m}/rtdeploy/rt/cpuset.cpus"),
+                &g.rt,
+            )?);
             out.push(cpus_check(
                 "cgroup.housekeeping.cpus",
                 &format!("{m}/rtdeploy/housekeeping/cpuset.cpus"),
@@ -606,9 +753,24 @@ fn check_cgroups(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRu
             if g.partition_value().is_some() {
                 let abs = format!("{m}/rtdeploy/rt/cpuset.cpu_exclusive");
                 out.push(match read_opt(&sys_path(root, &abs))? {
-                    Some(v) if v.trim() == "1" => check("cgroup.rt.exclusive", Status::Ok, "v1 cpuset rtdeploy/rt is cpu_exclusive", None),
-                    Some(v) => check("cgroup.rt.exclusive", Status::Drift, format!("{abs} = {}, planned 1", v.trim()), Some(HINT_APPLY)),
-                    None => check("cgroup.rt.exclusive", Status::Drift, format!("{abs} does not exist"), Some(HINT_APPLY)),
+                    Some(v) if v.trim() == "1" => check(
+                        "cgroup.rt.exclusive",
+                        Status::Ok,
+                        "v1 cpuset rtdeploy/rt is cpu_exclusive",
+                        None,
+                    ),
+                    Some(v) => check(
+                        "cgroup.rt.exclusive",
+                        Status::Drift,
+                        format!("{abs} = {}, planned 1", v.trim()),
+                        Some(HINT_APPLY),
+                    ),
+                    None => check(
+                        "cgroup.rt.exclusive",
+                        Status::Drift,
+                        format!("{abs} does not exist"),
+                        Some(HINT_APPLY),
+                    ),
                 });
             }
         }
@@ -637,25 +799,42 @@ fn check_cpufreq(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRu
         if let Some(want) = &f.governor {
             let id = format!("cpufreq.cpu{cpu}.governor");
             out.push(match read("scaling_governor")? {
-                Some(g) if g.trim() == want => check(id, Status::Ok, format!("governor {want}"), None),
-                Some(g) => check(id, Status::Drift, format!("governor {}, planned {want}", g.trim()), Some(HINT_APPLY)),
+                Some(g) if g.trim() == want => {
+                    check(id, Status::Ok, format!("governor {want}"), None)
+                }
+                Some(g) => check(
+                    id,
+                    Status::Drift,
+                    format!("governor {}, planned {want}", g.trim()),
+                    Some(HINT_APPLY),
+                ),
                 None => check(id, Status::Unsupported, "no scaling_governor", None),
             });
         }
         if f.lock_cpus.contains(cpu) {
             let id = format!("cpufreq.cpu{cpu}.locked");
-            out.push(match (read("scaling_min_freq")?, read("scaling_max_freq")?) {
-                (Some(lo), Some(hi)) if lo.trim() == hi.trim() => {
-                    check(id, Status::Ok, format!("min = max = {} kHz", hi.trim()), None)
-                }
-                (Some(lo), Some(hi)) => check(
-                    id,
-                    Status::Drift,
-                    format!("min {} kHz, max {} kHz: not locked", lo.trim(), hi.trim()),
-                    Some(HINT_APPLY),
-                ),
-                _ => check(id, Status::Unsupported, "no scaling_min_freq/scaling_max_freq", None),
-            });
+            out.push(
+                match (read("scaling_min_freq")?, read("scaling_max_freq")?) {
+                    (Some(lo), Some(hi)) if lo.trim() == hi.trim() => check(
+                        id,
+                        Status::Ok,
+                        format!("min = max = {} kHz", hi.trim()),
+                        None,
+                    ),
+                    (Some(lo), Some(hi)) => check(
+                        id,
+                        Status::Drift,
+                        format!("min {} kHz, max {} kHz: not locked", lo.trim(), hi.trim()),
+                        Some(HINT_APPLY),
+                    ),
+                    _ => check(
+                        id,
+                        Status::Unsupported,
+                        "no scaling_min_freq/scaling_max_freq",
+                        None,
+                    ),
+                },
+            );
         }
     }
     Ok(out)

@@ -52,11 +52,19 @@ impl Saved {
             .iter()
             .filter_map(|t| {
                 let task = read_task(t.pid, t.pid, &task_dir(root, t.pid, t.pid)).ok()??;
-                Some((t.pid, task.comm, task.policy, task.rt_priority, task.cpus_allowed))
+                Some((
+                    t.pid,
+                    task.comm,
+                    task.policy,
+                    task.rt_priority,
+                    task.cpus_allowed,
+                ))
             })
             .collect();
         let mut new_dirs = Vec::new();
-        if let Ok(apply::CgroupRoot::V2(m) | apply::CgroupRoot::V1(m)) = apply::find_cgroup_root(root) {
+        if let Ok(apply::CgroupRoot::V2(m) | apply::CgroupRoot::V1(m)) =
+            apply::find_cgroup_root(root)
+        {
             for d in ["rtdeploy", "rtdeploy/rt", "rtdeploy/housekeeping"] {
                 let p = Path::new(&m).join(d);
                 if !p.exists() {
@@ -64,7 +72,11 @@ impl Saved {
                 }
             }
         }
-        Saved { files, threads, new_dirs }
+        Saved {
+            files,
+            threads,
+            new_dirs,
+        }
     }
 }
 
@@ -80,7 +92,9 @@ impl Drop for Saved {
             }
         }
         for (pid, comm, policy, prio, cpus) in &self.threads {
-            let Ok(Some(t)) = read_task(*pid, *pid, &task_dir(Path::new("/"), *pid, *pid)) else { continue };
+            let Ok(Some(t)) = read_task(*pid, *pid, &task_dir(Path::new("/"), *pid, *pid)) else {
+                continue;
+            };
             if &t.comm != comm {
                 continue;
             }
@@ -109,16 +123,27 @@ fn skip_reason() -> Option<String> {
     }
     // SAFETY-free probe: root is who may write /proc/sys.
     let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("");
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("");
     if uid != "0" {
         return Some(format!("needs root (effective uid {uid})"));
     }
-    if fs::OpenOptions::new().write(true).open("/proc/sys/kernel/sched_rt_runtime_us").is_err() {
+    if fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/sys/kernel/sched_rt_runtime_us")
+        .is_err()
+    {
         return Some("/proc/sys is read-only here (a container?)".into());
     }
     let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
     if online.trim() != "0-1" {
-        return Some(format!("the dev plan is for 2 CPUs (0-1); this machine has {}", online.trim()));
+        return Some(format!(
+            "the dev plan is for 2 CPUs (0-1); this machine has {}",
+            online.trim()
+        ));
     }
     None
 }
@@ -158,16 +183,34 @@ fn apply_dev_plan_on_this_machine_then_verify_and_restore() {
             || id.starts_with("cpufreq.")
             || id == "workqueue.cpumask"
     };
-    for c in v.checks.iter().filter(|c| runtime(&c.id) && c.id != "irq.activity") {
-        assert_ne!(c.status, Status::Drift, "{} drifted after apply: {}", c.id, c.detail);
+    for c in v
+        .checks
+        .iter()
+        .filter(|c| runtime(&c.id) && c.id != "irq.activity")
+    {
+        assert_ne!(
+            c.status,
+            Status::Drift,
+            "{} drifted after apply: {}",
+            c.id,
+            c.detail
+        );
     }
-    assert_eq!(v.check("sysctl.kernel.sched_rt_runtime_us").unwrap().status, Status::Ok);
+    assert_eq!(
+        v.check("sysctl.kernel.sched_rt_runtime_us").unwrap().status,
+        Status::Ok
+    );
     assert_eq!(v.check("workqueue.cpumask").unwrap().status, Status::Ok);
     assert_eq!(v.check("irq.default_affinity").unwrap().status, Status::Ok);
     assert_eq!(v.check("cgroup.rt.cpus").unwrap().status, Status::Ok);
 
     let again = apply::apply(&plan, root, &opts).unwrap();
     let s = again.summary();
-    assert_eq!((s.changed, s.failed), (0, 0), "second apply changed something:\n{}", again.render(false));
+    assert_eq!(
+        (s.changed, s.failed),
+        (0, 0),
+        "second apply changed something:\n{}",
+        again.render(false)
+    );
     drop(saved);
 }

@@ -14,7 +14,10 @@ use cpusets::plan::ThreadKind;
 use cpusets::verify::{self, Status, VerifyOptions};
 
 fn apply_opts(dry_run: bool) -> ApplyOptions {
-    ApplyOptions { dry_run, threads: ThreadControl::FakeTree }
+    ApplyOptions {
+        dry_run,
+        threads: ThreadControl::FakeTree,
+    }
 }
 
 fn verify_opts(root: &Path) -> VerifyOptions {
@@ -34,19 +37,47 @@ fn plan_places_interrupts_and_threads() {
     assert_eq!(irq(16).cpus.to_string(), "2-3", "eqos* override");
     assert_eq!(irq(17).cpus.to_string(), "2-3");
     assert_eq!(irq(17).reason, "irqs.overrides[0]");
-    let thread = |comm: &str| plan.threads.iter().find(|t| t.comm == comm).unwrap_or_else(|| panic!("{comm} not planned"));
+    let thread = |comm: &str| {
+        plan.threads
+            .iter()
+            .find(|t| t.comm == comm)
+            .unwrap_or_else(|| panic!("{comm} not planned"))
+    };
     // The comm is cut at 15 characters; the rule matches the full name.
     let spi = thread("irq/18-3210000.");
-    assert_eq!((spi.policy, spi.priority, spi.cpus.as_ref().unwrap().to_string()), (Some(Policy::Fifo), Some(88), "4".into()));
+    assert_eq!(
+        (
+            spi.policy,
+            spi.priority,
+            spi.cpus.as_ref().unwrap().to_string()
+        ),
+        (Some(Policy::Fifo), Some(88), "4".into())
+    );
     assert_eq!(thread("irq/19-c310000.").priority, Some(92));
-    assert_eq!(thread("irq/16-eqos.com").cpus.as_ref().unwrap().to_string(), "2-3");
+    assert_eq!(
+        thread("irq/16-eqos.com").cpus.as_ref().unwrap().to_string(),
+        "2-3"
+    );
     let mmc = thread("irq/14-mmc0");
-    assert_eq!((mmc.policy, mmc.cpus.as_ref().unwrap().to_string()), (None, "0-3".into()));
+    assert_eq!(
+        (mmc.policy, mmc.cpus.as_ref().unwrap().to_string()),
+        (None, "0-3".into())
+    );
     assert_eq!(thread("rcuc/4").kind, ThreadKind::Kthread);
     assert_eq!(thread("rcuc/4").priority, Some(1));
     assert_eq!(thread("kswapd0").cpus.as_ref().unwrap().to_string(), "0-3");
-    assert!(plan.threads.iter().all(|t| t.comm != "ksoftirqd/4" && t.comm != "kworker/u12:0"));
-    let sysctl = |k: &str| plan.sysctls.iter().find(|s| s.key == k).unwrap().value.clone();
+    assert!(plan
+        .threads
+        .iter()
+        .all(|t| t.comm != "ksoftirqd/4" && t.comm != "kworker/u12:0"));
+    let sysctl = |k: &str| {
+        plan.sysctls
+            .iter()
+            .find(|s| s.key == k)
+            .unwrap()
+            .value
+            .clone()
+    };
     assert_eq!(sysctl("kernel.sched_rt_runtime_us"), "-1");
     assert_eq!(sysctl("kernel.timer_migration"), "0");
     assert_eq!(sysctl("vm.stat_interval"), "10");
@@ -66,9 +97,18 @@ fn dry_run_writes_nothing_and_shows_each_write() {
     let report = apply::apply(&plan, t.path(), &apply_opts(true)).unwrap();
     assert_eq!(snapshot(t.path()), before, "dry run changed the tree");
     let text = report.render(false);
-    assert!(text.contains("would write /proc/irq/14/smp_affinity_list  0-5 -> 0-3"), "{text}");
-    assert!(text.contains("would write /proc/sys/kernel/sched_rt_runtime_us  950000 -> -1"), "{text}");
-    assert!(text.contains("would write /sys/fs/cgroup/rtdeploy  (absent) -> directory"), "{text}");
+    assert!(
+        text.contains("would write /proc/irq/14/smp_affinity_list  0-5 -> 0-3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("would write /proc/sys/kernel/sched_rt_runtime_us  950000 -> -1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("would write /sys/fs/cgroup/rtdeploy  (absent) -> directory"),
+        "{text}"
+    );
     assert_eq!(report.summary().changed, 0);
     assert!(report.summary().would_change > 20);
 }
@@ -105,30 +145,75 @@ fn apply_writes_the_plan_and_twice_changes_nothing() {
     assert_eq!(read(root, "/proc/sys/kernel/timer_migration"), "0");
     assert_eq!(read(root, "/proc/sys/vm/stat_interval"), "10");
     assert_eq!(read(root, "/sys/devices/virtual/workqueue/cpumask"), "f");
-    assert_eq!(read(root, "/sys/fs/cgroup/cgroup.subtree_control"), "+cpuset");
+    assert_eq!(
+        read(root, "/sys/fs/cgroup/cgroup.subtree_control"),
+        "+cpuset"
+    );
     assert_eq!(read(root, "/sys/fs/cgroup/rtdeploy/cpuset.cpus"), "0-5");
     assert_eq!(read(root, "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus"), "4-5");
-    assert_eq!(read(root, "/sys/fs/cgroup/rtdeploy/housekeeping/cpuset.cpus"), "0-3");
+    assert_eq!(
+        read(root, "/sys/fs/cgroup/rtdeploy/housekeeping/cpuset.cpus"),
+        "0-3"
+    );
     // 5.15 has no cpuset.cpus.exclusive: no nested partition, said so.
-    assert_eq!(read(root, "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus.partition"), "member");
-    let part = report.actions.iter().find(|a| a.item == "cgroup rtdeploy/rt partition").unwrap();
-    assert!(matches!(&part.outcome, Outcome::Unsupported { reason } if reason.contains("6.7")), "{part:?}");
-    assert_eq!(read(root, "/sys/devices/system/cpu/cpu4/cpufreq/scaling_governor"), "performance");
-    assert_eq!(read(root, "/sys/devices/system/cpu/cpu4/cpufreq/scaling_min_freq"), "1510400");
-    assert_eq!(read(root, "/sys/devices/system/cpu/cpu1/cpufreq/scaling_min_freq"), "115200");
+    assert_eq!(
+        read(root, "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus.partition"),
+        "member"
+    );
+    let part = report
+        .actions
+        .iter()
+        .find(|a| a.item == "cgroup rtdeploy/rt partition")
+        .unwrap();
+    assert!(
+        matches!(&part.outcome, Outcome::Unsupported { reason } if reason.contains("6.7")),
+        "{part:?}"
+    );
+    assert_eq!(
+        read(
+            root,
+            "/sys/devices/system/cpu/cpu4/cpufreq/scaling_governor"
+        ),
+        "performance"
+    );
+    assert_eq!(
+        read(
+            root,
+            "/sys/devices/system/cpu/cpu4/cpufreq/scaling_min_freq"
+        ),
+        "1510400"
+    );
+    assert_eq!(
+        read(
+            root,
+            "/sys/devices/system/cpu/cpu1/cpufreq/scaling_min_freq"
+        ),
+        "115200"
+    );
     // Threads: the fake tree shows what the kernel would.
     let spi = pid_of(root, "irq/18-3210000.");
     let stat = read(root, &format!("/proc/{spi}/stat"));
     assert!(stat.ends_with(" 0 88 1 0 0 0 0 0 0 0 0 0 0 0"), "{stat}");
     assert!(read(root, &format!("/proc/{spi}/status")).contains("Cpus_allowed_list:\t4"));
     let kswapd = pid_of(root, "kswapd0");
-    assert!(read(root, &format!("/proc/{kswapd}/status")).contains("Cpus_allowed_list:\t0-3"), "kswapd0 moved");
+    assert!(
+        read(root, &format!("/proc/{kswapd}/status")).contains("Cpus_allowed_list:\t0-3"),
+        "kswapd0 moved"
+    );
     // kworker/R-* is pinned by the kernel: unmovable, not an error.
-    assert!(report.actions.iter().all(|a| !a.item.contains("kworker/R")), "not planned: PF_NO_SETAFFINITY");
+    assert!(
+        report.actions.iter().all(|a| !a.item.contains("kworker/R")),
+        "not planned: PF_NO_SETAFFINITY"
+    );
 
     let again = apply::apply(&plan, root, &apply_opts(false)).unwrap();
     let s = again.summary();
-    assert_eq!((s.changed, s.would_change, s.failed), (0, 0, 0), "{}", again.render(true));
+    assert_eq!(
+        (s.changed, s.would_change, s.failed),
+        (0, 0, 0),
+        "{}",
+        again.render(true)
+    );
     assert!(s.unchanged > 30);
 }
 
@@ -140,12 +225,25 @@ fn unmovable_interrupt_is_recorded_not_an_error() {
     let root = t.path();
     make_cgroup_v2_dirs(root, "/sys/fs/cgroup", false);
     // 11 is the arch_timer PPI, 22 an MSI the PCIe controller pins.
-    let files: Vec<_> = [11, 22].iter().map(|n| root.join(format!("proc/irq/{n}/smp_affinity_list"))).collect();
+    let files: Vec<_> = [11, 22]
+        .iter()
+        .map(|n| root.join(format!("proc/irq/{n}/smp_affinity_list")))
+        .collect();
     let chattr = |flag: &str| {
-        files.iter().all(|f| Command::new("chattr").arg(flag).arg(f).status().map(|s| s.success()).unwrap_or(false))
+        files.iter().all(|f| {
+            Command::new("chattr")
+                .arg(flag)
+                .arg(f)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        })
     };
     if !chattr("+i") || fs::OpenOptions::new().write(true).open(&files[0]).is_ok() {
-        eprintln!("skipped: cannot make {} immutable here (chattr +i unsupported, or not root)", files[0].display());
+        eprintln!(
+            "skipped: cannot make {} immutable here (chattr +i unsupported, or not root)",
+            files[0].display()
+        );
         chattr("-i");
         return;
     }
@@ -155,21 +253,33 @@ fn unmovable_interrupt_is_recorded_not_an_error() {
     let report = report.unwrap();
     assert_eq!(report.unmovable_irqs(), vec![11, 22]);
     assert_eq!(report.failures().count(), 0, "{}", report.render(true));
-    assert!(report.render(false).contains("unmovable   /proc/irq/22/smp_affinity_list  0-5 -> 0-3"));
+    assert!(report
+        .render(false)
+        .contains("unmovable   /proc/irq/22/smp_affinity_list  0-5 -> 0-3"));
 
     // verify lists it as unmovable when told so, as drift otherwise.
     settle_irqs(root);
     let mut opts = verify_opts(root);
     let v = verify::verify(&plan, root, &opts).unwrap();
     assert_eq!(v.check("irq.22").unwrap().status, Status::Drift);
-    assert_eq!(v.check("irq.11").unwrap().status, Status::Unmovable, "arch_timer is a PPI");
+    assert_eq!(
+        v.check("irq.11").unwrap().status,
+        Status::Unmovable,
+        "arch_timer is a PPI"
+    );
     opts.unmovable_irqs = report.unmovable_irqs();
     let v = verify::verify(&plan, root, &opts).unwrap();
     assert_eq!(v.check("irq.22").unwrap().status, Status::Unmovable);
     // The timer ticks on the isolated CPUs: listed, not drift.
     assert_eq!(v.check("irq.activity").unwrap().status, Status::Ok);
     let ticks = v.check("irq.activity.unmovable").unwrap();
-    assert_eq!(ticks.items, vec!["irq 11 arch_timer fired 1 times on CPU 4".to_string(), "irq 11 arch_timer fired 1 times on CPU 5".into()]);
+    assert_eq!(
+        ticks.items,
+        vec![
+            "irq 11 arch_timer fired 1 times on CPU 4".to_string(),
+            "irq 11 arch_timer fired 1 times on CPU 5".into()
+        ]
+    );
     assert!(v.in_sync(), "{}", v.render(false));
 }
 
@@ -192,11 +302,32 @@ fn verify_before_apply_names_the_drift() {
     let v = verify::verify(&plan, root, &verify_opts(root)).unwrap();
     assert!(!v.in_sync());
     let drifted: Vec<&str> = v.drifted().map(|c| c.id.as_str()).collect();
-    for id in ["irq.14", "irq.16", "sysctl.kernel.sched_rt_runtime_us", "workqueue.cpumask", "cgroup.rt.cpus", "cpufreq.cpu4.governor", "cpufreq.cpu4.locked"] {
+    for id in [
+        "irq.14",
+        "irq.16",
+        "sysctl.kernel.sched_rt_runtime_us",
+        "workqueue.cpumask",
+        "cgroup.rt.cpus",
+        "cpufreq.cpu4.governor",
+        "cpufreq.cpu4.locked",
+    ] {
         assert!(drifted.contains(&id), "{id} not drifted: {drifted:?}");
     }
-    for id in ["kernel.preempt_rt", "cmdline.isolcpus", "cmdline.nohz_full", "cmdline.effect.isolated", "cmdline.effect.nohz_full", "irq.activity", "irq.13"] {
-        assert_eq!(v.check(id).unwrap().status, Status::Ok, "{id}: {}", v.render(true));
+    for id in [
+        "kernel.preempt_rt",
+        "cmdline.isolcpus",
+        "cmdline.nohz_full",
+        "cmdline.effect.isolated",
+        "cmdline.effect.nohz_full",
+        "irq.activity",
+        "irq.13",
+    ] {
+        assert_eq!(
+            v.check(id).unwrap().status,
+            Status::Ok,
+            "{id}: {}",
+            v.render(true)
+        );
     }
 }
 
@@ -208,7 +339,10 @@ fn verify_after_apply_is_in_sync() {
     assert_eq!(v.check("cgroup.rt.partition").unwrap().status, Status::Ok);
     // Kernel-pinned kworker/R-rcu_g may still run anywhere: listed, not drift.
     let pinned = v.check("tasks.isolated.pinned").unwrap();
-    assert!(pinned.items.iter().any(|i| i.contains("kworker/R-rcu_g")), "{pinned:?}");
+    assert!(
+        pinned.items.iter().any(|i| i.contains("kworker/R-rcu_g")),
+        "{pinned:?}"
+    );
 }
 
 #[test]
@@ -237,9 +371,15 @@ fn verify_names_an_irq_on_an_isolated_cpu() {
     assert_eq!(v.check("irq.17").unwrap().status, Status::Drift);
     let act = v.check("irq.activity").unwrap();
     assert_eq!(act.status, Status::Drift);
-    assert_eq!(act.items, vec!["irq 17 eqos.vm0 fired 25 times on CPU 4".to_string()]);
+    assert_eq!(
+        act.items,
+        vec!["irq 17 eqos.vm0 fired 25 times on CPU 4".to_string()]
+    );
     let text = v.render(false);
-    assert!(text.contains("irq.17") && text.contains("eqos.vm0: affinity 4 effective 4, planned 2-3"), "{text}");
+    assert!(
+        text.contains("irq.17") && text.contains("eqos.vm0: affinity 4 effective 4, planned 2-3"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -261,13 +401,21 @@ fn verify_names_an_irq_thread_at_the_wrong_priority() {
 fn verify_names_a_missing_cmdline_token() {
     let (t, plan) = applied();
     let root = t.path();
-    let line = read(root, "/proc/cmdline").replace(" nohz_full=4-5", "").replace("isolcpus=managed_irq,domain,4-5", "isolcpus=5");
+    let line = read(root, "/proc/cmdline")
+        .replace(" nohz_full=4-5", "")
+        .replace("isolcpus=managed_irq,domain,4-5", "isolcpus=5");
     write(root, "/proc/cmdline", &line);
     let v = verify::verify(&plan, root, &verify_opts(root)).unwrap();
     let c = v.check("cmdline.nohz_full").unwrap();
-    assert_eq!((c.status, c.detail.as_str()), (Status::Drift, "`nohz_full=4-5` missing from /proc/cmdline"));
+    assert_eq!(
+        (c.status, c.detail.as_str()),
+        (Status::Drift, "`nohz_full=4-5` missing from /proc/cmdline")
+    );
     let c = v.check("cmdline.isolcpus").unwrap();
-    assert_eq!(c.detail, "/proc/cmdline has `isolcpus=5`, planned `isolcpus=managed_irq,domain,4-5`");
+    assert_eq!(
+        c.detail,
+        "/proc/cmdline has `isolcpus=5`, planned `isolcpus=managed_irq,domain,4-5`"
+    );
     assert!(c.hint.as_deref().unwrap().contains("reboot"));
 }
 
@@ -275,14 +423,29 @@ fn verify_names_a_missing_cmdline_token() {
 fn verify_names_an_invalid_partition() {
     let (t, plan) = applied();
     let root = t.path();
-    assert_eq!(read(root, "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus.partition"), "isolated");
-    assert_eq!(read(root, "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus.exclusive"), "4-5");
+    assert_eq!(
+        read(root, "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus.partition"),
+        "isolated"
+    );
+    assert_eq!(
+        read(root, "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus.exclusive"),
+        "4-5"
+    );
     // What a kernel shows when isolcpus= already holds the CPUs.
-    write(root, "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus.partition", "isolated invalid (Cpu list in cpuset.cpus not exclusive)\n");
+    write(
+        root,
+        "/sys/fs/cgroup/rtdeploy/rt/cpuset.cpus.partition",
+        "isolated invalid (Cpu list in cpuset.cpus not exclusive)\n",
+    );
     let v = verify::verify(&plan, root, &verify_opts(root)).unwrap();
     let c = v.check("cgroup.rt.partition").unwrap();
     assert_eq!(c.status, Status::Drift);
-    assert!(c.detail.starts_with("partition invalid: Cpu list in cpuset.cpus not exclusive"), "{}", c.detail);
+    assert!(
+        c.detail
+            .starts_with("partition invalid: Cpu list in cpuset.cpus not exclusive"),
+        "{}",
+        c.detail
+    );
 }
 
 #[test]
@@ -290,7 +453,8 @@ fn verify_names_a_foreign_task() {
     let (t, plan) = applied();
     let root = t.path();
     let logger = pid_of(root, "logger");
-    let status = read(root, &format!("/proc/{logger}/status")).replace("Cpus_allowed_list:\t0-3", "Cpus_allowed_list:\t0-5");
+    let status = read(root, &format!("/proc/{logger}/status"))
+        .replace("Cpus_allowed_list:\t0-3", "Cpus_allowed_list:\t0-5");
     write(root, &format!("/proc/{logger}/status"), &status);
     let v = verify::verify(&plan, root, &verify_opts(root)).unwrap();
     let c = v.check("tasks.isolated").unwrap();
@@ -313,5 +477,12 @@ fn json_report_has_every_check() {
     assert_eq!(doc["summary"]["drift"], 0);
     let report = apply::apply(&plan, t.path(), &apply_opts(true)).unwrap();
     let doc = serde_json::to_value(&report).unwrap();
-    assert!(doc["actions"].as_array().unwrap().iter().all(|a| a["outcome"] == "unchanged" || a["outcome"] == "unsupported"), "{doc:#}");
+    assert!(
+        doc["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["outcome"] == "unchanged" || a["outcome"] == "unsupported"),
+        "{doc:#}"
+    );
 }

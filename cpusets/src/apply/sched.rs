@@ -42,7 +42,11 @@ pub fn set_affinity(tid: u32, cpus: &CpuSet) -> io::Result<()> {
     // SAFETY: `set` is initialised and the size passed is its exact size;
     // the kernel only reads it.
     let rc = unsafe {
-        libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        libc::sched_setaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
     };
     if rc == 0 {
         Ok(())

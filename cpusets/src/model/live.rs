@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{parse_cpus_allowed, Interrupts, Irq, ModelParseError, Task, TaskStat, PF_KTHREAD, PF_NO_SETAFFINITY};
+use super::{
+    parse_cpus_allowed, Interrupts, Irq, ModelParseError, Task, TaskStat, PF_KTHREAD,
+    PF_NO_SETAFFINITY,
+};
 use crate::cpuset::CpuSet;
 
 /// Why the live state could not be read.
@@ -176,7 +179,10 @@ pub fn read_tasks(root: &Path) -> Result<Vec<Task>, ModelReadError> {
         let pdir = proc_dir.join(pid.to_string());
         let tdir = pdir.join("task");
         let tids = match numbered_entries(&tdir) {
-            Ok(t) if !t.is_empty() => t.into_iter().map(|t| (t, tdir.join(t.to_string()))).collect(),
+            Ok(t) if !t.is_empty() => t
+                .into_iter()
+                .map(|t| (t, tdir.join(t.to_string())))
+                .collect(),
             _ => vec![(pid, pdir.clone())],
         };
         for (tid, dir) in tids {
@@ -194,7 +200,8 @@ pub fn read_tasks(root: &Path) -> Result<Vec<Task>, ModelReadError> {
 pub fn read_task(pid: u32, tid: u32, dir: &Path) -> Result<Option<Task>, ModelReadError> {
     let stat_path = dir.join("stat");
     let status_path = dir.join("status");
-    let (Some(stat), Some(status)) = (gone_is_none(&stat_path)?, gone_is_none(&status_path)?) else {
+    let (Some(stat), Some(status)) = (gone_is_none(&stat_path)?, gone_is_none(&status_path)?)
+    else {
         return Ok(None);
     };
     let st = TaskStat::parse(&stat, &stat_path)?;
@@ -249,7 +256,11 @@ mod tests {
         assert_eq!(ged.actions, vec!["ACPI:Ged"]);
         assert_eq!(ged.chip, "IO-APIC");
         assert!(ged.affinity.is_some());
-        let t = live.tasks.iter().find(|t| t.comm == "irq/24-ACPI:Ged").unwrap();
+        let t = live
+            .tasks
+            .iter()
+            .find(|t| t.comm == "irq/24-ACPI:Ged")
+            .unwrap();
         assert!(t.kernel_thread);
         assert_eq!(t.irq_number(), Some(24));
         assert_eq!((t.policy, t.rt_priority), (1, 50));

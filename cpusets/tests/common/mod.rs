@@ -17,7 +17,9 @@ use cpusets::model::live::Live;
 use cpusets::plan::{self, Inventory, Isolation, RuntimePlan};
 
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -61,7 +63,8 @@ pub fn read(root: &Path, abs: &str) -> String {
 }
 
 pub fn write(root: &Path, abs: &str, text: &str) {
-    fs::write(root.join(abs.trim_start_matches('/')), text).unwrap_or_else(|e| panic!("{abs}: {e}"));
+    fs::write(root.join(abs.trim_start_matches('/')), text)
+        .unwrap_or_else(|e| panic!("{abs}: {e}"));
 }
 
 /// The files the kernel creates in a new cgroup directory, for the cgroup
@@ -84,7 +87,12 @@ pub fn make_cgroup_v1_dirs(root: &Path, mount: &str) {
     for dir in ["rtdeploy", "rtdeploy/rt", "rtdeploy/housekeeping"] {
         let d = root.join(mount.trim_start_matches('/')).join(dir);
         fs::create_dir_all(&d).unwrap();
-        for (f, v) in [("cpuset.cpus", "\n"), ("cpuset.mems", "\n"), ("cpuset.cpu_exclusive", "0\n"), ("cpuset.sched_load_balance", "1\n")] {
+        for (f, v) in [
+            ("cpuset.cpus", "\n"),
+            ("cpuset.mems", "\n"),
+            ("cpuset.cpu_exclusive", "0\n"),
+            ("cpuset.sched_load_balance", "1\n"),
+        ] {
             fs::write(d.join(f), v).unwrap();
         }
     }
@@ -97,7 +105,9 @@ pub fn settle_irqs(root: &Path) {
     let base = root.join("proc/irq");
     for e in fs::read_dir(&base).unwrap() {
         let d = e.unwrap().path();
-        let Ok(list) = fs::read_to_string(d.join("smp_affinity_list")) else { continue };
+        let Ok(list) = fs::read_to_string(d.join("smp_affinity_list")) else {
+            continue;
+        };
         let set = CpuSet::parse_list(list.trim()).unwrap();
         fs::write(d.join("smp_affinity"), format!("{}\n", set.to_mask())).unwrap();
         if d.join("effective_affinity_list").exists() {
@@ -132,7 +142,14 @@ impl Sections {
     /// Plans against the live state under `root`.
     pub fn plan(&self, root: &Path) -> RuntimePlan {
         let live = Live::read(root).unwrap();
-        plan::plan(&self.isolation(), &Inventory { irqs: &live.irqs, tasks: &live.tasks }).unwrap()
+        plan::plan(
+            &self.isolation(),
+            &Inventory {
+                irqs: &live.irqs,
+                tasks: &live.tasks,
+            },
+        )
+        .unwrap()
     }
 }
 
@@ -155,17 +172,26 @@ pub fn orin() -> Sections {
     sysctl.insert("kernel.sched_rt_runtime_us".into(), SysctlValue::Int(-1));
     sysctl.insert("vm.stat_interval".into(), SysctlValue::Int(10));
     Sections {
-        board: BoardSection { model: "jetson-orin-nano".into(), cpus: None },
+        board: BoardSection {
+            model: "jetson-orin-nano".into(),
+            cpus: None,
+        },
         cpus: CpusSection {
             housekeeping: Some(cpus("0-3")),
             isolated: cpus("4-5"),
             nohz_full: true,
             partition: PartitionKind::Isolated,
         },
-        kernel: KernelSection { cmdline: vec!["nosoftlockup".into(), "tsc=reliable".into()] },
+        kernel: KernelSection {
+            cmdline: vec!["nosoftlockup".into(), "tsc=reliable".into()],
+        },
         irqs: IrqsSection {
             default_affinity: Some(cpus("0-3")),
-            overrides: vec![IrqOverride { irq: None, name: Some("eqos*".into()), cpus: cpus("2-3") }],
+            overrides: vec![IrqOverride {
+                irq: None,
+                name: Some("eqos*".into()),
+                cpus: cpus("2-3"),
+            }],
             threads: vec![
                 // Tegra names these handlers after the device node
                 // (`irq/18-3210000.spi`), so the globs are `*spi*`.
@@ -188,7 +214,10 @@ pub fn dev() -> Sections {
     let mut sysctl = SysctlSection::new();
     sysctl.insert("kernel.sched_rt_runtime_us".into(), SysctlValue::Int(-1));
     Sections {
-        board: BoardSection { model: "generic".into(), cpus: Some(2) },
+        board: BoardSection {
+            model: "generic".into(),
+            cpus: Some(2),
+        },
         cpus: CpusSection {
             housekeeping: Some(cpus("0")),
             isolated: cpus("1"),

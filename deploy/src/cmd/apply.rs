@@ -74,7 +74,9 @@ pub fn run(ctx: &Ctx, args: ApplyArgs) -> anyhow::Result<Exit> {
         let saved = path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, serde_json::to_string(&state).unwrap_or_default()));
+            .and_then(|()| {
+                std::fs::write(&path, serde_json::to_string(&state).unwrap_or_default())
+            });
         if let Err(e) = saved {
             ctx.note(format!("note: cannot save {}: {e}", path.display()));
         }

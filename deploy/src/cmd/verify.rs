@@ -56,5 +56,9 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
     } else {
         crate::ctx::write_stdout(&report.render(ctx.verbose > 0))?;
     }
-    Ok(if report.in_sync() { Exit::Ok } else { Exit::Failed })
+    Ok(if report.in_sync() {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
 }
