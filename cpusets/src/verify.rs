@@ -139,6 +139,7 @@ impl VerifyReport {
     /// `verbose`), with items and fix hints, then the summary.
     pub fn render(&self, verbose: bool) -> String {
         let mut out = String::new();
+        let mut last_hint: Option<&String> = None;
         for c in &self.checks {
             if c.status == Status::Ok && !verbose {
                 continue;
@@ -164,9 +165,13 @@ impl VerifyReport {
                     c.items.len() - shown
                 ));
             }
+            // A hint repeated check after check is said once.
             if let Some(h) = &c.hint {
-                out.push_str(&format!("{:<11}   fix: {h}\n", ""));
+                if last_hint != Some(h) || verbose {
+                    out.push_str(&format!("{:<11}   fix: {h}\n", ""));
+                }
             }
+            last_hint = c.hint.as_ref();
         }
         let s = self.summary;
         out.push_str(&format!(

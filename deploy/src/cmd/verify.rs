@@ -31,6 +31,9 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
     let loaded = super::load_robot(ctx)?;
     let r = &loaded.robot;
     let plan = live_plan(ctx, r)?;
+    for w in &plan.warnings {
+        ctx.note(format!("warning: {w}"));
+    }
     // The robot's own processes belong on the isolated CPUs (comm is cut
     // at 15 bytes).
     let allow_tasks = r
