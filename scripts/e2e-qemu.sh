@@ -321,6 +321,10 @@ IMAGE=$WORK/image.cpio.gz
 if "$DEPLOY" image -c "$CONFIG" --base "$BASE" --release "$REL" --deploy-binary "$WORK/bin/deploy" \
     --out "$IMAGE" --format cpio.gz >"$WORK/image.log" 2>&1; then
     pass "deploy image --format cpio.gz -c examples/qemu.yaml ($(du -h "$IMAGE" | cut -f1))"
+    # No extlinux.conf in the base: the image carries the planned line in
+    # /etc/rtdeploy/cmdline.
+    img_cmdline=$(zcat "$IMAGE" | (cd "$WORK" && cpio -i --quiet --to-stdout etc/rtdeploy/cmdline 2>/dev/null))
+    check "the image's /etc/rtdeploy/cmdline is the planned line" "$PLAN_CMDLINE" "$(echo $img_cmdline)"
 else
     cat "$WORK/image.log"
     fail "deploy image --format cpio.gz -c examples/qemu.yaml" "exit $? (output above)"
