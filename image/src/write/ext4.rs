@@ -250,7 +250,12 @@ pub fn make_fs(params: &Ext4Params) -> Result<(), ImageBuildError> {
     let as_root = rustix::process::geteuid().is_root();
     let mut script = String::new();
     for (path, c, major, minor) in &params.deferred_nodes {
-        script.push_str(&format!("mknod {} {c} {major} {minor}\n", dq(path)));
+        // debugfs makes nodes in its current directory only.
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        script.push_str(&format!(
+            "cd {}\nmknod \"{name}\" {c} {major} {minor}\ncd /\n",
+            dq(dir)
+        ));
     }
     let deferred: std::collections::HashSet<&str> = params
         .deferred_nodes

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Throughput of `deploy image --format tar.zst` against the classic
+# reproducible pipeline `tar --sort=name ... | zstd -T0` on the same tree,
+# median of 3 runs each (after one warm-up run each, so both read from the
+# page cache), side by side; with --rss also the peak RSS of `deploy image`
+# (GNU time) for the tree as a directory base and as a .tar.zst base.
+#
+#   scripts/bench-image.sh [--deploy PATH] [--size-mb N] [--work DIR] [--rss]
+#
+# Defaults: target/release/deploy, a 1024 MB generated tree, /var/tmp/rtdeploy-bench.
+# The tree is a root filesystem shape (etc/, usr/...) of large, medium and
+# small files, half incompressible (like firmware and compressed assets),
+# half text-like.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+deploy="$here/target/release/deploy"
+size_mb=1024
+work=/var/tmp/rtdeploy-bench
+rss=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --deploy) deploy=$2; shift 2 ;;
+        --size-mb) size_mb=$2; shift 2 ;;
+        --work) work=$2; shift 2 ;;
+        --rss) rss=1; shift ;;
+        *) echo "usage: $0 [--deploy PATH] [--size-mb N] [--work DIR] [--rss]" >&2; exit 2 ;;
+    esac
+done
+for tool in tar zstd "$deploy"; do
+    command -v "$tool" >/dev/null || { echo "bench-image: $tool not found" >&2; exit 2; }
+done
+
+tree="$work/tree-${size_mb}m"
+epoch=1700000000
+mkdir -p "$work"
+
+generate() {
+    local t="$tree.partial"
+    rm -rf "$t"
+    mkdir -p "$t/etc" "$t/usr/bin" "$t/usr/lib/firmware" "$t/usr/share/doc" "$t/var/log"
+    echo "bench" > "$t/etc/hostname"
+    local pool="$work/pool.bin"
+    [ -f "$pool" ] || head -c $((64 << 20)) /dev/urandom > "$pool"
+    # Budget: 50% large (8 MiB), 40% medium (256 KiB), 10% small (4 KiB).
+    local large=$((size_mb * 50 / 100 / 8)) medium=$((size_mb * 40 / 100 * 4)) small=$((size_mb * 10 / 100 * 256))
+    local line="Nov 29 12:00:00 tegra kernel: [ 1.234567] tegra-xudc 3550000.usb: EP 1 (type: intr, dir: in) enabled"
+    local text=""
+    while [ ${#text} -lt 4096 ]; do text+="$line"$'\n'; done
+    text=${text:0:4096}
+    for i in $(seq 1 "$large"); do
+        if [ $((i % 2)) -eq 0 ]; then
+            tail -c +$(( (i * 7919) % (56 << 20) + 1 )) "$pool" | head -c $((8 << 20)) > "$t/usr/lib/firmware/blob$i.bin"
+        else
+            yes "$line $i" | head -c $((8 << 20)) > "$t/var/log/log$i.txt"
+        fi
+    done
+    for i in $(seq 1 "$medium"); do
+        d="$t/usr/lib/lib$((i % 64))"
+        mkdir -p "$d"
+        if [ $((i % 2)) -eq 0 ]; then
+            tail -c +$(( (i * 104729) % (60 << 20) + 1 )) "$pool" | head -c $((256 << 10)) > "$d/m$i.so"
+        else
+            yes "$line $i" | head -c $((256 << 10)) > "$d/m$i.txt"
+        fi
+    done
+    for i in $(seq 1 "$small"); do
+        d="$t/usr/share/doc/pkg$((i % 500))"
+        [ -d "$d" ] || mkdir -p "$d"
+        printf '%s%d\n' "$text" "$i" > "$d/f$i"
+    done
+    mv "$t" "$tree"
+}
+
+if [ ! -d "$tree" ]; then
+    echo "generating a ${size_mb} MB tree in $tree ..." >&2
+    generate
+fi
+bytes=$(du -sb --apparent-size "$tree" | cut -f1)
+
+# Inputs for deploy image: the QEMU example's release (two programs).
+rel="$work/release"
+mkdir -p "$rel/bin"
+for p in talker listener; do printf '\177ELF %s\n' "$p" > "$rel/bin/$p"; chmod 755 "$rel/bin/$p"; done
+cfg="$here/examples/qemu.yaml"
+
+now() { date +%s.%N; }
+run_ref() {
+    tar --sort=name --format=gnu --numeric-owner --mtime=@$epoch --clamp-mtime -C "$tree" -cf - . \
+        | zstd -T0 -3 -q -f -o "$work/ref.tar.zst"
+}
+run_deploy() {
+    "$deploy" -q -c "$cfg" image --base "$tree" --release "$rel" --deploy-binary "$deploy" \
+        --out "$work/deploy.tar.zst" --format tar.zst --force --source-date-epoch $epoch >/dev/null
+}
+time_of() {
+    local t0 t1
+    t0=$(now); "$1"; t1=$(now)
+    echo "$t0 $t1" | awk '{printf "%.3f\n", $2 - $1}'
+}
+median() { sort -n | sed -n 2p; }
+
+run_ref; run_deploy  # warm-up: page cache, binaries
+ref_times=(); dep_times=()
+for i in 1 2 3; do
+    ref_times+=("$(time_of run_ref)")
+    dep_times+=("$(time_of run_deploy)")
+done
+ref_med=$(printf '%s\n' "${ref_times[@]}" | median)
+dep_med=$(printf '%s\n' "${dep_times[@]}" | median)
+mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN { printf "%.0f", b / t / 1048576 }'; }
+
+echo "tree: $tree, $((bytes >> 20)) MiB, $(find "$tree" | wc -l) entries, $(nproc) CPUs"
+printf '%-44s %-24s %10s %10s\n' "" "runs (s)" "median s" "MiB/s"
+printf '%-44s %-24s %10s %10s\n' "tar --sort=name ... | zstd -T0 -3" "${ref_times[*]}" "$ref_med" "$(mbs "$ref_med")"
+printf '%-44s %-24s %10s %10s\n' "deploy image --format tar.zst" "${dep_times[*]}" "$dep_med" "$(mbs "$dep_med")"
+awk -v r="$ref_med" -v d="$dep_med" 'BEGIN { printf "deploy image / reference throughput: %.2fx (target >= 0.80x)\n", r / d }'
+printf 'output sizes: reference %s bytes, deploy image %s bytes\n' \
+    "$(stat -c %s "$work/ref.tar.zst")" "$(stat -c %s "$work/deploy.tar.zst")"
+
+if [ "$rss" = 1 ]; then
+    [ -x /usr/bin/time ] || { echo "bench-image: /usr/bin/time (Debian package time) needed for --rss" >&2; exit 2; }
+    peak() { /usr/bin/time -v "$@" 2>&1 >/dev/null | awk -F: '/Maximum resident/ { gsub(/ /, "", $2); print $2 }'; }
+    echo "peak RSS of deploy image (KiB), $((bytes >> 20)) MiB base:"
+    echo "  directory base -> tar.zst: $(peak "$deploy" -q -c "$cfg" image --base "$tree" --release "$rel" --deploy-binary "$deploy" --out "$work/rss.tar.zst" --force --source-date-epoch $epoch)"
+    [ -f "$work/base.tar.zst" ] || cp "$work/ref.tar.zst" "$work/base.tar.zst"
+    echo "  tar.zst base  -> tar.zst: $(peak "$deploy" -q -c "$cfg" image --base "$work/base.tar.zst" --release "$rel" --deploy-binary "$deploy" --out "$work/rss2.tar.zst" --force --source-date-epoch $epoch)"
+    echo "  directory base -> cpio.gz: $(peak "$deploy" -q -c "$cfg" image --base "$tree" --release "$rel" --deploy-binary "$deploy" --out "$work/rss3.cpio.gz" --force --source-date-epoch $epoch)"
+    rm -f "$work"/rss*.tar.zst "$work"/rss*.cpio.gz "$work"/rss*.json
+fi
