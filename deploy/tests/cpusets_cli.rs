@@ -104,8 +104,8 @@ fn apply_dry_run_prints_every_write_and_changes_nothing() {
         "{out}"
     );
     assert!(
-        out.contains("would write /proc/50/stat"),
-        "irq/24 thread to fifo 50: {out}"
+        out.contains("would write /proc/51/status  1 -> 0  [thread 51 irq/25-ACPI:Ged cpus]"),
+        "{out}"
     );
     assert!(out.contains("dry run: 0 changed"), "{out}");
     assert_eq!(snapshot(t.path()), before);
