@@ -730,8 +730,9 @@ impl EventLoop {
             if self.exit {
                 break;
             }
-            let waiting =
-                self.watchers.iter().any(|w| w.armed) || self.timers.iter().any(|t| t.armed);
+            // Watchers always wait again (io_uring: re-armed when drained;
+            // futex_waitv: armed per call); timers until their last firing.
+            let waiting = !self.watchers.is_empty() || self.timers.iter().any(|t| t.armed);
             if !waiting {
                 break;
             }
@@ -782,6 +783,20 @@ impl EventLoop {
     }
 
     fn wait_waitv(&mut self) -> Result<(), EventLoopRunError> {
+        // futex_waitv waits are one-shot per call: count every idle
+        // watcher as waiting again (or find its data already there).
+        for i in 0..self.watchers.len() {
+            self.arm_watcher(i)?;
+        }
+        if self.watchers.iter().any(|w| w.ready) {
+            for w in &mut self.watchers {
+                if w.armed {
+                    w.armed = false;
+                    w.sub.end_wait();
+                }
+            }
+            return Ok(());
+        }
         self.waitv.clear();
         self.waitv_owner.clear();
         for (i, w) in self.watchers.iter().enumerate() {

@@ -16,6 +16,7 @@ pub mod channel;
 pub mod check;
 pub mod config;
 pub mod event_loop;
+pub mod rt;
 pub mod shm;
 pub mod sys;
 pub mod timing_report;

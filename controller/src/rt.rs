@@ -1,0 +1,442 @@
+//! Real-time process setup: locked and prefaulted memory, an allocation
+//! trap for real-time sections, the `RLIMIT_RTTIME` guard, and a check that
+//! the process runs with the scheduling policy, priority and CPUs it was
+//! given (read back from the kernel, not assumed).
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::io;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Memory setup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RtSetupError {
+    #[error("mlockall(MCL_CURRENT | MCL_FUTURE) failed: {0} (raise RLIMIT_MEMLOCK, `memlock:` in robot.yaml, or run with CAP_IPC_LOCK)")]
+    Mlock(io::Error),
+    #[error("setrlimit(RLIMIT_RTTIME, soft {soft_us}us, hard {hard_us}us) failed: {source}")]
+    RtTime {
+        soft_us: u64,
+        hard_us: u64,
+        source: io::Error,
+    },
+    #[error("cannot set scheduling policy {policy:?} priority {priority}: {source}")]
+    Sched {
+        policy: Policy,
+        priority: u32,
+        source: io::Error,
+    },
+    #[error("cannot pin to CPUs {cpus:?}: {source}")]
+    Affinity { cpus: Vec<usize>, source: io::Error },
+}
+
+/// Locks all current and future memory (`mlockall`), then prefaults
+/// `stack_bytes` of stack and `heap_bytes` of heap so the real-time path
+/// takes no page fault. The heap is kept: glibc is told never to trim it or
+/// serve large blocks with mmap.
+pub fn lock_and_prefault(stack_bytes: usize, heap_bytes: usize) -> Result<(), RtSetupError> {
+    // SAFETY: mlockall has no memory-safety preconditions.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        return Err(RtSetupError::Mlock(io::Error::last_os_error()));
+    }
+    prefault_stack(stack_bytes);
+    prefault_heap(heap_bytes);
+    Ok(())
+}
+
+/// Touches `bytes` of stack below the current frame.
+pub fn prefault_stack(bytes: usize) {
+    #[inline(never)]
+    fn touch(left: usize) {
+        let mut page = [0u8; 4096];
+        // Volatile: the writes must happen although nothing reads them.
+        for i in (0..page.len()).step_by(256) {
+            // SAFETY: `i` is in bounds of the local array.
+            unsafe { std::ptr::write_volatile(page.as_mut_ptr().add(i), 1) };
+        }
+        std::hint::black_box(&page);
+        if left > page.len() {
+            touch(left - page.len());
+        }
+    }
+    touch(bytes);
+}
+
+/// Grows the heap by `bytes`, touches every page, and frees it back to
+/// the allocator (not to the kernel).
+pub fn prefault_heap(bytes: usize) {
+    // SAFETY: mallopt only sets glibc tunables.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_MMAP_MAX, 0);
+    }
+    let mut v = vec![0u8; bytes];
+    for i in (0..v.len()).step_by(4096) {
+        // SAFETY: `i` is in bounds.
+        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 1) };
+    }
+    std::hint::black_box(&mut v);
+}
+
+/// Sets `RLIMIT_RTTIME`: a real-time thread that runs `soft` without
+/// blocking gets SIGXCPU, `hard` gets it killed.
+pub fn set_rttime_limit(soft: Duration, hard: Duration) -> Result<(), RtSetupError> {
+    let soft_us = soft.as_micros() as u64;
+    let hard_us = hard.as_micros().max(soft.as_micros()) as u64;
+    let lim = libc::rlimit {
+        rlim_cur: soft_us as libc::rlim_t,
+        rlim_max: hard_us as libc::rlim_t,
+    };
+    // SAFETY: `lim` is a valid rlimit for the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_RTTIME, &lim) } != 0 {
+        return Err(RtSetupError::RtTime {
+            soft_us,
+            hard_us,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// The current `RLIMIT_RTTIME` (soft, hard) in microseconds; `None` is
+/// unlimited.
+#[allow(clippy::unnecessary_cast)] // rlim_t is u64 on the 64-bit targets, not on all
+pub fn rttime_limit() -> (Option<u64>, Option<u64>) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    unsafe { libc::getrlimit(libc::RLIMIT_RTTIME, &mut lim) };
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
+    (f(lim.rlim_cur), f(lim.rlim_max))
+}
+
+/// A scheduling policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    Other,
+    Fifo,
+    Rr,
+    Batch,
+    Idle,
+    Deadline,
+}
+
+impl Policy {
+    fn from_raw(p: i32) -> Option<Policy> {
+        Some(match p & !libc::SCHED_RESET_ON_FORK {
+            libc::SCHED_OTHER => Policy::Other,
+            libc::SCHED_FIFO => Policy::Fifo,
+            libc::SCHED_RR => Policy::Rr,
+            libc::SCHED_BATCH => Policy::Batch,
+            libc::SCHED_IDLE => Policy::Idle,
+            6 => Policy::Deadline,
+            _ => return None,
+        })
+    }
+    fn raw(self) -> i32 {
+        match self {
+            Policy::Other => libc::SCHED_OTHER,
+            Policy::Fifo => libc::SCHED_FIFO,
+            Policy::Rr => libc::SCHED_RR,
+            Policy::Batch => libc::SCHED_BATCH,
+            Policy::Idle => libc::SCHED_IDLE,
+            Policy::Deadline => 6,
+        }
+    }
+}
+
+/// What the calling thread runs with, read from the kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedState {
+    pub policy: Option<Policy>,
+    pub priority: u32,
+    pub cpus: Vec<usize>,
+}
+
+/// Reads the calling thread's policy, priority and CPU affinity.
+pub fn sched_state() -> io::Result<SchedState> {
+    // SAFETY: no preconditions.
+    let p = unsafe { libc::sched_getscheduler(0) };
+    if p < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is valid and writable.
+    if unsafe { libc::sched_getparam(0, &mut param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: cpu_set_t is plain bits; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is valid and writable, its size is passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    let cpus = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` < CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    Ok(SchedState {
+        policy: Policy::from_raw(p),
+        priority: param.sched_priority.max(0) as u32,
+        cpus,
+    })
+}
+
+/// Sets the calling thread's policy and priority.
+pub fn set_sched(policy: Policy, priority: u32) -> Result<(), RtSetupError> {
+    let param = libc::sched_param {
+        sched_priority: priority as i32,
+    };
+    // SAFETY: `param` is valid for the call.
+    if unsafe { libc::sched_setscheduler(0, policy.raw(), &param) } != 0 {
+        return Err(RtSetupError::Sched {
+            policy,
+            priority,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to `cpus`.
+pub fn pin_cpus(cpus: &[usize]) -> Result<(), RtSetupError> {
+    // SAFETY: zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c < libc::CPU_SETSIZE as usize {
+            // SAFETY: `c` < CPU_SETSIZE; `set` is valid.
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+    }
+    // SAFETY: `set` is valid, its size is passed.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(RtSetupError::Affinity {
+            cpus: cpus.to_vec(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// What robot.yaml gives a process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedExpectation {
+    pub policy: Policy,
+    pub priority: u32,
+    /// Empty: any CPUs.
+    pub cpus: Vec<usize>,
+}
+
+/// The process runs with other settings than robot.yaml gives it.
+#[derive(Debug, thiserror::Error)]
+pub enum RtCheckError {
+    #[error("cannot read the scheduling state: {0}")]
+    Read(io::Error),
+    #[error("process runs with {}; expected {}", describe(.found), describe_expect(.expected))]
+    Mismatch {
+        found: SchedState,
+        expected: SchedExpectation,
+    },
+}
+
+fn describe(s: &SchedState) -> String {
+    format!(
+        "policy {:?} priority {} on CPUs {:?}",
+        s.policy, s.priority, s.cpus
+    )
+}
+fn describe_expect(s: &SchedExpectation) -> String {
+    format!(
+        "policy {:?} priority {} on CPUs {:?}",
+        s.policy, s.priority, s.cpus
+    )
+}
+
+/// Checks the calling thread against `expected`, reading everything back
+/// from the kernel.
+pub fn check_sched(expected: &SchedExpectation) -> Result<SchedState, RtCheckError> {
+    let found = sched_state().map_err(RtCheckError::Read)?;
+    let mut want_cpus = expected.cpus.clone();
+    want_cpus.sort_unstable();
+    want_cpus.dedup();
+    let ok = found.policy == Some(expected.policy)
+        && found.priority == expected.priority
+        && (want_cpus.is_empty() || found.cpus == want_cpus);
+    if ok {
+        Ok(found)
+    } else {
+        Err(RtCheckError::Mismatch {
+            found,
+            expected: expected.clone(),
+        })
+    }
+}
+
+/// What the allocation trap does on this thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocTrap {
+    /// Allocations pass through unseen.
+    Off,
+    /// Allocations pass through and are counted ([`allocations`]).
+    Count,
+    /// An allocation prints one line to stderr and aborts the process.
+    Abort,
+}
+
+thread_local! {
+    // const-initialised Cells need no destructor: accessing them never
+    // allocates, which matters inside a global allocator.
+    static TRAP: Cell<u8> = const { Cell::new(0) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Sets this thread's trap mode; returns the previous one.
+pub fn set_alloc_trap(mode: AllocTrap) -> AllocTrap {
+    let raw = match mode {
+        AllocTrap::Off => 0,
+        AllocTrap::Count => 1,
+        AllocTrap::Abort => 2,
+    };
+    match TRAP.with(|t| t.replace(raw)) {
+        1 => AllocTrap::Count,
+        2 => AllocTrap::Abort,
+        _ => AllocTrap::Off,
+    }
+}
+
+/// Allocations (and reallocations) this thread made while its trap was in
+/// `Count` mode.
+pub fn allocations() -> u64 {
+    COUNT.with(|c| c.get())
+}
+
+/// Sets a trap mode for a scope and restores the previous one on drop.
+pub struct AllocTrapGuard(AllocTrap);
+
+impl AllocTrapGuard {
+    pub fn new(mode: AllocTrap) -> Self {
+        AllocTrapGuard(set_alloc_trap(mode))
+    }
+}
+
+impl Drop for AllocTrapGuard {
+    fn drop(&mut self) {
+        set_alloc_trap(self.0);
+    }
+}
+
+/// A global allocator wrapper that traps allocations on threads that ask
+/// for it. Opt in from a controller binary:
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOC: controller::rt::TrapAlloc<std::alloc::System> =
+///     controller::rt::TrapAlloc(std::alloc::System);
+/// ```
+pub struct TrapAlloc<A>(pub A);
+
+#[inline]
+fn on_alloc() {
+    // try_with: during thread teardown the TLS may be gone; then pass.
+    let mode = TRAP.try_with(|t| t.get()).unwrap_or(0);
+    match mode {
+        1 => {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+        }
+        2 => {
+            let msg = b"rtdeploy: heap allocation in a real-time section (allocation trap set to abort)\n";
+            // SAFETY: writes a static buffer to fd 2; async-signal-safe and
+            // allocation-free.
+            unsafe { libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len()) };
+            std::process::abort();
+        }
+        _ => {}
+    }
+}
+
+// SAFETY: every method forwards to the wrapped allocator with the same
+// arguments and returns its result unchanged; the trap only counts or
+// aborts before forwarding, and neither allocates.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for TrapAlloc<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        on_alloc();
+        // SAFETY: the caller upholds `alloc`'s contract; forwarded as is.
+        unsafe { self.0.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        on_alloc();
+        // SAFETY: as above.
+        unsafe { self.0.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        on_alloc();
+        // SAFETY: as above.
+        unsafe { self.0.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sched_state_reads_back_affinity() {
+        let s = sched_state().unwrap();
+        assert!(!s.cpus.is_empty());
+        // Whatever we run with now passes a check that expects exactly it.
+        let exp = SchedExpectation {
+            policy: s.policy.unwrap(),
+            priority: s.priority,
+            cpus: s.cpus.clone(),
+        };
+        check_sched(&exp).unwrap();
+        let wrong = SchedExpectation {
+            priority: s.priority + 1,
+            ..exp
+        };
+        let e = check_sched(&wrong).unwrap_err().to_string();
+        assert!(e.contains("expected policy"), "{e}");
+    }
+
+    #[test]
+    fn pinning_is_read_back_in_a_thread() {
+        let cpus = sched_state().unwrap().cpus;
+        let first = cpus[0];
+        std::thread::spawn(move || {
+            pin_cpus(&[first]).unwrap();
+            assert_eq!(sched_state().unwrap().cpus, vec![first]);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn rttime_limit_is_set_and_read_back() {
+        let before = rttime_limit();
+        set_rttime_limit(Duration::from_millis(500), Duration::from_secs(1)).unwrap();
+        assert_eq!(rttime_limit(), (Some(500_000), Some(1_000_000)));
+        // Restoring a higher hard limit needs CAP_SYS_RESOURCE; best effort.
+        let lim = libc::rlimit {
+            rlim_cur: before.0.map_or(libc::RLIM_INFINITY, |v| v as libc::rlim_t),
+            rlim_max: before.1.map_or(libc::RLIM_INFINITY, |v| v as libc::rlim_t),
+        };
+        // SAFETY: `lim` is valid for the call.
+        unsafe { libc::setrlimit(libc::RLIMIT_RTTIME, &lim) };
+    }
+
+    #[test]
+    fn prefault_runs() {
+        prefault_stack(64 << 10);
+        prefault_heap(1 << 20);
+    }
+}
