@@ -356,6 +356,22 @@ else
 fi
 
 STATUS=$(block "$LOG2" status-json | json_of)
+if [ -n "$STATUS" ]; then
+    step=$(jq -c '[.startup[]? | select(.step == "cpu plan")][0] // empty' <<<"$STATUS")
+    if [ "$(jq -r '.result' <<<"$step" 2>/dev/null)" = ok ]; then
+        pass "the supervisor applied the CPU plan ($(jq -r '.detail' <<<"$step"))"
+    else
+        fail "the supervisor applied the CPU plan" "startup step: ${step:-missing}"
+        log_failed "$LOG2"
+    fi
+    # Each process runs with the planned policy, priority and CPUs, as the
+    # kernel reports them (deploy status reads them back from /proc).
+    for name in $(jq -r '.processes[].name' <<<"$PLAN_JSON"); do
+        want=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | {policy, priority, cpus}' <<<"$PLAN_JSON")
+        got=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | .in_force // {} | {policy, priority, cpus}' <<<"$STATUS")
+        check "$name runs with the planned policy, priority and CPUs (read back from the kernel)" "$want" "$got" "$LOG2"
+    done
+fi
 check_irq_threads "$LOG2" "$(block "$LOG2" irqthreads)" "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities"
 
 # deploy verify
@@ -414,7 +430,13 @@ fi
 # SIGKILL and restart within the backoff
 restart=$(e2e_guest_value "$LOG2" restart)
 ms=$(sed -n 's/.* ms=\([0-9-]*\).*/\1/p' <<<"$restart")
+# The talker's largest backoff: from the plan when it shows restart
+# policies, else from its restart line in robot.yaml.
 backoff=$(jq -r '.processes[] | select(.name == "talker") | .restart.max_backoff // empty' <<<"$PLAN_JSON")
+if [ -z "$backoff" ]; then
+    backoff=$(awk '/^  - name: /{in_p = ($3 == "talker")} in_p && /max_backoff:/{
+        sub(/.*max_backoff: */, ""); sub(/[ },].*/, ""); print; exit}' "$CONFIG")
+fi
 if [ -z "$ms" ] || [ "$ms" -lt 0 ]; then
     fail "a controller killed with SIGKILL runs again within its backoff" "not running again within 60 s ($restart)"
     log_failed "$LOG2"

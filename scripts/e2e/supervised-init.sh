@@ -10,4 +10,4 @@ mkdir -p /proc && mount -t proc proc /proc
 echo 4 >/proc/sys/kernel/printk
 umount /proc
 /usr/lib/rtdeploy-e2e/driver.sh </dev/null >/dev/console 2>&1 &
-exec /usr/bin/deploy supervise
+exec /usr/bin/deploy supervise --poweroff-on-exit
