@@ -78,6 +78,12 @@ enum Command {
     Restart(cmd::control::RestartArgs),
     /// A process's output (-f: follow).
     Logs(cmd::control::LogsArgs),
+    /// Timing validation under load against the budgets of robot.yaml
+    /// (exit 0 all met, 1 a budget failed, 2 could not run).
+    Check(cmd::check::CheckArgs),
+    /// The check's worker processes (started by `deploy check` itself).
+    #[command(name = "__check-worker", hide = true)]
+    CheckWorker(cmd::check::CheckWorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -107,6 +113,8 @@ fn main() -> ExitCode {
         Command::Stop(a) => cmd::control::run_stop(&ctx, a),
         Command::Restart(a) => cmd::control::run_restart(&ctx, a),
         Command::Logs(a) => cmd::control::run_logs(&ctx, a),
+        Command::Check(a) => cmd::check::run(&ctx, a),
+        Command::CheckWorker(a) => cmd::check::run_worker(a),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

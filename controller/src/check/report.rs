@@ -276,7 +276,7 @@ impl CheckReport {
             o.push('\n');
             let _ = writeln!(
                 o,
-                "{:<44} {:>10} {:>10}  result",
+                "{:<50} {:>10} {:>10}  result",
                 "budget", "limit", "measured"
             );
             for b in &self.budgets {
@@ -288,7 +288,7 @@ impl CheckReport {
                 };
                 let _ = writeln!(
                     o,
-                    "{:<44} {:>10} {:>10}  {}{}",
+                    "{:<50} {:>10} {:>10}  {}{}",
                     name,
                     fmt_ns(b.limit_ns),
                     b.figure_ns.map_or("-".into(), fmt_ns),

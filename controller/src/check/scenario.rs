@@ -11,14 +11,23 @@ use super::report::{
     BudgetResult, CheckReport, Measurement, MeasurementKind, Realtime, ScenarioFacts, Statistic,
 };
 use super::timer::TimerRun;
-use super::worker::{Shared, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW};
+use super::worker::{Shared, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, TAG_STOP};
 use super::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
-use crate::channel::{Channel, ChannelGeometry};
+use crate::channel::{Channel, ChannelGeometry, Publisher};
 
-/// A started worker process.
+/// A started worker process; killed and reaped if dropped while running.
 struct Worker {
     role: String,
     child: Child,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Everything started for one run; dropping it stops and reaps the
@@ -33,6 +42,8 @@ struct Run<'a> {
     loads: Vec<Worker>,
     low: Vec<Option<Worker>>,
     retired: Vec<Worker>,
+    /// Publishes TAG_STOP after a stop word changes.
+    stopper: Publisher,
 }
 
 /// A tiny owned temporary directory (removed on drop), so the library
@@ -65,6 +76,11 @@ fn cpu_list(cpus: &[usize]) -> String {
 }
 
 impl Run<'_> {
+    /// Wakes every receiver so it looks at its stop word.
+    fn poke(&mut self) {
+        let _ = self.stopper.publish_value(&[TAG_STOP, 0u64]);
+    }
+
     fn base_args(&self) -> Vec<String> {
         vec![
             format!("shared={}", self.shared_path.display()),
@@ -153,6 +169,7 @@ impl Drop for Run<'_> {
         let ctl = self.shared.control();
         ctl.stop_all.store(1, Ordering::SeqCst);
         ctl.rt_stop.store(1, Ordering::SeqCst);
+        self.poke();
         let workers: Vec<Worker> = self
             .loads
             .drain(..)
@@ -198,17 +215,26 @@ pub(crate) fn run(
     {
         return Err(CheckRunError::NoSuchCpu { cpu, online });
     }
-    let mechanisms: Vec<Mechanism> = if inputs.mechanisms.is_empty() {
+    let wanted: Vec<Mechanism> = if inputs.mechanisms.is_empty() {
         vec![Mechanism::IoUringFutex]
     } else {
         inputs.mechanisms.clone()
     };
-    for &m in &mechanisms {
-        m.availability()
-            .map_err(|reason| CheckRunError::Mechanism {
-                mechanism: m,
-                reason,
-            })?;
+    // The first mechanism decides the verdict: it must run. Others that
+    // cannot run here are left out, and the report says why.
+    let mut mechanisms = vec![];
+    let mut skipped = vec![];
+    for (i, &m) in wanted.iter().enumerate() {
+        match m.availability() {
+            Ok(()) => mechanisms.push(m),
+            Err(reason) if i == 0 => {
+                return Err(CheckRunError::Mechanism {
+                    mechanism: m,
+                    reason,
+                })
+            }
+            Err(reason) => skipped.push(format!("{} not run: {reason}", m.label())),
+        }
     }
     let started_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -218,6 +244,7 @@ pub(crate) fn run(
     let timer_dur = total / 4;
     let scen_dur = total - timer_dur;
     let mut notes = inputs.notes.clone();
+    notes.extend(skipped);
 
     // Hold the PM QoS latency request and lock memory for the whole run.
     let dma_value = inputs.cpu_dma_latency_us.unwrap_or(0);
@@ -258,6 +285,14 @@ pub(crate) fn run(
         }
     };
     let channel_path = channel.path().to_path_buf();
+    let stopper = match channel.publisher(&proc_root) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = std::fs::remove_file(&shared_path);
+            let _ = std::fs::remove_file(&channel_path);
+            return Err(CheckRunError::Channel(e.to_string()));
+        }
+    };
     drop(channel);
     let mut run = Run {
         env,
@@ -269,6 +304,7 @@ pub(crate) fn run(
         loads: vec![],
         low: (0..low_n).map(|_| None).collect(),
         retired: vec![],
+        stopper,
     };
     let hk = cpu_list(&inputs.housekeeping);
 
@@ -341,122 +377,136 @@ pub(crate) fn run(
     let receiver_cpu = *inputs.isolated.get(1).unwrap_or(&inputs.isolated[0]);
     let churn = c.low_priority.churn.0.max(Duration::from_millis(10));
     let mut gen = 0u64;
-    for &mech in &mechanisms {
-        let ctl = run.shared.control();
-        ctl.rt_stop.store(0, Ordering::SeqCst);
-        ctl.receiver_ready.store(0, Ordering::SeqCst);
-        // Fresh low-priority processes on this mechanism.
-        let low_args = |slot: usize, gen: u64| {
-            vec![
-                format!("cpu={hk}"),
-                format!("mech={}", mech.short()),
-                format!("slot={slot}"),
-                format!("gen={gen}"),
-                format!("period_ns={}", c.low_priority.period.as_nanos()),
-            ]
-        };
-        for slot in 0..low_n {
-            gen += 1;
-            run.shared.control().low_gen[slot].store(gen, Ordering::SeqCst);
-            let w = run.spawn("low", &low_args(slot, gen))?;
-            if let Some(old) = run.low[slot].replace(w) {
-                run.retired.push(old);
-            }
-        }
-        let rt_args = |cpu: usize| {
-            vec![
-                format!("cpu={cpu}"),
-                format!("mech={}", mech.short()),
-                format!("priority={}", c.priority),
-                format!("period_ns={}", c.period.as_nanos()),
-            ]
-        };
-        let mut recv = run.spawn("rt-recv", &rt_args(receiver_cpu))?;
-        let ready_by = Instant::now() + Duration::from_secs(10);
-        // Acquire: pairs with the receiver's Release store.
-        while run.shared.control().receiver_ready.load(Ordering::Acquire) == 0 {
-            Run::check_alive(&mut recv)?;
-            if Instant::now() > ready_by {
-                let _ = recv.child.kill();
-                return Err(worker_failed(&mut recv, "not ready after 10s".into()));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let mut send = run.spawn("rt-send", &rt_args(sender_cpu))?;
-        let phase_start = Instant::now();
-        let phase_end = phase_start + scen_dur;
-        // Staggered churn: slot i is replaced at churn * (k + (i+1)/n).
-        let mut next_churn: Vec<Instant> = (0..low_n)
-            .map(|i| phase_start + churn.mul_f64((i + 1) as f64 / low_n.max(1) as f64))
-            .collect();
-        while Instant::now() < phase_end {
-            std::thread::sleep(
-                Duration::from_millis(50).min(phase_end.saturating_duration_since(Instant::now())),
-            );
-            let worst = run.shared.hist(mech, H_DELIVERY).live().1;
-            progress.update(
-                &format!("scenario ({})", mech.short()),
-                frac(t_start),
-                worst,
-            );
-            Run::check_alive(&mut recv)?;
-            Run::check_alive(&mut send)?;
-            for w in run.loads.iter_mut() {
-                Run::check_alive(w)?;
-            }
-            let now = Instant::now();
-            for (slot, due) in next_churn.iter_mut().enumerate() {
-                if now >= *due {
-                    *due += churn;
-                    gen += 1;
-                    // Start the new one first, then let the old one go.
-                    let new_gen = gen;
-                    let w = run.spawn("low", &low_args(slot, new_gen))?;
-                    run.shared.control().low_gen[slot].store(new_gen, Ordering::SeqCst);
-                    if let Some(old) = run.low[slot].replace(w) {
-                        run.retired.push(old);
-                    }
+    for (mi, &mech) in mechanisms.iter().enumerate() {
+        let phase = (|| -> Result<(), CheckRunError> {
+            let ctl = run.shared.control();
+            ctl.rt_stop.store(0, Ordering::SeqCst);
+            ctl.receiver_ready.store(0, Ordering::SeqCst);
+            // Fresh low-priority processes on this mechanism.
+            let low_args = |slot: usize, gen: u64| {
+                vec![
+                    format!("cpu={hk}"),
+                    format!("mech={}", mech.short()),
+                    format!("slot={slot}"),
+                    format!("gen={gen}"),
+                    format!("period_ns={}", c.low_priority.period.as_nanos()),
+                ]
+            };
+            for slot in 0..low_n {
+                gen += 1;
+                run.shared.control().low_gen[slot].store(gen, Ordering::SeqCst);
+                let w = run.spawn("low", &low_args(slot, gen))?;
+                if let Some(old) = run.low[slot].replace(w) {
+                    run.retired.push(old);
                 }
             }
-            run.reap_retired(false);
+            let rt_args = |cpu: usize| {
+                vec![
+                    format!("cpu={cpu}"),
+                    format!("mech={}", mech.short()),
+                    format!("priority={}", c.priority),
+                    format!("period_ns={}", c.period.as_nanos()),
+                ]
+            };
+            let mut recv = run.spawn("rt-recv", &rt_args(receiver_cpu))?;
+            let ready_by = Instant::now() + Duration::from_secs(10);
+            // Acquire: pairs with the receiver's Release store.
+            while run.shared.control().receiver_ready.load(Ordering::Acquire) == 0 {
+                Run::check_alive(&mut recv)?;
+                if Instant::now() > ready_by {
+                    let _ = recv.child.kill();
+                    return Err(worker_failed(&mut recv, "not ready after 10s".into()));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let mut send = run.spawn("rt-send", &rt_args(sender_cpu))?;
+            let phase_start = Instant::now();
+            let phase_end = phase_start + scen_dur;
+            // Staggered churn: slot i is replaced at churn * (k + (i+1)/n).
+            let mut next_churn: Vec<Instant> = (0..low_n)
+                .map(|i| phase_start + churn.mul_f64((i + 1) as f64 / low_n.max(1) as f64))
+                .collect();
+            while Instant::now() < phase_end {
+                std::thread::sleep(
+                    Duration::from_millis(50)
+                        .min(phase_end.saturating_duration_since(Instant::now())),
+                );
+                let worst = run.shared.hist(mech, H_DELIVERY).live().1;
+                progress.update(
+                    &format!("scenario ({})", mech.short()),
+                    frac(t_start),
+                    worst,
+                );
+                Run::check_alive(&mut recv)?;
+                Run::check_alive(&mut send)?;
+                for w in run.loads.iter_mut() {
+                    Run::check_alive(w)?;
+                }
+                let now = Instant::now();
+                for (slot, due) in next_churn.iter_mut().enumerate() {
+                    if now >= *due {
+                        *due += churn;
+                        gen += 1;
+                        // Start the new one first, then let the old one go.
+                        let new_gen = gen;
+                        let w = run.spawn("low", &low_args(slot, new_gen))?;
+                        run.shared.control().low_gen[slot].store(new_gen, Ordering::SeqCst);
+                        run.poke();
+                        if let Some(old) = run.low[slot].replace(w) {
+                            run.retired.push(old);
+                        }
+                    }
+                }
+                run.reap_retired(false);
+            }
+            run.shared.control().rt_stop.store(1, Ordering::SeqCst);
+            run.poke();
+            finish(send, Duration::from_secs(2))?;
+            finish(recv, Duration::from_secs(2))?;
+            let sh = &run.shared;
+            let cpu_s = Some(sender_cpu);
+            measurements.push(Measurement::new(
+                "send",
+                MeasurementKind::Send,
+                Some(mech),
+                cpu_s,
+                sh.hist(mech, H_SEND).summary(),
+            ));
+            measurements.push(Measurement::new(
+                "delivery",
+                MeasurementKind::Delivery,
+                Some(mech),
+                Some(receiver_cpu),
+                sh.hist(mech, H_DELIVERY).summary(),
+            ));
+            // Low-priority processes still running write into this
+            // mechanism's histogram; they are replaced at the next phase.
+            let lows: Vec<Worker> = run.low.iter_mut().filter_map(|w| w.take()).collect();
+            for slot in 0..low_n {
+                gen += 1;
+                run.shared.control().low_gen[slot].store(gen, Ordering::SeqCst);
+            }
+            run.poke();
+            for w in lows {
+                finish(w, Duration::from_secs(2))?;
+            }
+            run.reap_retired(true);
+            measurements.push(Measurement::new(
+                "low-priority delivery",
+                MeasurementKind::LowPriorityDelivery,
+                Some(mech),
+                None,
+                run.shared.hist(mech, H_LOW_DELIVERY).summary(),
+            ));
+            Ok(())
+        })();
+        match phase {
+            Ok(()) => {}
+            // The deciding mechanism must run; a compared one that
+            // failed is reported and the comparison goes on.
+            Err(e) if mi == 0 => return Err(e),
+            Err(e) => notes.push(format!("{} failed: {e}", mech.label())),
         }
-        run.shared.control().rt_stop.store(1, Ordering::SeqCst);
-        finish(send, Duration::from_secs(2))?;
-        finish(recv, Duration::from_secs(2))?;
-        let sh = &run.shared;
-        let cpu_s = Some(sender_cpu);
-        measurements.push(Measurement::new(
-            "send",
-            MeasurementKind::Send,
-            Some(mech),
-            cpu_s,
-            sh.hist(mech, H_SEND).summary(),
-        ));
-        measurements.push(Measurement::new(
-            "delivery",
-            MeasurementKind::Delivery,
-            Some(mech),
-            Some(receiver_cpu),
-            sh.hist(mech, H_DELIVERY).summary(),
-        ));
-        // Low-priority processes still running write into this
-        // mechanism's histogram; they are replaced at the next phase.
-        let lows: Vec<Worker> = run.low.iter_mut().filter_map(|w| w.take()).collect();
-        for slot in 0..low_n {
-            gen += 1;
-            run.shared.control().low_gen[slot].store(gen, Ordering::SeqCst);
-        }
-        for w in lows {
-            finish(w, Duration::from_secs(2))?;
-        }
-        run.reap_retired(true);
-        measurements.push(Measurement::new(
-            "low-priority delivery",
-            MeasurementKind::LowPriorityDelivery,
-            Some(mech),
-            None,
-            run.shared.hist(mech, H_LOW_DELIVERY).summary(),
-        ));
     }
     progress.update("done", 1.0, 0);
     let ctl = run.shared.control();

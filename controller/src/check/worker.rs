@@ -26,9 +26,10 @@ use std::time::Duration;
 
 use super::hist::Histogram;
 use super::{rt, Mechanism};
-use crate::channel::{Channel, Subscriber};
+use crate::channel::{Channel, Message};
+use crate::event_loop::{self, Backend, EventLoop, LoopOptions};
 use crate::shm::{Mapping, ShmSafe};
-use crate::sys::{self, monotonic_ns};
+use crate::sys::monotonic_ns;
 
 /// Most lower-priority process slots.
 pub const MAX_LOW: usize = 32;
@@ -43,6 +44,9 @@ pub(crate) const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"RTDCHECK");
 /// Message tags: which side sent it.
 pub(crate) const TAG_RT: u64 = 0x5254;
 pub(crate) const TAG_LOW: u64 = 0x4c4f;
+/// A message the engine publishes after raising a stop word, so that a
+/// receiver asleep in its loop looks at the words.
+pub(crate) const TAG_STOP: u64 = 0x5354;
 
 /// The control words at the start of the shared file. Every field is an
 /// independent word; see each access for its ordering.
@@ -137,22 +141,34 @@ impl Shared {
     }
 }
 
-/// Whether the check can drive `m` in this build, and why not.
+/// Whether the check can drive `m` on this kernel and in this build, and
+/// why not.
 pub fn mechanism_availability(m: Mechanism) -> Result<(), String> {
     match m {
         Mechanism::Futex => Ok(()),
         Mechanism::FutexWaitv => {
-            if sys::has_futex_waitv() {
+            let p = event_loop::probe();
+            if p.futex_waitv {
                 Ok(())
             } else {
                 Err(format!(
                     "kernel {} has no futex_waitv (needs 5.16 or later)",
-                    sys::kernel_release()
+                    p.kernel
                 ))
             }
         }
         Mechanism::IoUringFutex => {
-            Err("the runtime's event loop (controller::event_loop) is not in this build yet".into())
+            let p = event_loop::probe();
+            if p.io_uring_futex {
+                Ok(())
+            } else {
+                Err(format!(
+                    "kernel {}: {}",
+                    p.kernel,
+                    p.io_uring_problem
+                        .unwrap_or_else(|| "no io_uring futex wait".into())
+                ))
+            }
         }
         Mechanism::Eventfd | Mechanism::Signalfd => Err(
             "the wake benchmark's mechanisms (controller::bench) are not in this build yet".into(),
@@ -297,65 +313,138 @@ fn rt_send(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits once for new messages with the plain futex or futex_waitv,
-/// bounded by [`WAIT_SLICE_NS`].
-fn wait_once(mech: Mechanism, sub: &mut Subscriber) {
-    match mech {
-        Mechanism::FutexWaitv => {
-            if sub.begin_wait() {
-                let w = [sys::FutexWaitv {
-                    val: sub.wait_value() as u64,
-                    uaddr: sub.channel().futex_word() as u64,
-                    flags: sys::FUTEX2_SIZE_U32,
-                    reserved: 0,
-                }];
-                let _ = sys::futex_waitv(&w, Some(monotonic_ns() + WAIT_SLICE_NS));
-                sub.end_wait();
-            }
-        }
-        _ => sub.wait(Some(Duration::from_nanos(WAIT_SLICE_NS))),
+/// Records one received message: lost messages before it count as
+/// errors; its delivery latency is recorded when its tag is `only` (or
+/// always when `None`).
+#[inline]
+fn record_message(h: &Histogram, latency_ns: u64, lost_before: u64, tag: u64, only: Option<u64>) {
+    for _ in 0..lost_before {
+        h.error();
+    }
+    if only.is_none_or(|t| t == tag) {
+        h.record(latency_ns);
     }
 }
 
-/// Drains every new message, recording the delivery latency of those
-/// tagged `only` (or all when `None`) into `h`. Returns messages lost.
-#[inline]
-fn drain(sub: &mut Subscriber, h: &Histogram, only: Option<u64>) {
-    while let Some(m) = sub.next_message() {
-        let now = monotonic_ns();
-        for _ in 0..m.lost_before {
-            h.error();
+fn tag_of(m: &Message) -> u64 {
+    m.value::<[u64; 2]>().map_or(0, |v| v[0])
+}
+
+/// Receives on `ch` woken by `mech` until `stop()` is true, recording each
+/// message's delivery latency (send time -> handler start) into `h`.
+/// `ready` runs once the first wait is armed.
+///
+/// io_uring and futex_waitv run the runtime's own event loop (with that
+/// backend forced); the plain futex uses the channel's blocking wait.
+fn receive(
+    mech: Mechanism,
+    ch: &Channel,
+    proc_root: &Path,
+    h: &'static Histogram,
+    only: Option<u64>,
+    stop: impl Fn() -> bool + 'static,
+    ready: impl FnOnce() + 'static,
+) -> Result<(), String> {
+    match mech {
+        Mechanism::IoUringFutex | Mechanism::FutexWaitv => {
+            let backend = if mech == Mechanism::IoUringFutex {
+                Backend::IoUringFutex
+            } else {
+                Backend::FutexWaitv
+            };
+            let mut lp = EventLoop::new(LoopOptions {
+                backend: Some(backend),
+                timing: None,
+                proc_root: proc_root.into(),
+            })
+            .map_err(|e| e.to_string())?;
+            // No timer on the real-time loop: the engine publishes a
+            // TAG_STOP message after raising a stop word.
+            lp.watch(ch, move |ctx, m| {
+                let tag = tag_of(m);
+                if tag == TAG_STOP {
+                    if stop() {
+                        ctx.exit();
+                    }
+                    return;
+                }
+                record_message(h, ctx.latency_ns(), m.lost_before, tag, only)
+            })
+            .map_err(|e| e.to_string())?;
+            let mut ready = Some(ready);
+            lp.on_run(move |_| {
+                if let Some(r) = ready.take() {
+                    r();
+                }
+            });
+            lp.run().map_err(|e| e.to_string())
         }
-        let tag = m.value::<[u64; 2]>().map_or(0, |v| v[0]);
-        if only.is_none_or(|t| t == tag) {
-            h.record(now.saturating_sub(m.send_time_ns));
+        Mechanism::Futex => {
+            let mut sub = ch.subscriber(proc_root).map_err(|e| e.to_string())?;
+            sub.skip_to_end();
+            ready();
+            while !stop() {
+                sub.wait(Some(Duration::from_nanos(WAIT_SLICE_NS)));
+                while let Some(m) = sub.next_message() {
+                    let now = monotonic_ns();
+                    let tag = tag_of(&m);
+                    if tag != TAG_STOP {
+                        record_message(
+                            h,
+                            now.saturating_sub(m.send_time_ns),
+                            m.lost_before,
+                            tag,
+                            only,
+                        );
+                    }
+                }
+            }
+            Ok(())
         }
+        Mechanism::Eventfd | Mechanism::Signalfd => Err(mechanism_availability(mech).unwrap_err()),
     }
+}
+
+/// Opens the shared file for the life of the process (handlers of the
+/// event loop need `'static` references into it; the process exits when
+/// the role ends).
+fn shared_static(a: &Args) -> Result<&'static Shared, String> {
+    let path = a.path("shared")?;
+    let s = Shared::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Box::leak(Box::new(s)))
 }
 
 fn rt_recv(a: &Args) -> Result<(), String> {
-    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let shared = shared_static(a)?;
     let ctl = shared.control();
     let mech = a.mech()?;
     mechanism_availability(mech)?;
     rt_setup(ctl, &a.cpus("cpu")?, Some(a.u64("priority")? as u32))?;
     let ch = open_channel(a)?;
-    let mut sub = ch.subscriber(&a.path("proc")?).map_err(|e| e.to_string())?;
-    sub.skip_to_end();
     let h = shared.hist(mech, H_DELIVERY);
-    // Release: the subscription above happens before the sender's first
-    // message (its Acquire load of this word).
-    ctl.receiver_ready.store(1, Ordering::Release);
-    // Relaxed: a stop request, see rt_send.
-    while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
-        wait_once(mech, &mut sub);
-        drain(&mut sub, h, Some(TAG_RT));
+    receive(
+        mech,
+        &ch,
+        &a.path("proc")?,
+        h,
+        Some(TAG_RT),
+        // Relaxed: a stop request, see rt_send.
+        move || ctl.rt_stop.load(Ordering::Relaxed) != 0,
+        // Release: the subscription is in place before the sender's first
+        // message (its Acquire load of this word).
+        move || ctl.receiver_ready.store(1, Ordering::Release),
+    )?;
+    if ctl.rt_stop.load(Ordering::Relaxed) == 0 {
+        return Err(format!(
+            "the {} receive loop returned before the run ended (its wait was not re-armed)",
+            mech.short()
+        ));
     }
     Ok(())
 }
 
 fn low(a: &Args) -> Result<(), String> {
-    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let shared = shared_static(a)?;
     let ctl = shared.control();
     let mech = a.mech()?;
     let slot = a.u64("slot")? as usize;
@@ -368,19 +457,18 @@ fn low(a: &Args) -> Result<(), String> {
     let ch = open_channel(a)?;
     let proc_root = a.path("proc")?;
     let period = a.u64("period_ns")?.max(1);
-    let running = |ctl: &Control| {
+    let running = move || {
         // Relaxed: stop requests; see rt_send.
         ctl.stop_all.load(Ordering::Relaxed) == 0
             && ctl.low_gen[slot].load(Ordering::Relaxed) == gen
     };
-    let mut sub = ch.subscriber(&proc_root).map_err(|e| e.to_string())?;
-    sub.skip_to_end();
-    std::thread::scope(|s| -> Result<(), String> {
-        let publisher_thread = s.spawn(|| -> Result<(), String> {
-            let mut publisher = ch.publisher(&proc_root).map_err(|e| e.to_string())?;
+    let mut publisher = ch.publisher(&proc_root).map_err(|e| e.to_string())?;
+    let publisher_thread = std::thread::Builder::new()
+        .name("check-low-pub".into())
+        .spawn(move || {
             let mut seq = 0u64;
             let mut next = monotonic_ns() + period;
-            while running(ctl) {
+            while running() {
                 rt::sleep_until(next);
                 let _ = publisher.publish_value(&[TAG_LOW, seq]);
                 seq += 1;
@@ -390,24 +478,12 @@ fn low(a: &Args) -> Result<(), String> {
                     next += ((now - next) / period + 1) * period;
                 }
             }
-            Ok(())
-        });
-        let h = shared.hist(mech, H_LOW_DELIVERY);
-        while running(ctl) {
-            if mech == Mechanism::IoUringFutex
-                || mech == Mechanism::Futex
-                || mech == Mechanism::FutexWaitv
-            {
-                wait_once(mech, &mut sub);
-            } else {
-                wait_once(Mechanism::Futex, &mut sub);
-            }
-            drain(&mut sub, h, None);
-        }
-        publisher_thread
-            .join()
-            .map_err(|_| "publisher thread panicked".to_string())?
-    })
+        })
+        .map_err(|e| format!("cannot start the publisher thread: {e}"))?;
+    let h = shared.hist(mech, H_LOW_DELIVERY);
+    let r = receive(mech, &ch, &proc_root, h, None, move || !running(), || {});
+    let _ = publisher_thread.join();
+    r
 }
 
 /// A small xorshift generator (no allocation, no dependency).

@@ -1,0 +1,239 @@
+//! `deploy check`: timing validation of this board against the budgets of
+//! robot.yaml, under the load the scenario describes (the engine is
+//! `controller::check`; this module parses, composes and prints).
+//!
+//! Exit: 0 every budget met, 1 a budget failed (named in the output),
+//! 2 could not run.
+//!
+//! Also the hidden `__check-worker` subcommand: the engine starts this
+//! same binary for its worker processes, so one binary on the robot is
+//! enough.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use controller::check::{self, CheckEnv, CheckInputs, Mechanism, NamedBudget, Progress};
+use controller::config::Dur;
+use cpusets::verify::{self, VerifyOptions};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::config::Robot;
+use crate::ctx::{Ctx, Exit};
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Run for this long (default: robot.yaml `check.duration`); a quarter
+    /// measures timer latency, the rest runs the scenario (per mechanism
+    /// with --compare).
+    #[arg(long, value_name = "D", value_parser = parse_dur)]
+    pub duration: Option<Dur>,
+
+    /// Run the scenario once per wake mechanism and show them side by side
+    /// (the budgets of the first one decide the exit status).
+    #[arg(long, conflicts_with_all = ["mechanism", "boot"])]
+    pub compare: bool,
+
+    /// The wake mechanism: io_uring (the runtime's), futex_waitv, futex,
+    /// eventfd, signalfd.
+    #[arg(long, value_name = "M", value_parser = parse_mechanism)]
+    pub mechanism: Option<Mechanism>,
+
+    /// The supervisor's short run (`boot_check.duration`), writing its
+    /// report to <prefix>/var/lib/rtdeploy/boot-check.json.
+    #[arg(long)]
+    pub boot: bool,
+
+    /// Also write the latency histograms in cyclictest's histogram file
+    /// format to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub histogram: Option<PathBuf>,
+
+    /// Also draw the latency histograms with the budget lines as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+
+    /// Skip the verify pass that runs before the timing run.
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+fn parse_dur(s: &str) -> Result<Dur, String> {
+    let d = Dur::parse(s)?;
+    if d.is_zero() {
+        return Err("duration 0 (expected a positive duration like `10s`)".into());
+    }
+    Ok(d)
+}
+
+fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
+    Mechanism::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = Mechanism::ALL.iter().map(|m| m.short()).collect();
+        format!(
+            "unknown mechanism `{s}` (expected one of {})",
+            names.join(", ")
+        )
+    })
+}
+
+/// The hidden worker entry: `deploy __check-worker <role> key=value...`.
+#[derive(Debug, Args)]
+pub struct CheckWorkerArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+/// Runs a worker role; its exit code becomes the process's.
+pub fn run_worker(args: CheckWorkerArgs) -> ! {
+    std::process::exit(check::worker::main(&args.args))
+}
+
+/// The check's inputs from a robot description.
+pub fn inputs_from_robot(r: &Robot) -> CheckInputs {
+    let mut inputs = CheckInputs::new(
+        r.robot.name.clone(),
+        r.check.clone(),
+        r.cpus.isolated.iter().map(|c| c as usize).collect(),
+        r.housekeeping().iter().map(|c| c as usize).collect(),
+    );
+    inputs.cpu_dma_latency_us = r.power.cpu_dma_latency.map(|m| m.0);
+    inputs.channel_budgets = r
+        .channels
+        .iter()
+        .filter_map(|c| {
+            c.budget.map(|b| NamedBudget {
+                name: format!("channels.{}.budget", c.name),
+                limit: b,
+            })
+        })
+        .collect();
+    // Real-time processes' wakeup budgets hold for the real-time receiver.
+    inputs.process_budgets = r
+        .processes
+        .iter()
+        .filter(|p| p.policy.is_realtime())
+        .filter_map(|p| {
+            p.budgets.wakeup.map(|b| NamedBudget {
+                name: format!("processes.{}.budgets.wakeup", p.name),
+                limit: b,
+            })
+        })
+        .collect();
+    inputs
+}
+
+/// A short verify pass (cpusets plan against the live system), summarised
+/// in one line; drift is reported, it does not stop the timing run.
+fn verify_summary(ctx: &Ctx, r: &Robot) -> String {
+    let result =
+        (|| -> anyhow::Result<String> {
+            let plan = super::apply::live_plan(ctx, r)?;
+            let opts = VerifyOptions {
+                sample_window: Duration::from_millis(200),
+                interrupts_after: None,
+                allow_tasks: r
+                    .processes
+                    .iter()
+                    .map(|p| p.name.chars().take(15).collect())
+                    .collect(),
+                unmovable_irqs: vec![],
+            };
+            let report = verify::verify(&plan, &ctx.sysroot, &opts)?;
+            let s = report.summary();
+            let mut drifted: Vec<String> = report.drifted().map(|c| c.id.clone()).take(6).collect();
+            if s.drift > drifted.len() {
+                drifted.push(format!("{} more", s.drift - drifted.len()));
+            }
+            Ok(format!(
+            "verify: {} ok, {} drift{}, {} unmovable, {} unsupported (`deploy verify` for details)",
+            s.ok,
+            s.drift,
+            if drifted.is_empty() { String::new() } else { format!(" ({})", drifted.join(", ")) },
+            s.unmovable,
+            s.unsupported
+        ))
+        })();
+    result.unwrap_or_else(|e| format!("verify could not run: {e:#}"))
+}
+
+/// The progress bar: phase, share of the run, running worst case.
+struct Bar(ProgressBar);
+
+impl Progress for Bar {
+    fn update(&self, phase: &str, fraction: f64, worst_ns: u64) {
+        self.0
+            .set_position((fraction.clamp(0.0, 1.0) * 1000.0) as u64);
+        self.0.set_message(format!(
+            "{phase}: worst {}",
+            check::report::fmt_ns(worst_ns)
+        ));
+    }
+}
+
+pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
+    let loaded = super::load_robot(ctx)?;
+    let r = &loaded.robot;
+    let mut inputs = inputs_from_robot(r);
+    inputs.duration = args.duration;
+    if args.compare {
+        inputs.mechanisms = Mechanism::ALL.to_vec();
+    } else if let Some(m) = args.mechanism {
+        inputs.mechanisms = vec![m];
+    }
+    if !args.no_verify {
+        let line = verify_summary(ctx, r);
+        ctx.detail(&line);
+        inputs.notes.push(line);
+    }
+    let exe = std::env::current_exe()
+        .context("cannot find the path of this executable (for the check's workers)")?;
+    let report = if args.boot {
+        inputs.duration = Some(args.duration.unwrap_or(r.boot_check.duration));
+        let report = check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe)?;
+        ctx.note(format!(
+            "boot check report written to {}",
+            check::boot_report_path(&ctx.prefix).display()
+        ));
+        report
+    } else {
+        let env = CheckEnv {
+            prefix: ctx.prefix.clone(),
+            sysroot: ctx.sysroot.clone(),
+            exe,
+        };
+        let bar = if ctx.quiet {
+            ProgressBar::hidden()
+        } else {
+            let pb = ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::stderr());
+            pb.set_style(
+                ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent:>3}% {msg}")
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+            );
+            pb
+        };
+        let result = check::run(&inputs, &env, &Bar(bar.clone()));
+        bar.finish_and_clear();
+        result?
+    };
+    if let Some(path) = &args.histogram {
+        let ms: Vec<&check::Measurement> = report.measurements.iter().collect();
+        std::fs::write(path, check::output::cyclictest_histogram(&ms))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, check::output::svg_plot(&report))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if ctx.json {
+        ctx.print_json(&report)?;
+    } else {
+        crate::ctx::write_stdout(&report.to_text())?;
+    }
+    Ok(if report.passed() {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
+}
