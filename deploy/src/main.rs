@@ -81,6 +81,25 @@ enum Command {
     /// Timing validation under load against the budgets of robot.yaml
     /// (exit 0 all met, 1 a budget failed, 2 could not run).
     Check(cmd::check::CheckArgs),
+    /// Make an ed25519 key pair for signing bundles (KEY, KEY.pub).
+    Keygen(cmd::keygen::KeygenArgs),
+    /// Write a signed release bundle from a release directory.
+    Bundle(cmd::bundle::BundleArgs),
+    /// Install a signed bundle on this robot, in trial (exit 0 installed,
+    /// 2 refused).
+    Install(cmd::install::InstallArgs),
+    /// The releases on this robot: current, previous, trial, committed.
+    Releases(cmd::release::ReleasesArgs),
+    /// Go back to the previous release (ends a trial).
+    Rollback(cmd::release::RollbackArgs),
+    /// Mark the release in trial good (the supervisor does this by itself).
+    Commit(cmd::release::CommitArgs),
+    /// Send a bundle to robots over ssh and install it (exit 1 if any
+    /// robot failed).
+    Update(cmd::update::UpdateArgs),
+    /// The robot's end of `deploy update` (speaks on stdin/stdout).
+    #[command(name = "serve-update", hide = true)]
+    ServeUpdate(cmd::install::ServeUpdateArgs),
     /// The check's worker processes (started by `deploy check` itself).
     #[command(name = "__check-worker", hide = true)]
     CheckWorker(cmd::check::CheckWorkerArgs),
@@ -115,6 +134,14 @@ fn main() -> ExitCode {
         Command::Logs(a) => cmd::control::run_logs(&ctx, a),
         Command::Check(a) => cmd::check::run(&ctx, a),
         Command::CheckWorker(a) => cmd::check::run_worker(a),
+        Command::Keygen(a) => cmd::keygen::run(&ctx, a),
+        Command::Bundle(a) => cmd::bundle::run(&ctx, a),
+        Command::Install(a) => cmd::install::run(&ctx, a),
+        Command::Releases(a) => cmd::release::run_releases(&ctx, a),
+        Command::Rollback(a) => cmd::release::run_rollback(&ctx, a),
+        Command::Commit(a) => cmd::release::run_commit(&ctx, a),
+        Command::Update(a) => cmd::update::run(&ctx, a),
+        Command::ServeUpdate(a) => cmd::install::run_serve(&ctx, a),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

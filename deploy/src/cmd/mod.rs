@@ -10,6 +10,11 @@ pub mod verify;
 pub mod supervise;
 pub mod status;
 pub mod control;
+pub mod keygen;
+pub mod bundle;
+pub mod install;
+pub mod release;
+pub mod update;
 
 use crate::config::{self as robot_config, ConfigLoadError, Loaded};
 use crate::ctx::Ctx;

@@ -1,0 +1,107 @@
+//! `deploy install BUNDLE`: installs a signed bundle on this robot and
+//! switches to it in trial (the supervisor commits it once healthy, or
+//! rolls back). Also the hidden `deploy serve-update`, the robot's end of
+//! `deploy update`.
+//!
+//! The signature is checked against <prefix>/etc/rtdeploy/keys/*.pub and
+//! `update.public_keys` before anything else is read; the bundle must be
+//! for this robot's `robot.name` and `board.model`; the new robot.yaml must
+//! validate. Exit: 0 installed (or already current), 2 refused or error.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use image::bundle::Compat;
+use services::release::{self, InstallOptions, InstallReport};
+
+use crate::ctx::{Ctx, Exit};
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The bundle from `deploy bundle`.
+    pub bundle: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeUpdateArgs {}
+
+/// Checks a release's robot.yaml with the same loader `deploy config check`
+/// uses.
+fn validate_yaml(text: &str) -> Result<(), String> {
+    match crate::config::load_str(Path::new("robot.yaml"), text.to_string()) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The install options from this robot's robot.yaml.
+pub fn install_options(ctx: &Ctx, holder: &str) -> anyhow::Result<InstallOptions<'static>> {
+    let loaded = super::load_robot(ctx)
+        .context("this robot's robot.yaml (for its name, board and update keys)")?;
+    let r = &loaded.robot;
+    Ok(InstallOptions {
+        compat: Compat {
+            robot: r.robot.name.clone(),
+            board: r.board.model.clone(),
+        },
+        public_keys: r.update.public_keys.clone(),
+        keep: r.update.keep,
+        lock_timeout: r.update.lock_timeout.0,
+        holder: holder.to_string(),
+        validate_robot_yaml: Some(&validate_yaml),
+    })
+}
+
+pub fn print_report(ctx: &Ctx, rep: &InstallReport) -> anyhow::Result<()> {
+    for w in &rep.warnings {
+        ctx.note(format!("deploy: warning: {w}"));
+    }
+    if ctx.json {
+        return ctx.print_json(rep);
+    }
+    let what = match rep.state.as_str() {
+        "trial" => "installed; running in trial until healthy for update.health_window",
+        "committed" => "installed and committed (the first release: nothing to roll back to)",
+        _ => "already current; nothing changed",
+    };
+    crate::ctx::write_stdout(&format!(
+        "{}: {what}\n  previous {}\n  {} files, {} bytes, {} new blobs, signed by {}\n{}",
+        rep.release,
+        rep.previous.as_deref().unwrap_or("(none)"),
+        rep.files,
+        rep.bytes,
+        rep.new_blobs,
+        rep.signer,
+        if rep.pruned_releases.is_empty() {
+            String::new()
+        } else {
+            format!("  pruned {}\n", rep.pruned_releases.join(", "))
+        }
+    ))
+}
+
+pub fn run(ctx: &Ctx, args: InstallArgs) -> anyhow::Result<Exit> {
+    let opts = install_options(ctx, "deploy install")?;
+    let rep = release::install_bundle(&ctx.prefix, &args.bundle, &opts)
+        .with_context(|| format!("install {}", args.bundle.display()))?;
+    print_report(ctx, &rep)?;
+    Ok(Exit::Ok)
+}
+
+/// Speaks the update protocol on stdin/stdout (nothing else may go to
+/// stdout); diagnostics go to stderr, which ssh carries back.
+pub fn run_serve(ctx: &Ctx, _args: ServeUpdateArgs) -> anyhow::Result<Exit> {
+    let opts = install_options(ctx, "deploy serve-update")?;
+    let stdin = std::io::stdin().lock();
+    let stdout = std::io::stdout().lock();
+    match release::serve_update(&ctx.prefix, &opts, stdin, stdout)? {
+        Some(rep) => {
+            for w in &rep.warnings {
+                ctx.note(format!("deploy: warning: {w}"));
+            }
+            Ok(Exit::Ok)
+        }
+        None => Ok(Exit::Ok),
+    }
+}

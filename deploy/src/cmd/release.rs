@@ -1,0 +1,110 @@
+//! `deploy releases`, `deploy rollback`, `deploy commit`: the releases on
+//! this robot and the trial state.
+//!
+//! `releases` lists every release (newest first) and which is current,
+//! previous, in trial, committed. `rollback` ends a trial by going back,
+//! or swaps current and previous when none is in trial. `commit` marks the
+//! release in trial good (the supervisor does this by itself after
+//! `update.health_window`; this is for robots without one). Exit: 0 done,
+//! 2 error.
+
+use anyhow::Context;
+use clap::Args;
+use services::release::{self, ReleaseState};
+
+use crate::ctx::{Ctx, Exit};
+
+#[derive(Debug, Args)]
+pub struct ReleasesArgs {}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {}
+
+#[derive(Debug, Args)]
+pub struct CommitArgs {}
+
+pub fn run_releases(ctx: &Ctx, _args: ReleasesArgs) -> anyhow::Result<Exit> {
+    let info = release::list(&ctx.prefix).context("list releases")?;
+    if ctx.json {
+        ctx.print_json(&info)?;
+        return Ok(Exit::Ok);
+    }
+    let mut out = String::new();
+    match &info.state {
+        Some(ReleaseState::Trial {
+            release,
+            previous,
+            since,
+            ..
+        }) => {
+            out += &format!(
+                "state: trial of {release} since unix time {since} (rolls back to {previous})\n"
+            )
+        }
+        Some(ReleaseState::Committed { release }) => {
+            out += &format!("state: committed {release}\n")
+        }
+        None => out += "state: none (no release installed by rtdeploy)\n",
+    }
+    out += &format!(
+        "{:<32} {:<12} {:>6} {:>12}  flags\n",
+        "RELEASE", "VERSION", "FILES", "BYTES"
+    );
+    for r in &info.releases {
+        let flags: Vec<&str> = [
+            (r.current, "current"),
+            (r.previous, "previous"),
+            (r.trial, "trial"),
+            (r.committed, "committed"),
+        ]
+        .into_iter()
+        .filter_map(|(on, s)| on.then_some(s))
+        .collect();
+        out += &format!(
+            "{:<32} {:<12} {:>6} {:>12}  {}\n",
+            r.name,
+            r.version.as_deref().unwrap_or("?"),
+            r.files,
+            r.bytes,
+            flags.join(",")
+        );
+    }
+    crate::ctx::write_stdout(&out)?;
+    Ok(Exit::Ok)
+}
+
+pub fn run_rollback(ctx: &Ctx, _args: RollbackArgs) -> anyhow::Result<Exit> {
+    let lock_timeout = super::load_robot(ctx)
+        .map(|l| l.robot.update.lock_timeout.0)
+        .unwrap_or(std::time::Duration::from_secs(60));
+    let _lock = release::UpdateLock::acquire(&ctx.prefix, "deploy rollback", lock_timeout)?;
+    let rb = release::rollback(&ctx.prefix).context("rollback")?;
+    if ctx.json {
+        ctx.print_json(&rb)?;
+    } else {
+        crate::ctx::write_stdout(&format!(
+            "rolled back{}: {} -> {} (committed)\n",
+            if rb.trial { " the trial" } else { "" },
+            rb.from,
+            rb.to
+        ))?;
+    }
+    Ok(Exit::Ok)
+}
+
+pub fn run_commit(ctx: &Ctx, _args: CommitArgs) -> anyhow::Result<Exit> {
+    let loaded = super::load_robot(ctx)?;
+    let _lock = release::UpdateLock::acquire(
+        &ctx.prefix,
+        "deploy commit",
+        loaded.robot.update.lock_timeout.0,
+    )?;
+    let r = release::commit(&ctx.prefix, loaded.robot.update.keep).context("commit")?;
+    release::prune(&ctx.prefix, loaded.robot.update.keep).context("prune")?;
+    if ctx.json {
+        ctx.print_json(&serde_json::json!({ "committed": r }))?;
+    } else {
+        crate::ctx::write_stdout(&format!("committed {r}\n"))?;
+    }
+    Ok(Exit::Ok)
+}
