@@ -69,6 +69,11 @@ pub enum ThreadKind {
 }
 
 /// What one kernel thread gets. `None` fields are left alone.
+///
+/// The kernel points an IRQ thread at its interrupt's effective CPUs
+/// whenever that interrupt's affinity changes; `apply` therefore writes
+/// interrupts before threads, and a rule's CPUs hold until the interrupt
+/// is next moved (a later `apply` moves nothing that is already in place).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ThreadPlacement {
     pub pid: u32,

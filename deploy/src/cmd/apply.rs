@@ -18,6 +18,7 @@ use crate::ctx::{Ctx, Exit};
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     /// Print every write it would make (path, old -> new); change nothing.
+    /// With -v, the runtime plan and the unchanged values too.
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -87,6 +88,9 @@ pub fn run(ctx: &Ctx, args: ApplyArgs) -> anyhow::Result<Exit> {
             apply: &report,
         })?;
     } else {
+        if ctx.verbose > 0 {
+            crate::ctx::write_stdout(&format!("{plan}\n"))?;
+        }
         crate::ctx::write_stdout(&report.render(ctx.verbose > 0))?;
     }
     let s = report.summary();
