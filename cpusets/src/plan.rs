@@ -496,7 +496,7 @@ impl fmt::Display for RuntimePlan {
                 .unwrap_or_else(|| "-".into());
             writeln!(
                 f,
-                "  {:<6} {:<18} {:<8} cpus {:<6} ({})",
+                "  {:<6} {:<24} {:<8} cpus {:<6} ({})",
                 t.pid, t.comm, sched, cpus, t.reason
             )?;
         }
