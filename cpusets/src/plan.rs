@@ -204,13 +204,15 @@ pub const PER_CPU_KTHREADS: &[&str] = &[
     "watchdog/*",
     "irq_work/*",
     "posixcputmr/*",
+    "backlog_napi/*",
 ];
 
-/// True for a kernel thread that is bound to one CPU by design.
+/// True for a kernel thread that is bound to one CPU by design: one the
+/// kernel pins to a single CPU, or one of [`PER_CPU_KTHREADS`] on one CPU.
 pub fn is_per_cpu_kthread(task: &Task) -> bool {
     task.kernel_thread
         && task.cpus_allowed.len() <= 1
-        && PER_CPU_KTHREADS.iter().any(|g| glob_match(g, &task.comm))
+        && (task.no_setaffinity || PER_CPU_KTHREADS.iter().any(|g| glob_match(g, &task.comm)))
 }
 
 /// Makes the runtime plan.

@@ -450,7 +450,8 @@ pub fn verify(
             )
         });
     }
-    checks.extend(check_foreign_tasks(&live.tasks, plan, opts));
+    let in_rt = rt_cgroup_members(sysroot)?;
+    checks.extend(check_foreign_tasks(&live.tasks, plan, opts, &in_rt));
 
     // Sysctls.
     for s in &plan.sysctls {
@@ -615,8 +616,45 @@ fn check_irq_activity<'p>(
     out
 }
 
-/// Tasks that may run on the isolated CPUs and should not.
-fn check_foreign_tasks(tasks: &[Task], plan: &RuntimePlan, opts: &VerifyOptions) -> Vec<Check> {
+/// Tasks the supervisor put in `rtdeploy/rt` (and their children, which
+/// inherit the cgroup): process ids under cgroup v2 (`cgroup.procs`),
+/// thread ids under v1 (`tasks`).
+#[derive(Debug, Default)]
+struct RtMembers {
+    pids: Vec<u32>,
+    tids: Vec<u32>,
+}
+
+fn rt_cgroup_members(root: &Path) -> Result<RtMembers, VerifyRunError> {
+    let ids = |abs: String| -> Result<Vec<u32>, VerifyRunError> {
+        Ok(read_opt(&sys_path(root, &abs))?
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect())
+    };
+    Ok(match find_cgroup_root(root)? {
+        CgroupRoot::V2(m) => RtMembers {
+            pids: ids(format!("{m}/rtdeploy/rt/cgroup.procs"))?,
+            tids: Vec::new(),
+        },
+        CgroupRoot::V1(m) => RtMembers {
+            pids: Vec::new(),
+            tids: ids(format!("{m}/rtdeploy/rt/tasks"))?,
+        },
+        CgroupRoot::None => RtMembers::default(),
+    })
+}
+
+/// Tasks that may run on the isolated CPUs and should not: not bound to one
+/// CPU by the kernel, not placed there by the plan, not in `rtdeploy/rt`,
+/// not one of the robot's processes.
+fn check_foreign_tasks(
+    tasks: &[Task],
+    plan: &RuntimePlan,
+    opts: &VerifyOptions,
+    in_rt: &RtMembers,
+) -> Vec<Check> {
     let isolated = &plan.cpus.isolated;
     let planned_on_isolated: Vec<u32> = plan
         .threads
@@ -633,6 +671,8 @@ fn check_foreign_tasks(tasks: &[Task], plan: &RuntimePlan, opts: &VerifyOptions)
         if t.cpus_allowed.is_disjoint(isolated)
             || is_per_cpu_kthread(t)
             || planned_on_isolated.contains(&t.pid)
+            || in_rt.pids.contains(&t.pid)
+            || in_rt.tids.contains(&t.tid)
             || opts.allow_tasks.iter().any(|g| glob_match(g, &t.comm))
         {
             continue;
@@ -730,7 +770,7 @@ fn check_cgroups(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRu
                             "cgroup.rt.partition",
                             Status::Drift,
                             format!("partition invalid: {reason} ({abs} = `{}`)", v.trim()),
-                            Some("the kernel refused the partition: CPUs already isolated by isolcpus= cannot form an isolated partition on some kernels; set cpus.partition: none when the command line isolates, or check that no other cgroup holds these CPUs exclusively"),
+                            Some("the kernel refused the partition: a partition under rtdeploy needs the CPUs in cpuset.cpus.exclusive of rtdeploy and rtdeploy/rt (`deploy apply` writes both); a partition that mixes isolcpus= CPUs with housekeeping ones conflicts with the housekeeping setup; or set cpus.partition: none"),
                         ),
                         None if v.trim() == kind => check("cgroup.rt.partition", Status::Ok, format!("partition {kind}"), None),
                         None => check(

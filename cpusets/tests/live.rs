@@ -164,17 +164,6 @@ fn apply_dev_plan_on_this_machine_then_verify_and_restore() {
     eprintln!("{}", report.render(true));
     assert_eq!(report.failures().count(), 0, "{}", report.render(false));
 
-    let v = verify::verify(
-        &plan,
-        root,
-        &VerifyOptions {
-            sample_window: Duration::from_millis(300),
-            unmovable_irqs: report.unmovable_irqs(),
-            ..VerifyOptions::default()
-        },
-    )
-    .unwrap();
-    eprintln!("{}", v.render(true));
     let runtime = |id: &str| {
         id.starts_with("sysctl.")
             || id.starts_with("irq.")
@@ -183,11 +172,24 @@ fn apply_dev_plan_on_this_machine_then_verify_and_restore() {
             || id.starts_with("cpufreq.")
             || id == "workqueue.cpumask"
     };
-    for c in v
-        .checks
-        .iter()
-        .filter(|c| runtime(&c.id) && c.id != "irq.activity")
-    {
+    let vopts = VerifyOptions {
+        sample_window: Duration::from_millis(300),
+        unmovable_irqs: report.unmovable_irqs(),
+        ..VerifyOptions::default()
+    };
+    // x86 moves an I/O APIC or MSI interrupt when it next fires, on the old
+    // CPU: one interrupt there right after apply is the move itself. Verify
+    // once more before calling it drift.
+    let mut v = verify::verify(&plan, root, &vopts).unwrap();
+    if v.drifted().any(|c| runtime(&c.id)) {
+        eprintln!(
+            "first verify, while interrupt moves settle:\n{}",
+            v.render(false)
+        );
+        v = verify::verify(&plan, root, &vopts).unwrap();
+    }
+    eprintln!("{}", v.render(true));
+    for c in v.checks.iter().filter(|c| runtime(&c.id)) {
         assert_ne!(
             c.status,
             Status::Drift,
