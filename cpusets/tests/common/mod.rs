@@ -209,6 +209,48 @@ pub fn orin() -> Sections {
     }
 }
 
+/// The QEMU guest of the qemu-rt-6.12 fixture: 4 CPUs, 2-3 isolated.
+pub fn qemu() -> Sections {
+    Sections {
+        board: BoardSection {
+            model: "qemu-x86_64".into(),
+            cpus: Some(4),
+        },
+        cpus: CpusSection {
+            housekeeping: Some(cpus("0-1")),
+            isolated: cpus("2-3"),
+            nohz_full: true,
+            partition: PartitionKind::Isolated,
+        },
+        kernel: KernelSection::default(),
+        irqs: IrqsSection::default(),
+        sysctl: SysctlSection::new(),
+        power: PowerSection::default(),
+    }
+}
+
+/// The cgroup v2 directories apply uses, with the files a 6.12 kernel
+/// makes in a new cgroup: copied from a captured one, values reset.
+pub fn make_cgroup_v2_dirs_like(root: &Path, template: &Path) {
+    for dir in ["rtdeploy", "rtdeploy/rt", "rtdeploy/housekeeping"] {
+        let d = root.join("sys/fs/cgroup").join(dir);
+        fs::create_dir_all(&d).unwrap();
+        for e in fs::read_dir(template).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            let value = match name.as_str() {
+                "cpuset.cpus.partition" => "member\n".to_string(),
+                "cpuset.cpus"
+                | "cpuset.cpus.exclusive"
+                | "cgroup.subtree_control"
+                | "cgroup.procs" => "\n".into(),
+                _ => fs::read_to_string(e.path()).unwrap(),
+            };
+            fs::write(d.join(&name), value).unwrap();
+        }
+    }
+}
+
 /// The sections of examples/dev.yaml: 2 CPUs, CPU 1 isolated.
 pub fn dev() -> Sections {
     let mut sysctl = SysctlSection::new();
