@@ -380,6 +380,9 @@ fn unix_now() -> u64 {
 
 // ---------------------------------------------------------------- install
 
+/// Checks a release's robot.yaml text; `Err` says why it is not valid.
+pub type ValidateYaml = dyn Fn(&str) -> Result<(), String>;
+
 /// What an install checks against and how it behaves.
 pub struct InstallOptions<'a> {
     /// The robot and board this robot is (from its robot.yaml).
@@ -393,7 +396,7 @@ pub struct InstallOptions<'a> {
     /// The name written into the update lock.
     pub holder: String,
     /// Validates the new release's robot.yaml before anything switches.
-    pub validate_robot_yaml: Option<&'a dyn Fn(&str) -> Result<(), String>>,
+    pub validate_robot_yaml: Option<&'a ValidateYaml>,
 }
 
 /// What an install did.
@@ -756,7 +759,8 @@ pub fn begin_trial(prefix: &Path, release: &str) -> Result<Option<ReleaseState>,
     Ok(Some(state))
 }
 
-/// Marks the release in trial as good, then prunes to `keep` releases.
+/// Marks the release in trial as good, then prunes to `keep` releases
+/// (unless the update lock is held: then the next install prunes).
 pub fn commit(prefix: &Path, keep: u32) -> Result<String, ReleaseError> {
     match read_state(prefix)? {
         Some(ReleaseState::Trial { release, .. }) => {
@@ -766,7 +770,11 @@ pub fn commit(prefix: &Path, keep: u32) -> Result<String, ReleaseError> {
                     release: release.clone(),
                 },
             )?;
-            prune(prefix, keep)?;
+            // Pruning waits for a moment without an install (or a holder)
+            // working on the store; a caller holding the lock prunes itself.
+            if let Ok(Some(_lock)) = UpdateLock::try_acquire(prefix, "commit") {
+                prune(prefix, keep)?;
+            }
             Ok(release)
         }
         other => Err(ReleaseError::NotInTrial {

@@ -150,7 +150,6 @@ impl BundleReader {
                 })
             }
         };
-        drop(next);
         let verified = VerifiedManifest::verify(bytes, &sig, trusted, compat)?;
         on_manifest(&verified)?;
 
