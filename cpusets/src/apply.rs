@@ -872,9 +872,11 @@ mod tests {
     #[test]
     fn reads_partition_reasons() {
         assert_eq!(
-            partition_invalid_reason("isolated invalid (Cpu list in cpuset.cpus not exclusive)")
-                .as_deref(),
-            Some("Cpu list in cpuset.cpus not exclusive")
+            partition_invalid_reason(
+                "isolated invalid (Invalid cpu list in cpuset.cpus.exclusive)"
+            )
+            .as_deref(),
+            Some("Invalid cpu list in cpuset.cpus.exclusive")
         );
         assert_eq!(partition_invalid_reason("isolated"), None);
         assert_eq!(
