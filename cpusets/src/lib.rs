@@ -10,12 +10,26 @@
 //!   decides (pure), `apply` is the only code that does I/O;
 //! - every path is rooted at a caller-supplied sysroot, so tests run against
 //!   fake trees built from fixtures captured on real machines.
+//!
+//! The modules in the order the work flows: [`model`] (and [`model::live`],
+//! which only reads) turns /proc/interrupts, /proc/irq, /proc/PID/stat and
+//! status, /proc/mounts and cgroup files into values; [`plan::plan`] makes a
+//! [`plan::RuntimePlan`] from the sections and the interrupts and threads
+//! found; [`apply::apply`] writes it (read before write, so a second run
+//! changes nothing; no `O_CREAT`, so a wrong path fails as on the kernel) and
+//! reports each write's outcome; [`verify::verify`] reads everything back
+//! and reports each check as ok, drift, unmovable or unsupported.
+//!
+//! Dependencies: `libc` for `sched_setscheduler(2)` and
+//! `sched_setaffinity(2)` on kernel threads (std wraps neither; the calls
+//! live in `apply::sched`, the crate's only unsafe code). Globs on thread
+//! and interrupt names use a small matcher in [`model`].
 
 pub mod board;
 pub mod cmdline;
 pub mod config;
 pub mod cpuset;
+pub mod apply;
 pub mod model;
 pub mod plan;
-pub mod apply;
 pub mod verify;
