@@ -51,21 +51,26 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CheckSection, Dur};
 
 pub use report::{BudgetResult, CheckReport, Measurement, MeasurementKind, CHECK_SCHEMA_VERSION};
+pub use scenario::evaluate_budgets;
 
 /// How the real-time receiver is woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
 pub enum Mechanism {
     /// The runtime's own: an io_uring `IORING_OP_FUTEX_WAIT` kept armed on
     /// the channel's queue index (the event loop).
+    #[serde(rename = "io_uring")]
     IoUringFutex,
     /// `futex_waitv(2)` on the queue index (the event loop's fallback).
+    #[serde(rename = "futex_waitv")]
     FutexWaitv,
     /// A plain `FUTEX_WAIT` on the queue index.
+    #[serde(rename = "futex")]
     Futex,
     /// An eventfd per subscriber, written by every publisher.
+    #[serde(rename = "eventfd")]
     Eventfd,
     /// A real-time signal per subscriber, read through a signalfd.
+    #[serde(rename = "signalfd")]
     Signalfd,
 }
 

@@ -569,7 +569,7 @@ pub(crate) fn run(
 
 /// Every budget against its figure. Budgets on the scenario apply to each
 /// mechanism; only the first mechanism's decide the verdict.
-pub(crate) fn evaluate_budgets(
+pub fn evaluate_budgets(
     inputs: &CheckInputs,
     mechanisms: &[Mechanism],
     ms: &[Measurement],

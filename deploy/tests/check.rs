@@ -1,0 +1,384 @@
+//! `deploy check` run for real on this machine (short durations), with
+//! examples/dev.yaml: the JSON against docs/check-schema.json, the
+//! histogram and SVG files, exit 1 naming an impossible budget, the boot
+//! check's report file, and the plain warning when SCHED_FIFO is refused.
+//! No timing figure is asserted (the machine is shared and noisy).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// One check at a time: they pin to the same CPUs.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn repo(p: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+/// Whether this machine has the CPUs dev.yaml names (0 and 1).
+fn enough_cpus() -> bool {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n < 2 {
+        eprintln!("skipped: examples/dev.yaml needs CPUs 0 and 1, this machine has {n}");
+    }
+    n >= 2
+}
+
+/// dev.yaml with `edit` applied, written into `dir`.
+fn robot_yaml(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(repo("examples/dev.yaml")).unwrap();
+    let edited = edit(text);
+    let p = dir.join("robot.yaml");
+    std::fs::write(&p, edited).unwrap();
+    p
+}
+
+/// Runs `deploy` under a watchdog (`timeout -s KILL`).
+fn deploy(prefix: &Path, config: &Path, args: &[&str], wrap: &[&str]) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-s", "KILL", "90"])
+        .args(wrap)
+        .arg(env!("CARGO_BIN_EXE_deploy"));
+    cmd.arg("--prefix")
+        .arg(prefix)
+        .arg("-c")
+        .arg(config)
+        .args(args);
+    let out = cmd.output().expect("run deploy");
+    assert_ne!(
+        out.status.code(),
+        Some(137),
+        "deploy check hung and was killed by the watchdog"
+    );
+    out
+}
+
+fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(repo("docs/check-schema.json")).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    jsonschema::validator_for(&schema).expect("docs/check-schema.json is a valid schema")
+}
+
+fn assert_valid(doc: &serde_json::Value) {
+    let v = schema();
+    let errors: Vec<String> = v
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "report does not match docs/check-schema.json:\n{}",
+        errors.join("\n")
+    );
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn json_report_matches_the_schema_and_files_follow_their_formats() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    let hist = dir.path().join("hist.txt");
+    let svg = dir.path().join("plot.svg");
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &[
+            "check",
+            "--duration",
+            "2s",
+            "--json",
+            "-q",
+            "--no-verify",
+            "--histogram",
+            hist.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout(&out)).expect("stdout is one JSON document");
+    assert_valid(&doc);
+    assert_eq!(
+        doc["verdict"],
+        if code == Some(0) { "pass" } else { "fail" }
+    );
+    assert_eq!(doc["scenario"]["mechanisms"][0], "io_uring");
+    let ms = doc["measurements"].as_array().unwrap();
+    let names: Vec<&str> = ms.iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["timer cpu1", "send", "delivery", "low-priority delivery"]
+    );
+    for m in ms {
+        assert!(
+            m["count"].as_u64().unwrap() > 0,
+            "nothing measured for {}",
+            m["name"]
+        );
+        let total: u64 = m["histogram"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            total,
+            m["count"].as_u64().unwrap(),
+            "{}: histogram does not add up",
+            m["name"]
+        );
+    }
+    // Every message the sender sent was delivered or counted lost.
+    let send = &ms[1];
+    let del = &ms[2];
+    let sent = send["count"].as_u64().unwrap();
+    let got = del["count"].as_u64().unwrap() + del["errors"].as_u64().unwrap();
+    assert!(
+        got <= sent && got + 1 >= sent,
+        "sent {sent}, delivered or lost {got}"
+    );
+    // The channel and control files are gone.
+    let shm = dir.path().join("dev/shm/rtdeploy/rtdeploy/check");
+    let left: Vec<_> = std::fs::read_dir(&shm)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    // cyclictest's histogram file: one count column per measurement.
+    let h = std::fs::read_to_string(&hist).unwrap();
+    let lines: Vec<&str> = h.lines().collect();
+    assert_eq!(lines[0], "# Histogram");
+    let data: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    assert!(data.len() >= 100);
+    for (i, l) in data.iter().enumerate() {
+        let cols: Vec<&str> = l.split(|c| c == ' ' || c == '\t').collect();
+        assert_eq!(cols.len(), 1 + ms.len(), "line {l:?}");
+        assert_eq!(cols[0].parse::<usize>().unwrap(), i);
+    }
+    for title in [
+        "# Total:",
+        "# Min Latencies:",
+        "# Avg Latencies:",
+        "# Max Latencies:",
+        "# Histogram Overflows:",
+    ] {
+        let l = lines
+            .iter()
+            .find(|l| l.starts_with(title))
+            .unwrap_or_else(|| panic!("no {title} line"));
+        assert_eq!(l[title.len()..].split_whitespace().count(), ms.len(), "{l}");
+    }
+    let totals: Vec<u64> = lines.iter().find(|l| l.starts_with("# Total:")).unwrap()[8..]
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let overflows: Vec<u64> = lines
+        .iter()
+        .find(|l| l.starts_with("# Histogram Overflows:"))
+        .unwrap()[22..]
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    for (i, m) in ms.iter().enumerate() {
+        assert_eq!(
+            totals[i] + overflows[i],
+            m["count"].as_u64().unwrap(),
+            "{}",
+            m["name"]
+        );
+    }
+
+    // The picture: one series per measurement, a line per budget, labels.
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    assert_eq!(s.matches("<polyline").count(), ms.len());
+    assert!(s.contains("check.budgets.delivery_max"));
+    assert!(s.contains("latency (log scale)") && s.contains("samples per bucket (log scale)"));
+}
+
+#[test]
+fn an_impossible_budget_fails_the_run_and_is_named() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| {
+        t.replace("delivery_max: 2ms", "delivery_max: 1ns")
+    });
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &["check", "--duration", "2s", "-q", "--no-verify"],
+        &[],
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("check.budgets.delivery_max"))
+        .unwrap_or_else(|| panic!("no budget row:\n{text}"));
+    assert!(
+        row.contains("1ns") && row.trim_end().ends_with("FAIL"),
+        "{row}"
+    );
+    let verdict = text
+        .lines()
+        .find(|l| l.starts_with("FAIL: "))
+        .unwrap_or_else(|| panic!("no verdict:\n{text}"));
+    assert!(verdict.contains("check.budgets.delivery_max"), "{verdict}");
+}
+
+#[test]
+fn boot_check_writes_its_report_under_the_prefix() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| {
+        t.replace("boot_check:\n  duration: 3s", "boot_check:\n  duration: 1s")
+    });
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &["check", "--boot", "-q", "--no-verify"],
+        &[],
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
+    let path = dir.path().join("var/lib/rtdeploy/boot-check.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("boot-check.json written"))
+            .unwrap();
+    assert_valid(&doc);
+    assert_eq!(doc["scenario"]["mode"], "boot");
+    assert_eq!(doc["scenario"]["duration_ns"], 1_000_000_000u64);
+    assert_eq!(
+        doc["verdict"],
+        if code == Some(0) { "pass" } else { "fail" }
+    );
+}
+
+/// Whether we are root (then the unprivileged run needs setpriv).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
+    if !enough_cpus() {
+        return;
+    }
+    let wrap: &[&str] = if is_root() {
+        if Command::new("setpriv").arg("--version").output().is_err() {
+            eprintln!(
+                "skipped: running as root and setpriv (util-linux) is missing to drop privileges"
+            );
+            return;
+        }
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ]
+    } else {
+        &[]
+    };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &["check", "--duration", "1s", "--json", "-q", "--no-verify"],
+        wrap,
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_valid(&doc);
+    if doc["realtime"]["sched_fifo"] == true {
+        eprintln!("skipped: this user may use SCHED_FIFO (RLIMIT_RTPRIO), nothing to show");
+        return;
+    }
+    let warning = doc["realtime"]["warning"]
+        .as_str()
+        .expect("a warning when SCHED_FIFO was refused");
+    assert!(warning.contains("NOT real-time figures"), "{warning}");
+    // And the human report says it too.
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &["check", "--duration", "400ms", "-q", "--no-verify"],
+        wrap,
+    );
+    assert!(
+        stdout(&out).contains("WARNING: SCHED_FIFO was refused"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    for args in [
+        &["check", "--mechanism", "carrier-pigeon"][..],
+        &["check", "--duration", "0s"][..],
+        &["check", "--compare", "--boot"][..],
+    ] {
+        let out = deploy(dir.path(), &cfg, args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+    }
+    // A missing robot.yaml is an error, not a failed budget.
+    let out = deploy(
+        dir.path(),
+        &dir.path().join("nope.yaml"),
+        &["check", "--duration", "1s"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
