@@ -1230,20 +1230,28 @@ impl Publisher {
             // Release: the payload, size, pid and time above are visible to
             // any reader whose Acquire load sees this stamp.
             sh.qi.store(qi, Ordering::Release);
-            // Recovery record, ordered before the CAS (both SeqCst).
-            pe.swapping.store(e, Ordering::SeqCst);
+            // Recovery record. Release is enough for it and for the three
+            // bookkeeping stores after the CAS: the CAS is a release
+            // operation, so whoever observes its result with an Acquire
+            // load (the recovery code loads SeqCst) also sees `swapping`;
+            // and whoever sees `swapping == NONE` (Acquire) sees the
+            // INVALID stamp and the new scratch stored before it. A dead
+            // publisher's stores are all visible once the kernel has
+            // reaped it (its exit is a full barrier), which is when the
+            // recovery code runs.
+            pe.swapping.store(e, Ordering::Release);
             if slot_ref
                 .compare_exchange(e, pack(qi, s), Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
             {
-                pe.swapping.store(NONE, Ordering::SeqCst);
+                pe.swapping.store(NONE, Ordering::Release);
                 continue;
             }
             // The evicted slot is ours now: invalidate its stamp so readers
             // of the old message notice, record it, clear the record.
-            inner.slot(x).qi.store(INVALID, Ordering::SeqCst);
-            pe.scratch.store(x, Ordering::SeqCst);
-            pe.swapping.store(NONE, Ordering::SeqCst);
+            inner.slot(x).qi.store(INVALID, Ordering::Release);
+            pe.scratch.store(x, Ordering::Release);
+            pe.swapping.store(NONE, Ordering::Release);
             self.scratch = x;
             let _ = h
                 .next_index
@@ -1267,7 +1275,9 @@ impl Publisher {
                 false
             };
             self.published += 1;
-            pe.published.fetch_add(1, Ordering::Relaxed); // a statistic
+            // A statistic with one writer (the entry's owner): a plain
+            // store, no read-modify-write.
+            pe.published.store(self.published, Ordering::Relaxed);
             return Ok(Published {
                 index: qi,
                 send_time_ns: now,

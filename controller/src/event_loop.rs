@@ -878,6 +878,9 @@ impl EventLoop {
     /// Handles everything ready, in event-time order.
     fn dispatch(&mut self) -> Result<(), EventLoopRunError> {
         loop {
+            if self.exit {
+                return Ok(());
+            }
             let mut best: Option<(u64, bool, usize)> = None;
             for i in 0..self.watchers.len() {
                 self.refill(i)?;

@@ -12,6 +12,7 @@
 //! - `unsafe` lives only in the modules that map shared memory or issue
 //!   syscalls, each block with its `SAFETY:` argument.
 
+pub mod bench;
 pub mod channel;
 pub mod check;
 pub mod config;

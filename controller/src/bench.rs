@@ -1,0 +1,1161 @@
+//! Microbenchmarks of the runtime: one-way wake latency between two
+//! processes for each wake mechanism side by side, the cost of a publish,
+//! and publish throughput. `deploy bench wake|publish|throughput` prints
+//! these.
+//!
+//! The wake benchmark forks one sender process per mechanism (the fork
+//! happens before any allocation the child needs; the child only sleeps,
+//! reads the clock, writes shared memory and issues the wake syscall, then
+//! `_exit`s). The sender stamps `CLOCK_MONOTONIC` every period and wakes
+//! the receiver, which sleeps in the mechanism under test and reads the
+//! clock when it wakes. Both run with the same settings, reported with the
+//! results: SCHED_FIFO where permitted, pinned CPUs, `/dev/cpu_dma_latency`
+//! held at 0.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::channel::{Channel, ChannelGeometry};
+use crate::event_loop::{probe, Backend, EventLoop, LoopOptions};
+use crate::rt::{self, Policy};
+use crate::sys;
+
+/// A wake mechanism measured by [`wake`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Mechanism {
+    /// This runtime's event loop on its io_uring armed futex wait.
+    #[serde(rename = "io_uring-futex")]
+    IoUringFutex,
+    /// This runtime's event loop on its futex_waitv fallback.
+    #[serde(rename = "futex_waitv")]
+    FutexWaitv,
+    /// A bare FUTEX_WAIT / FUTEX_WAKE pair: the floor.
+    #[serde(rename = "futex")]
+    RawFutex,
+    #[serde(rename = "eventfd")]
+    Eventfd,
+    #[serde(rename = "pipe")]
+    Pipe,
+    /// An RT signal read from a signalfd.
+    #[serde(rename = "signalfd")]
+    SignalFd,
+}
+
+impl Mechanism {
+    pub const ALL: [Mechanism; 6] = [
+        Mechanism::IoUringFutex,
+        Mechanism::FutexWaitv,
+        Mechanism::RawFutex,
+        Mechanism::Eventfd,
+        Mechanism::Pipe,
+        Mechanism::SignalFd,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::IoUringFutex => "io_uring-futex",
+            Mechanism::FutexWaitv => "futex_waitv",
+            Mechanism::RawFutex => "futex",
+            Mechanism::Eventfd => "eventfd",
+            Mechanism::Pipe => "pipe",
+            Mechanism::SignalFd => "signalfd",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Mechanism> {
+        Mechanism::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// Settings of the wake benchmark.
+#[derive(Debug, Clone)]
+pub struct WakeOptions {
+    /// Samples per mechanism (after a short warm-up).
+    pub samples: u32,
+    /// The sender's period.
+    pub period: Duration,
+    pub mechanisms: Vec<Mechanism>,
+    /// Mechanisms are measured in this many interleaved rounds, so slow
+    /// drifts of the machine hit all of them alike.
+    pub rounds: u32,
+    /// CPUs for sender and receiver; `None` picks the last two allowed.
+    pub sender_cpu: Option<usize>,
+    pub receiver_cpu: Option<usize>,
+    /// SCHED_FIFO priority for both; `None` keeps the current policy.
+    pub priority: Option<u32>,
+    /// Normally `/dev/cpu_dma_latency`.
+    pub dma_latency: PathBuf,
+    /// A directory for the benchmark's channel file (e.g. a temp dir under
+    /// `<prefix>/dev/shm/rtdeploy`).
+    pub shm_dir: PathBuf,
+    /// Normally `/proc`.
+    pub proc_root: PathBuf,
+}
+
+impl WakeOptions {
+    pub fn new(shm_dir: &Path) -> WakeOptions {
+        WakeOptions {
+            samples: 10_000,
+            period: Duration::from_micros(200),
+            mechanisms: Mechanism::ALL.to_vec(),
+            rounds: 5,
+            sender_cpu: None,
+            receiver_cpu: None,
+            priority: Some(80),
+            dma_latency: PathBuf::from("/dev/cpu_dma_latency"),
+            shm_dir: shm_dir.into(),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// What was in force during a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchSettings {
+    pub kernel: String,
+    /// e.g. `SCHED_FIFO 80`, or why not.
+    pub scheduling: String,
+    pub sender_cpu: Option<usize>,
+    pub receiver_cpu: Option<usize>,
+    /// e.g. `held at 0us`, or why not.
+    pub cpu_dma_latency: String,
+    pub period_ns: u64,
+    pub samples_per_mechanism: u32,
+    pub rounds: u32,
+}
+
+/// Latency figures of one mechanism, nanoseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencySummary {
+    pub mechanism: String,
+    pub count: u64,
+    pub min_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub over_100us: u64,
+    pub over_1ms: u64,
+    /// Wakes that found more than one send (the receiver was late by
+    /// more than a period); each still counts once, from the newest stamp.
+    pub coalesced: u64,
+    /// Why the mechanism was not measured, if it was not.
+    pub skipped: Option<String>,
+}
+
+impl LatencySummary {
+    fn from_samples(mechanism: &str, mut v: Vec<u64>, coalesced: u64) -> LatencySummary {
+        v.sort_unstable();
+        let q = |p: f64| -> u64 {
+            if v.is_empty() {
+                return 0;
+            }
+            let i = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+            v[i]
+        };
+        LatencySummary {
+            mechanism: mechanism.into(),
+            count: v.len() as u64,
+            min_ns: v.first().copied().unwrap_or(0),
+            p50_ns: q(0.5),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+            max_ns: v.last().copied().unwrap_or(0),
+            over_100us: v.iter().filter(|&&x| x > 100_000).count() as u64,
+            over_1ms: v.iter().filter(|&&x| x > 1_000_000).count() as u64,
+            coalesced,
+            skipped: None,
+        }
+    }
+    fn skipped(mechanism: &str, why: String) -> LatencySummary {
+        let mut s = LatencySummary::from_samples(mechanism, Vec::new(), 0);
+        s.skipped = Some(why);
+        s
+    }
+}
+
+/// The wake benchmark's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct WakeReport {
+    pub settings: BenchSettings,
+    pub results: Vec<LatencySummary>,
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1}", ns as f64 / 1000.0)
+}
+
+impl WakeReport {
+    /// A text table (microseconds).
+    pub fn table(&self) -> String {
+        let s = &self.settings;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "wake latency, one way between processes: kernel {}, {}, sender CPU {}, receiver CPU {}, cpu_dma_latency {}, period {}us, {} samples x {} rounds",
+            s.kernel,
+            s.scheduling,
+            s.sender_cpu.map_or("any".into(), |c| c.to_string()),
+            s.receiver_cpu.map_or("any".into(), |c| c.to_string()),
+            s.cpu_dma_latency,
+            s.period_ns / 1000,
+            s.samples_per_mechanism,
+            s.rounds
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>9}",
+            "mechanism",
+            "count",
+            "min",
+            "p50",
+            "p99",
+            "p99.9",
+            "max",
+            ">100us",
+            ">1ms",
+            "coalesced"
+        );
+        for r in &self.results {
+            if let Some(why) = &r.skipped {
+                let _ = writeln!(out, "{:<16} skipped: {why}", r.mechanism);
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "{:<16} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>9}",
+                r.mechanism,
+                r.count,
+                us(r.min_ns),
+                us(r.p50_ns),
+                us(r.p99_ns),
+                us(r.p999_ns),
+                us(r.max_ns),
+                r.over_100us,
+                r.over_1ms,
+                r.coalesced
+            );
+        }
+        out
+    }
+}
+
+/// A benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchRunError {
+    #[error("cannot set up the benchmark channel in {dir}: {reason}")]
+    Channel { dir: PathBuf, reason: String },
+    #[error("{what} failed: {source}")]
+    Sys {
+        what: &'static str,
+        source: io::Error,
+    },
+    #[error("event loop: {0}")]
+    Loop(String),
+    #[error("the sender process for {mechanism} failed (status {status})")]
+    Child {
+        mechanism: &'static str,
+        status: i32,
+    },
+}
+
+fn sys_err(what: &'static str) -> BenchRunError {
+    BenchRunError::Sys {
+        what,
+        source: io::Error::last_os_error(),
+    }
+}
+
+/// Shared between sender and receiver: an anonymous shared mapping.
+#[repr(C)]
+struct Shared {
+    /// The futex word of the raw futex mechanism (low 32 bits).
+    word: AtomicU64,
+    /// Sends so far; send `k` (from 1) stamped `stamps[k % STAMPS]`.
+    seq: AtomicU64,
+    /// Set by the receiver when it has all its samples.
+    done: AtomicU64,
+    _pad: AtomicU64,
+    stamps: [AtomicU64; STAMPS],
+}
+
+const STAMPS: usize = 1024;
+const SHARED_BYTES: usize = 16384;
+const _: () = assert!(std::mem::size_of::<Shared>() <= SHARED_BYTES);
+
+impl Shared {
+    /// Sender: stamps send `k` and publishes it.
+    fn stamp(&self, k: u64) {
+        self.stamps[k as usize % STAMPS].store(sys::monotonic_ns(), Ordering::Relaxed);
+        // Release: the stamp is visible to a receiver that sees seq >= k.
+        self.seq.store(k, Ordering::Release);
+    }
+}
+
+/// Receiver side: every send is one sample, from its own stamp to the
+/// wake that delivered it; sends found by a wake that also found a later
+/// one count as coalesced (the receiver was late by over a period).
+struct Samples {
+    lat: Vec<u64>,
+    seen: u64,
+    coalesced: u64,
+}
+
+impl Samples {
+    fn take_upto(&mut self, shared: &Shared, now: u64, upto: u64) {
+        while self.seen < upto {
+            self.seen += 1;
+            let t = shared.stamps[self.seen as usize % STAMPS].load(Ordering::Relaxed);
+            if self.seen < upto {
+                self.coalesced += 1;
+            }
+            self.lat.push(now.saturating_sub(t));
+        }
+    }
+}
+
+struct SharedMap(*mut Shared);
+
+impl SharedMap {
+    fn new() -> Result<SharedMap, BenchRunError> {
+        // SAFETY: a fresh anonymous shared mapping; checked for failure.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SHARED_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(sys_err("mmap"));
+        }
+        Ok(SharedMap(p as *mut Shared))
+    }
+    fn get(&self) -> &Shared {
+        // SAFETY: the mapping is SHARED_BYTES zeroed bytes (a valid Shared:
+        // all atomics), page aligned, alive as long as `self`.
+        unsafe { &*self.0 }
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped.
+        unsafe { libc::munmap(self.0 as *mut libc::c_void, SHARED_BYTES) };
+    }
+}
+
+/// Holds `/dev/cpu_dma_latency` at 0 while alive.
+struct DmaLatency {
+    _file: Option<std::fs::File>,
+}
+
+impl DmaLatency {
+    fn hold(path: &Path) -> (DmaLatency, String) {
+        use std::io::Write;
+        match std::fs::OpenOptions::new().write(true).open(path) {
+            Ok(mut f) => match f.write_all(&0i32.to_ne_bytes()) {
+                Ok(()) => (DmaLatency { _file: Some(f) }, "held at 0us".into()),
+                Err(e) => (
+                    DmaLatency { _file: None },
+                    format!("not held: writing {}: {e}", path.display()),
+                ),
+            },
+            Err(e) => (
+                DmaLatency { _file: None },
+                format!("not held: opening {}: {e}", path.display()),
+            ),
+        }
+    }
+}
+
+fn sleep_until(ns: u64) {
+    let ts = sys::timespec_of(ns);
+    // SAFETY: `ts` is valid for the call; EINTR just ends the sleep early.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is valid and writable.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn gettid() -> libc::pid_t {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
+}
+
+/// The receiver thread's scheduling state before the benchmark, restored
+/// after.
+struct SchedRestore(Option<rt::SchedState>);
+
+impl Drop for SchedRestore {
+    fn drop(&mut self) {
+        if let Some(s) = &self.0 {
+            let _ = rt::set_sched(s.policy.unwrap_or(Policy::Other), s.priority);
+            let _ = rt::pin_cpus(&s.cpus);
+        }
+    }
+}
+
+fn pick_cpus(opts: &WakeOptions) -> (Option<usize>, Option<usize>) {
+    let cpus = rt::sched_state().map(|s| s.cpus).unwrap_or_default();
+    let n = cpus.len();
+    let s = opts
+        .sender_cpu
+        .or(if n >= 2 { Some(cpus[n - 2]) } else { None });
+    let r = opts.receiver_cpu.or(cpus.last().copied());
+    (s, r)
+}
+
+/// Measures one-way wake latency for each mechanism in `opts`.
+pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
+    let (sender_cpu, receiver_cpu) = pick_cpus(opts);
+    let _restore = SchedRestore(rt::sched_state().ok());
+    let scheduling = match opts.priority {
+        Some(p) => match rt::set_sched(Policy::Fifo, p) {
+            Ok(()) => format!("SCHED_FIFO {p}"),
+            Err(e) => format!("SCHED_OTHER (SCHED_FIFO refused: {e})"),
+        },
+        None => "inherited policy".into(),
+    };
+    let fifo = scheduling.starts_with("SCHED_FIFO");
+    if let Some(c) = receiver_cpu {
+        let _ = rt::pin_cpus(&[c]);
+    }
+    let (_dma, dma_text) = DmaLatency::hold(&opts.dma_latency);
+    let p = probe();
+    let settings = BenchSettings {
+        kernel: p.kernel.clone(),
+        scheduling,
+        sender_cpu,
+        receiver_cpu,
+        cpu_dma_latency: dma_text,
+        period_ns: opts.period.as_nanos() as u64,
+        samples_per_mechanism: opts.samples,
+        rounds: opts.rounds.max(1),
+    };
+    let child_sched = SenderSched {
+        cpu: sender_cpu,
+        fifo: if fifo { opts.priority } else { None },
+    };
+    let rounds = opts.rounds.max(1);
+    let per_round = opts.samples.div_ceil(rounds);
+    let mut all: Vec<(Vec<u64>, u64, Option<String>)> = opts
+        .mechanisms
+        .iter()
+        .map(|_| (Vec::new(), 0, None))
+        .collect();
+    for _ in 0..rounds {
+        for (k, &m) in opts.mechanisms.iter().enumerate() {
+            if all[k].2.is_some() {
+                continue;
+            }
+            let skip = match m {
+                Mechanism::IoUringFutex if !p.io_uring_futex => p.io_uring_problem.clone(),
+                Mechanism::FutexWaitv if !p.futex_waitv => {
+                    Some("kernel lacks futex_waitv (5.16+)".into())
+                }
+                _ => None,
+            };
+            if let Some(why) = skip {
+                all[k].2 = Some(why);
+                continue;
+            }
+            let (v, coalesced) = run_one(m, per_round, opts, &child_sched)?;
+            all[k].0.extend(v);
+            all[k].1 += coalesced;
+        }
+    }
+    let results = opts
+        .mechanisms
+        .iter()
+        .zip(all)
+        .map(|(m, (v, c, skip))| match skip {
+            Some(why) => LatencySummary::skipped(m.name(), why),
+            None => LatencySummary::from_samples(m.name(), v, c),
+        })
+        .collect();
+    Ok(WakeReport { settings, results })
+}
+
+#[derive(Clone, Copy)]
+struct SenderSched {
+    cpu: Option<usize>,
+    fifo: Option<u32>,
+}
+
+const WARMUP: u32 = 20;
+
+/// Forks the sender: `send(i)` is called every period until the receiver
+/// says done (or a generous cap passes). Only async-signal-safe work
+/// happens in the child.
+fn fork_sender(
+    shared: &Shared,
+    opts: &WakeOptions,
+    sched: SenderSched,
+    expected: u32,
+    mut send: impl FnMut(u64),
+) -> Result<libc::pid_t, BenchRunError> {
+    let period = opts.period.as_nanos() as u64;
+    // SAFETY: fork has no memory-safety preconditions; the child below
+    // only uses syscalls, atomics on shared memory and `send` (which
+    // only does the same), then _exit without running destructors.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(sys_err("fork"));
+    }
+    if pid > 0 {
+        return Ok(pid);
+    }
+    // Child.
+    if let Some(c) = sched.cpu {
+        // SAFETY: zeroed cpu_set_t is the empty set; c < CPU_SETSIZE is
+        // checked; the call only reads `set`.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if c < libc::CPU_SETSIZE as usize {
+                libc::CPU_SET(c, &mut set);
+            }
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+    if let Some(p) = sched.fifo {
+        let param = libc::sched_param {
+            sched_priority: p as i32,
+        };
+        // SAFETY: `param` is valid for the call.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    }
+    let cap = (expected as u64 + WARMUP as u64) * 4 + 5_000_000_000 / period.max(1);
+    let mut next = sys::monotonic_ns() + 2_000_000; // let the receiver go to sleep
+    let mut i = 0u64;
+    while shared.done.load(Ordering::Acquire) == 0 && i < cap {
+        sleep_until(next);
+        next += period;
+        send(i);
+        i += 1;
+    }
+    // SAFETY: ends the child without unwinding or running destructors of
+    // state duplicated from the parent.
+    unsafe { libc::_exit(0) }
+}
+
+fn reap(pid: libc::pid_t, m: Mechanism) -> Result<(), BenchRunError> {
+    let mut status = 0;
+    // SAFETY: waits for our own child; `status` is valid.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        Ok(())
+    } else {
+        Err(BenchRunError::Child {
+            mechanism: m.name(),
+            status,
+        })
+    }
+}
+
+fn run_one(
+    m: Mechanism,
+    n: u32,
+    opts: &WakeOptions,
+    sched: &SenderSched,
+) -> Result<(Vec<u64>, u64), BenchRunError> {
+    let map = SharedMap::new()?;
+    let shared = map.get();
+    let total = n + WARMUP;
+    let mut smp = Samples {
+        lat: Vec::with_capacity(total as usize + 64),
+        seen: 0,
+        coalesced: 0,
+    };
+    match m {
+        Mechanism::IoUringFutex | Mechanism::FutexWaitv => {
+            let dir = tempdir_in(&opts.shm_dir)?;
+            let geom = ChannelGeometry::new(64, 1024, 2);
+            let (ch, _) = Channel::create(&dir.0, "/bench/wake", &geom, None, &opts.proc_root)
+                .map_err(|e| BenchRunError::Channel {
+                    dir: dir.0.clone(),
+                    reason: e.to_string(),
+                })?;
+            let mut publisher =
+                ch.publisher(&opts.proc_root)
+                    .map_err(|e| BenchRunError::Channel {
+                        dir: dir.0.clone(),
+                        reason: e.to_string(),
+                    })?;
+            let backend = if m == Mechanism::IoUringFutex {
+                Backend::IoUringFutex
+            } else {
+                Backend::FutexWaitv
+            };
+            let mut lp = EventLoop::new(LoopOptions {
+                backend: Some(backend),
+                proc_root: opts.proc_root.clone(),
+                ..LoopOptions::default()
+            })
+            .map_err(|e| BenchRunError::Loop(e.to_string()))?;
+            // Every message counts, each from its own send time (a late
+            // wake that finds several is charged for all of them).
+            let samples = Rc::new(RefCell::new(Vec::with_capacity(total as usize)));
+            let s2 = samples.clone();
+            let mut got = 0u32;
+            lp.watch(&ch, move |ctx, msg| {
+                s2.borrow_mut().push(ctx.latency_ns());
+                if msg.lost_before > 0 {
+                    got += msg.lost_before as u32;
+                }
+                got += 1;
+                if got >= total {
+                    ctx.exit();
+                }
+            })
+            .map_err(|e| BenchRunError::Loop(e.to_string()))?;
+            let pid = fork_sender(shared, opts, *sched, n, |i| {
+                let _ = publisher.publish(&i.to_ne_bytes());
+            })?;
+            let r = lp.run().map_err(|e| BenchRunError::Loop(e.to_string()));
+            shared.done.store(1, Ordering::Release);
+            reap(pid, m)?;
+            r?;
+            drop(lp);
+            let v = samples.borrow();
+            return Ok((
+                v.iter()
+                    .take(total as usize)
+                    .skip(WARMUP as usize)
+                    .copied()
+                    .collect(),
+                0,
+            ));
+        }
+        Mechanism::RawFutex => {
+            let pid = fork_sender(shared, opts, *sched, n, |i| {
+                shared.stamp(i + 1);
+                shared.word.fetch_add(1, Ordering::SeqCst);
+                let _ = sys::futex_wake_all(&shared.word);
+            })?;
+            let mut seen_word = 0u64;
+            while smp.lat.len() < total as usize {
+                loop {
+                    let w = shared.word.load(Ordering::SeqCst);
+                    if w != seen_word {
+                        seen_word = w;
+                        break;
+                    }
+                    let _ = sys::futex_wait(&shared.word, w as u32, Some(1_000_000_000));
+                }
+                let now = sys::monotonic_ns();
+                smp.take_upto(shared, now, shared.seq.load(Ordering::Acquire));
+            }
+            shared.done.store(1, Ordering::Release);
+            reap(pid, m)?;
+        }
+        Mechanism::Eventfd => {
+            // SAFETY: creates a new fd; checked.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(sys_err("eventfd"));
+            }
+            // SAFETY: `fd` is a fresh fd we own.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let raw = fd.as_raw_fd();
+            let pid = fork_sender(shared, opts, *sched, n, |i| {
+                shared.stamp(i + 1);
+                let one = 1u64;
+                // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+                unsafe { libc::write(raw, &one as *const u64 as *const libc::c_void, 8) };
+            })?;
+            while smp.lat.len() < total as usize {
+                let mut v = 0u64;
+                // SAFETY: reads 8 bytes into a valid u64.
+                let r = unsafe { libc::read(raw, &mut v as *mut u64 as *mut libc::c_void, 8) };
+                let now = sys::monotonic_ns();
+                if r != 8 {
+                    break;
+                }
+                // The counter is the number of sends since the last read.
+                let upto = smp.seen + v;
+                smp.take_upto(shared, now, upto);
+            }
+            shared.done.store(1, Ordering::Release);
+            reap(pid, m)?;
+        }
+        Mechanism::Pipe => {
+            let mut fds = [0i32; 2];
+            // SAFETY: `fds` has room for two fds.
+            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+                return Err(sys_err("pipe2"));
+            }
+            // SAFETY: fresh fds we own.
+            let (rfd, wfd) =
+                unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+            let w = wfd.as_raw_fd();
+            let pid = fork_sender(shared, opts, *sched, n, |i| {
+                shared.stamp(i + 1);
+                let k = i + 1;
+                // SAFETY: writes 8 bytes from a valid u64 to our pipe.
+                unsafe { libc::write(w, &k as *const u64 as *const libc::c_void, 8) };
+            })?;
+            drop(wfd);
+            while smp.lat.len() < total as usize {
+                let mut k = 0u64;
+                // SAFETY: reads 8 bytes into a valid u64.
+                let r = unsafe {
+                    libc::read(rfd.as_raw_fd(), &mut k as *mut u64 as *mut libc::c_void, 8)
+                };
+                let now = sys::monotonic_ns();
+                if r != 8 {
+                    break;
+                }
+                // Later sends already in the pipe are read (and timed) on
+                // the next reads: charge them as found by this wake.
+                let upto = k.max(smp.seen + 1);
+                smp.take_upto(shared, now, upto);
+            }
+            shared.done.store(1, Ordering::Release);
+            // Closing the read end ends a sender blocked on a full pipe.
+            drop(rfd);
+            reap(pid, m)?;
+        }
+        Mechanism::SignalFd => {
+            let sig = libc::SIGRTMIN() + 1;
+            // SAFETY: sigset operations on local sets.
+            let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+            // SAFETY: valid sets; blocks the signal in this thread only
+            // (the sender targets this thread with tgkill, so no other
+            // thread ever gets it).
+            unsafe {
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, sig);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            }
+            // SAFETY: creates an fd for a valid set; checked.
+            let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
+            if sfd < 0 {
+                let e = sys_err("signalfd");
+                // SAFETY: restores the mask.
+                unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+                return Err(e);
+            }
+            // SAFETY: fresh fd we own.
+            let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+            let tgid = std::process::id() as libc::pid_t;
+            let tid = gettid();
+            let pid = fork_sender(shared, opts, *sched, n, |i| {
+                shared.stamp(i + 1);
+                // SAFETY: sends a blocked RT signal to the receiver thread.
+                unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) };
+            })?;
+            while smp.lat.len() < total as usize {
+                let mut info = [0u8; 128];
+                // SAFETY: reads one signalfd_siginfo (128 bytes).
+                let r = unsafe {
+                    libc::read(sfd.as_raw_fd(), info.as_mut_ptr() as *mut libc::c_void, 128)
+                };
+                let now = sys::monotonic_ns();
+                if r != 128 {
+                    break;
+                }
+                // RT signals queue one per send, in order.
+                let upto = smp.seen + 1;
+                smp.take_upto(shared, now, upto);
+            }
+            shared.done.store(1, Ordering::Release);
+            reap(pid, m)?;
+            // Discard signals still queued, then restore the mask.
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a zero-timeout wait on a valid set.
+            while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) } >= 0 {}
+            // SAFETY: restores the previous mask.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        }
+    }
+    let coalesced = smp.coalesced;
+    let mut lat = smp.lat;
+    lat.truncate(total as usize);
+    let lat = lat.split_off((WARMUP as usize).min(lat.len()));
+    Ok((lat, coalesced))
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+fn tempdir_in(base: &Path) -> Result<TempDir, BenchRunError> {
+    let dir = base.join(format!(
+        "bench-{}-{}",
+        std::process::id(),
+        sys::monotonic_ns()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|source| BenchRunError::Sys {
+        what: "creating the benchmark directory",
+        source,
+    })?;
+    Ok(TempDir(dir))
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Publish cost figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PublishReport {
+    pub payload_bytes: usize,
+    /// Without any subscriber waiting.
+    pub no_waiter: PublishCost,
+    /// With a subscriber process keeping an io_uring futex wait armed.
+    pub with_waiter: Option<PublishCost>,
+    /// Why `with_waiter` was not measured.
+    pub with_waiter_skipped: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PublishCost {
+    pub publishes: u64,
+    /// Mean over all publishes, wall-clock.
+    pub mean_ns: f64,
+    /// Mean over the publishing thread's CPU time (a shared machine takes
+    /// the CPU away now and then; this is the cost when it does not).
+    pub mean_cpu_ns: Option<f64>,
+    /// Percentiles of per-publish times (clock read around each call,
+    /// which adds ~20-40 ns of its own).
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Futex wake syscalls the publisher made, in all.
+    pub wake_syscalls: u64,
+    pub wake_syscalls_per_publish: f64,
+}
+
+impl PublishReport {
+    pub fn table(&self) -> String {
+        let mut out = format!("publish cost, {}-byte messages\n", self.payload_bytes);
+        let _ = writeln!(
+            out,
+            "{:<22} {:>10} {:>10} {:>12} {:>8} {:>8} {:>10} {:>14}",
+            "case",
+            "publishes",
+            "mean ns",
+            "mean CPU ns",
+            "p50 ns",
+            "p99 ns",
+            "max ns",
+            "wakes/publish"
+        );
+        let mut row = |name: &str, c: &PublishCost| {
+            let _ = writeln!(
+                out,
+                "{:<22} {:>10} {:>10.1} {:>12} {:>8} {:>8} {:>10} {:>14.3}",
+                name,
+                c.publishes,
+                c.mean_ns,
+                c.mean_cpu_ns.map_or("-".into(), |v| format!("{v:.1}")),
+                c.p50_ns,
+                c.p99_ns,
+                c.max_ns,
+                c.wake_syscalls_per_publish
+            );
+        };
+        row("no waiter", &self.no_waiter);
+        match &self.with_waiter {
+            Some(c) => row("waiting subscriber", c),
+            None => {
+                let why = self
+                    .with_waiter_skipped
+                    .as_deref()
+                    .unwrap_or("not measured");
+                let _ = writeln!(out, "waiting subscriber     skipped: {why}");
+            }
+        }
+        out
+    }
+}
+
+fn channel_for(
+    dir: &Path,
+    name: &str,
+    geom: &ChannelGeometry,
+    proc_root: &Path,
+) -> Result<Channel, BenchRunError> {
+    Channel::create(dir, name, geom, None, proc_root)
+        .map(|(c, _)| c)
+        .map_err(|e| BenchRunError::Channel {
+            dir: dir.into(),
+            reason: e.to_string(),
+        })
+}
+
+/// Measures the cost of publishing `payload_bytes` messages: `count`
+/// back-to-back without a waiter, and `waited` one per 200us to a forked
+/// subscriber process that keeps an io_uring futex wait armed.
+pub fn publish(
+    shm_dir: &Path,
+    proc_root: &Path,
+    payload_bytes: usize,
+    count: u64,
+    waited: u64,
+) -> Result<PublishReport, BenchRunError> {
+    let dir = tempdir_in(shm_dir)?;
+    let geom = ChannelGeometry::new(payload_bytes as u64, 4096, 2);
+    let ch = channel_for(&dir.0, "/bench/publish", &geom, proc_root)?;
+    let mut p = ch
+        .publisher(proc_root)
+        .map_err(|e| BenchRunError::Channel {
+            dir: dir.0.clone(),
+            reason: e.to_string(),
+        })?;
+    let payload = vec![0x5au8; payload_bytes];
+    // Warm up.
+    for _ in 0..10_000 {
+        let _ = p.publish(&payload);
+    }
+    // Mean over a tight loop (no clock reads inside).
+    let wakes0 = p.wake_syscalls();
+    let t0 = sys::monotonic_ns();
+    let c0 = thread_cpu_ns();
+    for _ in 0..count {
+        let _ = std::hint::black_box(p.publish(std::hint::black_box(&payload)));
+    }
+    let mean = (sys::monotonic_ns() - t0) as f64 / count.max(1) as f64;
+    let mean_cpu = (thread_cpu_ns() - c0) as f64 / count.max(1) as f64;
+    let wakes = p.wake_syscalls() - wakes0;
+    // Per-call distribution on a shorter run.
+    let per = count.min(200_000) as usize;
+    let mut v = Vec::with_capacity(per);
+    for _ in 0..per {
+        let a = sys::monotonic_ns();
+        let _ = std::hint::black_box(p.publish(&payload));
+        v.push(sys::monotonic_ns() - a);
+    }
+    v.sort_unstable();
+    let pct = |v: &[u64], q: f64| {
+        v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    let no_waiter = PublishCost {
+        publishes: count,
+        mean_ns: mean,
+        mean_cpu_ns: Some(mean_cpu),
+        p50_ns: pct(&v, 0.5),
+        p99_ns: pct(&v, 0.99),
+        max_ns: v.last().copied().unwrap_or(0),
+        wake_syscalls: wakes,
+        wake_syscalls_per_publish: wakes as f64 / count.max(1) as f64,
+    };
+    let pr = probe();
+    let (with_waiter, with_waiter_skipped) = if waited == 0 {
+        (None, Some("not asked for (0 publishes)".to_string()))
+    } else if !pr.io_uring_futex {
+        (None, pr.io_uring_problem)
+    } else {
+        (
+            Some(publish_with_waiter(
+                &ch, &mut p, &payload, waited, proc_root,
+            )?),
+            None,
+        )
+    };
+    Ok(PublishReport {
+        payload_bytes,
+        no_waiter,
+        with_waiter,
+        with_waiter_skipped,
+    })
+}
+
+fn publish_with_waiter(
+    ch: &Channel,
+    p: &mut crate::channel::Publisher,
+    payload: &[u8],
+    n: u64,
+    proc_root: &Path,
+) -> Result<PublishCost, BenchRunError> {
+    // The subscriber: a forked child running this runtime's loop. It is
+    // built in the child (after fork) because the loop's ring is per
+    // process; the child exits when it has seen `n` messages.
+    let ch2 = ch.clone();
+    let proc_root = proc_root.to_path_buf();
+    // SAFETY: see fork_sender; the child here does allocate (it builds an
+    // event loop): acceptable because the benchmark parent is single
+    // threaded at this point (the CLI runs it on its main thread) —
+    // documented on `publish`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(sys_err("fork"));
+    }
+    if pid == 0 {
+        let code = (|| {
+            let mut lp = EventLoop::new(LoopOptions {
+                backend: Some(Backend::IoUringFutex),
+                proc_root,
+                ..LoopOptions::default()
+            })
+            .ok()?;
+            let mut got = 0u64;
+            lp.watch(&ch2, move |ctx, _| {
+                got += 1;
+                if got >= n {
+                    ctx.exit();
+                }
+            })
+            .ok()?;
+            lp.run().ok()
+        })()
+        .map_or(1, |_| 0);
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) }
+    }
+    // Wait until the child's loop runs and its wait is armed.
+    let t_end = sys::monotonic_ns() + 5_000_000_000;
+    while ch.waiters() == 0 && sys::monotonic_ns() < t_end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut v = Vec::with_capacity(n as usize);
+    let wakes0 = p.wake_syscalls();
+    let mut next = sys::monotonic_ns();
+    for _ in 0..n {
+        next += 200_000;
+        sleep_until(next);
+        let a = sys::monotonic_ns();
+        let _ = p.publish(payload);
+        v.push(sys::monotonic_ns() - a);
+    }
+    let wakes = p.wake_syscalls() - wakes0;
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let mean = v.iter().sum::<u64>() as f64 / n.max(1) as f64;
+    v.sort_unstable();
+    let pct = |q: f64| {
+        v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    Ok(PublishCost {
+        publishes: n,
+        mean_ns: mean,
+        mean_cpu_ns: None,
+        p50_ns: pct(0.5),
+        p99_ns: pct(0.99),
+        max_ns: v.last().copied().unwrap_or(0),
+        wake_syscalls: wakes,
+        wake_syscalls_per_publish: wakes as f64 / n.max(1) as f64,
+    })
+}
+
+/// Throughput figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputReport {
+    pub payload_bytes: usize,
+    pub publishers: u32,
+    pub duration_ns: u64,
+    pub messages: u64,
+    /// Over wall-clock time.
+    pub messages_per_second: f64,
+    /// CPU time the publisher threads got (on a shared machine less than
+    /// wall-clock time).
+    pub cpu_ns: u64,
+    /// Over the publishers' CPU time: the rate an undisturbed CPU reaches.
+    pub messages_per_cpu_second: f64,
+}
+
+impl ThroughputReport {
+    pub fn table(&self) -> String {
+        format!(
+            "throughput: {} publisher(s), {}-byte messages, no waiters: {} messages in {:.3}s = {:.2} M msgs/s ({:.2} M per CPU-second, CPU time {:.3}s)\n",
+            self.publishers,
+            self.payload_bytes,
+            self.messages,
+            self.duration_ns as f64 / 1e9,
+            self.messages_per_second / 1e6,
+            self.messages_per_cpu_second / 1e6,
+            self.cpu_ns as f64 / 1e9
+        )
+    }
+}
+
+/// Publishes `payload_bytes` messages as fast as `publishers` threads can
+/// for `duration`, without waiters.
+pub fn throughput(
+    shm_dir: &Path,
+    proc_root: &Path,
+    payload_bytes: usize,
+    publishers: u32,
+    duration: Duration,
+) -> Result<ThroughputReport, BenchRunError> {
+    let dir = tempdir_in(shm_dir)?;
+    let geom = ChannelGeometry::new(payload_bytes as u64, 4096, publishers.max(1));
+    let ch = channel_for(&dir.0, "/bench/throughput", &geom, proc_root)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut handles = Vec::new();
+    let start = sys::monotonic_ns();
+    for _ in 0..publishers.max(1) {
+        let mut p = ch
+            .publisher(proc_root)
+            .map_err(|e| BenchRunError::Channel {
+                dir: dir.0.clone(),
+                reason: e.to_string(),
+            })?;
+        let stop = stop.clone();
+        let payload = vec![0xa5u8; payload_bytes];
+        handles.push(std::thread::spawn(move || {
+            let mut n = 0u64;
+            let cpu0 = thread_cpu_ns();
+            // Relaxed: a stop flag; a few extra publishes are harmless.
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..1024 {
+                    let _ = std::hint::black_box(p.publish(&payload));
+                }
+                n += 1024;
+            }
+            (n, thread_cpu_ns() - cpu0)
+        }));
+    }
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::Relaxed);
+    let (messages, cpu_ns) = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or((0, 0)))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let elapsed = sys::monotonic_ns() - start;
+    Ok(ThroughputReport {
+        payload_bytes,
+        publishers: publishers.max(1),
+        duration_ns: elapsed,
+        messages,
+        messages_per_second: messages as f64 * 1e9 / elapsed as f64,
+        cpu_ns,
+        messages_per_cpu_second: messages as f64 * 1e9 / cpu_ns.max(1) as f64,
+    })
+}

@@ -1,0 +1,60 @@
+//! The benchmarks run end to end on the real kernel (tiny sizes: this
+//! checks that every mechanism delivers and is counted, not speed).
+
+use std::path::Path;
+use std::time::Duration;
+
+use controller::bench::{self, Mechanism, WakeOptions};
+
+#[test]
+fn wake_bench_measures_every_mechanism() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = WakeOptions::new(dir.path());
+    o.samples = 100;
+    o.rounds = 2;
+    o.priority = None; // keep the test process's policy
+    o.dma_latency = dir.path().join("no-dma-latency");
+    let r = bench::wake(&o).unwrap();
+    assert!(
+        r.settings.cpu_dma_latency.starts_with("not held"),
+        "{}",
+        r.settings.cpu_dma_latency
+    );
+    assert_eq!(r.results.len(), Mechanism::ALL.len());
+    for (res, m) in r.results.iter().zip(Mechanism::ALL) {
+        assert_eq!(res.mechanism, m.name());
+        if let Some(why) = &res.skipped {
+            println!("{} skipped: {why}", res.mechanism);
+            continue;
+        }
+        assert_eq!(res.count, 100, "{}", res.mechanism);
+        assert!(res.min_ns <= res.p50_ns && res.p50_ns <= res.p99_ns && res.p99_ns <= res.max_ns);
+        assert!(res.min_ns > 0, "{}: a wake cannot take 0ns", res.mechanism);
+    }
+    let table = r.table();
+    assert!(table.contains("io_uring-futex") && table.contains("signalfd"));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["results"][2]["mechanism"], "futex");
+}
+
+#[test]
+fn publish_and_throughput_benches_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = bench::publish(dir.path(), Path::new("/proc"), 64, 20_000, 0).unwrap();
+    assert_eq!(p.no_waiter.publishes, 20_000);
+    assert_eq!(
+        p.no_waiter.wake_syscalls, 0,
+        "no subscriber waits, no wake syscall"
+    );
+    assert!(p.with_waiter.is_none());
+    let t = bench::throughput(
+        dir.path(),
+        Path::new("/proc"),
+        64,
+        1,
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    assert!(t.messages > 0 && t.messages_per_second > 0.0);
+    println!("{}{}", p.table(), t.table());
+}
