@@ -276,6 +276,9 @@ fi
 
 # ------------------------------------------------- boot 2: the built image
 SUPERVISED_ASSERTIONS=(
+    "the supervisor starts talker and listener"
+    "the supervisor applied the CPU plan"
+    "each process runs with the planned policy, priority and CPUs (read back from the kernel)"
     "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities"
     "deploy verify exits 0 in the guest"
     "the boot check ran and its report has figures"
@@ -320,8 +323,10 @@ mkdir -p "$BASE/usr/lib/rtdeploy-e2e"
 cp "$REPO/scripts/e2e/supervised-init.sh" "$BASE/init"
 cp "$REPO/scripts/e2e/driver.sh" "$BASE/usr/lib/rtdeploy-e2e/driver.sh"
 IMAGE=$WORK/image.cpio.gz
-if "$DEPLOY" image -c "$CONFIG" --base "$BASE" --release "$REL" --deploy-binary "$WORK/bin/deploy" \
-    --out "$IMAGE" --format cpio.gz >"$WORK/image.log" 2>&1; then
+irc=0
+"$DEPLOY" image -c "$CONFIG" --base "$BASE" --release "$REL" --deploy-binary "$WORK/bin/deploy" \
+    --out "$IMAGE" --format cpio.gz >"$WORK/image.log" 2>&1 || irc=$?
+if [ "$irc" = 0 ]; then
     pass "deploy image --format cpio.gz -c examples/qemu.yaml ($(du -h "$IMAGE" | cut -f1))"
     # No extlinux.conf in the base: the image carries the planned line in
     # /etc/rtdeploy/cmdline.
@@ -329,7 +334,7 @@ if "$DEPLOY" image -c "$CONFIG" --base "$BASE" --release "$REL" --deploy-binary 
     check "the image's /etc/rtdeploy/cmdline is the planned line" "$PLAN_CMDLINE" "$(echo $img_cmdline)"
 else
     cat "$WORK/image.log"
-    fail "deploy image --format cpio.gz -c examples/qemu.yaml" "exit $? (output above)"
+    fail "deploy image --format cpio.gz -c examples/qemu.yaml" "exit $irc (output above)"
     phase_end
     skip_supervised "the image did not build"
 fi
