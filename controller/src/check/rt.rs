@@ -7,79 +7,32 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 
-/// Puts the calling thread under SCHED_FIFO at `priority`. `Ok(false)`
-/// when the kernel refuses for lack of permission (not root, no
-/// CAP_SYS_NICE, RLIMIT_RTPRIO 0): the caller runs on at normal priority
-/// and says so.
+use crate::rt::{Policy, RtSetupError};
+
+/// Puts the calling thread under SCHED_FIFO at `priority` (through the
+/// runtime's [`crate::rt::set_sched`]). `Ok(false)` when the kernel refuses
+/// for lack of permission (not root, no CAP_SYS_NICE, RLIMIT_RTPRIO 0): the
+/// caller runs on at normal priority and the report says so.
 pub fn set_fifo(priority: u32) -> io::Result<bool> {
-    let param = libc::sched_param {
-        sched_priority: priority as libc::c_int,
-    };
-    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param
-    // that outlives the call.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EPERM) => Ok(false),
-        _ => Err(e),
+    match crate::rt::set_sched(Policy::Fifo, priority) {
+        Ok(()) => Ok(true),
+        Err(RtSetupError::Sched { source, .. }) if source.raw_os_error() == Some(libc::EPERM) => {
+            Ok(false)
+        }
+        Err(e) => Err(io::Error::other(e.to_string())),
     }
 }
 
-/// The calling thread's scheduling policy is SCHED_FIFO.
-pub fn is_fifo() -> bool {
-    // SAFETY: pid 0 is the calling thread; the call has no pointers.
-    unsafe { libc::sched_getscheduler(0) == libc::SCHED_FIFO }
-}
-
-/// Pins the calling thread to one CPU.
-pub fn pin_to(cpu: usize) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("cpu {cpu} is out of range"),
-        ));
-    }
-    // SAFETY: `cpu` is below CPU_SETSIZE (checked above), so the bit is
-    // inside `set`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t of
-    // the size passed.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Pins the calling thread to a set of CPUs.
+/// Pins the calling thread to `cpus` (the runtime's [`crate::rt::pin_cpus`]).
 pub fn pin_to_set(cpus: &[usize]) -> io::Result<()> {
-    // SAFETY: as in `pin_to`.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-        // SAFETY: `c` is below CPU_SETSIZE (filtered), so the bit is inside
-        // `set`.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: as in `pin_to`.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::rt::pin_cpus(cpus).map_err(|e| io::Error::other(e.to_string()))
 }
 
-/// Locks current and future pages (no page fault on the measuring path).
-/// Returns whether it worked; without permission the run goes on.
+/// Locks and prefaults memory (the runtime's
+/// [`crate::rt::lock_and_prefault`]) so the measuring path takes no page
+/// fault. Returns whether it worked; without permission the run goes on.
 pub fn lock_memory() -> bool {
-    // SAFETY: mlockall takes flags only.
-    unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) == 0 }
+    crate::rt::lock_and_prefault(256 << 10, 0).is_ok()
 }
 
 /// Sleeps until `deadline_ns` on `CLOCK_MONOTONIC` (absolute), retrying on

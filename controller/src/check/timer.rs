@@ -43,7 +43,7 @@ impl TimerRun {
                 thread::Builder::new()
                     .name(format!("check-timer{cpu}"))
                     .spawn(move || {
-                        let pinned = rt::pin_to(cpu).is_ok();
+                        let pinned = rt::pin_to_set(&[cpu]).is_ok();
                         let fifo = rt::set_fifo(priority).unwrap_or(false);
                         let mut next = monotonic_ns() + period_ns;
                         // Relaxed: a stop request; the join that follows
