@@ -35,6 +35,16 @@ pub struct Inventory<'a> {
     pub tasks: &'a [Task],
 }
 
+impl crate::model::live::Live {
+    /// The interrupts and threads read from the live system, for [`plan`].
+    pub fn inventory(&self) -> Inventory<'_> {
+        Inventory {
+            irqs: &self.irqs,
+            tasks: &self.tasks,
+        }
+    }
+}
+
 /// Why no plan could be made.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanBuildError {

@@ -14,7 +14,7 @@ use cpusets::config::{
 };
 use cpusets::cpuset::CpuSet;
 use cpusets::model::live::Live;
-use cpusets::plan::{self, Inventory, Isolation, RuntimePlan};
+use cpusets::plan::{self, Isolation, RuntimePlan};
 
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

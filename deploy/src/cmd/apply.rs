@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use cpusets::apply::{self, ApplyOptions, ApplyReport};
 use cpusets::model::live::Live;
-use cpusets::plan::{self, Inventory, Isolation, RuntimePlan};
+use cpusets::plan::{self, Isolation, RuntimePlan};
 use serde::Serialize;
 
 use crate::config::Robot;
@@ -38,11 +38,7 @@ pub fn isolation(r: &Robot) -> Isolation<'_> {
 /// Reads the live system under --sysroot and plans against it.
 pub fn live_plan(ctx: &Ctx, r: &Robot) -> anyhow::Result<RuntimePlan> {
     let live = Live::read(&ctx.sysroot).context("reading the live system")?;
-    let inv = Inventory {
-        irqs: &live.irqs,
-        tasks: &live.tasks,
-    };
-    Ok(plan::plan(&isolation(r), &inv)?)
+    Ok(plan::plan(&isolation(r), &live.inventory())?)
 }
 
 /// Where `apply` leaves the interrupts it could not move, for `verify`.
