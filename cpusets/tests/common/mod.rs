@@ -142,14 +142,7 @@ impl Sections {
     /// Plans against the live state under `root`.
     pub fn plan(&self, root: &Path) -> RuntimePlan {
         let live = Live::read(root).unwrap();
-        plan::plan(
-            &self.isolation(),
-            &Inventory {
-                irqs: &live.irqs,
-                tasks: &live.tasks,
-            },
-        )
-        .unwrap()
+        plan::plan(&self.isolation(), &live.inventory()).unwrap()
     }
 }
 
