@@ -5,7 +5,7 @@
 # page cache), side by side; with --rss also the peak RSS of `deploy image`
 # (GNU time) for the tree as a directory base and as a .tar.zst base.
 #
-#   scripts/bench-image.sh [--deploy PATH] [--size-mb N] [--work DIR] [--rss]
+#   scripts/bench-image.sh [--deploy PATH] [--size-mb N] [--work DIR] [--rss] [--generate-only]
 #
 # Defaults: target/release/deploy, a 1024 MB generated tree, /var/tmp/rtdeploy-bench.
 # The tree is a root filesystem shape (etc/, usr/...) of large, medium and
@@ -18,16 +18,18 @@ deploy="$here/target/release/deploy"
 size_mb=1024
 work=/var/tmp/rtdeploy-bench
 rss=0
+generate_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --deploy) deploy=$2; shift 2 ;;
         --size-mb) size_mb=$2; shift 2 ;;
         --work) work=$2; shift 2 ;;
         --rss) rss=1; shift ;;
-        *) echo "usage: $0 [--deploy PATH] [--size-mb N] [--work DIR] [--rss]" >&2; exit 2 ;;
+        --generate-only) generate_only=1; shift ;;
+        *) echo "usage: $0 [--deploy PATH] [--size-mb N] [--work DIR] [--rss] [--generate-only]" >&2; exit 2 ;;
     esac
 done
-for tool in tar zstd "$deploy"; do
+for tool in tar zstd; do
     command -v "$tool" >/dev/null || { echo "bench-image: $tool not found" >&2; exit 2; }
 done
 
@@ -36,6 +38,8 @@ epoch=1700000000
 mkdir -p "$work"
 
 generate() {
+    # `yes | head` ends `yes` with SIGPIPE: not a failure here.
+    set +o pipefail
     local t="$tree.partial"
     rm -rf "$t"
     mkdir -p "$t/etc" "$t/usr/bin" "$t/usr/lib/firmware" "$t/usr/share/doc" "$t/var/log"
@@ -70,12 +74,15 @@ generate() {
         printf '%s%d\n' "$text" "$i" > "$d/f$i"
     done
     mv "$t" "$tree"
+    set -o pipefail
 }
 
 if [ ! -d "$tree" ]; then
     echo "generating a ${size_mb} MB tree in $tree ..." >&2
     generate
 fi
+[ "$generate_only" = 1 ] && exit 0
+[ -x "$deploy" ] || { echo "bench-image: $deploy not found (cargo build --release -p deploy)" >&2; exit 2; }
 bytes=$(du -sb --apparent-size "$tree" | cut -f1)
 
 # Inputs for deploy image: the QEMU example's release (two programs).

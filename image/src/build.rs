@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use cpusets::board::BootLoader;
@@ -16,6 +16,7 @@ use crate::entry::{Data, Entry, Kind, Tree};
 use crate::error::ImageBuildError;
 use crate::extlinux;
 use crate::manifest::{Manifest, ManifestEntry};
+use crate::readahead;
 use crate::release::{self, exec_in_release};
 use crate::sbom;
 use crate::write::{cpio::CpioSink, ext4, tar::TarSink, Format, HashingWriter, Item, Sink};
@@ -68,6 +69,11 @@ pub struct ImageSpec {
     pub size: Option<u64>,
     /// Replace an existing output.
     pub force: bool,
+    /// fsync the image and its sidecars before renaming them into place,
+    /// so a power cut right after the build cannot leave a renamed but
+    /// unwritten file. Off by default: a build host can rebuild, and the
+    /// flush costs as much as the build itself on a slow disk.
+    pub sync: bool,
 }
 
 /// What `build` is doing, for a progress bar.
@@ -460,9 +466,11 @@ pub fn build(
             (size, sha)
         }
     };
-    tmp.as_file()
-        .sync_all()
-        .map_err(ImageBuildError::io("sync", tmp.path()))?;
+    if spec.sync {
+        tmp.as_file()
+            .sync_all()
+            .map_err(ImageBuildError::io("sync", tmp.path()))?;
+    }
 
     // Digest of a directory base: its manifest, as listed while written.
     let base_sha256 = match &spec.base {
@@ -528,8 +536,8 @@ pub fn build(
     sbom_bytes.push(b'\n');
 
     // Sidecars first, the image last: an image in place means it is whole.
-    let manifest_tmp = write_temp(&out_dir, &out_name, &image_manifest.to_bytes())?;
-    let sbom_tmp = write_temp(&out_dir, &out_name, &sbom_bytes)?;
+    let manifest_tmp = write_temp(&out_dir, &out_name, &image_manifest.to_bytes(), spec.sync)?;
+    let sbom_tmp = write_temp(&out_dir, &out_name, &sbom_bytes, spec.sync)?;
     manifest_tmp
         .persist(&manifest_path)
         .map_err(|e| ImageBuildError::io("rename into", &manifest_path)(e.error))?;
@@ -562,6 +570,7 @@ fn write_temp(
     dir: &Path,
     name: &str,
     bytes: &[u8],
+    sync: bool,
 ) -> Result<tempfile::NamedTempFile, ImageBuildError> {
     let mut t = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
@@ -569,7 +578,7 @@ fn write_temp(
         .tempfile_in(dir)
         .map_err(ImageBuildError::io("create a temporary file in", dir))?;
     t.write_all(bytes)
-        .and_then(|_| t.as_file().sync_all())
+        .and_then(|_| if sync { t.as_file().sync_all() } else { Ok(()) })
         .map_err(ImageBuildError::io("write", t.path().to_path_buf()))?;
     Ok(t)
 }
@@ -674,8 +683,8 @@ fn place(
     Ok(())
 }
 
-/// Feeds every entry to `sink` in path order, hashing file data as it
-/// passes and reporting progress.
+/// Feeds every entry to `sink` in path order, file data read and hashed
+/// ahead on a second thread, and reports progress.
 fn write_all(
     tree: &Tree,
     sink: &mut dyn Sink,
@@ -683,17 +692,47 @@ fn write_all(
     total: u64,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(), ImageBuildError> {
-    let mut first_of_group: HashMap<u64, (String, u64, String)> = HashMap::new();
     let mut group_size: HashMap<u64, u32> = HashMap::new();
-    for e in tree.entries.values() {
+    let mut jobs = Vec::new();
+    for (path, e) in &tree.entries {
         if let Kind::File {
-            link_group: Some(g),
-            ..
-        } = e.kind
+            size,
+            data,
+            link_group,
+        } = &e.kind
         {
-            *group_size.entry(g).or_default() += 1;
+            let first = match link_group {
+                Some(g) => {
+                    let n = group_size.entry(*g).or_default();
+                    *n += 1;
+                    *n == 1
+                }
+                None => true,
+            };
+            if first {
+                jobs.push(readahead::Job {
+                    path,
+                    size: *size,
+                    data,
+                });
+            }
         }
     }
+    readahead::with_readahead(tree, jobs, |incoming| {
+        write_entries(tree, sink, files, total, progress, &group_size, incoming)
+    })
+}
+
+fn write_entries(
+    tree: &Tree,
+    sink: &mut dyn Sink,
+    files: &mut Vec<(String, ManifestEntry)>,
+    total: u64,
+    progress: &mut dyn FnMut(Progress),
+    group_size: &HashMap<u64, u32>,
+    incoming: &mut readahead::Incoming,
+) -> Result<(), ImageBuildError> {
+    let mut first_of_group: HashMap<u64, (String, u64, String)> = HashMap::new();
     let mut done = 0u64;
     let mut last_report = 0u64;
     let mut next_ino = 1u64;
@@ -746,22 +785,25 @@ fn write_all(
         let sha = match &e.kind {
             Kind::File { size, data, .. } => {
                 let src = tree.source_of(path, data);
-                let reader = tree
-                    .open(path, *size, data)
-                    .map_err(ImageBuildError::io("read", &src))?;
-                let mut hr = HashingReader {
-                    inner: BufReader::with_capacity(1 << 20, reader),
-                    hasher: Sha256::new(),
-                    count: 0,
+                let read_err = |incoming: &mut readahead::Incoming, err: std::io::Error| {
+                    let src = incoming.source_error.take().unwrap_or_else(|| src.clone());
+                    ImageBuildError::io("read", src)(err)
                 };
-                sink.put(&item, Some(&mut hr)).map_err(|err| {
+                if let Err(err) = sink.put(&item, Some(&mut *incoming)) {
                     // Say which side failed: reading the source or writing.
-                    if hr.count < *size || err.kind() == std::io::ErrorKind::UnexpectedEof {
-                        ImageBuildError::io("read", &src)(err)
-                    } else {
-                        ImageBuildError::io("write", format!("/{path}"))(err)
-                    }
-                })?;
+                    return Err(
+                        if incoming.source_error.is_some()
+                            || err.kind() == std::io::ErrorKind::UnexpectedEof
+                        {
+                            read_err(incoming, err)
+                        } else {
+                            ImageBuildError::io("write", format!("/{path}"))(err)
+                        },
+                    );
+                }
+                let sha = incoming
+                    .finish_file()
+                    .map_err(|err| read_err(incoming, err))?;
                 done += *size;
                 if done - last_report >= 4 << 20 {
                     last_report = done;
@@ -771,7 +813,7 @@ fn write_all(
                         total,
                     });
                 }
-                Some(hex::encode(hr.hasher.finalize()))
+                Some(sha)
             }
             _ => {
                 sink.put(&item, None)

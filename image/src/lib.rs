@@ -28,6 +28,7 @@ pub mod error;
 pub mod extlinux;
 pub mod flash;
 pub mod manifest;
+mod readahead;
 pub mod release;
 pub mod sbom;
 pub mod write;

@@ -41,6 +41,10 @@ pub struct ImageArgs {
     /// Replace an existing output.
     #[arg(long)]
     pub force: bool,
+    /// fsync the image before renaming it into place (survives a power cut
+    /// right after the build; slower).
+    #[arg(long)]
+    pub sync: bool,
     /// The release version; the release directory is <version>-<sha8>.
     #[arg(long, value_name = "V", default_value = "0")]
     pub release_version: String,
@@ -219,6 +223,7 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
         programs: robot.processes.iter().map(|p| p.exec.clone()).collect(),
         size: args.size,
         force: args.force,
+        sync: args.sync,
     };
     let pb = progress_bar(ctx);
     let mut on_progress = |p: Progress| {

@@ -113,7 +113,7 @@ impl<W: Write> Write for HashingWriter<W> {
 /// A reader that checks it yields exactly `want` bytes: a file that grew or
 /// shrank since it was listed is an error, not a corrupt archive.
 pub(crate) fn exact_copy(data: &mut dyn Read, want: u64, out: &mut dyn Write) -> io::Result<()> {
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; want.clamp(1, 1 << 20) as usize];
     let mut left = want;
     while left > 0 {
         let chunk = left.min(buf.len() as u64) as usize;

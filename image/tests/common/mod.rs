@@ -221,6 +221,7 @@ impl Inputs {
             programs: vec!["bin/imu_reader".into(), "bin/controller".into()],
             size: None,
             force: false,
+            sync: false,
         }
     }
 }

@@ -1,0 +1,150 @@
+//! Reads and hashes file data on a second thread, one file after another
+//! in the order the writer wants them, so reading the base overlaps with
+//! framing and compressing the output. The queue between the two is
+//! bounded (`DEPTH` chunks of at most `CHUNK` bytes), so memory stays flat
+//! whatever the size of the base.
+
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+
+use sha2::{Digest, Sha256};
+
+use crate::entry::{Data, Tree};
+
+pub const CHUNK: usize = 1 << 20;
+pub const DEPTH: usize = 24;
+
+/// One file to read: path, size, where its bytes are.
+pub struct Job<'t> {
+    pub path: &'t str,
+    pub size: u64,
+    pub data: &'t Data,
+}
+
+enum Msg {
+    Data(Vec<u8>),
+    /// The file ended; its sha256.
+    End(String),
+    Err(io::Error, PathBuf),
+}
+
+/// Reads `jobs` in order into `tx`, hashing as it goes. Stops at the first
+/// error (sent on) or when the receiver is gone.
+fn produce(tree: &Tree, jobs: Vec<Job<'_>>, tx: SyncSender<Msg>, recycled: Receiver<Vec<u8>>) {
+    for job in jobs {
+        let src = || tree.source_of(job.path, job.data);
+        let mut reader = match tree.open(job.path, job.size, job.data) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.send(Msg::Err(e, src()));
+                return;
+            }
+        };
+        let mut hasher = Sha256::new();
+        let mut left = job.size;
+        while left > 0 {
+            let mut buf = match recycled.try_recv() {
+                Ok(b) => b,
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => Vec::with_capacity(CHUNK),
+            };
+            buf.clear();
+            let want = left.min(CHUNK as u64);
+            match (&mut reader).take(want).read_to_end(&mut buf) {
+                Ok(0) => break, // shorter than listed: the writer says so
+                Ok(n) => {
+                    left -= n as u64;
+                    hasher.update(&buf);
+                    if tx.send(Msg::Data(buf)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Msg::Err(e, src()));
+                    return;
+                }
+            }
+        }
+        if tx.send(Msg::End(hex::encode(hasher.finalize()))).is_err() {
+            return;
+        }
+    }
+}
+
+/// The writer's end: a `Read` for the current file.
+pub struct Incoming {
+    rx: Receiver<Msg>,
+    recycle: SyncSender<Vec<u8>>,
+    cur: Vec<u8>,
+    pos: usize,
+    sha: Option<String>,
+    /// Set when a read error came from the source, not the writer.
+    pub source_error: Option<PathBuf>,
+}
+
+impl Read for Incoming {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.cur.len() {
+                let n = out.len().min(self.cur.len() - self.pos);
+                out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            if self.sha.is_some() {
+                return Ok(0);
+            }
+            match self.rx.recv() {
+                Ok(Msg::Data(v)) => {
+                    let old = std::mem::replace(&mut self.cur, v);
+                    let _ = self.recycle.try_send(old);
+                    self.pos = 0;
+                }
+                Ok(Msg::End(sha)) => self.sha = Some(sha),
+                Ok(Msg::Err(e, path)) => {
+                    self.source_error = Some(path);
+                    return Err(e);
+                }
+                Err(_) => return Err(io::Error::other("the reading thread stopped")),
+            }
+        }
+    }
+}
+
+impl Incoming {
+    /// Finishes the current file: consumes up to its end and returns its
+    /// sha256; the next read starts the next file.
+    pub fn finish_file(&mut self) -> io::Result<String> {
+        let mut scratch = [0u8; 4096];
+        while self.read(&mut scratch)? > 0 {}
+        self.pos = self.cur.len();
+        Ok(self
+            .sha
+            .take()
+            .expect("read returned 0 only at the end of a file"))
+    }
+}
+
+/// Runs `write` with an `Incoming` fed by a reading thread for `jobs`.
+pub fn with_readahead<R>(
+    tree: &Tree,
+    jobs: Vec<Job<'_>>,
+    write: impl FnOnce(&mut Incoming) -> R,
+) -> R {
+    std::thread::scope(|s| {
+        let (tx, rx) = sync_channel(DEPTH);
+        let (recycle, recycled) = sync_channel(DEPTH + 2);
+        s.spawn(move || produce(tree, jobs, tx, recycled));
+        let mut incoming = Incoming {
+            rx,
+            recycle,
+            cur: Vec::new(),
+            pos: 0,
+            sha: None,
+            source_error: None,
+        };
+        // On return `incoming` is dropped, so a reader still sending sees
+        // the channel closed and ends; the scope then joins it.
+        write(&mut incoming)
+    })
+}
