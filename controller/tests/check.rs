@@ -346,10 +346,17 @@ fn svg_has_one_series_per_measurement_and_a_line_per_budget() {
     assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
     assert!(svg.trim_end().ends_with("</svg>"));
     // The empty send measurement draws no series.
-    assert_eq!(svg.matches("<polyline").count(), 2);
-    let dashed = svg.matches("stroke-dasharray").count();
-    let deciding = r.budgets.iter().filter(|b| !b.informational).count();
-    assert_eq!(dashed, deciding);
+    assert_eq!(svg.matches(r#"<path class="series""#).count(), 2);
+    let dashed = svg.matches(r#"<line class="budget""#).count();
+    let mut limits: Vec<u64> = r
+        .budgets
+        .iter()
+        .filter(|b| !b.informational)
+        .map(|b| b.limit_ns)
+        .collect();
+    limits.sort();
+    limits.dedup();
+    assert_eq!(dashed, limits.len());
     assert!(svg.contains("check.budgets.delivery_max 100us PASS"));
     assert!(svg.contains("channels./demo/ping.budget"));
     // Every opened element is closed or self-closed (well-formed enough

@@ -212,7 +212,7 @@ fn json_report_matches_the_schema_and_files_follow_their_formats() {
     // The picture: one series per measurement, a line per budget, labels.
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
-    assert_eq!(s.matches("<polyline").count(), ms.len());
+    assert_eq!(s.matches(r#"<path class="series""#).count(), ms.len());
     assert!(s.contains("check.budgets.delivery_max"));
     assert!(s.contains("latency (log scale)") && s.contains("samples per bucket (log scale)"));
 }

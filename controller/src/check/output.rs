@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use super::hist::{log_bucket, log_bucket_high, log_bucket_low};
 use super::report::{fmt_ns, CheckReport, Measurement};
 
 /// Fewest lines the histogram file has (so short runs still plot).
@@ -64,6 +65,21 @@ const COLOURS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
 
+/// A measurement's histogram regrouped into plot bins of 4 log buckets:
+/// `(low_ns, high_ns, count)`, in order.
+fn plot_bins(m: &Measurement) -> Vec<(u64, u64, u64)> {
+    let mut out: Vec<(u64, u64, u64)> = vec![];
+    for b in &m.histogram {
+        let key = log_bucket(b.low_ns) / 4;
+        let (low, high) = (log_bucket_low(key * 4), log_bucket_high(key * 4 + 3));
+        match out.last_mut() {
+            Some(last) if last.0 == low => last.2 += b.count,
+            _ => out.push((low, high, b.count)),
+        }
+    }
+    out
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -82,11 +98,14 @@ pub fn svg_plot(report: &CheckReport) -> String {
     let mut lo = u64::MAX;
     let mut hi = 1u64;
     let mut cmax = 1u64;
-    for m in &series {
-        for b in &m.histogram {
-            lo = lo.min(b.low_ns.max(1));
-            hi = hi.max(b.high_ns.saturating_add(1));
-            cmax = cmax.max(b.count);
+    // Plot bins: 8 per power of two (4 histogram buckets each), so the
+    // curves read as shapes rather than noise.
+    let binned: Vec<Vec<(u64, u64, u64)>> = series.iter().map(|m| plot_bins(m)).collect();
+    for bins in &binned {
+        for &(low, high, count) in bins {
+            lo = lo.min(low.max(1));
+            hi = hi.max(high.saturating_add(1));
+            cmax = cmax.max(count);
         }
     }
     for b in &report.budgets {
@@ -179,26 +198,37 @@ pub fn svg_plot(report: &CheckReport) -> String {
         top + ph / 2.0,
         top + ph / 2.0
     );
-    // Series: a step line over the log buckets.
-    for (i, m) in series.iter().enumerate() {
+    // Series: a step line over the plot bins; it drops to the axis only
+    // where bins are empty.
+    for (i, (m, bins)) in series.iter().zip(&binned).enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
-        let mut pts = String::new();
-        for b in &m.histogram {
-            let (x0, x1) = (
-                x(b.low_ns.max(1) as f64),
-                x(b.high_ns.saturating_add(1) as f64),
-            );
-            let py = y(b.count as f64);
-            let base = y(1.0) + 0.0;
-            let _ = write!(
-                pts,
-                "{x0:.1},{base:.1} {x0:.1},{py:.1} {x1:.1},{py:.1} {x1:.1},{base:.1} "
-            );
+        let base = y(1.0);
+        let mut d = String::new();
+        let mut last_high: Option<u64> = None;
+        for &(low, high, count) in bins {
+            let (x0, x1) = (x(low.max(1) as f64), x(high.saturating_add(1) as f64));
+            let py = y(count as f64);
+            match last_high {
+                Some(h) if h + 1 == low => {
+                    let _ = write!(d, " L{x0:.1},{py:.1}");
+                }
+                Some(h) => {
+                    let xh = x(h.saturating_add(1) as f64);
+                    let _ = write!(d, " L{xh:.1},{base:.1} M{x0:.1},{base:.1} L{x0:.1},{py:.1}");
+                }
+                None => {
+                    let _ = write!(d, "M{x0:.1},{base:.1} L{x0:.1},{py:.1}");
+                }
+            }
+            let _ = write!(d, " L{x1:.1},{py:.1}");
+            last_high = Some(high);
+        }
+        if let Some(h) = last_high {
+            let _ = write!(d, " L{:.1},{base:.1}", x(h.saturating_add(1) as f64));
         }
         let _ = writeln!(
             o,
-            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"><title>{}</title></polyline>"#,
-            pts.trim_end(),
+            r#"<path class="series" fill="none" stroke="{colour}" stroke-width="1.5" d="{d}"><title>{}</title></path>"#,
             esc(&m.name)
         );
         let ly = top + 14.0 + 18.0 * i as f64;
@@ -221,35 +251,34 @@ pub fn svg_plot(report: &CheckReport) -> String {
             esc(&label)
         );
     }
-    // Budget lines.
-    let mut shown = vec![];
-    for (i, b) in report
-        .budgets
-        .iter()
-        .filter(|b| !b.informational)
-        .enumerate()
-    {
-        if shown.contains(&(b.limit_ns, b.name.clone())) {
-            continue;
+    // Budget lines: one per distinct limit, naming every budget at it.
+    let mut limits: Vec<(u64, Vec<String>, bool)> = vec![];
+    for b in report.budgets.iter().filter(|b| !b.informational) {
+        match limits.iter_mut().find(|l| l.0 == b.limit_ns) {
+            Some(l) => {
+                if !l.1.contains(&b.name) {
+                    l.1.push(b.name.clone());
+                }
+                l.2 &= b.pass;
+            }
+            None => limits.push((b.limit_ns, vec![b.name.clone()], b.pass)),
         }
-        shown.push((b.limit_ns, b.name.clone()));
-        let px = x(b.limit_ns as f64);
-        let colour = if b.pass { "#2a2" } else { "#c00" };
+    }
+    for (limit, names, pass) in &limits {
+        let px = x(*limit as f64);
+        let colour = if *pass { "#2a2" } else { "#c00" };
         let _ = writeln!(
             o,
-            r#"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="6 4"/>"#,
+            r#"<line class="budget" x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="6 4"/>"#,
             top + ph
         );
+        let (tx, ty) = (px - 4.0, top + 6.0);
         let _ = writeln!(
             o,
-            r#"<text x="{:.1}" y="{:.1}" fill="{colour}" font-size="11" transform="rotate(-90 {:.1} {:.1})">{} {} {}</text>"#,
-            px - 4.0,
-            top + ph - 6.0 - 0.0 * i as f64,
-            px - 4.0,
-            top + ph - 6.0,
-            esc(&b.name),
-            fmt_ns(b.limit_ns),
-            if b.pass { "PASS" } else { "FAIL" }
+            r#"<text x="{tx:.1}" y="{ty:.1}" fill="{colour}" font-size="11" text-anchor="end" transform="rotate(-90 {tx:.1} {ty:.1})">{} {} {}</text>"#,
+            esc(&names.join(", ")),
+            fmt_ns(*limit),
+            if *pass { "PASS" } else { "FAIL" }
         );
     }
     o.push_str("</svg>\n");
