@@ -237,3 +237,27 @@ fn verify_after_apply_is_in_sync_on_the_orin_tree() {
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).contains("in sync:"), "{}", stdout(&o));
 }
+
+#[test]
+fn verify_without_a_proc_tree_is_an_error() {
+    let empty = tempfile::tempdir().unwrap();
+    let p = tempfile::tempdir().unwrap();
+    let o = deploy(
+        empty.path(),
+        p.path(),
+        "dev.yaml",
+        &["verify", "--window-ms", "0"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let want = format!(
+        "cannot read {}/sys/devices/system/cpu/online: No such file or directory",
+        empty.path().display()
+    );
+    assert!(err.starts_with("deploy: ") && err.contains(&want), "{err}");
+    assert_eq!(
+        err.matches("No such file").count(),
+        1,
+        "the cause is said once: {err}"
+    );
+}

@@ -16,8 +16,10 @@ use crate::cpuset::CpuSet;
 /// Why the live state could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelReadError {
-    #[error("cannot read {}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    /// `err` is in the message and deliberately not a `#[source]`, so an
+    /// error chain prints it once.
+    #[error("cannot read {}: {err}", path.display())]
+    Io { path: PathBuf, err: io::Error },
     #[error(transparent)]
     Parse(#[from] ModelParseError),
 }
@@ -29,9 +31,9 @@ pub fn sys_path(root: &Path, abs: &str) -> PathBuf {
 
 /// The whole text of a file; errors carry the path.
 pub fn read_text(path: &Path) -> Result<String, ModelReadError> {
-    fs::read_to_string(path).map_err(|source| ModelReadError::Io {
+    fs::read_to_string(path).map_err(|err| ModelReadError::Io {
         path: path.to_path_buf(),
-        source,
+        err,
     })
 }
 
@@ -40,9 +42,9 @@ pub fn read_opt(path: &Path) -> Result<Option<String>, ModelReadError> {
     match fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ModelReadError::Io {
+        Err(err) => Err(ModelReadError::Io {
             path: path.to_path_buf(),
-            source,
+            err,
         }),
     }
 }
@@ -90,9 +92,10 @@ impl Live {
     /// and the online CPUs under `root`.
     pub fn read(root: &Path) -> Result<Self, ModelReadError> {
         let online_path = sys_path(root, "/sys/devices/system/cpu/online");
-        let online = read_cpu_list(&online_path)?.ok_or_else(|| ModelReadError::Io {
+        let text = read_text(&online_path)?;
+        let online = CpuSet::parse_list(text.trim()).map_err(|e| ModelParseError::Format {
             path: online_path.clone(),
-            source: io::Error::from(io::ErrorKind::NotFound),
+            what: e.to_string(),
         })?;
         let interrupts = read_interrupts(&sys_path(root, "/proc/interrupts"))?;
         let irqs = read_irqs(root, &interrupts)?;
@@ -111,9 +114,9 @@ pub fn read_interrupts(path: &Path) -> Result<Interrupts, ModelReadError> {
 }
 
 fn numbered_entries(dir: &Path) -> Result<Vec<u32>, ModelReadError> {
-    let rd = fs::read_dir(dir).map_err(|source| ModelReadError::Io {
+    let rd = fs::read_dir(dir).map_err(|err| ModelReadError::Io {
         path: dir.to_path_buf(),
-        source,
+        err,
     })?;
     let mut out: Vec<u32> = rd
         .filter_map(|e| e.ok())
@@ -150,7 +153,7 @@ pub fn read_irqs(root: &Path, interrupts: &Interrupts) -> Result<Vec<Irq>, Model
                 .collect(),
             // Freed between the listing and now.
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(ModelReadError::Io { path: dir, source }),
+            Err(err) => return Err(ModelReadError::Io { path: dir, err }),
         };
         actions.sort();
         if actions.is_empty() {
@@ -225,9 +228,9 @@ fn gone_is_none(path: &Path) -> Result<Option<String>, ModelReadError> {
     match fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => Ok(None),
-        Err(source) => Err(ModelReadError::Io {
+        Err(err) => Err(ModelReadError::Io {
             path: path.to_path_buf(),
-            source,
+            err,
         }),
     }
 }
