@@ -394,9 +394,12 @@ pub fn build(
                         .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
                     enc.include_checksum(true)
                         .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
-                    let mut sink = TarSink::new(enc);
+                    // Feed zstd in large pieces: each call into it takes a lock.
+                    let mut sink = TarSink::new(BufWriter::with_capacity(1 << 20, enc));
                     write_all(&tree, &mut sink, &mut files, total, progress)?;
-                    sink.finish().and_then(|e| e.finish())
+                    sink.finish()
+                        .and_then(|b| b.into_inner().map_err(|e| e.into_error()))
+                        .and_then(|e| e.finish())
                 }
                 _ => {
                     let gz = flate2::GzBuilder::new()

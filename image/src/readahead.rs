@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::entry::{Data, Tree};
 
 pub const CHUNK: usize = 1 << 20;
-pub const DEPTH: usize = 24;
+pub const DEPTH: usize = 64;
 
 /// One file to read: path, size, where its bytes are.
 pub struct Job<'t> {
@@ -24,6 +24,9 @@ pub struct Job<'t> {
 
 enum Msg {
     Data(Vec<u8>),
+    /// A whole file in one piece, and its sha256 (small files: one
+    /// message instead of two).
+    Whole(Vec<u8>, String),
     /// The file ended; its sha256.
     End(String),
     Err(io::Error, PathBuf),
@@ -43,6 +46,7 @@ fn produce(tree: &Tree, jobs: Vec<Job<'_>>, tx: SyncSender<Msg>, recycled: Recei
         };
         let mut hasher = Sha256::new();
         let mut left = job.size;
+        let mut sent_whole = false;
         while left > 0 {
             let mut buf = match recycled.try_recv() {
                 Ok(b) => b,
@@ -55,8 +59,18 @@ fn produce(tree: &Tree, jobs: Vec<Job<'_>>, tx: SyncSender<Msg>, recycled: Recei
                 Ok(n) => {
                     left -= n as u64;
                     hasher.update(&buf);
-                    if tx.send(Msg::Data(buf)).is_err() {
+                    let msg = if left == 0 && n as u64 == job.size {
+                        Msg::Whole(buf, hex::encode(std::mem::take(&mut hasher).finalize()))
+                    } else {
+                        Msg::Data(buf)
+                    };
+                    let whole = matches!(msg, Msg::Whole(..));
+                    if tx.send(msg).is_err() {
                         return;
+                    }
+                    if whole {
+                        sent_whole = true;
+                        break;
                     }
                 }
                 Err(e) => {
@@ -64,6 +78,9 @@ fn produce(tree: &Tree, jobs: Vec<Job<'_>>, tx: SyncSender<Msg>, recycled: Recei
                     return;
                 }
             }
+        }
+        if sent_whole {
+            continue;
         }
         if tx.send(Msg::End(hex::encode(hasher.finalize()))).is_err() {
             return;
@@ -99,6 +116,12 @@ impl Read for Incoming {
                     let old = std::mem::replace(&mut self.cur, v);
                     let _ = self.recycle.try_send(old);
                     self.pos = 0;
+                }
+                Ok(Msg::Whole(v, sha)) => {
+                    let old = std::mem::replace(&mut self.cur, v);
+                    let _ = self.recycle.try_send(old);
+                    self.pos = 0;
+                    self.sha = Some(sha);
                 }
                 Ok(Msg::End(sha)) => self.sha = Some(sha),
                 Ok(Msg::Err(e, path)) => {

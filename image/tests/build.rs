@@ -200,6 +200,18 @@ fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
             &m["boot/Image"].data
         ))
     );
+    let big = im_files
+        .iter()
+        .find(|f| f["path"] == "/usr/lib/aarch64-linux-gnu/libnvinfer.so.8")
+        .unwrap();
+    assert_eq!(
+        m["usr/lib/aarch64-linux-gnu/libnvinfer.so.8"].data,
+        big_file()
+    );
+    assert_eq!(
+        big["sha256"].as_str().unwrap(),
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(big_file()))
+    );
     let perl = im_files
         .iter()
         .find(|f| f["path"] == "/usr/bin/perl5.34.0")

@@ -109,6 +109,12 @@ pub fn make_base(root: &Path) {
         &vec![7u8; 5000],
         0o644,
     );
+    // Over the 1 MiB read-ahead chunk: read in several pieces.
+    write(
+        &root.join("usr/lib/aarch64-linux-gnu/libnvinfer.so.8"),
+        &big_file(),
+        0o644,
+    );
     write(&root.join("home/ubuntu/.bashrc"), b"# shell\n", 0o644);
     // A long path (over tar's 100-byte name field).
     let long = "usr/lib/aarch64-linux-gnu/nvidia/a-directory-name-long-enough/to-need-the-gnu-long-name-extension-in-tar/libcuda.so.1.1";
@@ -155,6 +161,13 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
             walk(&p, out);
         }
     }
+}
+
+/// 3 MiB and 5 bytes of varied content.
+pub fn big_file() -> Vec<u8> {
+    (0..(3 << 20) + 5u32)
+        .map(|i| (i.wrapping_mul(7) % 251) as u8)
+        .collect()
 }
 
 pub fn make_release(dir: &Path) {
