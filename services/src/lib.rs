@@ -13,6 +13,7 @@
 pub mod accounts;
 pub mod config;
 pub mod control;
+pub mod health;
 pub mod logfile;
 pub mod notify;
 pub mod pid1;

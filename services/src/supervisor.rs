@@ -25,6 +25,7 @@ use rustix::process::{Pid, Signal, WaitIdOptions, WaitOptions};
 use crate::accounts::Accounts;
 use crate::config::{ProcessConfig, RobotSection};
 use crate::control::{self, Reply, Request};
+use crate::health::Health;
 use crate::logfile::{self, RotatingLog};
 use crate::notify::Notifier;
 use crate::pid1::AtExit;
@@ -185,7 +186,9 @@ struct Proc {
     stop_deadline: Option<Instant>,
     killed: bool,
     after_stop: AfterStop,
+    /// Started although the boot check failed (`on_failure: degrade`).
     degraded: bool,
+    health: Health,
 }
 
 struct Conn {
@@ -237,7 +240,13 @@ pub struct Supervisor {
     pending: Vec<Pending>,
     group_gid: Option<u32>,
     own_uid: u32,
+    shm_dir: PathBuf,
+    channel_budgets: BTreeMap<String, Duration>,
+    next_timing_poll: Instant,
 }
+
+/// How often the timing reports are read (they are published once a second).
+const TIMING_POLL: Duration = Duration::from_millis(500);
 
 fn step(step: &str, result: &str, detail: impl Into<String>) -> StepStatus {
     StepStatus {
@@ -416,6 +425,11 @@ impl Supervisor {
         let socket_path = control::socket_path(&roots.prefix);
         let listener = open_socket(&socket_path, group_gid)?;
 
+        let cfg_channel_budgets: BTreeMap<String, Duration> = cfg
+            .channels
+            .iter()
+            .filter_map(|c| c.budget.map(|b| (c.name.clone(), b.0)))
+            .collect();
         let procs = cfg
             .processes
             .iter()
@@ -441,6 +455,7 @@ impl Supervisor {
                 killed: false,
                 after_stop: AfterStop::Stay,
                 degraded: false,
+                health: Health::new(p),
             })
             .collect();
 
@@ -469,6 +484,9 @@ impl Supervisor {
             pending: Vec::new(),
             group_gid,
             own_uid,
+            channel_budgets: cfg_channel_budgets,
+            shm_dir,
+            next_timing_poll: Instant::now(),
         };
         for s in sup.startup.clone() {
             if s.result != "ok" {
@@ -568,11 +586,53 @@ impl Supervisor {
         None
     }
 
+    /// Every `after:` process runs and, when it reports timing, has
+    /// published its first report.
     fn deps_running(&self, p: &Proc) -> bool {
         p.cfg.after.iter().all(|a| {
-            self.index(a)
-                .is_some_and(|j| self.procs[j].state == PState::Running)
+            self.index(a).is_some_and(|j| {
+                self.procs[j].state == PState::Running && self.procs[j].health.ready()
+            })
         })
+    }
+
+    /// Reads the latest timing report of every running process.
+    fn poll_reports(&mut self) {
+        let now = self.started.elapsed();
+        for i in 0..self.procs.len() {
+            let Some(pid) = self.procs[i].child.as_ref().map(|c| c.pid) else {
+                continue;
+            };
+            let name = self.procs[i].cfg.name.clone();
+            let report = match controller::timing_report::read_latest(&self.shm_dir, &name) {
+                Ok(Some(r)) => r,
+                // No channel yet, or nothing published yet.
+                Ok(None) | Err(controller::timing_report::TimingReadError::Open { .. }) => continue,
+                Err(e) => {
+                    let msg = e.to_string();
+                    self.note(i, &msg);
+                    continue;
+                }
+            };
+            let p = &mut self.procs[i];
+            let was_ready = p.health.ready();
+            if let Some(why) = p
+                .health
+                .on_report(&report, pid, now, &p.cfg, &self.channel_budgets)
+            {
+                let n = p.health.over_budget;
+                if n <= 10 || n % 100 == 0 {
+                    self.note(
+                        i,
+                        &format!("timing report {} over budget (#{n}): {why}", report.seq),
+                    );
+                    self.say(format!("{name}: timing report over budget (#{n}): {why}"));
+                }
+            }
+            if !was_ready && self.procs[i].health.ready() {
+                self.note(i, "first timing report: ready");
+            }
+        }
     }
 
     /// Timers: start what can start, restart after backoff, escalate stops.
@@ -632,6 +692,10 @@ impl Supervisor {
                 _ => {}
             }
         }
+        if now >= self.next_timing_poll {
+            self.next_timing_poll = now + TIMING_POLL;
+            self.poll_reports();
+        }
         if self.shutting_down {
             self.shutdown_step();
         }
@@ -663,6 +727,8 @@ impl Supervisor {
         match result {
             Ok(child) => {
                 let pid = child.pid;
+                let since = self.started.elapsed();
+                self.procs[i].health.restarted(since);
                 let warnings = child.warnings.clone();
                 let p = &mut self.procs[i];
                 p.child = Some(child);
@@ -891,7 +957,7 @@ impl Supervisor {
             }
         }
         if self.opts.handle_signals {
-            while let Ok(Some((pid, st))) = rustix::process::waitpid(None, WaitOptions::NOHANG) {
+            while let Ok(Some((pid, st))) = rustix::process::wait(WaitOptions::NOHANG) {
                 let pid = pid.as_raw_nonzero().get();
                 if let Some(i) = self
                     .procs
@@ -1016,6 +1082,13 @@ impl Supervisor {
                 _ => {}
             }
         }
+        if self
+            .procs
+            .iter()
+            .any(|p| p.child.is_some() && p.health.expected)
+        {
+            consider(Some(self.next_timing_poll));
+        }
         let mut timeout = next.map(|t| t.saturating_duration_since(now));
         // Processes that wait for one that fails later, and pending replies,
         // are re-checked at least once a second.
@@ -1050,21 +1123,21 @@ impl Supervisor {
 
     /// Root, the supervisor's own user, or a member of `robot.group`.
     fn peer_allowed(&self, s: &UnixStream) -> Result<(), String> {
-        let cred = rustix::net::sockopt::socket_peercred(s)
+        let (pid, uid, gid) = crate::sys::peer_cred(s.as_raw_fd())
             .map_err(|e| format!("permission denied: cannot read peer credentials: {e}"))?;
-        let uid = cred.uid.as_raw();
         if uid == 0 || uid == self.own_uid {
             return Ok(());
         }
-        if let Some(gid) = self.group_gid {
-            if cred.gid.as_raw() == gid {
+        if let Some(group) = self.group_gid {
+            if gid == group {
                 return Ok(());
             }
-            if let Ok(st) =
-                procfs::read_status(&self.roots.proc_root, cred.pid.as_raw_nonzero().get())
-            {
-                if st.groups.contains(&gid) {
-                    return Ok(());
+            // Supplementary groups, when the peer is visible in our /proc.
+            if pid > 0 {
+                if let Ok(st) = procfs::read_status(&self.roots.proc_root, pid) {
+                    if st.groups.contains(&group) {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -1328,11 +1401,15 @@ impl Supervisor {
                     uptime_s: p.child.as_ref().map(|c| c.started.elapsed().as_secs_f64()),
                     in_force,
                     last_exit: p.last_exit.clone(),
-                    wakeup_p99_us: None,
-                    wakeup_max_us: None,
-                    budget: "unmonitored: controller timing report reader not available".into(),
-                    over_budget_reports: 0,
-                    degraded: p.degraded,
+                    wakeup_p99_us: p.health.wakeup_p99_ns.map(|n| n as f64 / 1000.0),
+                    wakeup_max_us: p.health.wakeup_max_ns.map(|n| n as f64 / 1000.0),
+                    budget: if p.child.is_some() {
+                        p.health.describe(self.started.elapsed())
+                    } else {
+                        "-".into()
+                    },
+                    over_budget_reports: p.health.over_budget,
+                    degraded: p.degraded || p.health.over_budget > 0,
                 }
             })
             .collect();
@@ -1365,16 +1442,16 @@ impl Supervisor {
             crate::sys::kill_all(libc::SIGTERM);
             let until = Instant::now() + Duration::from_secs(2);
             while Instant::now() < until {
-                match rustix::process::waitpid(None, WaitOptions::NOHANG) {
+                match rustix::process::wait(WaitOptions::NOHANG) {
                     Ok(Some(_)) => continue,
                     Ok(None) => std::thread::sleep(Duration::from_millis(20)),
                     Err(_) => break,
                 }
             }
             crate::sys::kill_all(libc::SIGKILL);
-            while let Ok(Some(_)) = rustix::process::waitpid(None, WaitOptions::empty()) {}
+            while let Ok(Some(_)) = rustix::process::wait(WaitOptions::empty()) {}
         } else if self.opts.handle_signals {
-            while let Ok(Some(_)) = rustix::process::waitpid(None, WaitOptions::NOHANG) {}
+            while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
         }
         self.say("stopped");
         if self.opts.pid1 {

@@ -155,3 +155,25 @@ pub fn kill_all(sig: i32) {
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(-1, sig) };
 }
+
+/// SO_PEERCRED of a connected Unix socket: (pid, uid, gid). The pid is 0
+/// when the peer is outside the caller's PID namespace.
+pub fn peer_cred(fd: RawFd) -> std::io::Result<(i32, u32, u32)> {
+    // SAFETY: ucred is plain data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` describe a writable buffer of the right size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((cred.pid, cred.uid, cred.gid))
+}

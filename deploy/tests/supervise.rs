@@ -1,0 +1,239 @@
+//! `deploy supervise` as a real process: bad robot.yaml, SIGTERM, and the
+//! supervisor as PID 1 of a fresh PID namespace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use services::control::{self, Request};
+use services::status::SupervisorStatus;
+
+const DEPLOY: &str = env!("CARGO_BIN_EXE_deploy");
+
+fn prefix_with(processes: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("rtdeploy-cli-")
+        .tempdir()
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("etc/rtdeploy")).unwrap();
+    let yaml = format!(
+        "robot:\n  name: clibot\nboard:\n  model: generic\n  cpus: 2\ncpus:\n  housekeeping: 0\n  isolated: 1\nprocesses:\n{processes}"
+    );
+    std::fs::write(dir.path().join("etc/rtdeploy/robot.yaml"), yaml).unwrap();
+    dir
+}
+
+fn socket(prefix: &Path) -> PathBuf {
+    control::socket_path(prefix)
+}
+
+/// Waits (watchdog 20 s) until the supervisor answers and `f` holds.
+fn wait_status(
+    prefix: &Path,
+    what: &str,
+    f: impl Fn(&SupervisorStatus) -> bool,
+) -> SupervisorStatus {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = control::request(&socket(prefix), &Request::Status) {
+            let s = r
+                .status
+                .unwrap_or_else(|| panic!("status request refused: {:?}", r.error));
+            if f(&s) {
+                return s;
+            }
+            if Instant::now() > until {
+                panic!("timed out waiting for {what}: {s:#?}");
+            }
+        } else if Instant::now() > until {
+            panic!("timed out waiting for the supervisor to answer ({what})");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("supervisor did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills the supervisor if a test fails before it stopped it.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn gone(pid: i32) -> bool {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+#[test]
+fn an_invalid_robot_yaml_starts_nothing_and_exits_2() {
+    let prefix = prefix_with("  - name: Bad Name\n    exec: /bin/sleep\n    policy: fifo\n");
+    let out = Command::new(DEPLOY)
+        .args([
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "supervise",
+            "--skip-cpu-plan",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("robot.yaml:"), "{err}");
+    assert!(err.contains("not a valid process name"), "{err}");
+    assert!(err.contains("needs a priority"), "{err}");
+    assert!(!socket(prefix.path()).exists());
+    assert!(!prefix.path().join("var/log/rtdeploy").exists());
+}
+
+#[test]
+fn sigterm_is_an_orderly_shutdown() {
+    let prefix = prefix_with(
+        "  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n  - name: b\n    exec: /bin/sh\n    args: [-c, \"sleep 600 & sleep 600\"]\n    after: [a]\n",
+    );
+    let mut sup = Command::new(DEPLOY)
+        .args([
+            "-q",
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "supervise",
+            "--skip-cpu-plan",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    let s = wait_status(prefix.path(), "both running", |s| {
+        s.processes.iter().all(|p| p.state == "running")
+    });
+    let pids: Vec<i32> = s.processes.iter().map(|p| p.pid.unwrap()).collect();
+    // The status command prints the same, exit 0.
+    let out = Command::new(DEPLOY)
+        .args([
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "--json",
+            "status",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["processes"][1]["name"], "b");
+    assert_eq!(doc["processes"][1]["in_force"]["policy"], "other");
+    // Grandchildren of `b` (its `sleep 600 &`).
+    let grandchildren: Vec<i32> = services::procfs::children_of(Path::new("/proc"), pids[1])
+        .iter()
+        .map(|s| s.pid)
+        .collect();
+    let kill = Command::new("kill")
+        .args(["-TERM", &sup.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let st = wait_exit(&mut sup.0);
+    assert_eq!(st.code(), Some(0));
+    for pid in pids.iter().chain(&grandchildren) {
+        assert!(gone(*pid), "pid {pid} outlived the supervisor");
+    }
+    assert!(!socket(prefix.path()).exists());
+}
+
+#[test]
+fn pid1_in_a_fresh_pid_namespace_reaps_orphans_and_stops_on_request() {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not permitted here ({probe:?})");
+        return;
+    }
+    // `orphans` leaves short-lived orphans behind every 100 ms: they are
+    // reparented to PID 1 and must be reaped there.
+    let prefix = prefix_with(
+        "  - name: orphans\n    exec: /bin/sh\n    args: [-c, \"while :; do (sleep 0.05 &); sleep 0.1; done\"]\n  - name: steady\n    exec: /bin/sleep\n    args: [\"600\"]\n",
+    );
+    let mut unshare = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            DEPLOY,
+            "-q",
+            "--prefix",
+        ])
+        .arg(prefix.path())
+        .args(["supervise", "--skip-cpu-plan"])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    let s = wait_status(prefix.path(), "running as pid 1", |s| {
+        s.processes.iter().all(|p| p.state == "running")
+    });
+    assert!(s.pid1);
+    assert_eq!(s.pid, 1);
+    let mounts: Vec<_> = s
+        .startup
+        .iter()
+        .filter(|st| st.step.starts_with("mount "))
+        .collect();
+    assert_eq!(mounts.len(), 5, "{:?}", s.startup);
+    for m in &mounts {
+        eprintln!("{}: {} ({})", m.step, m.result, m.detail);
+    }
+    // The supervisor's pid outside the namespace: the child of unshare.
+    let init = services::procfs::children_of(Path::new("/proc"), unshare.0.id() as i32)
+        .into_iter()
+        .next()
+        .expect("unshare forked the supervisor");
+    std::thread::sleep(Duration::from_millis(600));
+    let zombies: Vec<_> = services::procfs::children_of(Path::new("/proc"), init.pid)
+        .into_iter()
+        .filter(|c| c.state == 'Z')
+        .collect();
+    // A zombie may exist for the instant between exit and reaping; it must
+    // not stay.
+    for z in &zombies {
+        assert!(gone(z.pid), "zombie {} was never reaped by pid 1", z.pid);
+    }
+    let out = Command::new(DEPLOY)
+        .args(["--prefix", prefix.path().to_str().unwrap(), "stop", "--all"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = wait_exit(&mut unshare.0);
+    assert_eq!(st.code(), Some(0));
+    assert!(gone(init.pid));
+}

@@ -1,0 +1,269 @@
+//! Readiness, liveness and budgets from a process's timing reports
+//! (controller crate, channel `/rtdeploy/timing/<process>`). Pure: the
+//! supervisor reads the reports and passes them in with the time.
+//!
+//! - A process is *expected to report* when it uses channels or has
+//!   budgets: it runs the controller's event loop, which publishes a
+//!   report every period (1 s).
+//! - *Ready* (for the processes that name it in `after:`): its first
+//!   report from the current pid arrived; a process not expected to report
+//!   is ready once it runs.
+//! - *Unhealthy*: no new report for three periods (or, before the first,
+//!   for [`FIRST_REPORT_GRACE`]).
+//! - *Over budget*: a report whose worst wakeup (watchers and timers) is
+//!   above `budgets.wakeup` or the watched channel's `budget`, or whose
+//!   worst handler run is above `budgets.handler`. Each such report is
+//!   counted and marks the process degraded.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use controller::timing_report::{EntryKind, TimingReport};
+
+use crate::config::ProcessConfig;
+
+/// How long a freshly started process may take to publish its first report.
+pub const FIRST_REPORT_GRACE: Duration = Duration::from_secs(5);
+
+/// What the supervisor knows about one process's reports.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    pub expected: bool,
+    /// Since the process (re)started, in supervisor time.
+    pub started_at: Duration,
+    /// `seq` and arrival of the latest new report from the current pid.
+    pub last_seq: Option<u64>,
+    pub last_at: Option<Duration>,
+    pub period: Duration,
+    pub wakeup_p99_ns: Option<u64>,
+    pub wakeup_max_ns: Option<u64>,
+    pub over_budget: u64,
+    /// Why the last report that went over did so.
+    pub last_over: Option<String>,
+}
+
+impl Health {
+    pub fn new(p: &ProcessConfig) -> Health {
+        Health {
+            expected: !p.publishes.is_empty()
+                || !p.subscribes.is_empty()
+                || p.budgets.wakeup.is_some()
+                || p.budgets.handler.is_some(),
+            period: Duration::from_secs(1),
+            ..Default::default()
+        }
+    }
+
+    /// The process (re)started at `now`: forget the previous run's reports
+    /// (the over-budget count stays, it is a history).
+    pub fn restarted(&mut self, now: Duration) {
+        self.started_at = now;
+        self.last_seq = None;
+        self.last_at = None;
+        self.wakeup_p99_ns = None;
+        self.wakeup_max_ns = None;
+    }
+
+    pub fn ready(&self) -> bool {
+        !self.expected || self.last_seq.is_some()
+    }
+
+    /// Takes a report read at `now` for the process running as `pid`.
+    /// Returns `Some(why)` when this new report is over budget.
+    pub fn on_report(
+        &mut self,
+        r: &TimingReport,
+        pid: i32,
+        now: Duration,
+        p: &ProcessConfig,
+        channel_budgets: &BTreeMap<String, Duration>,
+    ) -> Option<String> {
+        if r.pid != pid as u32 || self.last_seq == Some(r.seq) {
+            return None;
+        }
+        self.last_seq = Some(r.seq);
+        self.last_at = Some(now);
+        self.period = Duration::from_nanos(r.period_ns.max(1));
+        let waits = r
+            .entries
+            .iter()
+            .filter(|e| matches!(e.kind, EntryKind::Watcher | EntryKind::Timer) && e.count > 0);
+        self.wakeup_p99_ns = waits.clone().map(|e| e.latency_p99_ns).max();
+        self.wakeup_max_ns = waits.clone().map(|e| e.latency_max_ns).max();
+        let mut over = Vec::new();
+        for e in waits {
+            let limit = match (p.budgets.wakeup, channel_budgets.get(&e.name)) {
+                (Some(b), Some(c)) => Some(b.0.min(*c)),
+                (Some(b), None) => Some(b.0),
+                (None, Some(c)) if e.kind == EntryKind::Watcher => Some(*c),
+                _ => None,
+            };
+            if let Some(limit) = limit {
+                if e.latency_max_ns > limit.as_nanos() as u64 {
+                    over.push(format!(
+                        "{} wakeup max {}us > {}us",
+                        e.name,
+                        e.latency_max_ns / 1000,
+                        limit.as_micros()
+                    ));
+                }
+            }
+            if let Some(h) = p.budgets.handler {
+                if e.handler_max_ns > h.0.as_nanos() as u64 {
+                    over.push(format!(
+                        "{} handler max {}us > {}us",
+                        e.name,
+                        e.handler_max_ns / 1000,
+                        h.0.as_micros()
+                    ));
+                }
+            }
+        }
+        if over.is_empty() {
+            return None;
+        }
+        self.over_budget += 1;
+        let why = over.join(", ");
+        self.last_over = Some(why.clone());
+        Some(why)
+    }
+
+    /// The budget column of `deploy status` at `now`.
+    pub fn describe(&self, now: Duration) -> String {
+        if !self.expected {
+            return "not monitored (no channels, no budgets)".into();
+        }
+        let liveness = match self.last_at {
+            None if now.saturating_sub(self.started_at) > FIRST_REPORT_GRACE => Some(format!(
+                "unhealthy: no timing report in {:.1}s since start",
+                now.saturating_sub(self.started_at).as_secs_f64()
+            )),
+            None => Some("waiting for the first timing report".to_string()),
+            Some(t) if now.saturating_sub(t) > self.period * 3 => Some(format!(
+                "unhealthy: no timing report for {:.1}s",
+                now.saturating_sub(t).as_secs_f64()
+            )),
+            Some(_) => None,
+        };
+        match (liveness, self.over_budget) {
+            (Some(l), 0) => l,
+            (Some(l), n) => format!("{l}; {n} report(s) over budget"),
+            (None, 0) => "ok".into(),
+            (None, n) => format!(
+                "over: {n} report(s) over budget, last: {}",
+                self.last_over.as_deref().unwrap_or("")
+            ),
+        }
+    }
+
+    pub fn unhealthy(&self, now: Duration) -> bool {
+        self.describe(now).starts_with("unhealthy")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use controller::timing_report::EntryReport;
+
+    fn cfg(budget_us: Option<u64>) -> ProcessConfig {
+        let mut v = serde_json::json!({"name": "l", "exec": "bin/l", "subscribes": ["/ping"]});
+        if let Some(b) = budget_us {
+            v["budgets"] = serde_json::json!({"wakeup": format!("{b}us")});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn report(pid: u32, seq: u64, max_us: u64) -> TimingReport {
+        TimingReport {
+            process: "l".into(),
+            pid,
+            seq,
+            time_ns: 0,
+            period_ns: 1_000_000_000,
+            backend: "io_uring-futex".into(),
+            entries: vec![EntryReport {
+                kind: EntryKind::Watcher,
+                name: "/ping".into(),
+                count: 10,
+                total: 10,
+                latency_min_ns: 1000,
+                latency_avg_ns: 2000,
+                latency_p99_ns: 3000,
+                latency_max_ns: max_us * 1000,
+                handler_avg_ns: 100,
+                handler_p99_ns: 100,
+                handler_max_ns: 100,
+                eagain: 0,
+                lost: 0,
+                missed: 0,
+                errors: 0,
+            }],
+        }
+    }
+
+    #[test]
+    fn readiness_liveness_and_budgets() {
+        let p = cfg(Some(200));
+        let none = BTreeMap::new();
+        let mut h = Health::new(&p);
+        h.restarted(Duration::from_secs(10));
+        assert!(!h.ready());
+        assert_eq!(
+            h.describe(Duration::from_secs(11)),
+            "waiting for the first timing report"
+        );
+        assert!(h.unhealthy(Duration::from_secs(16)));
+        // A report from another pid (a previous run) does not count.
+        assert_eq!(
+            h.on_report(&report(7, 1, 50), 8, Duration::from_secs(12), &p, &none),
+            None
+        );
+        assert!(!h.ready());
+        assert_eq!(
+            h.on_report(&report(8, 1, 50), 8, Duration::from_secs(12), &p, &none),
+            None
+        );
+        assert!(h.ready());
+        assert_eq!(h.describe(Duration::from_secs(13)), "ok");
+        assert_eq!(
+            (h.wakeup_p99_ns, h.wakeup_max_ns),
+            (Some(3000), Some(50_000))
+        );
+        let why = h
+            .on_report(&report(8, 2, 900), 8, Duration::from_secs(13), &p, &none)
+            .unwrap();
+        assert_eq!(why, "/ping wakeup max 900us > 200us");
+        // The same report read twice is counted once.
+        assert_eq!(
+            h.on_report(&report(8, 2, 900), 8, Duration::from_secs(14), &p, &none),
+            None
+        );
+        assert_eq!(h.over_budget, 1);
+        assert!(h
+            .describe(Duration::from_secs(14))
+            .starts_with("over: 1 report(s) over budget"));
+        assert_eq!(
+            h.describe(Duration::from_secs(17)),
+            "unhealthy: no timing report for 4.0s; 1 report(s) over budget"
+        );
+    }
+
+    #[test]
+    fn channel_budgets_apply_to_watchers() {
+        let p = cfg(None);
+        let budgets = BTreeMap::from([("/ping".to_string(), Duration::from_micros(100))]);
+        let mut h = Health::new(&p);
+        assert!(h
+            .on_report(&report(1, 1, 150), 1, Duration::ZERO, &p, &budgets)
+            .is_some());
+        let plain: ProcessConfig =
+            serde_json::from_value(serde_json::json!({"name": "s", "exec": "/bin/sleep"})).unwrap();
+        let h = Health::new(&plain);
+        assert!(h.ready());
+        assert_eq!(
+            h.describe(Duration::from_secs(100)),
+            "not monitored (no channels, no budgets)"
+        );
+    }
+}
