@@ -127,13 +127,19 @@ pub struct ApplyReport {
     /// Which cgroup hierarchy holds the cpusets: `v2 <mount>`, `v1 <mount>`
     /// or `none`.
     pub cgroup: String,
+    /// The outcomes counted, as [`ApplyReport::summary`] returns them.
+    pub summary: ApplySummary,
     pub actions: Vec<Action>,
 }
 
 impl ApplyReport {
     pub fn summary(&self) -> ApplySummary {
+        Self::count(&self.actions)
+    }
+
+    fn count(actions: &[Action]) -> ApplySummary {
         let mut s = ApplySummary::default();
-        for a in &self.actions {
+        for a in actions {
             match a.outcome {
                 Outcome::Unchanged => s.unchanged += 1,
                 Outcome::Changed => s.changed += 1,
@@ -534,6 +540,7 @@ pub fn apply(
         dry_run: opts.dry_run,
         threads: opts.threads,
         cgroup: cgroup.to_string(),
+        summary: ApplyReport::count(&a.actions),
         actions: a.actions,
     })
 }
