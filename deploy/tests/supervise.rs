@@ -10,14 +10,19 @@ use services::status::SupervisorStatus;
 
 const DEPLOY: &str = env!("CARGO_BIN_EXE_deploy");
 
+/// A prefix with a robot.yaml for a 2-CPU machine; the boot check is off.
 fn prefix_with(processes: &str) -> tempfile::TempDir {
+    prefix_with_boot_check(processes, "boot_check:\n  enabled: false\n")
+}
+
+fn prefix_with_boot_check(processes: &str, boot_check: &str) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
         .prefix("rtdeploy-cli-")
         .tempdir()
         .unwrap();
     std::fs::create_dir_all(dir.path().join("etc/rtdeploy")).unwrap();
     let yaml = format!(
-        "robot:\n  name: clibot\nboard:\n  model: generic\n  cpus: 2\ncpus:\n  housekeeping: 0\n  isolated: 1\nprocesses:\n{processes}"
+        "robot:\n  name: clibot\nboard:\n  model: generic\n  cpus: 2\ncpus:\n  housekeeping: 0\n  isolated: 1\n{boot_check}processes:\n{processes}"
     );
     std::fs::write(dir.path().join("etc/rtdeploy/robot.yaml"), yaml).unwrap();
     dir
@@ -236,4 +241,57 @@ fn pid1_in_a_fresh_pid_namespace_reaps_orphans_and_stops_on_request() {
     let st = wait_exit(&mut unshare.0);
     assert_eq!(st.code(), Some(0));
     assert!(gone(init.pid));
+}
+
+#[test]
+fn the_boot_check_runs_before_the_processes_and_decides_for_realtime_ones() {
+    if !Path::new("/sys/devices/system/cpu/cpu1").exists() {
+        eprintln!("skipped: the boot check needs CPU 1 (isolated in this robot.yaml)");
+        return;
+    }
+    // `refuse`: a failed check keeps the fifo process from starting; a
+    // passed one starts it. Which one happens depends on this machine;
+    // the supervisor's decision must match the check's own report.
+    let prefix = prefix_with_boot_check(
+        "  - name: rt\n    exec: /bin/sleep\n    args: [\"600\"]\n    policy: fifo\n    priority: 10\n    memlock: 16MiB\n  - name: bg\n    exec: /bin/sleep\n    args: [\"600\"]\n",
+        "check:\n  budgets:\n    delivery_max: 50ms\nboot_check:\n  duration: 1s\n  on_failure: refuse\n",
+    );
+    let sup = Command::new(DEPLOY)
+        .args([
+            "-q",
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "supervise",
+            "--skip-cpu-plan",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    let s = wait_status(prefix.path(), "bg running", |s| {
+        s.processes[1].state == "running"
+    });
+    let report_path = prefix.path().join("var/lib/rtdeploy/boot-check.json");
+    eprintln!("boot check: {}", s.boot_check);
+    if s.boot_check.starts_with("failed: could not run") {
+        assert_eq!(s.processes[0].state, "refused", "{s:#?}");
+        return;
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    match report["verdict"].as_str().unwrap() {
+        "pass" => {
+            assert!(s.boot_check.starts_with("passed"), "{}", s.boot_check);
+            assert_eq!(s.processes[0].state, "running");
+        }
+        _ => {
+            assert!(
+                s.boot_check.starts_with("failed: over budget"),
+                "{}",
+                s.boot_check
+            );
+            assert_eq!(s.processes[0].state, "refused");
+        }
+    }
+    drop(sup);
 }

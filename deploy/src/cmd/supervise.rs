@@ -4,17 +4,13 @@
 //! Exit codes: 0 after an orderly shutdown; 2 when robot.yaml is invalid
 //! (nothing is started) or the supervisor cannot start.
 
-use std::path::Path;
-
 use anyhow::Context as _;
 use clap::Args;
 use cpusets::apply::{self as cpu_apply, ApplyOptions};
-use cpusets::model::live::Live;
-use cpusets::plan::{self as cpu_plan, Inventory, Isolation};
 use services::notify::Notifier;
 use services::pid1::AtExit;
 use services::status::StepStatus;
-use services::supervisor::{Hooks, Options, Roots, Supervisor, SupervisorConfig};
+use services::supervisor::{BootCheckOutcome, Hooks, Options, Roots, Supervisor, SupervisorConfig};
 
 use crate::cmd::load_robot;
 use crate::config::Robot;
@@ -82,7 +78,8 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         sys_root: ctx.sys("/sys"),
         dev_root: ctx.sys("/dev"),
     };
-    let sysroot = ctx.sysroot.clone();
+    let (plan_ctx, plan_robot) = (ctx.clone(), robot.clone());
+    let (check_ctx, check_robot) = (ctx.clone(), robot.clone());
     let hooks = Hooks {
         apply_cpu_plan: if args.skip_cpu_plan {
             Some(Box::new(|| StepStatus {
@@ -91,9 +88,9 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
                 detail: "--skip-cpu-plan".into(),
             }))
         } else {
-            Some(Box::new(move || apply_cpu_plan(&robot, &sysroot)))
+            Some(Box::new(move || apply_cpu_plan(&plan_ctx, &plan_robot)))
         },
-        boot_check: None,
+        boot_check: Some(Box::new(move |d| boot_check(&check_ctx, &check_robot, d))),
     };
     let env = |k: &str| std::env::var(k).ok();
     let notifier = Notifier::new(
@@ -117,51 +114,83 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
     Ok(Exit::Ok)
 }
 
-/// The cpusets runtime plan for this machine, applied.
-fn apply_cpu_plan(robot: &Robot, sysroot: &Path) -> StepStatus {
+/// The cpusets runtime plan for this machine, applied (as `deploy apply`
+/// does, including the state file `deploy verify` reads).
+fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
     let step = |result: &str, detail: String| StepStatus {
         step: "cpu plan".into(),
         result: result.into(),
         detail,
     };
-    let live = match Live::read(sysroot) {
-        Ok(l) => l,
-        Err(e) => return step("failed", format!("reading the live system: {e}")),
-    };
-    let iso = Isolation {
-        board: &robot.board,
-        cpus: &robot.cpus,
-        kernel: &robot.kernel,
-        irqs: &robot.irqs,
-        sysctl: &robot.sysctl,
-        power: &robot.power,
-    };
-    let inv = Inventory {
-        irqs: &live.irqs,
-        tasks: &live.tasks,
-    };
-    let plan = match cpu_plan::plan(&iso, &inv) {
+    let plan = match super::apply::live_plan(ctx, robot) {
         Ok(p) => p,
+        Err(e) => return step("failed", format!("{e:#}")),
+    };
+    let report = match cpu_apply::apply(
+        &plan,
+        &ctx.sysroot,
+        &ApplyOptions::for_sysroot(&ctx.sysroot, false),
+    ) {
+        Ok(r) => r,
         Err(e) => return step("failed", e.to_string()),
     };
-    match cpu_apply::apply(&plan, sysroot, &ApplyOptions::for_sysroot(sysroot, false)) {
-        Ok(report) => {
-            let s = report.summary();
-            let detail = format!(
-                "cgroup {}: {} changed, {} unchanged, {} unmovable, {} unsupported, {} invalid, {} failed",
-                report.cgroup, s.changed, s.unchanged, s.unmovable, s.unsupported, s.invalid, s.failed
-            );
-            if s.failed > 0 || s.invalid > 0 {
-                let failures: Vec<String> = report
-                    .failures()
-                    .map(|a| format!("{a:?}"))
-                    .take(5)
-                    .collect();
-                step("failed", format!("{detail}; {}", failures.join("; ")))
-            } else {
-                step("ok", detail)
-            }
+    let state = super::apply::ApplyState {
+        unmovable_irqs: report.unmovable_irqs(),
+    };
+    let path = ctx.root(super::apply::STATE_FILE);
+    let saved = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&path, serde_json::to_string(&state).unwrap_or_default()));
+    let s = report.summary();
+    let mut detail = format!(
+        "cgroup {}: {} changed, {} unchanged, {} unmovable, {} unsupported, {} invalid, {} failed",
+        report.cgroup, s.changed, s.unchanged, s.unmovable, s.unsupported, s.invalid, s.failed
+    );
+    if let Err(e) = saved {
+        detail.push_str(&format!("; cannot save {}: {e}", path.display()));
+    }
+    if s.failed > 0 || s.invalid > 0 {
+        let failures: Vec<String> = report
+            .actions
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a.outcome,
+                    cpu_apply::Outcome::Failed { .. } | cpu_apply::Outcome::Invalid { .. }
+                )
+            })
+            .take(5)
+            .map(|a| format!("{} {:?}", a.path, a.outcome))
+            .collect();
+        step("failed", format!("{detail}; {}", failures.join("; ")))
+    } else {
+        step("ok", detail)
+    }
+}
+
+/// The boot timing check: `deploy check`'s engine, shortened to
+/// `boot_check.duration`; the report goes to
+/// `<prefix>/var/lib/rtdeploy/boot-check.json`.
+fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCheckOutcome {
+    let mut inputs = super::check::inputs_from_robot(robot);
+    inputs.duration = Some(controller::config::Dur(duration));
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            return BootCheckOutcome::Failed(format!(
+                "cannot find the deploy binary for the check workers: {e}"
+            ))
         }
-        Err(e) => step("failed", e.to_string()),
+    };
+    let path = controller::check::boot_report_path(&ctx.prefix);
+    match controller::check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe) {
+        Ok(r) if r.passed() => BootCheckOutcome::Passed(format!("report {}", path.display())),
+        Ok(r) => BootCheckOutcome::Failed(format!(
+            "over budget: {} (report {})",
+            r.failed.join(", "),
+            path.display()
+        )),
+        Err(e) => BootCheckOutcome::Failed(format!("could not run: {e}")),
     }
 }
