@@ -12,7 +12,8 @@
 #   _capture/cgroup-steps.txt       each cgroup2 cpuset write tried, its result
 #   _capture/rtdeploy-layout/       cpuset files of rtdeploy/{rt,housekeeping}
 #                                   while rt was asked to be an isolated partition
-#   _capture/serial.log             the whole serial console
+#   _capture/serial.log             the whole serial console (kernel messages)
+#   _capture/probe-output.log       the probe's own lines (without the tar)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -49,14 +50,16 @@ e2e_log "booting with: console=ttyS0 panic=-1 $TOKENS"
 rc=0
 e2e_qemu "$E2E_CACHE/rt-kernel/vmlinuz" "$WORK/probe.cpio.gz" "console=ttyS0 panic=-1 $TOKENS" \
     "$WORK/serial.log" "${E2E_BOOT_LIMIT:-300}" || rc=$?
-if [ "$rc" != 0 ] || ! e2e_serial_clean "$WORK/serial.log" | grep -qx 'E2E-FIXTURE-END'; then
+if [ "$rc" != 0 ] || ! e2e_serial_clean "$WORK/serial.log.hvc" | grep -qx 'E2E-FIXTURE-END'; then
     e2e_serial_clean "$WORK/serial.log" >&2
+    e2e_serial_clean "$WORK/serial.log.hvc" >&2
     echo "capture-qemu-fixture: the guest did not finish the capture (qemu exit $rc)" >&2
     exit 1
 fi
 mkdir -p "$OUT"
-e2e_fixture_decode "$WORK/serial.log" "$OUT"
+e2e_fixture_decode "$WORK/serial.log.hvc" "$OUT"
 mkdir -p "$OUT/_capture"
-e2e_serial_clean "$WORK/serial.log" | sed '/^E2E-FIXTURE-BEGIN$/,/^E2E-FIXTURE-END$/{/^E2E-FIXTURE/!d}' >"$OUT/_capture/serial.log"
+e2e_serial_clean "$WORK/serial.log" >"$OUT/_capture/serial.log"
+e2e_serial_clean "$WORK/serial.log.hvc" | sed '/^E2E-FIXTURE-BEGIN$/,/^E2E-FIXTURE-END$/{/^E2E-FIXTURE/!d}' >"$OUT/_capture/probe-output.log"
 cp "$E2E_CACHE/rt-kernel/package" "$OUT/_capture/kernel-package"
 e2e_log "fixture in $OUT ($(find "$OUT" -type f | wc -l) files)"

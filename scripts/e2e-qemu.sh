@@ -5,6 +5,9 @@
 #
 # Usage: scripts/e2e-qemu.sh     (as root on Debian 12; installs what it needs)
 #
+# The guest's kernel and supervisor messages go to the serial console, the
+# test's own lines (E2E ...) to a virtio console, each to its own log.
+#
 # Two boots:
 #   1. probe: a busybox initramfs with the plan's kernel command line; shows
 #      the kernel's own state (PREEMPT_RT, isolated CPUs, IRQ threads).
@@ -71,9 +74,12 @@ phase_end() { PHASES+=("$(printf '%-34s %7s s' "$PHASE_NAME" "$(secs $(($(now_ms
 finish() {
     local l
     for l in "${FAILED_LOGS[@]}"; do
-        printf '\n===== serial log %s =====\n' "${l##*/}"
+        printf '\n===== serial console %s (kernel, supervisor) =====\n' "${l##*/}"
         e2e_serial_clean "$l"
-        printf '===== end of serial log %s =====\n' "${l##*/}"
+        printf '===== end of %s =====\n' "${l##*/}"
+        printf '\n===== virtio console %s (the test in the guest) =====\n' "${l##*/}.hvc"
+        e2e_serial_clean "$l.hvc"
+        printf '===== end of %s =====\n' "${l##*/}.hvc"
         if [ -s "$l.qemu" ]; then
             printf '===== qemu output =====\n'
             cat "$l.qemu"
@@ -124,41 +130,42 @@ KDIR=$E2E_CACHE/rt-kernel
 phase_end
 
 # --------------------------------------------------------------------- build
-phase_start "build deploy (static)"
-DEPLOY=
-if (cd "$SRC" && RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $TRIPLE -p deploy) \
-    >"$WORK/build-deploy.log" 2>&1; then
-    DEPLOY=$OUTBIN/deploy
-    if e2e_is_static "$DEPLOY"; then
-        pass "deploy builds as a static x86_64 binary"
-    else
-        fail "deploy builds as a static x86_64 binary" "$DEPLOY has a program interpreter"
-    fi
-else
-    tail -n 40 "$WORK/build-deploy.log"
-    fail "deploy builds as a static x86_64 binary" "cargo build failed (above)"
-fi
-phase_end
-
-phase_start "build example controllers"
-# The two controllers examples/qemu.yaml runs: bin/talker and bin/listener,
-# examples of the controller crate.
+# deploy and the two controllers examples/qemu.yaml runs (bin/talker and
+# bin/listener, examples of the controller crate), static x86_64, in one
+# cargo run so that the shared crates compile once.
+phase_start "build deploy + controllers (static)"
 has_example() {
     [ -f "$SRC/controller/examples/$1.rs" ] || [ -f "$SRC/controller/examples/$1/main.rs" ] ||
         grep -Eq "^name *= *\"$1\"" "$SRC/controller/Cargo.toml"
 }
-EXAMPLES_OK=0
+static_build() {
+    (cd "$SRC" && RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $TRIPLE "$@")
+}
+DEPLOY='' EXAMPLES_OK=0
 if has_example talker && has_example listener; then
-    if (cd "$SRC" && RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $TRIPLE \
-        -p controller --example talker --example listener) >"$WORK/build-examples.log" 2>&1; then
-        EXAMPLES_OK=1
-        pass "example controllers talker and listener build statically"
-    else
-        tail -n 40 "$WORK/build-examples.log"
-        fail "example controllers talker and listener build statically" "cargo build failed (above)"
+    if static_build -p deploy -p controller --bin deploy --example talker --example listener \
+        >"$WORK/build.log" 2>&1; then
+        DEPLOY=$OUTBIN/deploy EXAMPLES_OK=1
     fi
+fi
+if [ -z "$DEPLOY" ] && static_build -p deploy --bin deploy >"$WORK/build-deploy.log" 2>&1; then
+    DEPLOY=$OUTBIN/deploy
+fi
+if [ -z "$DEPLOY" ]; then
+    tail -n 40 "$WORK/build-deploy.log"
+    fail "deploy builds as a static x86_64 binary" "cargo build failed (above)"
+elif e2e_is_static "$DEPLOY"; then
+    pass "deploy builds as a static x86_64 binary"
 else
-    skip "example controllers talker and listener build" "controller/examples has no talker and listener yet"
+    fail "deploy builds as a static x86_64 binary" "$DEPLOY has a program interpreter"
+fi
+if ! has_example talker || ! has_example listener; then
+    skip "example controllers talker and listener build statically" "controller/examples has no talker and listener yet"
+elif [ "$EXAMPLES_OK" = 1 ] && e2e_is_static "$OUTBIN/examples/talker" && e2e_is_static "$OUTBIN/examples/listener"; then
+    pass "example controllers talker and listener build statically"
+else
+    [ -s "$WORK/build.log" ] && tail -n 40 "$WORK/build.log"
+    fail "example controllers talker and listener build statically" "cargo build failed (above), or they are not static"
 fi
 phase_end
 
@@ -237,7 +244,7 @@ e2e_cpio "$PROBE" "$WORK/probe.cpio.gz"
 phase_end
 
 phase_start "boot 1: kernel probe"
-LOG1=$WORK/serial-probe.log
+LOG1=$WORK/serial-probe.log OUT1=$WORK/serial-probe.log.hvc
 rc=0
 e2e_qemu "$KDIR/vmlinuz" "$WORK/probe.cpio.gz" "console=ttyS0 panic=-1 $PLAN_CMDLINE" "$LOG1" "$BOOT_LIMIT" || rc=$?
 phase_end
@@ -248,18 +255,18 @@ elif [ "$rc" != 0 ]; then
     fail "probe boot" "qemu exited with $rc"
     log_failed "$LOG1"
 fi
-if e2e_serial_clean "$LOG1" | grep -qx 'E2E end'; then
+if e2e_serial_clean "$OUT1" | grep -qx 'E2E end'; then
     pass "probe guest ran to its end and powered off"
 else
     fail "probe guest ran to its end" "no 'E2E end' line on the serial console"
     log_failed "$LOG1"
 fi
-check "kernel is PREEMPT_RT (/sys/kernel/realtime)" 1 "$(e2e_guest_value "$LOG1" realtime)" "$LOG1"
-check "/sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(e2e_guest_value "$LOG1" isolated)" "$LOG1"
-check_cmdline "$LOG1" "$(e2e_guest_value "$LOG1" cmdline)"
+check "kernel is PREEMPT_RT (/sys/kernel/realtime)" 1 "$(e2e_guest_value "$OUT1" realtime)" "$LOG1"
+check "/sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(e2e_guest_value "$OUT1" isolated)" "$LOG1"
+check_cmdline "$LOG1" "$(e2e_guest_value "$OUT1" cmdline)"
 # Before anything applies the plan every threaded handler runs SCHED_FIFO
 # 50, the PREEMPT_RT default.
-threads=$(e2e_serial_clean "$LOG1" | sed -n 's/^E2E irqthread //p')
+threads=$(e2e_serial_clean "$OUT1" | sed -n 's/^E2E irqthread //p')
 if [ -z "$threads" ]; then
     fail "irq/* threads exist" "none listed"
     log_failed "$LOG1"
@@ -341,7 +348,7 @@ fi
 phase_end
 
 phase_start "boot 2: image, supervisor as PID 1"
-LOG2=$WORK/serial-image.log
+LOG2=$WORK/serial-image.log OUT2=$WORK/serial-image.log.hvc
 rc=0
 e2e_qemu "$KDIR/vmlinuz" "$IMAGE" "console=ttyS0 panic=-1 $PLAN_CMDLINE" "$LOG2" "$BOOT_LIMIT" || rc=$?
 phase_end
@@ -352,17 +359,17 @@ elif [ "$rc" != 0 ]; then
     fail "image boot" "qemu exited with $rc"
     log_failed "$LOG2"
 fi
-check "image: kernel is PREEMPT_RT" 1 "$(e2e_guest_value "$LOG2" realtime)" "$LOG2"
-check "image: /sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(e2e_guest_value "$LOG2" isolated)" "$LOG2"
-check_cmdline "$LOG2" "$(e2e_guest_value "$LOG2" cmdline)"
-if ! e2e_serial_clean "$LOG2" | grep -q '^E2E controllers-running'; then
+check "image: kernel is PREEMPT_RT" 1 "$(e2e_guest_value "$OUT2" realtime)" "$LOG2"
+check "image: /sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(e2e_guest_value "$OUT2" isolated)" "$LOG2"
+check_cmdline "$LOG2" "$(e2e_guest_value "$OUT2" cmdline)"
+if ! e2e_serial_clean "$OUT2" | grep -q '^E2E controllers-running'; then
     fail "the supervisor starts talker and listener" "they were not both running within 240 s"
     log_failed "$LOG2"
 else
     pass "the supervisor starts talker and listener"
 fi
 
-STATUS=$(block "$LOG2" status-json | json_of)
+STATUS=$(block "$OUT2" status-json | json_of)
 if [ -n "$STATUS" ]; then
     step=$(jq -c '[.startup[]? | select(.step == "cpu plan")][0] // empty' <<<"$STATUS")
     if [ "$(jq -r '.result' <<<"$step" 2>/dev/null)" = ok ]; then
@@ -379,20 +386,20 @@ if [ -n "$STATUS" ]; then
         check "$name runs with the planned policy, priority and CPUs (read back from the kernel)" "$want" "$got" "$LOG2"
     done
 fi
-check_irq_threads "$LOG2" "$(block "$LOG2" irqthreads)" "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities"
+check_irq_threads "$LOG2" "$(block "$OUT2" irqthreads)" "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities"
 
 # deploy verify
-vrc=$(block_rc "$LOG2" verify)
+vrc=$(block_rc "$OUT2" verify)
 if [ "$vrc" = 0 ]; then
     pass "deploy verify exits 0 in the guest"
 else
-    fail "deploy verify exits 0 in the guest" "exit ${vrc:-missing}: $(block "$LOG2" verify; block "$LOG2" verify-stderr | head -n 30)"
+    fail "deploy verify exits 0 in the guest" "exit ${vrc:-missing}: $(block "$OUT2" verify; block "$OUT2" verify-stderr | head -n 30)"
     log_failed "$LOG2"
 fi
 
 # The boot check
 if [ -z "$STATUS" ]; then
-    fail "deploy status --json in the guest" "no JSON document: $(block "$LOG2" status-json; block "$LOG2" status-json-stderr | head -n 20)"
+    fail "deploy status --json in the guest" "no JSON document: $(block "$OUT2" status-json; block "$OUT2" status-json-stderr | head -n 20)"
     log_failed "$LOG2"
 else
     pass "deploy status --json in the guest"
@@ -416,7 +423,7 @@ else
 fi
 
 # Messages and the wake backend: the listener's log.
-LLOG=$(block "$LOG2" listener-log)
+LLOG=$(block "$OUT2" listener-log)
 count=$(grep -Eo '(received|messages)[= :]+[0-9]+' <<<"$LLOG" | grep -Eo '[0-9]+$' | sort -n | tail -n1)
 if [ -z "$count" ]; then
     fail "the example controllers exchanged at least 1000 messages" "no message count in the listener's log: $(head -n 20 <<<"$LLOG")"
@@ -427,7 +434,7 @@ else
     fail "the example controllers exchanged at least 1000 messages" "only $count"
     log_failed "$LOG2"
 fi
-if grep -Eiq 'backend[=: ]+"?io_uring' <<<"$LLOG$(block "$LOG2" talker-log)"; then
+if grep -Eiq 'backend[=: ]+"?io_uring' <<<"$LLOG$(block "$OUT2" talker-log)"; then
     pass "the runtime reports the io_uring backend"
 else
     fail "the runtime reports the io_uring backend" "no 'backend: io_uring' in the controllers' logs: $(grep -i backend <<<"$LLOG" | head -n 3)"
@@ -435,7 +442,7 @@ else
 fi
 
 # SIGKILL and restart within the backoff
-restart=$(e2e_guest_value "$LOG2" restart)
+restart=$(e2e_guest_value "$OUT2" restart)
 ms=$(sed -n 's/.* ms=\([0-9-]*\).*/\1/p' <<<"$restart")
 # The talker's largest backoff: from the plan when it shows restart
 # policies, else from its restart line in robot.yaml.
@@ -466,7 +473,7 @@ else
         log_failed "$LOG2"
     fi
 fi
-AFTER=$(block "$LOG2" status-after-kill-json | json_of)
+AFTER=$(block "$OUT2" status-after-kill-json | json_of)
 new_pid=$(sed -n 's/.* new=\([0-9]*\).*/\1/p' <<<"$restart")
 if [ -n "$AFTER" ] && [ -n "$new_pid" ]; then
     t=$(jq -c '.processes[] | select(.name == "talker") | {state, pid, restarts}' <<<"$AFTER")
@@ -488,7 +495,7 @@ fi
 if e2e_serial_clean "$LOG2" | grep -q 'Attempted to kill init'; then
     fail "shutdown is orderly" "PID 1 exited: $(e2e_serial_clean "$LOG2" | grep -m1 'Attempted to kill init')"
     log_failed "$LOG2"
-elif ! e2e_serial_clean "$LOG2" | grep -q '^E2E driver-done'; then
+elif ! e2e_serial_clean "$OUT2" | grep -q '^E2E driver-done'; then
     fail "shutdown is orderly" "the driver did not finish"
     log_failed "$LOG2"
 elif [ "$rc" = 0 ] && e2e_serial_clean "$LOG2" | grep -q 'reboot: Power down'; then

@@ -79,16 +79,21 @@ e2e_cpio() {
 }
 
 # e2e_qemu KERNEL INITRD APPEND LOG LIMIT_SECONDS: boots QEMU (TCG, 4 CPUs,
-# 1 GiB, no network, one virtio PCI device so that the guest has MSI
-# interrupts) with the serial console written to LOG; returns QEMU's exit
-# status, 124 when the time limit hit.
+# 1 GiB, no network) with the serial console (kernel and supervisor
+# messages) written to LOG, and a virtio console (/dev/hvc0 in the guest,
+# where the test's own lines go, so that nothing else can interleave with
+# them) written to LOG.hvc; the virtio-serial PCI device also gives the
+# guest MSI interrupts. Returns QEMU's exit status, 124 when the time limit
+# hit.
 e2e_qemu() {
     local kernel=$1 initrd=$2 append=$3 log=$4 limit=$5 rc=0
     : >"$log"
+    : >"$log.hvc"
     timeout -k 10 "$limit" qemu-system-x86_64 \
         -accel tcg -cpu max -smp 4 -m 1G \
         -nographic -no-reboot -monitor none -nic none \
         -device virtio-serial-pci \
+        -chardev "file,id=e2e,path=$log.hvc" -device virtconsole,chardev=e2e \
         -serial "file:$log" \
         -kernel "$kernel" -initrd "$initrd" \
         -append "$append" </dev/null >"$log.qemu" 2>&1 || rc=$?
@@ -99,7 +104,7 @@ e2e_qemu() {
 e2e_serial_clean() { tr -d '\r' <"$1"; }
 
 # e2e_fixture_decode LOG DIR: decodes the base64 tar between the
-# E2E-FIXTURE-BEGIN/END lines of the serial LOG into DIR.
+# E2E-FIXTURE-BEGIN/END lines of LOG (the guest's test output) into DIR.
 e2e_fixture_decode() {
     local log=$1 dir=$2
     mkdir -p "$dir"

@@ -1,6 +1,7 @@
 #!/bin/sh
 # /init of the probe initramfs: reports the kernel's real-time state on the
-# serial console as "E2E <key> <value>" lines, optionally captures the files
+# virtio console (/dev/hvc0; the serial console when there is none) as
+# "E2E <key> <value>" lines, optionally captures the files
 # `deploy verify` reads (when /etc/e2e-capture exists) as a base64 tar between
 # E2E-FIXTURE-BEGIN / E2E-FIXTURE-END lines, then powers off.
 export PATH=/usr/bin:/bin:/usr/sbin:/sbin
@@ -9,6 +10,10 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
+
+# The test's lines go to the virtio console when there is one: nothing else
+# writes there.
+[ -c /dev/hvc0 ] && exec >/dev/hvc0 2>&1
 
 say() { echo "E2E $*"; }
 
