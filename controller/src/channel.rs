@@ -497,7 +497,7 @@ impl Channel {
             }
             file.set_len(geom.total_bytes())?;
             let map = Mapping::map(&file, geom.total_bytes() as usize)?;
-            Channel::init(&map, geom, name);
+            Channel::init(&map, geom, name, proc_root);
             drop(map);
             file.sync_all()?;
             match &replace_reason {
@@ -549,7 +549,7 @@ impl Channel {
         )
     }
 
-    fn init(map: &Mapping, geom: &ChannelGeometry, name: &str) {
+    fn init(map: &Mapping, geom: &ChannelGeometry, name: &str, proc_root: &Path) {
         let h: &Header = map.at(0);
         let r = Ordering::Relaxed; // single writer: the file is not yet linked
         h.version
@@ -563,10 +563,7 @@ impl Channel {
         h.total_bytes.store(geom.total_bytes(), r);
         let pid = sys::getpid();
         h.creator.store(
-            owner_word(
-                pid,
-                sys::process_start_time(Path::new("/proc"), pid).unwrap_or(0),
-            ),
+            owner_word(pid, sys::process_start_time(proc_root, pid).unwrap_or(0)),
             r,
         );
         let mut nb = [0u8; 128];

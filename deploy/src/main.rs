@@ -81,6 +81,10 @@ enum Command {
     /// Timing validation under load against the budgets of robot.yaml
     /// (exit 0 all met, 1 a budget failed, 2 could not run).
     Check(cmd::check::CheckArgs),
+    /// Microbenchmarks of the runtime: wake latency per mechanism, publish
+    /// cost, throughput (exit 0 ran, 2 could not run).
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
     /// Make an ed25519 key pair for signing bundles (KEY, KEY.pub).
     Keygen(cmd::keygen::KeygenArgs),
     /// Write a signed release bundle from a release directory.
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
         Command::Restart(a) => cmd::control::run_restart(&ctx, a),
         Command::Logs(a) => cmd::control::run_logs(&ctx, a),
         Command::Check(a) => cmd::check::run(&ctx, a),
+        Command::Bench(c) => cmd::bench::run(&ctx, c),
         Command::CheckWorker(a) => cmd::check::run_worker(a),
         Command::Keygen(a) => cmd::keygen::run(&ctx, a),
         Command::Bundle(a) => cmd::bundle::run(&ctx, a),

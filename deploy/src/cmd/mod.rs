@@ -2,6 +2,7 @@
 //! how it ended.
 
 pub mod apply;
+pub mod bench;
 pub mod check;
 pub mod config;
 pub mod image;
