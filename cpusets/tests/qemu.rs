@@ -169,3 +169,54 @@ fn verify_reports_the_partition_the_kernel_refused_with_its_reason() {
     assert!(c.hint.as_deref().unwrap().contains("cpuset.cpus.exclusive"));
     assert!(v.render(false).contains("cgroup.rt.partition"));
 }
+
+/// The fixture's boot log as /dev/kmsg records (`prio,seq,usec,flags;text`).
+fn kmsg_from_serial_log(root: &Path, extra: &[&str]) {
+    let log = std::fs::read_to_string(root.join("_capture/serial.log")).unwrap();
+    let mut records = String::new();
+    for (seq, line) in log
+        .lines()
+        .filter_map(|l| l.split_once("] ").map(|(_, m)| m))
+        .chain(extra.iter().copied())
+        .enumerate()
+    {
+        records.push_str(&format!("6,{seq},0,-;{line}\n"));
+    }
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    std::fs::write(root.join("dev/kmsg"), records).unwrap();
+}
+
+#[test]
+fn verify_reads_the_kernel_log_for_isolation_warnings() {
+    let t = tree(FIXTURE);
+    let root = t.path();
+    let plan = qemu().plan(root);
+    let v = verify::verify(&plan, root, &vopts(root)).unwrap();
+    assert_eq!(
+        v.check("cmdline.kernel_log").unwrap().status,
+        Status::Unsupported,
+        "no dev/kmsg in the tree"
+    );
+
+    kmsg_from_serial_log(root, &[]);
+    let v = verify::verify(&plan, root, &vopts(root)).unwrap();
+    let c = v.check("cmdline.kernel_log").unwrap();
+    assert_eq!(c.status, Status::Ok, "{c:?}");
+    assert!(
+        c.detail.ends_with("NO_HZ: Full dynticks CPUs: 2-3."),
+        "{}",
+        c.detail
+    );
+
+    kmsg_from_serial_log(
+        root,
+        &["Housekeeping: nohz_full= or isolcpus= incorrect CPU range"],
+    );
+    let v = verify::verify(&plan, root, &vopts(root)).unwrap();
+    let c = v.check("cmdline.kernel_log").unwrap();
+    assert_eq!(c.status, Status::Drift);
+    assert_eq!(
+        c.items,
+        vec!["Housekeeping: nohz_full= or isolcpus= incorrect CPU range".to_string()]
+    );
+}
