@@ -202,6 +202,7 @@ fn phased_loop_keeps_phase_and_counts_missed_periods() {
             }
         });
         lp.run().unwrap();
+        let returned = controller::sys::monotonic_ns();
         let fired = fired.borrow();
         let p = period.as_nanos() as u64;
         for d in fired.iter() {
@@ -212,9 +213,18 @@ fn phased_loop_keeps_phase_and_counts_missed_periods() {
         let t = rep.entries.iter().find(|e| e.name == "phase").unwrap();
         assert_eq!(t.count, 12);
         assert!(t.missed >= 2, "missed {} (backend {b})", t.missed);
-        // The deadlines skipped are exactly the periods counted missed.
-        let span = (fired[fired.len() - 1] - fired[0]) / p;
-        assert_eq!(span, 11 + t.missed, "backend {b}");
+        // Every deadline skipped between firings is counted missed; beyond
+        // that, only deadlines after the last firing that passed before the
+        // loop returned may be (the last handler can itself end late).
+        let last = fired[fired.len() - 1];
+        let span = (last - fired[0]) / p;
+        let after_last = (returned - last) / p;
+        let gaps: Vec<u64> = fired.windows(2).map(|w| (w[1] - w[0]) / p).collect();
+        assert!(
+            span <= 11 + t.missed && 11 + t.missed <= span + after_last,
+            "backend {b}: missed {}, gaps in periods {gaps:?}, {after_last} periods after the last firing",
+            t.missed
+        );
     }
 }
 
