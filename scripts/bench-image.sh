@@ -100,28 +100,43 @@ run_deploy() {
     "$deploy" -q -c "$cfg" image --base "$tree" --release "$rel" --deploy-binary "$deploy" \
         --out "$work/deploy.tar.zst" --format tar.zst --force --source-date-epoch $epoch >/dev/null
 }
+# Wall seconds, and CPU seconds (user + system, children included) in
+# $work/cpu: on a shared machine CPU time is the steadier figure.
 time_of() {
-    local t0 t1
+    local t0 t1 c0 c1
+    times > "$work/times"; c0=$(cpu_of "$work/times")
     t0=$(now); "$1"; t1=$(now)
+    times > "$work/times"; c1=$(cpu_of "$work/times")
+    awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f\n", b - a }' >> "$work/cpu.$1"
     echo "$t0 $t1" | awk '{printf "%.3f\n", $2 - $1}'
+}
+cpu_of() {
+    # `times` (run in this shell, not a subshell): shell user/sys, then
+    # children user/sys, as XmY.YYYs.
+    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.3f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$1"
 }
 median() { sort -n | sed -n 2p; }
 
 run_ref; run_deploy  # warm-up: page cache, binaries
+rm -f "$work/cpu.run_ref" "$work/cpu.run_deploy"
 ref_times=(); dep_times=()
 for i in 1 2 3; do
-    ref_times+=("$(time_of run_ref)")
-    dep_times+=("$(time_of run_deploy)")
+    # Not in $(...): a subshell's `times` would not see the children.
+    time_of run_ref > "$work/t"; ref_times+=("$(cat "$work/t")")
+    time_of run_deploy > "$work/t"; dep_times+=("$(cat "$work/t")")
 done
+ref_cpu=$(median < "$work/cpu.run_ref")
+dep_cpu=$(median < "$work/cpu.run_deploy")
 ref_med=$(printf '%s\n' "${ref_times[@]}" | median)
 dep_med=$(printf '%s\n' "${dep_times[@]}" | median)
 mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN { printf "%.0f", b / t / 1048576 }'; }
 
-echo "tree: $tree, $((bytes >> 20)) MiB, $(find "$tree" | wc -l) entries, $(nproc) CPUs"
-printf '%-44s %-24s %10s %10s\n' "" "runs (s)" "median s" "MiB/s"
-printf '%-44s %-24s %10s %10s\n' "tar --sort=name ... | zstd -T0 -3" "${ref_times[*]}" "$ref_med" "$(mbs "$ref_med")"
-printf '%-44s %-24s %10s %10s\n' "deploy image --format tar.zst" "${dep_times[*]}" "$dep_med" "$(mbs "$dep_med")"
-awk -v r="$ref_med" -v d="$dep_med" 'BEGIN { printf "deploy image / reference throughput: %.2fx (target >= 0.80x)\n", r / d }'
+echo "tree: $tree, $((bytes >> 20)) MiB, $(find "$tree" | wc -l) entries, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-36s %-24s %9s %8s %9s %9s\n' "" "wall runs (s)" "median s" "MiB/s" "CPU s" "MiB/CPU-s"
+printf '%-36s %-24s %9s %8s %9s %9s\n' "tar --sort=name ... | zstd -T0 -3" "${ref_times[*]}" "$ref_med" "$(mbs "$ref_med")" "$ref_cpu" "$(mbs "$ref_cpu")"
+printf '%-36s %-24s %9s %8s %9s %9s\n' "deploy image --format tar.zst" "${dep_times[*]}" "$dep_med" "$(mbs "$dep_med")" "$dep_cpu" "$(mbs "$dep_cpu")"
+awk -v r="$ref_med" -v d="$dep_med" -v rc="$ref_cpu" -v dc="$dep_cpu" 'BEGIN {
+    printf "deploy image / reference: %.2fx wall-clock throughput, %.2fx per CPU second (target >= 0.80x)\n", r / d, rc / dc }'
 printf 'output sizes: reference %s bytes, deploy image %s bytes\n' \
     "$(stat -c %s "$work/ref.tar.zst")" "$(stat -c %s "$work/deploy.tar.zst")"
 

@@ -125,7 +125,7 @@ fn image_builds_reproducibly_and_refuses_to_overwrite() {
         fs::read(t.path().join("a.tar.zst")).unwrap(),
         fs::read(t.path().join("b.tar.zst")).unwrap()
     );
-    assert!(out.contains(j["sha256"].as_str().unwrap()));
+    assert!(out.contains(j["manifest_sha256"].as_str().unwrap()));
 
     // The output exists: refused (exit 2), untouched; --force replaces it.
     let before = fs::read(t.path().join("a.tar.zst")).unwrap();

@@ -19,7 +19,7 @@ use crate::manifest::{Manifest, ManifestEntry};
 use crate::readahead;
 use crate::release::{self, exec_in_release};
 use crate::sbom;
-use crate::write::{cpio::CpioSink, ext4, tar::TarSink, Format, HashingWriter, Item, Sink};
+use crate::write::{cpio::CpioSink, ext4, tar::TarSink, CountingWriter, Format, Item, Sink};
 
 /// Where rtdeploy puts things in the image (DESIGN.md, "On the robot").
 pub mod paths {
@@ -101,7 +101,11 @@ pub struct Summary {
     pub out: PathBuf,
     pub format: Format,
     pub bytes: u64,
-    pub sha256: String,
+    /// sha256 of the image manifest (the sidecar): every entry's path,
+    /// metadata and content digest, so equal digests mean equal trees.
+    /// (The image file itself is not hashed while written: that would
+    /// cost a third of the build; `sha256sum` it when needed.)
+    pub manifest_sha256: String,
     pub entries: usize,
     pub data_bytes: u64,
     pub source_date_epoch: u64,
@@ -369,13 +373,13 @@ pub fn build(
         .tempfile_in(&out_dir)
         .map_err(ImageBuildError::io("create a temporary file in", &out_dir))?;
     let mut files = Vec::with_capacity(tree.entries.len());
-    let (bytes, sha256) = match format {
+    let bytes = match format {
         Format::Tar | Format::TarZst | Format::CpioGz => {
             let file = tmp
                 .as_file()
                 .try_clone()
                 .map_err(ImageBuildError::io("write", tmp.path()))?;
-            let hw = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
+            let hw = CountingWriter::new(BufWriter::with_capacity(1 << 20, file));
             let hw = match format {
                 Format::Tar => {
                     let mut sink = TarSink::new(hw);
@@ -414,7 +418,7 @@ pub fn build(
             let mut hw = hw;
             hw.flush()
                 .map_err(ImageBuildError::io("write", tmp.path()))?;
-            (hw.count, hex::encode(hw.hasher.finalize()))
+            hw.count
         }
         Format::Ext4 => {
             let work = tempfile::Builder::new()
@@ -465,8 +469,7 @@ pub fn build(
                 deferred_nodes: std::mem::take(&mut sink.deferred_nodes),
                 work_dir: work.path(),
             })?;
-            let sha = release::sha256_file(tmp.path())?;
-            (size, sha)
+            size
         }
     };
     if spec.sync {
@@ -490,6 +493,8 @@ pub fn build(
         source_date_epoch: epoch,
         files: files.iter().map(|(_, f)| f.clone()).collect(),
     };
+    let manifest_bytes = image_manifest.to_bytes();
+    let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
     let deploy_sha = files
         .iter()
         .find(|(p, _)| p == paths::DEPLOY)
@@ -526,7 +531,7 @@ pub fn build(
             Base::None => "none",
         },
         base_sha256: base_sha256.as_deref(),
-        image_sha256: &sha256,
+        image_manifest_sha256: &manifest_sha256,
         deploy: sbom::Component {
             name: "deploy".into(),
             version: Some(spec.rtdeploy_version.clone()),
@@ -539,7 +544,7 @@ pub fn build(
     sbom_bytes.push(b'\n');
 
     // Sidecars first, the image last: an image in place means it is whole.
-    let manifest_tmp = write_temp(&out_dir, &out_name, &image_manifest.to_bytes(), spec.sync)?;
+    let manifest_tmp = write_temp(&out_dir, &out_name, &manifest_bytes, spec.sync)?;
     let sbom_tmp = write_temp(&out_dir, &out_name, &sbom_bytes, spec.sync)?;
     manifest_tmp
         .persist(&manifest_path)
@@ -554,7 +559,7 @@ pub fn build(
         out: out.to_path_buf(),
         format,
         bytes,
-        sha256,
+        manifest_sha256,
         entries: tree.entries.len(),
         data_bytes: total,
         source_date_epoch: epoch,

@@ -23,7 +23,8 @@ pub struct SbomInput<'a> {
     /// What the base was (`dir`, `tar`, `none`) and its digest.
     pub base_kind: &'a str,
     pub base_sha256: Option<&'a str>,
-    pub image_sha256: &'a str,
+    /// sha256 of the image manifest: names every file of the image.
+    pub image_manifest_sha256: &'a str,
     pub deploy: Component,
     pub controllers: Vec<Component>,
 }
@@ -66,7 +67,7 @@ pub fn render(i: &SbomInput) -> Value {
     json!({
         "bomFormat": "CycloneDX",
         "specVersion": "1.5",
-        "serialNumber": format!("urn:uuid:{}", uuid_from(i.image_sha256)),
+        "serialNumber": format!("urn:uuid:{}", uuid_from(i.image_manifest_sha256)),
         "version": 1,
         "metadata": {
             "timestamp": rfc3339(i.source_date_epoch),
@@ -76,7 +77,7 @@ pub fn render(i: &SbomInput) -> Value {
                 "bom-ref": "image",
                 "name": format!("{} root filesystem", i.robot),
                 "version": i.version,
-                "hashes": hashes(i.image_sha256),
+                "properties": [{ "name": "rtdeploy:image-manifest-sha256", "value": i.image_manifest_sha256 }],
             },
         },
         "components": components,

@@ -225,11 +225,12 @@ fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
     assert_eq!(sbom["bomFormat"], "CycloneDX");
     assert_eq!(sbom["specVersion"], "1.5");
     assert_eq!(
-        sbom["metadata"]["component"]["hashes"][0]["content"]
+        sbom["metadata"]["component"]["properties"][0]["value"]
             .as_str()
             .unwrap(),
-        sha256_file(&out)
+        sha256_file(&summary.manifest)
     );
+    assert_eq!(summary.manifest_sha256, sha256_file(&summary.manifest));
     let comps = sbom["components"].as_array().unwrap();
     assert_eq!(
         comps[0]["hashes"][0]["content"].as_str(),

@@ -255,7 +255,7 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
             summary.format,
             summary.bytes
         );
-        println!("  sha256    {}", summary.sha256);
+        println!("  manifest sha256 {}", summary.manifest_sha256);
         println!("  release   {}", summary.release_dir);
         println!("  epoch     {}", summary.source_date_epoch);
         match &summary.append {

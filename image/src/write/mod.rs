@@ -8,8 +8,6 @@ pub mod tar;
 
 use std::io::{self, Read, Write};
 
-use sha2::{Digest, Sha256};
-
 use crate::entry::{Entry, Kind};
 
 /// The formats `build` writes.
@@ -81,27 +79,21 @@ pub trait Sink {
     fn put(&mut self, item: &Item, data: Option<&mut dyn Read>) -> io::Result<()>;
 }
 
-/// A writer that hashes and counts what passes through it.
-pub struct HashingWriter<W> {
+/// A writer that counts what passes through it.
+pub struct CountingWriter<W> {
     pub inner: W,
-    pub hasher: Sha256,
     pub count: u64,
 }
 
-impl<W> HashingWriter<W> {
+impl<W> CountingWriter<W> {
     pub fn new(inner: W) -> Self {
-        HashingWriter {
-            inner,
-            hasher: Sha256::new(),
-            count: 0,
-        }
+        CountingWriter { inner, count: 0 }
     }
 }
 
-impl<W: Write> Write for HashingWriter<W> {
+impl<W: Write> Write for CountingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
         self.count += n as u64;
         Ok(n)
     }
