@@ -58,9 +58,9 @@ impl Dur {
                 ))
             }
         };
-        let value: f64 = num
-            .parse()
-            .map_err(|_| format!("`{t}` is not a duration (expected like `500us`, `2ms` or `1s`)"))?;
+        let value: f64 = num.parse().map_err(|_| {
+            format!("`{t}` is not a duration (expected like `500us`, `2ms` or `1s`)")
+        })?;
         let ns = value * unit_ns;
         if !ns.is_finite() || ns > u64::MAX as f64 {
             return Err(format!("`{t}` is too long"));
@@ -72,7 +72,13 @@ impl Dur {
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ns = self.as_nanos();
-        for (unit, size) in [("h", 3_600_000_000_000u64), ("m", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)] {
+        for (unit, size) in [
+            ("h", 3_600_000_000_000u64),
+            ("m", 60_000_000_000),
+            ("s", 1_000_000_000),
+            ("ms", 1_000_000),
+            ("us", 1_000),
+        ] {
             if ns >= size && ns % size == 0 {
                 return write!(f, "{}{unit}", ns / size);
             }
@@ -112,10 +118,14 @@ impl<'de> Deserialize<'de> for Dur {
                 )))
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Dur, E> {
-                Err(E::custom(format!("`{v}` is not a duration (expected like `500us`)")))
+                Err(E::custom(format!(
+                    "`{v}` is not a duration (expected like `500us`)"
+                )))
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Dur, E> {
-                Err(E::custom(format!("`{v}` has no unit (expected a duration like `{v}s`)")))
+                Err(E::custom(format!(
+                    "`{v}` has no unit (expected a duration like `{v}s`)"
+                )))
             }
         }
         d.deserialize_any(V)
@@ -146,9 +156,9 @@ impl ByteSize {
                 ))
             }
         };
-        let n: u64 = num
-            .parse()
-            .map_err(|_| format!("`{t}` is not a size (expected bytes like `256`, `4KiB` or `64MiB`)"))?;
+        let n: u64 = num.parse().map_err(|_| {
+            format!("`{t}` is not a size (expected bytes like `256`, `4KiB` or `64MiB`)")
+        })?;
         n.checked_mul(mult)
             .map(ByteSize)
             .ok_or_else(|| format!("`{t}` is too large"))
@@ -186,7 +196,9 @@ impl<'de> Deserialize<'de> for ByteSize {
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ByteSize, E> {
                 if v < 0 {
-                    return Err(E::custom(format!("size {v} is negative (expected bytes like `256`)")));
+                    return Err(E::custom(format!(
+                        "size {v} is negative (expected bytes like `256`)"
+                    )));
                 }
                 Ok(ByteSize(v as u64))
             }
@@ -234,7 +246,8 @@ impl ChannelConfig {
     /// Queue length: rate x retention, plus headroom for one period of
     /// jitter and a reader mid-copy, rounded up to a power of two.
     pub fn queue_len(&self) -> u64 {
-        let needed = (self.rate as u128 * self.retention.0.as_nanos()).div_ceil(1_000_000_000) as u64;
+        let needed =
+            (self.rate as u128 * self.retention.0.as_nanos()).div_ceil(1_000_000_000) as u64;
         (needed + 2).next_power_of_two().max(4)
     }
 
@@ -264,14 +277,23 @@ impl ChannelConfig {
             ));
         }
         if self.rate == 0 {
-            out.push((format!("{path}.rate"), "rate 0 (expected messages per second, 1 or more)".into()));
+            out.push((
+                format!("{path}.rate"),
+                "rate 0 (expected messages per second, 1 or more)".into(),
+            ));
         }
         if self.retention.is_zero() {
-            out.push((format!("{path}.retention"), "retention 0 (expected a positive duration like `100ms`)".into()));
+            out.push((
+                format!("{path}.retention"),
+                "retention 0 (expected a positive duration like `100ms`)".into(),
+            ));
         }
         if let Some(b) = self.budget {
             if b.is_zero() {
-                out.push((format!("{path}.budget"), "budget 0 (expected a positive duration like `200us`)".into()));
+                out.push((
+                    format!("{path}.budget"),
+                    "budget 0 (expected a positive duration like `200us`)".into(),
+                ));
             }
         }
         if self.rate > 0 && !self.retention.is_zero() {
@@ -309,9 +331,9 @@ pub fn validate_channel_name(name: &str) -> Result<(), String> {
             !part.is_empty()
                 && part != "."
                 && part != ".."
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
+                && part.chars().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.')
+                })
         });
     if ok {
         Ok(())
@@ -412,7 +434,10 @@ impl CheckSection {
     pub fn validate(&self, path: &str, out: &mut Vec<Problem>) {
         let positive = |field: &str, d: Dur, out: &mut Vec<Problem>| {
             if d.is_zero() {
-                out.push((format!("{path}.{field}"), "0 (expected a positive duration)".into()));
+                out.push((
+                    format!("{path}.{field}"),
+                    "0 (expected a positive duration)".into(),
+                ));
             }
         };
         positive("duration", self.duration, out);
@@ -424,12 +449,21 @@ impl CheckSection {
         if self.bursts.min > self.bursts.max {
             out.push((
                 format!("{path}.bursts.min"),
-                format!("min {} is above max {} (expected min <= max)", self.bursts.min, self.bursts.max),
+                format!(
+                    "min {} is above max {} (expected min <= max)",
+                    self.bursts.min, self.bursts.max
+                ),
             ));
         }
-        for (field, p) in [("priority", self.priority), ("bursts.priority", self.bursts.priority)] {
+        for (field, p) in [
+            ("priority", self.priority),
+            ("bursts.priority", self.bursts.priority),
+        ] {
             if !(1..=99).contains(&p) {
-                out.push((format!("{path}.{field}"), format!("priority {p} is out of range (expected 1 to 99)")));
+                out.push((
+                    format!("{path}.{field}"),
+                    format!("priority {p} is out of range (expected 1 to 99)"),
+                ));
             }
         }
         if self.bursts.threads > 0 && self.bursts.priority >= self.priority {
@@ -510,7 +544,9 @@ mod tests {
         assert_eq!(Dur::from_micros(1500).to_string(), "1500us");
         assert_eq!(Dur::parse("250ns").unwrap().to_string(), "250ns");
         assert!(Dur::parse("5").unwrap_err().contains("no unit"));
-        assert!(Dur::parse("5 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(Dur::parse("5 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
         assert!(Dur::parse("x").is_err());
     }
 

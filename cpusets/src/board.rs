@@ -125,7 +125,11 @@ mod tests {
                 let all = CpuSet::first(n);
                 let mut seen = CpuSet::new();
                 for c in b.cluster_sets(n) {
-                    assert!(c.is_subset(&all), "{}: cluster {c} beyond {n} CPUs", b.model);
+                    assert!(
+                        c.is_subset(&all),
+                        "{}: cluster {c} beyond {n} CPUs",
+                        b.model
+                    );
                     assert!(c.is_disjoint(&seen), "{}: clusters overlap", b.model);
                     seen = seen.union(&c);
                 }

@@ -69,7 +69,11 @@ pub fn plan(cpus: &CpusSection, kernel: &KernelSection, all: &CpuSet) -> Vec<Tok
 
 /// The tokens joined into one line.
 pub fn render(tokens: &[Token]) -> String {
-    tokens.iter().map(|t| t.token.as_str()).collect::<Vec<_>>().join(" ")
+    tokens
+        .iter()
+        .map(|t| t.token.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Merges planned tokens into an existing command line: every existing token
@@ -150,14 +154,22 @@ mod tests {
             "isolcpus=managed_irq,domain,4-5 nohz_full=4-5 rcu_nocbs=4-5 rcu_nocb_poll irqaffinity=0-3 mitigations=off"
         );
         assert!(t.iter().all(|t| !t.reason.is_empty()));
-        let t = plan(&cpus(Some("0"), "1", false), &KernelSection::default(), &CpuSet::first(2));
+        let t = plan(
+            &cpus(Some("0"), "1", false),
+            &KernelSection::default(),
+            &CpuSet::first(2),
+        );
         assert!(!render(&t).contains("nohz_full"));
         assert!(render(&t).contains("irqaffinity=0"));
     }
 
     #[test]
     fn merge_replaces_keys_and_keeps_the_rest() {
-        let planned = plan(&cpus(None, "4-5", true), &KernelSection::default(), &CpuSet::first(6));
+        let planned = plan(
+            &cpus(None, "4-5", true),
+            &KernelSection::default(),
+            &CpuSet::first(6),
+        );
         let existing = r#"root=/dev/mmcblk0p1 rw rootwait isolcpus=3 console=ttyTCU0,115200 fbcon=map:0 isolcpus=2 quiet"#;
         let merged = merge(existing, &planned);
         assert_eq!(

@@ -77,7 +77,10 @@ impl BoardSection {
             if n == 0 || n > crate::cpuset::MAX_CPU + 1 {
                 out.push((
                     "board.cpus".into(),
-                    format!("{n} CPUs is out of range (expected 1 to {})", crate::cpuset::MAX_CPU + 1),
+                    format!(
+                        "{n} CPUs is out of range (expected 1 to {})",
+                        crate::cpuset::MAX_CPU + 1
+                    ),
                 ));
             }
         }
@@ -257,7 +260,12 @@ impl fmt::Display for Policy {
 }
 
 /// Checks a real-time priority against its policy.
-pub fn validate_priority(path: &str, policy: Policy, priority: Option<u32>, out: &mut Vec<Problem>) {
+pub fn validate_priority(
+    path: &str,
+    policy: Policy,
+    priority: Option<u32>,
+    out: &mut Vec<Problem>,
+) {
     match (policy.is_realtime(), priority) {
         (true, None) => out.push((
             path.to_string(),
@@ -328,7 +336,10 @@ pub struct ThreadRule {
 /// Checks a glob as the thread and IRQ rules use it: `*`, `?` and `[...]`.
 pub fn validate_glob(path: &str, glob: &str, out: &mut Vec<Problem>) {
     if glob.is_empty() {
-        out.push((path.to_string(), "empty pattern (expected a glob like `irq/*-eth0*`)".into()));
+        out.push((
+            path.to_string(),
+            "empty pattern (expected a glob like `irq/*-eth0*`)".into(),
+        ));
         return;
     }
     let mut depth = 0;
@@ -356,7 +367,10 @@ impl IrqsSection {
             } else if let Some(all) = all {
                 let beyond = set.difference(all);
                 if !beyond.is_empty() {
-                    out.push((path, format!("CPUs {beyond} do not exist (expected CPUs within {all})")));
+                    out.push((
+                        path,
+                        format!("CPUs {beyond} do not exist (expected CPUs within {all})"),
+                    ));
                 }
             }
         };
@@ -429,7 +443,14 @@ pub fn validate_sysctl(sysctl: &SysctlSection, out: &mut Vec<Problem>) {
 }
 
 /// cpufreq governors the kernel ships.
-pub const GOVERNORS: &[&str] = &["performance", "schedutil", "ondemand", "conservative", "powersave", "userspace"];
+pub const GOVERNORS: &[&str] = &[
+    "performance",
+    "schedutil",
+    "ondemand",
+    "conservative",
+    "powersave",
+    "userspace",
+];
 
 /// `power:`
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -453,7 +474,10 @@ impl PowerSection {
             if !GOVERNORS.contains(&g.as_str()) {
                 out.push((
                     "power.governor".into(),
-                    format!("unknown governor `{g}` (expected one of: {})", GOVERNORS.join(", ")),
+                    format!(
+                        "unknown governor `{g}` (expected one of: {})",
+                        GOVERNORS.join(", ")
+                    ),
                 ));
             }
         }
@@ -487,7 +511,9 @@ impl<'de> Deserialize<'de> for Micros {
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Micros, E> {
                 if v < 0 {
-                    return Err(E::custom(format!("latency {v} is negative (expected 0us or more)")));
+                    return Err(E::custom(format!(
+                        "latency {v} is negative (expected 0us or more)"
+                    )));
                 }
                 self.visit_u64(v as u64)
             }
@@ -503,7 +529,9 @@ impl<'de> Deserialize<'de> for Micros {
                     )));
                 };
                 let n: u32 = num.trim().parse().map_err(|_| {
-                    E::custom(format!("`{v}` is not a latency (expected whole microseconds like `0us` or `1ms`)"))
+                    E::custom(format!(
+                        "`{v}` is not a latency (expected whole microseconds like `0us` or `1ms`)"
+                    ))
                 })?;
                 n.checked_mul(mult)
                     .map(Micros)

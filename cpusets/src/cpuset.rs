@@ -80,7 +80,9 @@ impl CpuSet {
 
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.words.iter().enumerate().flat_map(|(i, &w)| {
-            (0..64u32).filter(move |b| w & (1 << b) != 0).map(move |b| i as u32 * 64 + b)
+            (0..64u32)
+                .filter(move |b| w & (1 << b) != 0)
+                .map(move |b| i as u32 * 64 + b)
         })
     }
 
@@ -200,7 +202,11 @@ impl CpuSet {
         let mut out = String::new();
         for g in (0..groups).rev() {
             let word = self.words.get((g / 2) as usize).copied().unwrap_or(0);
-            let half = if g % 2 == 0 { word as u32 } else { (word >> 32) as u32 };
+            let half = if g % 2 == 0 {
+                word as u32
+            } else {
+                (word >> 32) as u32
+            };
             if out.is_empty() {
                 out.push_str(&format!("{half:x}"));
             } else {
@@ -277,7 +283,9 @@ impl<'de> Deserialize<'de> for CpuSet {
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<CpuSet, E> {
                 if v > MAX_CPU as u64 {
-                    return Err(E::custom(CpuSetParseError::TooLarge(v.min(u32::MAX as u64) as u32)));
+                    return Err(E::custom(CpuSetParseError::TooLarge(
+                        v.min(u32::MAX as u64) as u32,
+                    )));
                 }
                 Ok(std::iter::once(v as u32).collect())
             }
@@ -309,10 +317,22 @@ mod tests {
 
     #[test]
     fn list_errors() {
-        assert!(matches!(CpuSet::parse_list("a"), Err(CpuSetParseError::NotANumber(_))));
-        assert!(matches!(CpuSet::parse_list("5-4"), Err(CpuSetParseError::Backwards(_))));
-        assert!(matches!(CpuSet::parse_list("1,"), Err(CpuSetParseError::NotANumber(_))));
-        assert!(matches!(CpuSet::parse_list("4096"), Err(CpuSetParseError::TooLarge(4096))));
+        assert!(matches!(
+            CpuSet::parse_list("a"),
+            Err(CpuSetParseError::NotANumber(_))
+        ));
+        assert!(matches!(
+            CpuSet::parse_list("5-4"),
+            Err(CpuSetParseError::Backwards(_))
+        ));
+        assert!(matches!(
+            CpuSet::parse_list("1,"),
+            Err(CpuSetParseError::NotANumber(_))
+        ));
+        assert!(matches!(
+            CpuSet::parse_list("4096"),
+            Err(CpuSetParseError::TooLarge(4096))
+        ));
     }
 
     #[test]

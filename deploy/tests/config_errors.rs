@@ -52,7 +52,12 @@ fn add(extra: &str) -> String {
 }
 
 fn cases() -> Vec<Case> {
-    let c = |name, yaml: String, field, says| Case { name, yaml, field, says };
+    let c = |name, yaml: String, field, says| Case {
+        name,
+        yaml,
+        field,
+        says,
+    };
     vec![
         c("yaml syntax", edit("  name: t\n", "  name: t: u  #!\n"), "", "not valid YAML"),
         c("unknown section", add("robto: {}  #!\n"), "robto", "unknown section `robto`"),
@@ -137,7 +142,12 @@ fn base_is_valid() {
     let path = dir.path().join("robot.yaml");
     std::fs::write(&path, BASE).unwrap();
     let out = deploy(&path);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -163,7 +173,8 @@ fn every_malformed_config_is_refused_with_its_place() {
             .find(|l| l.starts_with(&want_place) && l.contains(": error: "));
         let ok = out.status.code() == Some(2)
             && error_line.is_some_and(|l| {
-                (case.field.is_empty() || l.contains(&format!(": {}: ", case.field))) && l.contains(case.says)
+                (case.field.is_empty() || l.contains(&format!(": {}: ", case.field)))
+                    && l.contains(case.says)
             });
         if !ok {
             failures.push(format!(
@@ -175,7 +186,13 @@ fn every_malformed_config_is_refused_with_its_place() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -191,8 +208,17 @@ fn every_error_is_reported_at_once() {
     let out = deploy(&path);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for field in ["cpus.isolated", "cpus.housekeeping", "channels[0].rate", "processes[0].priority", "update.keep"] {
-        assert!(stderr.contains(&format!(": error: {field}: ")), "no error for {field} in:\n{stderr}");
+    for field in [
+        "cpus.isolated",
+        "cpus.housekeeping",
+        "channels[0].rate",
+        "processes[0].priority",
+        "update.keep",
+    ] {
+        assert!(
+            stderr.contains(&format!(": error: {field}: ")),
+            "no error for {field} in:\n{stderr}"
+        );
     }
     assert!(stderr.contains("5 errors"), "{stderr}");
 }
@@ -210,8 +236,14 @@ fn bad_elements_of_a_list_are_each_reported() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     // The unparsable element and the invalid one are both reported.
-    assert!(stderr.contains(": error: processes[2].policy: unknown variant `nope`"), "{stderr}");
-    assert!(stderr.contains(": error: processes[1].priority: priority 500 is out of range"), "{stderr}");
+    assert!(
+        stderr.contains(": error: processes[2].policy: unknown variant `nope`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(": error: processes[1].priority: priority 500 is out of range"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -223,7 +255,12 @@ fn warnings_do_not_fail() {
     let out = deploy(&path);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains(": warning: processes[1].cpus: non-real-time process `bg` runs on isolated CPUs 2"), "{stderr}");
+    assert!(
+        stderr.contains(
+            ": warning: processes[1].cpus: non-real-time process `bg` runs on isolated CPUs 2"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -237,7 +274,8 @@ fn json_report_lists_diagnostics() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document on stdout");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("one JSON document on stdout");
     assert_eq!(doc["schema_version"], 1);
     assert_eq!(doc["valid"], false);
     assert_eq!(doc["diagnostics"][0]["field"], "channels[0].rate");

@@ -4,11 +4,16 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
 }
 
 fn deploy(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_deploy")).args(args).output().expect("run deploy")
+    Command::new(env!("CARGO_BIN_EXE_deploy"))
+        .args(args)
+        .output()
+        .expect("run deploy")
 }
 
 #[test]
@@ -16,7 +21,12 @@ fn examples_are_valid() {
     for name in ["orin-nano.yaml", "dev.yaml", "qemu.yaml"] {
         let path = example(name);
         let out = deploy(&["config", "check", "-c", path.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -37,8 +47,14 @@ fn plan_json_isolates_exactly_the_isolated_cpus() {
     ] {
         let path = example(name);
         let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan is one JSON document");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plan: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("plan is one JSON document");
         assert_eq!(plan["schema_version"], 1);
         assert_eq!(plan["cpus"]["isolated"], isolated);
         assert_eq!(plan["cpus"]["housekeeping"], housekeeping);
@@ -51,7 +67,9 @@ fn plan_json_isolates_exactly_the_isolated_cpus() {
         assert_eq!(token(tokens, "nohz_full"), Some(isolated));
         assert_eq!(token(tokens, "rcu_nocbs"), Some(isolated));
         assert_eq!(token(tokens, "irqaffinity"), Some(housekeeping));
-        assert!(tokens.iter().all(|t| !t["reason"].as_str().unwrap_or("").is_empty()));
+        assert!(tokens
+            .iter()
+            .all(|t| !t["reason"].as_str().unwrap_or("").is_empty()));
         let line = plan["cmdline"]["line"].as_str().unwrap();
         assert!(line.contains(&format!("nohz_full={isolated}")), "{line}");
     }
@@ -63,17 +81,32 @@ fn plan_places_processes_and_sizes_channels() {
     let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let procs = plan["processes"].as_array().unwrap();
-    let motor = procs.iter().find(|p| p["name"] == "motor_controller").unwrap();
+    let motor = procs
+        .iter()
+        .find(|p| p["name"] == "motor_controller")
+        .unwrap();
     assert_eq!(motor["policy"], "fifo");
     assert_eq!(motor["priority"], 90);
     assert_eq!(motor["cpus"], "5");
     // `after:` is honoured: imu_reader starts before motor_controller.
-    let start = |n: &str| procs.iter().find(|p| p["name"] == n).unwrap()["start"].as_u64().unwrap();
+    let start = |n: &str| {
+        procs.iter().find(|p| p["name"] == n).unwrap()["start"]
+            .as_u64()
+            .unwrap()
+    };
     assert!(start("imu_reader") < start("motor_controller"));
     assert!(start("motor_controller") < start("state_estimator"));
     let planner = procs.iter().find(|p| p["name"] == "planner").unwrap();
-    assert_eq!(planner["cpus"], "0-3", "non-real-time processes default to housekeeping CPUs");
-    let imu = plan["channels"].as_array().unwrap().iter().find(|c| c["name"] == "/imu/raw").unwrap();
+    assert_eq!(
+        planner["cpus"], "0-3",
+        "non-real-time processes default to housekeeping CPUs"
+    );
+    let imu = plan["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "/imu/raw")
+        .unwrap();
     // 1000/s x 100ms = 100 messages, plus headroom, to a power of two.
     assert_eq!(imu["queue_len"], 128);
     assert!(imu["shm_bytes"].as_u64().unwrap() >= 128 * imu["slot_bytes"].as_u64().unwrap());
@@ -86,7 +119,10 @@ fn plan_human_output_shows_the_map_and_the_line() {
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("cluster 4-5      4:I 5:I"), "{text}");
-    assert!(text.contains("isolcpus=managed_irq,domain,4-5 nohz_full=4-5"), "{text}");
+    assert!(
+        text.contains("isolcpus=managed_irq,domain,4-5 nohz_full=4-5"),
+        "{text}"
+    );
     assert!(text.contains("motor_controller fifo 90"), "{text}");
 }
 
@@ -94,7 +130,11 @@ fn plan_human_output_shows_the_map_and_the_line() {
 fn invalid_config_stops_plan_with_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("robot.yaml");
-    std::fs::write(&path, "robot: {name: x}\nboard: {model: generic, cpus: 2}\ncpus: {isolated: 0}\n").unwrap();
+    std::fs::write(
+        &path,
+        "robot: {name: x}\nboard: {model: generic, cpus: 2}\ncpus: {isolated: 0}\n",
+    )
+    .unwrap();
     let out = deploy(&["plan", "-c", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -108,5 +148,8 @@ fn missing_config_is_an_error_naming_the_file() {
     let out = deploy(&["--prefix", "/nonexistent-prefix", "plan"]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("/nonexistent-prefix/etc/rtdeploy/robot.yaml"), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent-prefix/etc/rtdeploy/robot.yaml"),
+        "{stderr}"
+    );
 }

@@ -217,7 +217,10 @@ impl ProcessConfig {
     pub fn validate(&self, path: &str, out: &mut Vec<Problem>) {
         validate_name(&format!("{path}.name"), "process", &self.name, out);
         if self.exec.is_empty() || self.exec.contains('\0') {
-            out.push((format!("{path}.exec"), "empty program (expected a path like `bin/imu_reader`)".into()));
+            out.push((
+                format!("{path}.exec"),
+                "empty program (expected a path like `bin/imu_reader`)".into(),
+            ));
         } else if !self.exec.starts_with('/')
             && self.exec.split('/').any(|p| p == ".." || p.is_empty())
         {
@@ -230,7 +233,9 @@ impl ProcessConfig {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
                 out.push((
                     format!("{path}.env.{k}"),
-                    format!("`{k}` is not an environment variable name (expected no `=` and no NUL)"),
+                    format!(
+                        "`{k}` is not an environment variable name (expected no `=` and no NUL)"
+                    ),
                 ));
             }
         }
@@ -243,49 +248,85 @@ impl ProcessConfig {
         validate_priority(&format!("{path}.priority"), self.policy, self.priority, out);
         if let Some(n) = self.nice {
             if !(-20..=19).contains(&n) {
-                out.push((format!("{path}.nice"), format!("nice {n} is out of range (expected -20 to 19)")));
+                out.push((
+                    format!("{path}.nice"),
+                    format!("nice {n} is out of range (expected -20 to 19)"),
+                ));
             } else if self.policy.is_realtime() && n != 0 {
                 out.push((
                     format!("{path}.nice"),
-                    format!("nice has no effect under policy `{}` (remove it or use policy `other`)", self.policy),
+                    format!(
+                        "nice has no effect under policy `{}` (remove it or use policy `other`)",
+                        self.policy
+                    ),
                 ));
             }
         }
         if let Some(cpus) = &self.cpus {
             if cpus.is_empty() {
-                out.push((format!("{path}.cpus"), "empty CPU set (expected at least one CPU)".into()));
+                out.push((
+                    format!("{path}.cpus"),
+                    "empty CPU set (expected at least one CPU)".into(),
+                ));
             }
         }
         let r = &self.restart;
         if r.initial_backoff.is_zero() {
-            out.push((format!("{path}.restart.initial_backoff"), "0 (expected a positive duration like `100ms`)".into()));
+            out.push((
+                format!("{path}.restart.initial_backoff"),
+                "0 (expected a positive duration like `100ms`)".into(),
+            ));
         }
         if r.max_backoff < r.initial_backoff {
             out.push((
                 format!("{path}.restart.max_backoff"),
-                format!("{} is below initial_backoff {} (expected max >= initial)", r.max_backoff, r.initial_backoff),
+                format!(
+                    "{} is below initial_backoff {} (expected max >= initial)",
+                    r.max_backoff, r.initial_backoff
+                ),
             ));
         }
         if !(r.factor >= 1.0 && r.factor <= 16.0) {
-            out.push((format!("{path}.restart.factor"), format!("factor {} is out of range (expected 1 to 16)", r.factor)));
+            out.push((
+                format!("{path}.restart.factor"),
+                format!("factor {} is out of range (expected 1 to 16)", r.factor),
+            ));
         }
         if r.crash_loop_restarts == 0 {
-            out.push((format!("{path}.restart.crash_loop_restarts"), "0 (expected 1 or more)".into()));
+            out.push((
+                format!("{path}.restart.crash_loop_restarts"),
+                "0 (expected 1 or more)".into(),
+            ));
         }
         if r.crash_loop_window.is_zero() {
-            out.push((format!("{path}.restart.crash_loop_window"), "0 (expected a positive duration like `60s`)".into()));
+            out.push((
+                format!("{path}.restart.crash_loop_window"),
+                "0 (expected a positive duration like `60s`)".into(),
+            ));
         }
         if self.stop_timeout.is_zero() {
-            out.push((format!("{path}.stop_timeout"), "0 (expected a positive duration like `5s`)".into()));
+            out.push((
+                format!("{path}.stop_timeout"),
+                "0 (expected a positive duration like `5s`)".into(),
+            ));
         }
         if let Some(d) = self.rttime {
             if d.is_zero() {
-                out.push((format!("{path}.rttime"), "0 (expected a positive duration like `500ms`)".into()));
+                out.push((
+                    format!("{path}.rttime"),
+                    "0 (expected a positive duration like `500ms`)".into(),
+                ));
             }
         }
-        for (field, d) in [("wakeup", self.budgets.wakeup), ("handler", self.budgets.handler)] {
+        for (field, d) in [
+            ("wakeup", self.budgets.wakeup),
+            ("handler", self.budgets.handler),
+        ] {
             if d.is_some_and(|d| d.is_zero()) {
-                out.push((format!("{path}.budgets.{field}"), "0 (expected a positive duration like `200us`)".into()));
+                out.push((
+                    format!("{path}.budgets.{field}"),
+                    "0 (expected a positive duration like `200us`)".into(),
+                ));
             }
         }
     }
@@ -347,16 +388,24 @@ impl UpdateSection {
         if self.keep < 2 {
             out.push((
                 "update.keep".into(),
-                format!("keep {} leaves nothing to roll back to (expected 2 or more)", self.keep),
+                format!(
+                    "keep {} leaves nothing to roll back to (expected 2 or more)",
+                    self.keep
+                ),
             ));
         }
         if self.health_window.is_zero() {
-            out.push(("update.health_window".into(), "0 (expected a positive duration like `30s`)".into()));
+            out.push((
+                "update.health_window".into(),
+                "0 (expected a positive duration like `30s`)".into(),
+            ));
         }
         for (i, k) in self.public_keys.iter().enumerate() {
             let ok = k.len() == 44
                 && k.ends_with('=')
-                && k[..43].chars().all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/');
+                && k[..43]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/');
             if !ok {
                 out.push((
                     format!("update.public_keys[{i}]"),
@@ -398,8 +447,17 @@ mod tests {
 
     #[test]
     fn start_order_follows_after_then_file_order() {
-        let ps = [proc_("planner", &["estimator"]), proc_("imu", &[]), proc_("estimator", &["imu"]), proc_("logger", &[])];
-        let order: Vec<&str> = start_order(&ps).unwrap().iter().map(|&i| ps[i].name.as_str()).collect();
+        let ps = [
+            proc_("planner", &["estimator"]),
+            proc_("imu", &[]),
+            proc_("estimator", &["imu"]),
+            proc_("logger", &[]),
+        ];
+        let order: Vec<&str> = start_order(&ps)
+            .unwrap()
+            .iter()
+            .map(|&i| ps[i].name.as_str())
+            .collect();
         assert_eq!(order, ["imu", "estimator", "planner", "logger"]);
         let cyclic = [proc_("a", &["b"]), proc_("b", &["a"])];
         assert!(start_order(&cyclic).is_none());

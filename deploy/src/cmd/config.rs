@@ -34,7 +34,10 @@ fn check(ctx: &Ctx) -> anyhow::Result<Exit> {
         Err(ConfigLoadError::Invalid { diagnostics, .. }) => (false, diagnostics),
         Err(e) => return Err(e.into()),
     };
-    let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
     let warnings = diagnostics.len() - errors;
     if ctx.json {
         ctx.print_json(&CheckReport {

@@ -177,7 +177,11 @@ pub fn plan(r: &Robot) -> Plan {
             threads: r.irqs.threads.clone(),
             kthreads: r.irqs.kthreads.clone(),
         },
-        sysctl: r.sysctl.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+        sysctl: r
+            .sysctl
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect(),
         power: serde_json::to_value(&r.power).unwrap_or_default(),
         processes,
         channels,
@@ -197,14 +201,22 @@ pub fn run(ctx: &Ctx, _args: PlanArgs) -> anyhow::Result<Exit> {
 
 fn rule_line(out: &mut String, r: &ThreadRule) {
     let prio = r.priority.map(|p| format!(" {p}")).unwrap_or_default();
-    let cpus = r.cpus.as_ref().map(|c| format!("cpus {c}")).unwrap_or_else(|| "cpus unchanged".into());
+    let cpus = r
+        .cpus
+        .as_ref()
+        .map(|c| format!("cpus {c}"))
+        .unwrap_or_else(|| "cpus unchanged".into());
     let _ = writeln!(out, "  {:<28} {}{prio:<4} {cpus}", r.pattern, r.policy);
 }
 
 /// The human form: a few aligned tables.
 pub fn render(p: &Plan) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "robot {} on {} ({} CPUs, {})\n", p.robot, p.board.model, p.board.cpus, p.board.arch);
+    let _ = writeln!(
+        o,
+        "robot {} on {} ({} CPUs, {})\n",
+        p.robot, p.board.model, p.board.cpus, p.board.arch
+    );
     let _ = writeln!(o, "CPU map (H housekeeping, I isolated, - unused)");
     for c in &p.cpus.clusters {
         let cells: Vec<String> = c
@@ -232,15 +244,27 @@ pub fn render(p: &Plan) -> String {
     );
     let place = match p.cmdline.boot {
         BootLoader::Extlinux => "APPEND of the default label in /boot/extlinux/extlinux.conf",
-        BootLoader::External => "given by the boot loader or QEMU -append; also /etc/rtdeploy/cmdline",
+        BootLoader::External => {
+            "given by the boot loader or QEMU -append; also /etc/rtdeploy/cmdline"
+        }
     };
     let _ = writeln!(o, "kernel command line ({place})");
     let _ = writeln!(o, "  {}", p.cmdline.line);
-    let width = p.cmdline.tokens.iter().map(|t| t.token.len()).max().unwrap_or(0);
+    let width = p
+        .cmdline
+        .tokens
+        .iter()
+        .map(|t| t.token.len())
+        .max()
+        .unwrap_or(0);
     for t in &p.cmdline.tokens {
         let _ = writeln!(o, "    {:<width$}  {}", t.token, t.reason);
     }
-    let _ = writeln!(o, "\ninterrupts: default affinity {}", p.irqs.default_affinity);
+    let _ = writeln!(
+        o,
+        "\ninterrupts: default affinity {}",
+        p.irqs.default_affinity
+    );
     for ov in &p.irqs.overrides {
         let what = match (&ov.irq, &ov.name) {
             (Some(n), _) => format!("irq {n}"),

@@ -39,8 +39,14 @@ impl de::Error for DeError {
 }
 
 /// Deserialises `T` from `node`, naming fields from `path`.
-pub fn from_node<'de, T: serde::Deserialize<'de>>(node: &'de Node, path: &str) -> Result<T, DeError> {
-    T::deserialize(NodeDe { node, path: path.to_string() })
+pub fn from_node<'de, T: serde::Deserialize<'de>>(
+    node: &'de Node,
+    path: &str,
+) -> Result<T, DeError> {
+    T::deserialize(NodeDe {
+        node,
+        path: path.to_string(),
+    })
 }
 
 struct NodeDe<'a> {
@@ -65,7 +71,9 @@ fn resolve(text: &str, plain: bool) -> Resolved<'_> {
         "" | "~" | "null" | "Null" | "NULL" => return Resolved::Null,
         "true" | "True" | "TRUE" => return Resolved::Bool(true),
         "false" | "False" | "FALSE" => return Resolved::Bool(false),
-        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => return Resolved::Float(f64::INFINITY),
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Resolved::Float(f64::INFINITY)
+        }
         "-.inf" | "-.Inf" | "-.INF" => return Resolved::Float(f64::NEG_INFINITY),
         ".nan" | ".NaN" | ".NAN" => return Resolved::Float(f64::NAN),
         _ => {}
@@ -97,7 +105,11 @@ fn resolve(text: &str, plain: bool) -> Resolved<'_> {
             None => (unsigned, None),
         };
         let mantissa_ok = match mantissa.split_once('.') {
-            Some((a, b)) => (digits(a, 10) || a.is_empty()) && (digits(b, 10) || b.is_empty()) && !(a.is_empty() && b.is_empty()),
+            Some((a, b)) => {
+                (digits(a, 10) || a.is_empty())
+                    && (digits(b, 10) || b.is_empty())
+                    && !(a.is_empty() && b.is_empty())
+            }
             None => digits(mantissa, 10),
         };
         let exp_ok = exp.is_none_or(|e| digits(e.strip_prefix(['-', '+']).unwrap_or(e), 10));
@@ -151,7 +163,9 @@ impl<'a> NodeDe<'a> {
 
     fn int<V: Visitor<'a>>(&self, visitor: V) -> Result<V::Value, DeError> {
         match self.scalar().map(|(t, p)| resolve(t, p)) {
-            Some(Resolved::Int(v)) if v >= 0 && v <= u64::MAX as i128 => visitor.visit_u64(v as u64),
+            Some(Resolved::Int(v)) if v >= 0 && v <= u64::MAX as i128 => {
+                visitor.visit_u64(v as u64)
+            }
             Some(Resolved::Int(v)) if v < 0 && v >= i64::MIN as i128 => visitor.visit_i64(v as i64),
             Some(Resolved::Int(v)) => Err(de::Error::custom(format!("{v} is out of range"))),
             _ => self.any(visitor),
@@ -286,7 +300,10 @@ struct Seq<'p, 'a> {
 impl<'de> de::SeqAccess<'de> for Seq<'_, 'de> {
     type Error = DeError;
 
-    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, DeError> {
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, DeError> {
         let Some(item) = self.items.get(self.next) else {
             return Ok(None);
         };
@@ -318,7 +335,10 @@ struct Map<'p, 'a> {
 impl<'de> de::MapAccess<'de> for Map<'_, 'de> {
     type Error = DeError;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, DeError> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, DeError> {
         let Some((key, value)) = self.entries.get(self.next) else {
             return Ok(None);
         };
@@ -381,7 +401,8 @@ mod tests {
 
     #[test]
     fn typed_values() {
-        let doc = parse("name: 1.10\nitems:\n  - n: 3\n    f: 2\n  - {n: 0x10}\nflag: true\n").unwrap();
+        let doc =
+            parse("name: 1.10\nitems:\n  - n: 3\n    f: 2\n  - {n: 0x10}\nflag: true\n").unwrap();
         let o: Outer = from_node(&doc, "").unwrap();
         assert_eq!(o.name, "1.10");
         assert_eq!(o.items[0].f, Some(2.0));

@@ -37,7 +37,13 @@ impl fmt::Display for Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        write!(f, "{}:{}:{}: {sev}: ", self.file.display(), self.line, self.column)?;
+        write!(
+            f,
+            "{}:{}:{}: {sev}: ",
+            self.file.display(),
+            self.line,
+            self.column
+        )?;
         if !self.field.is_empty() {
             write!(f, "{}: ", self.field)?;
         }
@@ -107,7 +113,11 @@ impl Checker<'_> {
             Ok(v) => Some(v),
             Err(e) => {
                 let pos = e.pos.unwrap_or(node.pos);
-                let field = if e.path.is_empty() { path.to_string() } else { e.path.clone() };
+                let field = if e.path.is_empty() {
+                    path.to_string()
+                } else {
+                    e.path.clone()
+                };
                 self.push(Severity::Error, pos, &field, e.message);
                 None
             }
@@ -146,7 +156,9 @@ impl Checker<'_> {
         };
         let items = match &node.kind {
             Kind::Seq(items) => items,
-            Kind::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null" => {
+            Kind::Scalar { text, plain: true }
+                if text.is_empty() || text == "~" || text == "null" =>
+            {
                 return (Vec::new(), true)
             }
             _ => {
@@ -211,13 +223,17 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
                 Severity::Error,
                 key.pos,
                 name,
-                format!("unknown section `{name}` (expected one of: {})", SECTIONS.join(", ")),
+                format!(
+                    "unknown section `{name}` (expected one of: {})",
+                    SECTIONS.join(", ")
+                ),
             );
         }
     }
 
     let robot: Option<services::config::RobotSection> = c.required("robot", "robot: {name: arm-1}");
-    let board: Option<cpusets::config::BoardSection> = c.required("board", "board: {model: jetson-orin-nano}");
+    let board: Option<cpusets::config::BoardSection> =
+        c.required("board", "board: {model: jetson-orin-nano}");
     let cpus: Option<cpusets::config::CpusSection> = c.required("cpus", "cpus: {isolated: 4-5}");
     let kernel: Option<cpusets::config::KernelSection> = c.section("kernel");
     let irqs: Option<cpusets::config::IrqsSection> = c.section("irqs");
@@ -322,7 +338,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
         if let Some(first) = seen.insert(&ch.name, i) {
             c.error(
                 &format!("channels[{i}].name"),
-                format!("channel `{}` is already defined at channels[{first}] (names must be unique)", ch.name),
+                format!(
+                    "channel `{}` is already defined at channels[{first}] (names must be unique)",
+                    ch.name
+                ),
             );
         }
         if ch.name.starts_with(RESERVED_CHANNEL_PREFIX) {
@@ -338,7 +357,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
         if let Some(first) = procs.insert(&p.name, i) {
             c.error(
                 &format!("processes[{i}].name"),
-                format!("process `{}` is already defined at processes[{first}] (names must be unique)", p.name),
+                format!(
+                    "process `{}` is already defined at processes[{first}] (names must be unique)",
+                    p.name
+                ),
             );
         }
     }
@@ -352,7 +374,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
         if !beyond.is_empty() {
             c.error(
                 &format!("{base}.cpus"),
-                format!("CPUs {beyond} do not exist on board `{}` (expected CPUs within {all})", r.board.model),
+                format!(
+                    "CPUs {beyond} do not exist on board `{}` (expected CPUs within {all})",
+                    r.board.model
+                ),
             );
         } else if p.policy.is_realtime() {
             let outside = cpus.difference(isolated);
@@ -409,7 +434,11 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                         &format!("{base}.{field}[{j}]"),
                         format!(
                             "no channel `{name}` (expected one of the names under `channels:`: {})",
-                            if known.is_empty() { "none defined".to_string() } else { known.join(", ") }
+                            if known.is_empty() {
+                                "none defined".to_string()
+                            } else {
+                                known.join(", ")
+                            }
                         ),
                     );
                 }
@@ -419,7 +448,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
         // Start order.
         for (j, dep) in p.after.iter().enumerate() {
             if dep == &p.name {
-                c.error(&format!("{base}.after[{j}]"), format!("process `{dep}` cannot start after itself"));
+                c.error(
+                    &format!("{base}.after[{j}]"),
+                    format!("process `{dep}` cannot start after itself"),
+                );
             } else if !procs.contains_key(dep.as_str()) {
                 c.error(
                     &format!("{base}.after[{j}]"),
@@ -442,7 +474,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
         let i = procs[cycle[0].as_str()];
         c.error(
             &format!("processes[{i}].after"),
-            format!("start order has a cycle: {} (expected `after:` to form no loop)", cycle.join(" -> ")),
+            format!(
+                "start order has a cycle: {} (expected `after:` to form no loop)",
+                cycle.join(" -> ")
+            ),
         );
     }
 
@@ -467,7 +502,8 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             };
             let rule_cpus = rule.cpus.clone().unwrap_or_else(|| all.clone());
             let shared = rule_cpus.intersection(&r.process_cpus(p));
-            if p.policy.is_realtime() && rule.policy.is_realtime() && pp > rp && !shared.is_empty() {
+            if p.policy.is_realtime() && rule.policy.is_realtime() && pp > rp && !shared.is_empty()
+            {
                 c.warn(
                     &format!("{field}.priority"),
                     format!(
@@ -484,7 +520,9 @@ fn cross_check(c: &mut Checker, r: &Robot) {
     if !neither.is_empty() {
         c.warn(
             "cpus.housekeeping",
-            format!("CPUs {neither} are neither housekeeping nor isolated; nothing is placed on them"),
+            format!(
+                "CPUs {neither} are neither housekeeping nor isolated; nothing is placed on them"
+            ),
         );
     }
     if let Some(aff) = &r.irqs.default_affinity {
@@ -503,7 +541,12 @@ fn start_order_cycle(r: &Robot) -> Option<Vec<String>> {
     let deps: BTreeMap<&str, Vec<&str>> = r
         .processes
         .iter()
-        .map(|p| (p.name.as_str(), p.after.iter().map(String::as_str).collect()))
+        .map(|p| {
+            (
+                p.name.as_str(),
+                p.after.iter().map(String::as_str).collect(),
+            )
+        })
         .collect();
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {

@@ -19,7 +19,10 @@ pub struct Pos {
 pub enum Kind {
     /// A scalar and whether it was plain (unquoted, so its type is resolved
     /// by the core schema) or quoted/block (always a string).
-    Scalar { text: String, plain: bool },
+    Scalar {
+        text: String,
+        plain: bool,
+    },
     Seq(Vec<Node>),
     Map(Vec<(Node, Node)>),
 }
@@ -87,15 +90,16 @@ impl Node {
             let Kind::Map(entries) = &node.kind else {
                 return node;
             };
-            let found = entries
-                .iter()
-                .filter_map(|(k, v)| {
-                    let k = k.as_str()?;
-                    let tail = rest.strip_prefix(k)?;
-                    (tail.is_empty() || tail.starts_with('.') || tail.starts_with('['))
-                        .then_some((k.len(), v, tail))
-                })
-                .max_by_key(|(len, _, _)| *len);
+            let found =
+                entries
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        let k = k.as_str()?;
+                        let tail = rest.strip_prefix(k)?;
+                        (tail.is_empty() || tail.starts_with('.') || tail.starts_with('['))
+                            .then_some((k.len(), v, tail))
+                    })
+                    .max_by_key(|(len, _, _)| *len);
             match found {
                 Some((_, v, tail)) => {
                     node = v;
@@ -127,7 +131,8 @@ pub fn parse(text: &str) -> Result<Node, YamlError> {
     match builder.docs.len() {
         0 => Err(YamlError {
             pos: Pos { line: 1, col: 1 },
-            message: "the file is empty (expected a robot description starting with `robot:`)".into(),
+            message: "the file is empty (expected a robot description starting with `robot:`)"
+                .into(),
         }),
         1 => Ok(builder.docs.pop().expect("one document")),
         _ => Err(YamlError {
@@ -168,12 +173,19 @@ impl Builder {
                 None => {
                     if !matches!(node.kind, Kind::Scalar { .. }) {
                         let pos = node.pos;
-                        self.fail(pos, "a mapping key must be a plain value, not a list or mapping".into());
+                        self.fail(
+                            pos,
+                            "a mapping key must be a plain value, not a list or mapping".into(),
+                        );
                         return;
                     }
                     if let Some(dup) = entries.iter().find(|(k, _)| k.as_str() == node.as_str()) {
-                        let (first, name) = (dup.0.pos.line, node.as_str().unwrap_or("").to_string());
-                        self.fail(node.pos, format!("duplicate key `{name}` (first written on line {first})"));
+                        let (first, name) =
+                            (dup.0.pos.line, node.as_str().unwrap_or("").to_string());
+                        self.fail(
+                            node.pos,
+                            format!("duplicate key `{name}` (first written on line {first})"),
+                        );
                         return;
                     }
                     *pending = Some(node);
@@ -257,10 +269,16 @@ mod tests {
 
     #[test]
     fn positions_and_lookup() {
-        let doc = parse("a:\n  b: 1\n  list:\n    - x\n    - {k: v}\nsysctl:\n  kernel.timer_migration: 0\n").unwrap();
+        let doc = parse(
+            "a:\n  b: 1\n  list:\n    - x\n    - {k: v}\nsysctl:\n  kernel.timer_migration: 0\n",
+        )
+        .unwrap();
         assert_eq!(doc.locate("a.b").pos, Pos { line: 2, col: 6 });
         assert_eq!(doc.locate("a.list[1].k").pos, Pos { line: 5, col: 11 });
-        assert_eq!(doc.locate("sysctl.kernel.timer_migration").pos, Pos { line: 7, col: 27 });
+        assert_eq!(
+            doc.locate("sysctl.kernel.timer_migration").pos,
+            Pos { line: 7, col: 27 }
+        );
         // A missing field resolves to its nearest written ancestor.
         assert_eq!(doc.locate("a.missing").pos, doc.get("a").unwrap().pos);
     }
@@ -270,7 +288,10 @@ mod tests {
         let e = parse("a: 1\nb: 2\na: 3\n").unwrap_err();
         assert_eq!(e.pos.line, 3);
         assert!(e.message.contains("duplicate key `a`"));
-        assert!(parse("a: 1\n---\nb: 2\n").unwrap_err().message.contains("more than one"));
+        assert!(parse("a: 1\n---\nb: 2\n")
+            .unwrap_err()
+            .message
+            .contains("more than one"));
         assert!(parse("").unwrap_err().message.contains("empty"));
         let e = parse("a: [1, 2\n").unwrap_err();
         assert!(e.pos.line >= 1);
