@@ -769,6 +769,30 @@ impl Channel {
         self.inner.header().recovered.load(Ordering::Relaxed)
     }
 
+    /// Test instrumentation: checks, at a quiescent moment, that every slot
+    /// is in exactly one place (the ring or one publisher's scratch) and
+    /// that no publisher entry is mid-swap.
+    #[doc(hidden)]
+    pub fn check_slot_ownership(&self) -> Result<(), String> {
+        let inner = &self.inner;
+        let mut seen = vec![0u32; inner.geom.slots() as usize];
+        for p in 0..inner.geom.queue_len {
+            let e = inner.ring_entry(p).load(Ordering::SeqCst);
+            seen[entry_slot(e) as usize] += 1;
+        }
+        for i in 0..inner.geom.publishers {
+            let pe = inner.pub_entry(i);
+            if pe.swapping.load(Ordering::SeqCst) != NONE {
+                return Err(format!("publisher entry {i} is mid-swap"));
+            }
+            seen[pe.scratch.load(Ordering::SeqCst) as usize] += 1;
+        }
+        match seen.iter().position(|&n| n != 1) {
+            None => Ok(()),
+            Some(slot) => Err(format!("slot {slot} is held {} times", seen[slot])),
+        }
+    }
+
     /// Reclaimed publisher entries whose owner died mid-swap.
     pub fn recovered_mid_swap_count(&self) -> u64 {
         self.inner
@@ -1097,6 +1121,25 @@ pub struct Published {
     pub woke: bool,
 }
 
+/// Where [`Publisher::publish_stopping_after`] stops (test instrumentation
+/// for the crash-recovery paths).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishStep {
+    /// Payload written and stamped with the target index.
+    Stamped,
+    /// `swapping` recorded, ring CAS not yet done.
+    SwappingRecorded,
+    /// Ring CAS done.
+    Swapped,
+    /// Evicted slot's stamp invalidated.
+    EvictedInvalidated,
+    /// New scratch recorded, `swapping` not yet cleared.
+    ScratchRecorded,
+    /// `swapping` cleared, the queue index not yet advanced.
+    RecordCleared,
+}
+
 /// A publisher on a channel: owns one publisher entry (released on drop).
 pub struct Publisher {
     ch: Channel,
@@ -1144,6 +1187,43 @@ impl Publisher {
     /// Publishes `payload`: lock-free, allocation-free, and a futex wake
     /// syscall only when some subscriber has a wait armed.
     pub fn publish(&mut self, payload: &[u8]) -> Result<Published, PublishError> {
+        self.publish_inner(payload, None)
+    }
+
+    /// Test instrumentation: publishes like [`Publisher::publish`] but
+    /// stops dead after `step`, as a publisher killed there would, and
+    /// returns `Ok(None)` when it stopped.
+    #[doc(hidden)]
+    pub fn publish_stopping_after(
+        &mut self,
+        payload: &[u8],
+        step: PublishStep,
+    ) -> Result<Option<Published>, PublishError> {
+        let before = self.published;
+        let r = self.publish_inner(payload, Some(step))?;
+        Ok((self.published > before).then_some(r))
+    }
+
+    /// Test instrumentation: leaves this publisher's entry owned by a
+    /// process that does not exist (`pid`, start time 1), as a killed
+    /// publisher leaves it, without running any cleanup.
+    #[doc(hidden)]
+    pub fn abandon_as_dead(self, pid: u32) {
+        self.ch
+            .inner
+            .pub_entry(self.entry)
+            .owner
+            .store(owner_word(pid, 1), Ordering::SeqCst);
+        std::mem::forget(self);
+    }
+
+    #[inline(always)]
+    fn publish_inner(
+        &mut self,
+        payload: &[u8],
+        stop: Option<PublishStep>,
+    ) -> Result<Published, PublishError> {
+        let stopped = |at: PublishStep| stop == Some(at);
         let inner = &*self.ch.inner;
         let max = inner.geom.max_payload();
         if payload.len() as u64 > max {
@@ -1227,6 +1307,13 @@ impl Publisher {
             // Release: the payload, size, pid and time above are visible to
             // any reader whose Acquire load sees this stamp.
             sh.qi.store(qi, Ordering::Release);
+            if stopped(PublishStep::Stamped) {
+                return Ok(Published {
+                    index: qi,
+                    send_time_ns: now,
+                    woke: false,
+                });
+            }
             // Recovery record. Release is enough for it and for the three
             // bookkeeping stores after the CAS: the CAS is a release
             // operation, so whoever observes its result with an Acquire
@@ -1237,6 +1324,13 @@ impl Publisher {
             // reaped it (its exit is a full barrier), which is when the
             // recovery code runs.
             pe.swapping.store(e, Ordering::Release);
+            if stopped(PublishStep::SwappingRecorded) {
+                return Ok(Published {
+                    index: qi,
+                    send_time_ns: now,
+                    woke: false,
+                });
+            }
             if slot_ref
                 .compare_exchange(e, pack(qi, s), Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
@@ -1244,12 +1338,40 @@ impl Publisher {
                 pe.swapping.store(NONE, Ordering::Release);
                 continue;
             }
+            if stopped(PublishStep::Swapped) {
+                return Ok(Published {
+                    index: qi,
+                    send_time_ns: now,
+                    woke: false,
+                });
+            }
             // The evicted slot is ours now: invalidate its stamp so readers
             // of the old message notice, record it, clear the record.
             inner.slot(x).qi.store(INVALID, Ordering::Release);
+            if stopped(PublishStep::EvictedInvalidated) {
+                return Ok(Published {
+                    index: qi,
+                    send_time_ns: now,
+                    woke: false,
+                });
+            }
             pe.scratch.store(x, Ordering::Release);
+            if stopped(PublishStep::ScratchRecorded) {
+                return Ok(Published {
+                    index: qi,
+                    send_time_ns: now,
+                    woke: false,
+                });
+            }
             pe.swapping.store(NONE, Ordering::Release);
             self.scratch = x;
+            if stopped(PublishStep::RecordCleared) {
+                return Ok(Published {
+                    index: qi,
+                    send_time_ns: now,
+                    woke: false,
+                });
+            }
             let _ = h
                 .next_index
                 .compare_exchange(qi, qi + 1, Ordering::SeqCst, Ordering::SeqCst);

@@ -245,3 +245,129 @@ fn many_publishers_many_subscribers() {
         assert!(seen > 0);
     }
 }
+
+/// A publisher stopped dead after each step of a publish (as SIGKILL would
+/// leave it) is reclaimed with every slot in exactly one place; the message
+/// it was placing is delivered whole exactly when its ring swap happened,
+/// and the queue index is helped along past it.
+#[test]
+fn recovery_after_death_at_every_publish_step() {
+    use controller::channel::PublishStep::*;
+    // A pid above the kernel's maximum (2^22): never a live process.
+    const DEAD_PID: u32 = (1 << 22) + 7;
+    for step in [
+        Stamped,
+        SwappingRecorded,
+        Swapped,
+        EvictedInvalidated,
+        ScratchRecorded,
+        RecordCleared,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let geom = ChannelGeometry::new(32, 4, 2);
+        let (ch, _) = Channel::create(dir.path(), "/steps", &geom, None, Path::new(PROC)).unwrap();
+        let mut good = ch.publisher(Path::new(PROC)).unwrap();
+        let mut victim = ch.publisher(Path::new(PROC)).unwrap();
+        let mut r = ch.reader();
+        // Fill more than a lap so the victim evicts a real message.
+        for i in 0..6u64 {
+            good.publish(&[i; 4].map(|v| v.to_ne_bytes()).concat())
+                .unwrap();
+        }
+        while r.next_message().is_some() {}
+        let placed = victim
+            .publish_stopping_after(&[77u64; 4].map(|v| v.to_ne_bytes()).concat(), step)
+            .unwrap();
+        assert!(placed.is_none(), "{step:?}: publish should have stopped");
+        victim.abandon_as_dead(DEAD_PID);
+        assert!(
+            ch.check_slot_ownership().is_err() || matches!(step, Stamped | RecordCleared),
+            "{step:?}"
+        );
+
+        let rep = ch.recover(Path::new(PROC));
+        assert_eq!(rep.publishers, 1, "{step:?}");
+        ch.check_slot_ownership()
+            .unwrap_or_else(|e| panic!("{step:?}: {e}"));
+        let swapped = !matches!(step, Stamped | SwappingRecorded);
+        assert_eq!(ch.next_index(), if swapped { 7 } else { 6 }, "{step:?}");
+        if swapped {
+            let m = r.next_message().unwrap();
+            assert_eq!(m.index, 6);
+            assert_eq!(m.value::<[u64; 4]>(), Some([77; 4]), "{step:?}");
+        }
+        assert!(r.next_message().is_none());
+
+        // The reclaimed entry and the survivor keep publishing, laps around
+        // the ring, and every message reads back whole and in order.
+        let mut again = ch.publisher(Path::new(PROC)).unwrap();
+        for i in 0..20u64 {
+            let p = if i % 2 == 0 { &mut good } else { &mut again };
+            p.publish(&[100 + i; 4].map(|v| v.to_ne_bytes()).concat())
+                .unwrap();
+            let m = r.next_message().unwrap();
+            assert_eq!(m.value::<[u64; 4]>(), Some([100 + i; 4]), "{step:?}");
+        }
+        ch.check_slot_ownership()
+            .unwrap_or_else(|e| panic!("{step:?} after more publishes: {e}"));
+    }
+}
+
+/// As above, but other publishers go around the ring several times between
+/// the death and the recovery, so the recovery cannot read the outcome off
+/// the ring position and must use the slot stamps and the others' records.
+#[test]
+fn recovery_after_death_and_laps_of_other_publishes() {
+    use controller::channel::PublishStep::*;
+    const DEAD_PID: u32 = (1 << 22) + 9;
+    for step in [
+        Stamped,
+        SwappingRecorded,
+        Swapped,
+        EvictedInvalidated,
+        ScratchRecorded,
+        RecordCleared,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let geom = ChannelGeometry::new(32, 4, 3);
+        let (ch, _) = Channel::create(dir.path(), "/laps", &geom, None, Path::new(PROC)).unwrap();
+        let mut good = ch.publisher(Path::new(PROC)).unwrap();
+        let mut victim = ch.publisher(Path::new(PROC)).unwrap();
+        for i in 0..5u64 {
+            good.publish(&[i; 4].map(|v| v.to_ne_bytes()).concat())
+                .unwrap();
+        }
+        assert!(victim
+            .publish_stopping_after(&[77u64; 4].map(|v| v.to_ne_bytes()).concat(), step)
+            .unwrap()
+            .is_none());
+        victim.abandon_as_dead(DEAD_PID);
+        let mut r = ch.reader();
+        r.skip_to_end();
+        for i in 0..13u64 {
+            good.publish(&[200 + i; 4].map(|v| v.to_ne_bytes()).concat())
+                .unwrap();
+        }
+        let rep = ch.recover(Path::new(PROC));
+        assert_eq!(rep.publishers, 1, "{step:?}");
+        ch.check_slot_ownership()
+            .unwrap_or_else(|e| panic!("{step:?}: {e}"));
+        let mut again = ch.publisher(Path::new(PROC)).unwrap();
+        let mut third = ch.publisher(Path::new(PROC)).unwrap();
+        for i in 0..30u64 {
+            let p = [&mut good, &mut again, &mut third];
+            let [a, b, c] = p;
+            let p = match i % 3 {
+                0 => a,
+                1 => b,
+                _ => c,
+            };
+            p.publish(&[300 + i; 4].map(|v| v.to_ne_bytes()).concat())
+                .unwrap();
+            let m = r.latest().unwrap();
+            assert_eq!(m.value::<[u64; 4]>(), Some([300 + i; 4]), "{step:?}");
+        }
+        ch.check_slot_ownership()
+            .unwrap_or_else(|e| panic!("{step:?} after more publishes: {e}"));
+    }
+}
