@@ -543,7 +543,7 @@ unsafe fn child(prep: &Prepared, parent: libc::pid_t, out_fd: RawFd, err_fd: Raw
             }
         };
     }
-    // SAFETY (whole block): every call is a plain system call wrapper,
+    // SAFETY: every call in this block is a plain system call wrapper,
     // async-signal-safe, on pointers to data owned by `prep` (alive until
     // exec or exit) or on this stack.
     unsafe {

@@ -668,11 +668,12 @@ impl Supervisor {
                         self.procs[i].reason = Some(format!("waiting for {}", missing.join(", ")));
                     }
                 }
-                PState::Backoff if !self.shutting_down => {
-                    if self.procs[i].backoff_until.is_some_and(|t| now >= t) {
-                        self.procs[i].restarts += 1;
-                        self.start(i);
-                    }
+                PState::Backoff
+                    if !self.shutting_down
+                        && self.procs[i].backoff_until.is_some_and(|t| now >= t) =>
+                {
+                    self.procs[i].restarts += 1;
+                    self.start(i);
                 }
                 PState::Stopping => {
                     let p = &mut self.procs[i];
@@ -807,11 +808,10 @@ impl Supervisor {
                     p.state = PState::Waiting;
                     p.tracker.reset();
                     p.reason = None;
-                } else if p.child.is_none() {
-                    if matches!(p.state, PState::Backoff | PState::Waiting) {
-                        p.state = PState::Stopped;
-                        p.reason = Some("stopped by request".into());
-                    }
+                } else if p.child.is_none() && matches!(p.state, PState::Backoff | PState::Waiting)
+                {
+                    p.state = PState::Stopped;
+                    p.reason = Some("stopped by request".into());
                 }
             }
         }
@@ -1202,14 +1202,14 @@ impl Supervisor {
     fn handle(&mut self, conn: usize, req: Request) -> Option<Reply> {
         let find = |s: &Self, name: &str| {
             s.index(name).ok_or_else(|| {
-                Reply::error(format!(
+                format!(
                     "no process `{name}` (known: {})",
                     s.procs
                         .iter()
                         .map(|p| p.cfg.name.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
-                ))
+                )
             })
         };
         match req {
@@ -1221,7 +1221,7 @@ impl Supervisor {
             Request::Start { name } => {
                 let i = match find(self, &name) {
                     Ok(i) => i,
-                    Err(r) => return Some(r),
+                    Err(e) => return Some(Reply::error(e)),
                 };
                 if self.shutting_down {
                     return Some(Reply::error("the supervisor is shutting down"));
@@ -1255,7 +1255,7 @@ impl Supervisor {
             Request::Stop { name } => {
                 let i = match find(self, &name) {
                     Ok(i) => i,
-                    Err(r) => return Some(r),
+                    Err(e) => return Some(Reply::error(e)),
                 };
                 self.begin_stop(i, AfterStop::Stay);
                 self.pending.push(Pending::Stopped { conn, proc_idx: i });
@@ -1264,7 +1264,7 @@ impl Supervisor {
             Request::Restart { name } => {
                 let i = match find(self, &name) {
                     Ok(i) => i,
-                    Err(r) => return Some(r),
+                    Err(e) => return Some(Reply::error(e)),
                 };
                 if self.shutting_down {
                     return Some(Reply::error("the supervisor is shutting down"));
@@ -1290,7 +1290,7 @@ impl Supervisor {
             } => {
                 let i = match find(self, &name) {
                     Ok(i) => i,
-                    Err(r) => return Some(r),
+                    Err(e) => return Some(Reply::error(e)),
                 };
                 let tail = match logfile::tail(&self.procs[i].log_path, lines) {
                     Ok(t) => t,
