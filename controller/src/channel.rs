@@ -424,6 +424,27 @@ impl std::fmt::Debug for Channel {
     }
 }
 
+/// Removes `<file>.tmp.<pid>` files that creators which died mid-create
+/// left beside `path` (their pid no longer exists under `proc_root`).
+fn remove_stale_temporaries(path: &Path, proc_root: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.tmp.", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let f = e.file_name();
+        let f = f.to_string_lossy();
+        if let Some(pid) = f.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) {
+            if sys::process_start_time(proc_root, pid).is_none() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 fn owner_word(pid: u32, start: u64) -> u64 {
     ((pid as u64) << PID_SHIFT) | (start & START_MASK)
 }
@@ -480,6 +501,7 @@ impl Channel {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io_err)?;
         }
+        remove_stale_temporaries(&path, proc_root);
         let tmp = path.with_extension(format!("v{LAYOUT_VERSION}.tmp.{}", sys::getpid()));
         let _ = std::fs::remove_file(&tmp);
         let file = OpenOptions::new()

@@ -449,8 +449,8 @@ impl EventLoop {
         self.backend
     }
 
-    /// Calls `handler` for every message published on `channel`, in order,
-    /// woken by a futex wait kept armed on the channel.
+    /// Calls `handler` for every message published on `channel` from now
+    /// on, in order, woken by a futex wait kept armed on the channel.
     pub fn watch(
         &mut self,
         channel: &Channel,
@@ -947,5 +947,20 @@ impl EventLoop {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsupported_kernel_error_names_kernel_and_needs() {
+        let e = EventLoopCreateError::Unsupported {
+            kernel: "5.10.120-tegra".into(),
+        }
+        .to_string();
+        assert!(e.contains("kernel 5.10.120-tegra"), "{e}");
+        assert!(e.contains("Linux 6.7") && e.contains("Linux 5.16"), "{e}");
     }
 }

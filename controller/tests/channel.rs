@@ -156,6 +156,10 @@ fn wrong_version_and_size_are_refused() {
         Err(ChannelOpenError::BadMagic { .. })
     ));
 
+    // A temporary left by a creator that died mid-create is swept.
+    let stale = dir.path().join(format!("v.v1.tmp.{}", (1u32 << 22) + 3));
+    std::fs::write(&stale, b"half").unwrap();
+
     // create() replaces the damaged file and says why.
     let (_ch, outcome) = Channel::create(dir.path(), "/v", &geom, None, Path::new(PROC)).unwrap();
     assert!(
