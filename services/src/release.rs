@@ -29,7 +29,10 @@
 //!    switched `current`; poll `state.json` or get told over the control
 //!    socket): restart every process from `current`, make a
 //!    [`TrialHealth`] with `update.health_window`, and once a second feed
-//!    it each process's [`ProcessHealth`]; on [`HealthVerdict::Commit`] call
+//!    it each process's [`ProcessHealth`] (`running`: the child is alive;
+//!    `ready`: `health::Health::ready() && !unhealthy(now)`; `over_budget`:
+//!    `Health::over_budget`; `restarts`: its restart count); on
+//!    [`HealthVerdict::Commit`] call
 //!    [`commit`], on [`HealthVerdict::Rollback`] call [`rollback`] and
 //!    restart the processes again (from the old release). [`watch_trial`]
 //!    is that loop, for callers that can block a thread on it.
@@ -934,8 +937,10 @@ pub struct ProcessHealth {
     pub running: bool,
     /// Reported ready (its first timing report, or the readiness signal).
     pub ready: bool,
-    /// Its latest timing reports are within its budgets.
-    pub within_budget: bool,
+    /// Timing reports over budget so far (a running count, as
+    /// `health::Health::over_budget` keeps it); any increase during the
+    /// trial fails it.
+    pub over_budget: u64,
     /// Restarts since the supervisor started it (a crash shows up here even
     /// if the process is running again by the time we look).
     pub restarts: u32,
@@ -960,7 +965,8 @@ pub enum HealthVerdict {
 pub struct TrialHealth {
     window: Duration,
     healthy_since: Option<Duration>,
-    baseline: Option<BTreeMap<String, u32>>,
+    /// Restarts and over-budget counts at the first observation.
+    baseline: Option<BTreeMap<String, (u32, u64)>>,
 }
 
 impl TrialHealth {
@@ -974,23 +980,28 @@ impl TrialHealth {
 
     /// Takes one observation, `elapsed` after the trial began.
     pub fn observe(&mut self, elapsed: Duration, procs: &[ProcessHealth]) -> HealthVerdict {
-        let baseline = self
-            .baseline
-            .get_or_insert_with(|| procs.iter().map(|p| (p.name.clone(), p.restarts)).collect());
+        let baseline = self.baseline.get_or_insert_with(|| {
+            procs
+                .iter()
+                .map(|p| (p.name.clone(), (p.restarts, p.over_budget)))
+                .collect()
+        });
         for p in procs {
             if !p.running {
                 return HealthVerdict::Rollback(format!("process {} is not running", p.name));
             }
-            if p.restarts > baseline.get(&p.name).copied().unwrap_or(0) {
+            let (restarts, over) = baseline.get(&p.name).copied().unwrap_or((0, 0));
+            if p.restarts > restarts {
                 return HealthVerdict::Rollback(format!(
                     "process {} restarted {} time(s) during the trial",
                     p.name, p.restarts
                 ));
             }
-            if !p.within_budget {
+            if p.over_budget > over {
                 return HealthVerdict::Rollback(format!(
-                    "process {} is over its timing budget",
-                    p.name
+                    "process {} went over its timing budget ({} report(s) during the trial)",
+                    p.name,
+                    p.over_budget - over
                 ));
             }
         }
@@ -1345,18 +1356,12 @@ fn serve_inner(
 mod tests {
     use super::*;
 
-    fn p(
-        name: &str,
-        running: bool,
-        ready: bool,
-        within_budget: bool,
-        restarts: u32,
-    ) -> ProcessHealth {
+    fn p(name: &str, running: bool, ready: bool, over_budget: u64, restarts: u32) -> ProcessHealth {
         ProcessHealth {
             name: name.into(),
             running,
             ready,
-            within_budget,
+            over_budget,
             restarts,
         }
     }
@@ -1366,19 +1371,19 @@ mod tests {
     fn health_commits_after_a_full_healthy_window() {
         let mut h = TrialHealth::new(S(10));
         assert_eq!(
-            h.observe(S(0), &[p("a", true, false, true, 0)]),
+            h.observe(S(0), &[p("a", true, false, 0, 0)]),
             HealthVerdict::Wait
         );
         assert_eq!(
-            h.observe(S(3), &[p("a", true, true, true, 0)]),
+            h.observe(S(3), &[p("a", true, true, 0, 0)]),
             HealthVerdict::Wait
         );
         assert_eq!(
-            h.observe(S(12), &[p("a", true, true, true, 0)]),
+            h.observe(S(12), &[p("a", true, true, 0, 0)]),
             HealthVerdict::Wait
         );
         assert_eq!(
-            h.observe(S(13), &[p("a", true, true, true, 0)]),
+            h.observe(S(13), &[p("a", true, true, 0, 0)]),
             HealthVerdict::Commit
         );
     }
@@ -1387,30 +1392,31 @@ mod tests {
     fn health_rolls_back_on_crash_restart_budget_or_never_ready() {
         let mut h = TrialHealth::new(S(10));
         assert!(
-            matches!(h.observe(S(1), &[p("a", false, false, true, 0)]), HealthVerdict::Rollback(r) if r.contains("a is not running"))
+            matches!(h.observe(S(1), &[p("a", false, false, 0, 0)]), HealthVerdict::Rollback(r) if r.contains("a is not running"))
         );
         let mut h = TrialHealth::new(S(10));
         assert_eq!(
-            h.observe(S(0), &[p("a", true, true, true, 2)]),
+            h.observe(S(0), &[p("a", true, true, 0, 2)]),
             HealthVerdict::Wait
         );
         assert!(
-            matches!(h.observe(S(1), &[p("a", true, true, true, 3)]), HealthVerdict::Rollback(r) if r.contains("restarted"))
-        );
-        let mut h = TrialHealth::new(S(10));
-        assert!(
-            matches!(h.observe(S(1), &[p("a", true, true, false, 0)]), HealthVerdict::Rollback(r) if r.contains("budget"))
+            matches!(h.observe(S(1), &[p("a", true, true, 0, 3)]), HealthVerdict::Rollback(r) if r.contains("restarted"))
         );
         let mut h = TrialHealth::new(S(10));
         assert_eq!(
-            h.observe(
-                S(9),
-                &[p("a", true, true, true, 0), p("b", true, false, true, 0)]
-            ),
+            h.observe(S(0), &[p("a", true, true, 4, 0)]),
             HealthVerdict::Wait
         );
         assert!(
-            matches!(h.observe(S(10), &[p("a", true, true, true, 0), p("b", true, false, true, 0)]), HealthVerdict::Rollback(r) if r.contains("b not ready"))
+            matches!(h.observe(S(1), &[p("a", true, true, 5, 0)]), HealthVerdict::Rollback(r) if r.contains("budget"))
+        );
+        let mut h = TrialHealth::new(S(10));
+        assert_eq!(
+            h.observe(S(9), &[p("a", true, true, 0, 0), p("b", true, false, 0, 0)]),
+            HealthVerdict::Wait
+        );
+        assert!(
+            matches!(h.observe(S(10), &[p("a", true, true, 0, 0), p("b", true, false, 0, 0)]), HealthVerdict::Rollback(r) if r.contains("b not ready"))
         );
     }
 
@@ -1418,23 +1424,23 @@ mod tests {
     fn health_streak_restarts_when_a_process_stops_being_ready() {
         let mut h = TrialHealth::new(S(10));
         assert_eq!(
-            h.observe(S(0), &[p("a", true, true, true, 0)]),
+            h.observe(S(0), &[p("a", true, true, 0, 0)]),
             HealthVerdict::Wait
         );
         assert_eq!(
-            h.observe(S(5), &[p("a", true, false, true, 0)]),
+            h.observe(S(5), &[p("a", true, false, 0, 0)]),
             HealthVerdict::Wait
         );
         assert_eq!(
-            h.observe(S(6), &[p("a", true, true, true, 0)]),
+            h.observe(S(6), &[p("a", true, true, 0, 0)]),
             HealthVerdict::Wait
         );
         assert_eq!(
-            h.observe(S(15), &[p("a", true, true, true, 0)]),
+            h.observe(S(15), &[p("a", true, true, 0, 0)]),
             HealthVerdict::Wait
         );
         assert_eq!(
-            h.observe(S(16), &[p("a", true, true, true, 0)]),
+            h.observe(S(16), &[p("a", true, true, 0, 0)]),
             HealthVerdict::Commit
         );
     }

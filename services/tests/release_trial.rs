@@ -44,7 +44,7 @@ impl Proc {
             name: "ctl".into(),
             running,
             ready: running,
-            within_budget: true,
+            over_budget: 0,
             restarts: self.restarts,
         }]
     }
