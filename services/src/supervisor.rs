@@ -655,15 +655,19 @@ impl Supervisor {
                     } else if self.deps_running(&self.procs[i]) {
                         self.start(i);
                     } else {
-                        let missing: Vec<&str> = self.procs[i]
+                        let missing: Vec<String> = self.procs[i]
                             .cfg
                             .after
                             .iter()
-                            .filter(|a| {
-                                self.index(a)
-                                    .is_none_or(|j| self.procs[j].state != PState::Running)
+                            .filter_map(|a| {
+                                let j = self.index(a)?;
+                                let d = &self.procs[j];
+                                match (d.state == PState::Running, d.health.ready()) {
+                                    (true, true) => None,
+                                    (true, false) => Some(format!("{a} (no timing report yet)")),
+                                    _ => Some(a.clone()),
+                                }
                             })
-                            .map(String::as_str)
                             .collect();
                         self.procs[i].reason = Some(format!("waiting for {}", missing.join(", ")));
                     }
