@@ -142,13 +142,17 @@ impl Client {
 
     /// Sends a raw line (for tests of malformed input) and reads one reply.
     pub fn raw(&mut self, line: &str) -> Result<Reply, ControlRequestError> {
-        let io = |source| ControlRequestError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        self.writer
-            .write_all(format!("{line}\n").as_bytes())
-            .map_err(io)?;
+        let path = self.path.clone();
+        let io = move |source| ControlRequestError::Io { path, source };
+        let written = self.writer.write_all(format!("{line}\n").as_bytes());
+        if let Err(e) = written {
+            // A refused connection gets its reply before the supervisor
+            // stops reading: show that reply rather than the broken pipe.
+            return match self.next_reply() {
+                Ok(Some(r)) => Ok(r),
+                _ => Err(io(e)),
+            };
+        }
         self.next_reply()?
             .ok_or_else(|| ControlRequestError::NoReply {
                 path: self.path.clone(),

@@ -245,6 +245,9 @@ pub struct Supervisor {
     next_timing_poll: Instant,
 }
 
+/// Control connections open at once, at most.
+const MAX_CONNECTIONS: usize = 256;
+
 /// How often the timing reports are read (they are published once a second).
 const TIMING_POLL: Duration = Duration::from_millis(500);
 
@@ -1107,6 +1110,10 @@ impl Supervisor {
     fn accept(&mut self) {
         let Some(l) = &self.listener else { return };
         while let Ok((stream, _)) = l.accept() {
+            if self.conns.len() >= MAX_CONNECTIONS {
+                // Dropped unanswered: a flood cannot grow the supervisor.
+                continue;
+            }
             let _ = stream.set_nonblocking(true);
             let mut conn = Conn {
                 stream,
@@ -1515,8 +1522,10 @@ fn flush(c: &mut Conn) {
         }
     }
     if c.closing {
-        let _ = c.stream.shutdown(std::net::Shutdown::Both);
-        c.dead = true;
+        // Half-close: the client reads the reply to its end, even when it
+        // is still writing its request; the connection goes once the
+        // client hangs up (see `read_conn`).
+        let _ = c.stream.shutdown(std::net::Shutdown::Write);
     }
 }
 
