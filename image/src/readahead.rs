@@ -1,7 +1,9 @@
-//! Reads and hashes file data on a second thread, one file after another
-//! in the order the writer wants them, so reading the base overlaps with
-//! framing and compressing the output. The queue between the two is
-//! bounded (`DEPTH` chunks of at most `CHUNK` bytes), so memory stays flat
+//! Reads and hashes file data on reader threads ahead of the writer, so
+//! reading and hashing the base overlap with framing and compressing the
+//! output. Files are dealt to the readers in turn (file i to reader
+//! i mod n) and the writer takes them back in the same turn, so the order
+//! is the tree's whatever the threads do. Each reader's queue is bounded
+//! (`DEPTH` chunks of at most `CHUNK` bytes), so memory stays flat
 //! whatever the size of the base.
 
 use std::io::{self, Read};
@@ -13,7 +15,10 @@ use sha2::{Digest, Sha256};
 use crate::entry::{Data, Tree};
 
 pub const CHUNK: usize = 1 << 20;
-pub const DEPTH: usize = 64;
+pub const DEPTH: usize = 32;
+/// Reader threads: reading and hashing is the heaviest stage of a build,
+/// so it gets two.
+pub const READERS: usize = 2;
 
 /// One file to read: path, size, where its bytes are.
 pub struct Job<'t> {
@@ -90,8 +95,10 @@ fn produce(tree: &Tree, jobs: Vec<Job<'_>>, tx: SyncSender<Msg>, recycled: Recei
 
 /// The writer's end: a `Read` for the current file.
 pub struct Incoming {
-    rx: Receiver<Msg>,
-    recycle: SyncSender<Vec<u8>>,
+    rx: Vec<Receiver<Msg>>,
+    recycle: Vec<SyncSender<Vec<u8>>>,
+    /// The reader holding the current file.
+    turn: usize,
     cur: Vec<u8>,
     pos: usize,
     sha: Option<String>,
@@ -111,15 +118,15 @@ impl Read for Incoming {
             if self.sha.is_some() {
                 return Ok(0);
             }
-            match self.rx.recv() {
+            match self.rx[self.turn].recv() {
                 Ok(Msg::Data(v)) => {
                     let old = std::mem::replace(&mut self.cur, v);
-                    let _ = self.recycle.try_send(old);
+                    let _ = self.recycle[self.turn].try_send(old);
                     self.pos = 0;
                 }
                 Ok(Msg::Whole(v, sha)) => {
                     let old = std::mem::replace(&mut self.cur, v);
-                    let _ = self.recycle.try_send(old);
+                    let _ = self.recycle[self.turn].try_send(old);
                     self.pos = 0;
                     self.sha = Some(sha);
                 }
@@ -141,6 +148,7 @@ impl Incoming {
         let mut scratch = [0u8; 4096];
         while self.read(&mut scratch)? > 0 {}
         self.pos = self.cur.len();
+        self.turn = (self.turn + 1) % self.rx.len();
         Ok(self
             .sha
             .take()
@@ -155,19 +163,30 @@ pub fn with_readahead<R>(
     write: impl FnOnce(&mut Incoming) -> R,
 ) -> R {
     std::thread::scope(|s| {
-        let (tx, rx) = sync_channel(DEPTH);
-        let (recycle, recycled) = sync_channel(DEPTH + 2);
-        s.spawn(move || produce(tree, jobs, tx, recycled));
+        let mut dealt: Vec<Vec<Job>> = (0..READERS).map(|_| Vec::new()).collect();
+        for (i, job) in jobs.into_iter().enumerate() {
+            dealt[i % READERS].push(job);
+        }
+        let mut rxs = Vec::new();
+        let mut recycles = Vec::new();
+        for jobs in dealt {
+            let (tx, rx) = sync_channel(DEPTH);
+            let (recycle, recycled) = sync_channel(DEPTH + 2);
+            s.spawn(move || produce(tree, jobs, tx, recycled));
+            rxs.push(rx);
+            recycles.push(recycle);
+        }
         let mut incoming = Incoming {
-            rx,
-            recycle,
+            rx: rxs,
+            recycle: recycles,
+            turn: 0,
             cur: Vec::new(),
             pos: 0,
             sha: None,
             source_error: None,
         };
         // On return `incoming` is dropped, so a reader still sending sees
-        // the channel closed and ends; the scope then joins it.
+        // its channel closed and ends; the scope then joins them.
         write(&mut incoming)
     })
 }
