@@ -9,6 +9,8 @@ use cpusets::config::{IrqOverride, ThreadRule};
 use cpusets::cpuset::CpuSet;
 use serde::Serialize;
 
+use cpusets::plan::{Inventory, RuntimePlan};
+
 use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};
 
@@ -22,10 +24,12 @@ pub struct Plan {
     pub cpus: CpuPlan,
     pub cmdline: CmdlinePlan,
     pub irqs: IrqPlan,
-    pub sysctl: Vec<(String, String)>,
-    pub power: serde_json::Value,
     pub processes: Vec<ProcessPlan>,
     pub channels: Vec<ChannelPlan>,
+    /// What `deploy apply` writes on the robot, planned without the live
+    /// IRQ and thread lists (those resolve on the robot): sysctls,
+    /// workqueue cpumask, cgroups, cpufreq, cpu_dma_latency.
+    pub runtime: RuntimePlan,
 }
 
 #[derive(Debug, Serialize)]
@@ -94,7 +98,8 @@ pub struct ChannelPlan {
 }
 
 /// The plan of a valid robot.
-pub fn plan(r: &Robot) -> Plan {
+pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
+    let runtime = cpusets::plan::plan(&super::apply::isolation(r), &Inventory::default())?;
     let all = r.all_cpus();
     let board = r.board.board().expect("validated board");
     let housekeeping = r.housekeeping();
@@ -153,7 +158,7 @@ pub fn plan(r: &Robot) -> Plan {
             }
         })
         .collect();
-    Plan {
+    Ok(Plan {
         robot: r.robot.name.clone(),
         board: BoardPlan {
             model: board.model.to_string(),
@@ -177,20 +182,15 @@ pub fn plan(r: &Robot) -> Plan {
             threads: r.irqs.threads.clone(),
             kthreads: r.irqs.kthreads.clone(),
         },
-        sysctl: r
-            .sysctl
-            .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
-            .collect(),
-        power: serde_json::to_value(&r.power).unwrap_or_default(),
         processes,
         channels,
-    }
+        runtime,
+    })
 }
 
 pub fn run(ctx: &Ctx, _args: PlanArgs) -> anyhow::Result<Exit> {
     let loaded = super::load_robot(ctx)?;
-    let plan = plan(&loaded.robot);
+    let plan = plan(&loaded.robot)?;
     if ctx.json {
         ctx.print_json(&plan)?;
     } else {
@@ -285,10 +285,41 @@ pub fn render(p: &Plan) -> String {
             rule_line(&mut o, r);
         }
     }
-    if !p.sysctl.is_empty() {
-        let _ = writeln!(o, "\nsysctl (robot.yaml)");
-        for (k, v) in &p.sysctl {
-            let _ = writeln!(o, "  {k} = {v}");
+    let rt = &p.runtime;
+    let _ = writeln!(o, "\nsysctl");
+    for s in &rt.sysctls {
+        let _ = writeln!(o, "  {} = {}  ({})", s.key, s.value, s.reason);
+    }
+    let _ = writeln!(o, "unbound workqueues on {}", rt.workqueue_cpumask);
+    let g = &rt.cgroups;
+    let _ = writeln!(
+        o,
+        "cgroups: rtdeploy/rt {} ({}), rtdeploy/housekeeping {}",
+        g.rt,
+        g.partition_value().unwrap_or("no partition"),
+        g.housekeeping
+    );
+    match &rt.cpufreq.governor {
+        Some(gov) => {
+            let _ = writeln!(o, "cpufreq: governor {gov} on every CPU");
+        }
+        None => {
+            let _ = writeln!(o, "cpufreq: governor left alone");
+        }
+    }
+    if !rt.cpufreq.lock_cpus.is_empty() {
+        let _ = writeln!(
+            o,
+            "cpufreq: min = max frequency on {}",
+            rt.cpufreq.lock_cpus
+        );
+    }
+    match rt.cpu_dma_latency_us {
+        Some(us) => {
+            let _ = writeln!(o, "cpu_dma_latency: {us}us, held by the supervisor");
+        }
+        None => {
+            let _ = writeln!(o, "cpu_dma_latency: not held");
         }
     }
     let _ = writeln!(o, "\nprocesses (in start order)");
