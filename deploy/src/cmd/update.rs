@@ -168,7 +168,7 @@ fn attempt(
     t: &Target,
     opts: &SendOptions,
     bar: &ProgressBar,
-) -> Result<SendReport, (WireError, String)> {
+) -> Result<SendReport, (WireError, String, Option<i32>)> {
     let mut cmd = Command::new(&args.ssh);
     for o in &args.ssh_options {
         cmd.arg("-o").arg(o);
@@ -183,6 +183,7 @@ fn attempt(
         (
             WireError::Io(e),
             format!("cannot run {}", args.ssh.display()),
+            None,
         )
     })?;
     let stdin = child.stdin.take().expect("piped");
@@ -209,9 +210,9 @@ fn attempt(
     });
     // stdin was moved into send_bundle and is closed now: the remote side
     // sees the end and exits.
-    let _ = child.wait();
+    let code = child.wait().ok().and_then(|s| s.code());
     let stderr = err_thread.join().unwrap_or_default();
-    result.map_err(|e| (e, stderr))
+    result.map_err(|e| (e, stderr, code))
 }
 
 fn update_one(args: &UpdateArgs, t: &Target, bar: &ProgressBar, cut_after: Option<u64>) -> Outcome {
@@ -264,9 +265,12 @@ fn update_one(args: &UpdateArgs, t: &Target, bar: &ProgressBar, cut_after: Optio
                 ));
                 break;
             }
-            Err((e, stderr)) => {
-                let retry = matches!(e, WireError::Io(_) | WireError::Protocol(_))
-                    && out.attempts <= args.retries;
+            Err((e, stderr, code)) => {
+                // Reconnect when the connection broke (ssh exits 255 on its
+                // own errors; a broken pipe or read error on our side), not
+                // when the robot refused or `deploy` there failed to start.
+                let broken = code == Some(255) || (matches!(e, WireError::Io(_)) && code.is_some());
+                let retry = broken && out.attempts <= args.retries;
                 let last = stderr
                     .lines()
                     .rev()
