@@ -520,4 +520,8 @@ fn update_two_robots_over_real_ssh_with_a_cut_and_resume() {
             .contains("robot.yaml"),
         "{j}"
     );
+    assert_eq!(
+        j["robots"][0]["attempts"], 1,
+        "a refusal is not retried: {j}"
+    );
 }
