@@ -79,6 +79,7 @@ irqthreads() {
 block irqthreads irqthreads
 block talker-log cat /var/log/rtdeploy/talker.log
 block listener-log cat /var/log/rtdeploy/listener.log
+block boot-check cat /var/lib/rtdeploy/boot-check.json
 block state-dir ls -lR /var/lib/rtdeploy /run/rtdeploy
 
 # Kill the talker with SIGKILL and time its return.
