@@ -6,7 +6,7 @@
 //! (`DEPTH` chunks of at most `CHUNK` bytes), so memory stays flat
 //! whatever the size of the base.
 
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 
@@ -106,18 +106,9 @@ pub struct Incoming {
     pub source_error: Option<PathBuf>,
 }
 
-impl Read for Incoming {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if self.pos < self.cur.len() {
-                let n = out.len().min(self.cur.len() - self.pos);
-                out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
-                self.pos += n;
-                return Ok(n);
-            }
-            if self.sha.is_some() {
-                return Ok(0);
-            }
+impl BufRead for Incoming {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.pos >= self.cur.len() && self.sha.is_none() {
             match self.rx[self.turn].recv() {
                 Ok(Msg::Data(v)) => {
                     let old = std::mem::replace(&mut self.cur, v);
@@ -138,6 +129,21 @@ impl Read for Incoming {
                 Err(_) => return Err(io::Error::other("the reading thread stopped")),
             }
         }
+        Ok(&self.cur[self.pos.min(self.cur.len())..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+    }
+}
+
+impl Read for Incoming {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let buf = self.fill_buf()?;
+        let n = out.len().min(buf.len());
+        out[..n].copy_from_slice(&buf[..n]);
+        self.consume(n);
+        Ok(n)
     }
 }
 
@@ -145,9 +151,13 @@ impl Incoming {
     /// Finishes the current file: consumes up to its end and returns its
     /// sha256; the next read starts the next file.
     pub fn finish_file(&mut self) -> io::Result<String> {
-        let mut scratch = [0u8; 4096];
-        while self.read(&mut scratch)? > 0 {}
-        self.pos = self.cur.len();
+        loop {
+            let n = self.fill_buf()?.len();
+            if n == 0 {
+                break;
+            }
+            self.consume(n);
+        }
         self.turn = (self.turn + 1) % self.rx.len();
         Ok(self
             .sha

@@ -7,7 +7,7 @@
 //! Inode numbers are counted in path order, so they do not depend on the
 //! build host.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Write};
 
 use crate::entry::Kind;
 use crate::write::{exact_copy, Item, Sink};
@@ -86,7 +86,7 @@ impl<W: Write> CpioSink<W> {
 }
 
 impl<W: Write> Sink for CpioSink<W> {
-    fn put(&mut self, item: &Item, data: Option<&mut dyn Read>) -> io::Result<()> {
+    fn put(&mut self, item: &Item, data: Option<&mut dyn BufRead>) -> io::Result<()> {
         let e = item.entry;
         let name = if item.path.is_empty() { "." } else { item.path };
         let mode = e.kind.type_bits() | e.mode;

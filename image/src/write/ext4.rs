@@ -11,7 +11,7 @@
 //! in sorted order (e2fsprogs 1.47), so inode numbers follow path order.
 
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufRead, BufWriter, Write};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -101,7 +101,7 @@ fn set_mtime(p: &Path, mtime: u64) -> io::Result<()> {
 }
 
 impl Sink for StagingSink {
-    fn put(&mut self, item: &Item, data: Option<&mut dyn Read>) -> io::Result<()> {
+    fn put(&mut self, item: &Item, data: Option<&mut dyn BufRead>) -> io::Result<()> {
         let e = item.entry;
         let p = self.at(item.path);
         match (&e.kind, item.link_to) {

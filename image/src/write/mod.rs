@@ -6,7 +6,7 @@ pub mod cpio;
 pub mod ext4;
 pub mod tar;
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Write};
 
 use crate::entry::{Entry, Kind};
 
@@ -76,7 +76,7 @@ pub struct Item<'a> {
 /// One output format.
 pub trait Sink {
     /// Writes one entry; `data` is `Some` for regular files carrying data.
-    fn put(&mut self, item: &Item, data: Option<&mut dyn Read>) -> io::Result<()>;
+    fn put(&mut self, item: &Item, data: Option<&mut dyn BufRead>) -> io::Result<()>;
 }
 
 /// A writer that counts what passes through it.
@@ -102,21 +102,22 @@ impl<W: Write> Write for CountingWriter<W> {
     }
 }
 
-/// A reader that checks it yields exactly `want` bytes: a file that grew or
-/// shrank since it was listed is an error, not a corrupt archive.
-pub(crate) fn exact_copy(data: &mut dyn Read, want: u64, out: &mut dyn Write) -> io::Result<()> {
-    let mut buf = vec![0u8; want.clamp(1, 1 << 20) as usize];
+/// Copies exactly `want` bytes from `data` to `out`, straight from the
+/// reader's buffer; a file that shrank since it was listed is an error,
+/// not a corrupt archive.
+pub(crate) fn exact_copy(data: &mut dyn BufRead, want: u64, out: &mut dyn Write) -> io::Result<()> {
     let mut left = want;
     while left > 0 {
-        let chunk = left.min(buf.len() as u64) as usize;
-        let n = data.read(&mut buf[..chunk])?;
-        if n == 0 {
+        let buf = data.fill_buf()?;
+        if buf.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!("file shrank while read ({} of {want} bytes)", want - left),
             ));
         }
+        let n = buf.len().min(left as usize);
         out.write_all(&buf[..n])?;
+        data.consume(n);
         left -= n as u64;
     }
     Ok(())

@@ -4,10 +4,10 @@
 //! Headers carry numeric ids only (user and group names empty), the clamped
 //! mtime, and no atime/ctime, so the bytes depend on the entries alone.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Write};
 
 use crate::entry::Kind;
-use crate::write::{Item, Sink};
+use crate::write::{exact_copy, Item, Sink};
 
 pub struct TarSink<W: Write> {
     builder: tar::Builder<W>,
@@ -36,7 +36,7 @@ fn name(path: &str) -> &str {
 }
 
 impl<W: Write> Sink for TarSink<W> {
-    fn put(&mut self, item: &Item, data: Option<&mut dyn Read>) -> io::Result<()> {
+    fn put(&mut self, item: &Item, data: Option<&mut dyn BufRead>) -> io::Result<()> {
         let e = item.entry;
         let mut h = tar::Header::new_gnu();
         h.set_mode(e.mode);
@@ -58,18 +58,13 @@ impl<W: Write> Sink for TarSink<W> {
                 h.set_entry_type(tar::EntryType::Regular);
                 h.set_size(*size);
                 let data = data.ok_or_else(|| io::Error::other("regular file without data"))?;
-                let mut exact = Exact {
-                    inner: data,
-                    left: *size,
-                };
-                self.builder.append_data(&mut h, path, &mut exact)?;
-                if exact.left != 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("file shrank while read ({} bytes missing)", exact.left),
-                    ));
-                }
-                Ok(())
+                // The crate writes the (long name and) header; the data goes
+                // straight from the reader's buffer, then the padding.
+                self.builder.append_data(&mut h, path, io::empty())?;
+                let out = self.builder.get_mut();
+                exact_copy(data, *size, out)?;
+                let pad = (512 - (*size % 512) as usize) % 512;
+                out.write_all(&[0u8; 512][..pad])
             }
             (Kind::Symlink(target), _) => {
                 h.set_entry_type(tar::EntryType::Symlink);
@@ -99,23 +94,5 @@ impl<W: Write> Sink for TarSink<W> {
             }
             (Kind::Socket, _) => Err(io::Error::other("tar cannot hold a socket")),
         }
-    }
-}
-
-/// Reads at most `left` bytes, in big chunks.
-struct Exact<'a> {
-    inner: &'a mut dyn Read,
-    left: u64,
-}
-
-impl Read for Exact<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let want = (buf.len() as u64).min(self.left) as usize;
-        if want == 0 {
-            return Ok(0);
-        }
-        let n = self.inner.read(&mut buf[..want])?;
-        self.left -= n as u64;
-        Ok(n)
     }
 }
