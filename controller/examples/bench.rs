@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p controller --example bench -- wake [samples] [--json]
 //! cargo run --release -p controller --example bench -- publish [count] [--json]
-//! cargo run --release -p controller --example bench -- throughput [seconds] [publishers] [--json]
+//! cargo run --release -p controller --example bench -- throughput [seconds] [publishers] [fifo priority] [--json]
 //! ```
 //!
 //! The channel files go to `$RTDEPLOY_SHM_DIR` (default `/dev/shm/rtdeploy`).
@@ -54,7 +54,8 @@ fn main() {
         Some("throughput") => {
             let secs = nums.first().copied().unwrap_or(2);
             let pubs = nums.get(1).copied().unwrap_or(1) as u32;
-            let r = bench::throughput(&shm, &proc_root, 64, pubs, Duration::from_secs(secs))
+            let prio = nums.get(2).map(|&p| p as u32);
+            let r = bench::throughput(&shm, &proc_root, 64, pubs, Duration::from_secs(secs), prio)
                 .expect("throughput benchmark");
             if json {
                 serde_json::to_string_pretty(&r).unwrap()

@@ -1088,13 +1088,16 @@ pub struct ThroughputReport {
     pub cpu_ns: u64,
     /// Over the publishers' CPU time: the rate an undisturbed CPU reaches.
     pub messages_per_cpu_second: f64,
+    /// The publishers' policy, e.g. `SCHED_FIFO 50`.
+    pub scheduling: String,
 }
 
 impl ThroughputReport {
     pub fn table(&self) -> String {
         format!(
-            "throughput: {} publisher(s), {}-byte messages, no waiters: {} messages in {:.3}s = {:.2} M msgs/s ({:.2} M per CPU-second, CPU time {:.3}s)\n",
+            "throughput: {} publisher(s) ({}), {}-byte messages, no waiters: {} messages in {:.3}s = {:.2} M msgs/s ({:.2} M per CPU-second, CPU time {:.3}s)\n",
             self.publishers,
+            self.scheduling,
             self.payload_bytes,
             self.messages,
             self.duration_ns as f64 / 1e9,
@@ -1106,13 +1109,16 @@ impl ThroughputReport {
 }
 
 /// Publishes `payload_bytes` messages as fast as `publishers` threads can
-/// for `duration`, without waiters.
+/// for `duration`, without waiters; with `fifo_priority` the publisher
+/// threads run SCHED_FIFO at that priority (as a real-time publisher
+/// would; the kernel's RT throttling still leaves other tasks 5%).
 pub fn throughput(
     shm_dir: &Path,
     proc_root: &Path,
     payload_bytes: usize,
     publishers: u32,
     duration: Duration,
+    fifo_priority: Option<u32>,
 ) -> Result<ThroughputReport, BenchRunError> {
     let dir = tempdir_in(shm_dir)?;
     let geom = ChannelGeometry::new(payload_bytes as u64, 4096, publishers.max(1));
@@ -1130,6 +1136,7 @@ pub fn throughput(
         let stop = stop.clone();
         let payload = vec![0xa5u8; payload_bytes];
         handles.push(std::thread::spawn(move || {
+            let fifo = fifo_priority.map(|p| rt::set_sched(Policy::Fifo, p).is_ok());
             let mut n = 0u64;
             let cpu0 = thread_cpu_ns();
             // Relaxed: a stop flag; a few extra publishes are harmless.
@@ -1139,15 +1146,24 @@ pub fn throughput(
                 }
                 n += 1024;
             }
-            (n, thread_cpu_ns() - cpu0)
+            (n, thread_cpu_ns() - cpu0, fifo)
         }));
     }
     std::thread::sleep(duration);
     stop.store(true, Ordering::Relaxed);
+    let mut fifo = None;
     let (messages, cpu_ns) = handles
         .into_iter()
-        .map(|h| h.join().unwrap_or((0, 0)))
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        .map(|h| h.join().unwrap_or((0, 0, None)))
+        .fold((0, 0), |a, b| {
+            fifo = fifo.or(b.2);
+            (a.0 + b.0, a.1 + b.1)
+        });
+    let scheduling = match (fifo_priority, fifo) {
+        (Some(p), Some(true)) => format!("SCHED_FIFO {p}"),
+        (Some(_), _) => "SCHED_OTHER (SCHED_FIFO refused)".to_string(),
+        (None, _) => "inherited policy".to_string(),
+    };
     let elapsed = sys::monotonic_ns() - start;
     Ok(ThroughputReport {
         payload_bytes,
@@ -1157,5 +1173,6 @@ pub fn throughput(
         messages_per_second: messages as f64 * 1e9 / elapsed as f64,
         cpu_ns,
         messages_per_cpu_second: messages as f64 * 1e9 / cpu_ns.max(1) as f64,
+        scheduling,
     })
 }

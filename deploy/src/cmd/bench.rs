@@ -75,6 +75,9 @@ pub struct ThroughputArgs {
     pub seconds: u64,
     #[arg(long, default_value_t = 1)]
     pub publishers: u32,
+    /// Run the publishers SCHED_FIFO at this priority.
+    #[arg(long)]
+    pub priority: Option<u32>,
     /// Payload bytes.
     #[arg(long, default_value_t = 64)]
     pub size: usize,
