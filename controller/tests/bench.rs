@@ -53,6 +53,7 @@ fn publish_and_throughput_benches_count() {
         64,
         1,
         Duration::from_millis(50),
+        None,
     )
     .unwrap();
     assert!(t.messages > 0 && t.messages_per_second > 0.0);

@@ -140,6 +140,7 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
                 a.size,
                 a.publishers,
                 Duration::from_secs(a.seconds.max(1)),
+                a.priority,
             )?;
             if ctx.json {
                 ctx.print_json(&r)?;
