@@ -77,7 +77,7 @@ pub struct Loaded {
 /// place in the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigLoadError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Read {
         path: PathBuf,
         source: std::io::Error,
