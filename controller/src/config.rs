@@ -256,10 +256,12 @@ impl ChannelConfig {
         (SLOT_HEADER_BYTES + self.max_size.0).div_ceil(64) * 64
     }
 
-    /// Shared-memory bytes of the channel file (slots plus one scratch slot
-    /// per publisher and the header page).
+    /// Bytes of the channel file with `publishers` publisher entries: the
+    /// header, the ring and entry tables, the slots and one scratch slot
+    /// per publisher, exactly as [`crate::channel`] lays it out.
     pub fn shm_bytes(&self, publishers: u64) -> u64 {
-        4096 + (self.queue_len() + publishers.max(1)) * self.slot_bytes()
+        let publishers = publishers.clamp(1, u32::MAX as u64) as u32;
+        crate::channel::ChannelGeometry::from_config(self, publishers).total_bytes()
     }
 
     pub fn validate(&self, path: &str, out: &mut Vec<Problem>) {
@@ -573,6 +575,31 @@ mod tests {
         let mut out = vec![];
         c.validate("channels[0]", &mut out);
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn shm_bytes_is_the_size_of_the_channel_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ChannelConfig {
+            name: "/sizes/check".into(),
+            max_size: ByteSize(200),
+            rate: 500,
+            retention: Dur::from_millis(40),
+            budget: None,
+        };
+        let (ch, _) = crate::channel::Channel::create_from_config(
+            dir.path(),
+            &c,
+            3,
+            None,
+            std::path::Path::new("/proc"),
+        )
+        .unwrap();
+        let len = std::fs::metadata(crate::channel::channel_path(dir.path(), &c.name))
+            .unwrap()
+            .len();
+        drop(ch);
+        assert_eq!(c.shm_bytes(3), len);
     }
 
     #[test]
