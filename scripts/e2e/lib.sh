@@ -8,13 +8,15 @@ export E2E_CACHE=${RTDEPLOY_CACHE:-$E2E_REPO/.cache}
 e2e_log() { printf '[e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # e2e_host_tools: installs (apt-get, as root) the host tools the QEMU test
-# needs when any is missing: qemu-system-x86, busybox-static, cpio, jq.
+# needs when any is missing: qemu-system-x86, busybox-static, cpio, jq,
+# binutils (readelf, strip).
 e2e_host_tools() {
     local need=()
     command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
     command -v cpio >/dev/null || need+=(cpio)
     command -v jq >/dev/null || need+=(jq)
     command -v dpkg-deb >/dev/null || need+=(dpkg)
+    command -v readelf >/dev/null || need+=(binutils)
     # The dynamic busybox package would not run in the guest.
     dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' ||
         need+=(busybox-static)
