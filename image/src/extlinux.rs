@@ -191,10 +191,10 @@ pub fn merge_conf(text: &str, planned: &[Token]) -> Result<Merged, Vec<String>> 
         block.push(format!(
             "      MENU LABEL {name} with the command line it had before rtdeploy"
         ));
-        for i in label.start + 1..label.end {
-            match keyword(lines[i]) {
+        for line in &lines[label.start + 1..label.end] {
+            match keyword(line) {
                 Some((k, _)) if k == "MENU LABEL" => {}
-                Some(_) => block.push(lines[i].to_string()),
+                Some(_) => block.push(line.to_string()),
                 None => {}
             }
         }

@@ -134,7 +134,7 @@ pub fn make_base(root: &Path) {
         std::os::unix::fs::lchown(root.join("etc/shadow"), Some(0), Some(42)).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &root.join("dev/null"),
+            root.join("dev/null"),
             rustix::fs::FileType::CharacterDevice,
             rustix::fs::Mode::from_raw_mode(0o666),
             rustix::fs::makedev(1, 3),
