@@ -189,22 +189,26 @@ if [ -z "$PLAN_CMDLINE" ]; then
     finish
 fi
 
-# irq_rules: "glob policy priority" per IRQ-thread rule of the plan, in order.
-jq -r '.irqs.threads[] | "\(.match) \(.policy) \(.priority)"' <<<"$PLAN_JSON" >"$WORK/irq-rules"
+# irq_rules: "glob policy priority cpus" per IRQ-thread rule of the plan, in
+# order ("-" when the rule leaves the CPUs alone).
+jq -r '.irqs.threads[] | "\(.match) \(.policy) \(.priority) \(.cpus // "-")"' <<<"$PLAN_JSON" >"$WORK/irq-rules"
 # policy number of /proc/PID/stat field 41
 policy_no() { case $1 in other) echo 0 ;; fifo) echo 1 ;; rr) echo 2 ;; *) echo "?" ;; esac; }
-# check_irq_threads LOG LINES NAME: every IRQ thread carries the policy and
-# priority of the first plan rule whose glob matches its name.
+# check_irq_threads LOG LINES NAME: every IRQ thread carries the policy,
+# priority and (when the rule gives them, and LINES show them) CPUs of the
+# first plan rule whose glob matches its name.
 check_irq_threads() {
-    local log=$1 lines=$2 name=$3 bad='' n=0 pid comm pol prio glob rpol rprio
-    while read -r pid comm pol prio _; do
+    local log=$1 lines=$2 name=$3 bad='' n=0 pid comm pol prio cpus glob rpol rprio rcpus
+    while read -r pid comm pol prio cpus; do
         [ -n "$pid" ] || continue
         n=$((n + 1))
-        while read -r glob rpol rprio; do
+        while read -r glob rpol rprio rcpus; do
             # shellcheck disable=SC2053
             if [[ $comm == $glob ]]; then
-                [ "$pol" = "policy=$(policy_no "$rpol")" ] && [ "$prio" = "prio=$rprio" ] ||
-                    bad="$bad $comm($pol $prio, planned $rpol $rprio)"
+                if [ "$pol" != "policy=$(policy_no "$rpol")" ] || [ "$prio" != "prio=$rprio" ] ||
+                    { [ "$rcpus" != - ] && [ -n "$cpus" ] && [ "$cpus" != "cpus=$rcpus" ]; }; then
+                    bad="$bad $comm($pol $prio $cpus, planned $rpol $rprio cpus $rcpus)"
+                fi
                 break
             fi
         done <"$WORK/irq-rules"
@@ -286,7 +290,7 @@ SUPERVISED_ASSERTIONS=(
     "the supervisor starts talker and listener"
     "the supervisor applied the CPU plan"
     "each process runs with the planned policy, priority and CPUs (read back from the kernel)"
-    "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities"
+    "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities and CPUs"
     "deploy verify exits 0 in the guest"
     "the boot check ran and its report has figures"
     "the example controllers exchanged at least 1000 messages"
@@ -386,7 +390,7 @@ if [ -n "$STATUS" ]; then
         check "$name runs with the planned policy, priority and CPUs (read back from the kernel)" "$want" "$got" "$LOG2"
     done
 fi
-check_irq_threads "$LOG2" "$(block "$OUT2" irqthreads)" "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities"
+check_irq_threads "$LOG2" "$(block "$OUT2" irqthreads)" "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities and CPUs"
 
 # deploy verify
 vrc=$(block_rc "$OUT2" verify)
