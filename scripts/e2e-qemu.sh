@@ -102,7 +102,7 @@ block() {
 }
 # block_rc LOG NAME: the exit status of the guest's block NAME.
 block_rc() {
-    e2e_serial_clean "$1" | sed -n "s/^E2E-BLOCK-END $2 rc=//p" | head -n1
+    e2e_serial_clean "$1" | sed -n "s/^E2E-BLOCK-END $2 rc=\([0-9]*\).*/\1/p" | head -n1
 }
 # json_of < TEXT: the first line of TEXT that is a JSON object, else the
 # whole TEXT when it is one (pretty-printed) JSON document, compacted.

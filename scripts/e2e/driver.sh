@@ -2,7 +2,7 @@
 # The in-guest half of the end-to-end test: waits for the supervisor to run
 # the controllers, then prints what the host asserts on, as
 #   E2E <key> <value>                          single values
-#   E2E-BLOCK-BEGIN <name> ... E2E-BLOCK-END <name> rc=<exit status>
+#   E2E-BLOCK-BEGIN <name> ... E2E-BLOCK-END <name> rc=<exit status> at=<uptime ms>
 # and finally asks the supervisor (PID 1) for an orderly shutdown.
 export PATH=/usr/bin:/bin:/usr/sbin:/sbin
 say() { echo "E2E $*"; }
@@ -15,7 +15,7 @@ block() {
     "$@" 2>/tmp/e2e-stderr
     rc=$?
     echo ""
-    echo "E2E-BLOCK-END $name rc=$rc"
+    echo "E2E-BLOCK-END $name rc=$rc at=$(now_ms)"
     echo "E2E-BLOCK-BEGIN $name-stderr"
     cat /tmp/e2e-stderr
     echo "E2E-BLOCK-END $name-stderr rc=0"
