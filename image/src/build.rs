@@ -552,6 +552,13 @@ pub fn build(
     sbom_tmp
         .persist(&sbom_path)
         .map_err(|e| ImageBuildError::io("rename into", &sbom_path)(e.error))?;
+    // Readable like any file the user makes (the temporary name was 0600).
+    let mode = 0o666 & !umask();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(mode),
+    )
+    .map_err(ImageBuildError::io("set the mode of", tmp.path()))?;
     tmp.persist(out)
         .map_err(|e| ImageBuildError::io("rename into", out)(e.error))?;
 
@@ -574,6 +581,13 @@ pub fn build(
     })
 }
 
+/// The process umask (read by setting it and putting it back).
+fn umask() -> u32 {
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    rustix::process::umask(old);
+    old.as_raw_mode() as u32
+}
+
 fn write_temp(
     dir: &Path,
     name: &str,
@@ -588,6 +602,14 @@ fn write_temp(
     t.write_all(bytes)
         .and_then(|_| if sync { t.as_file().sync_all() } else { Ok(()) })
         .map_err(ImageBuildError::io("write", t.path().to_path_buf()))?;
+    std::fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o666 & !umask()),
+    )
+    .map_err(ImageBuildError::io(
+        "set the mode of",
+        t.path().to_path_buf(),
+    ))?;
     Ok(t)
 }
 

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::entry::{Data, Tree};
 
 pub const CHUNK: usize = 1 << 20;
-pub const DEPTH: usize = 32;
+pub const DEPTH: usize = 8;
 /// Reader threads: reading and hashing is the heaviest stage of a build,
 /// so it gets two.
 pub const READERS: usize = 2;

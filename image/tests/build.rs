@@ -253,6 +253,18 @@ fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
         ))
     );
     assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+    // Made like any file of the user's: the umask decides, not 0600.
+    let umask = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    rustix::process::umask(umask);
+    for p in [&out, &summary.manifest, &summary.sbom] {
+        let mode = std::os::unix::fs::PermissionsExt::mode(&fs::metadata(p).unwrap().permissions());
+        assert_eq!(
+            mode & 0o777,
+            0o666 & !umask.as_raw_mode() as u32,
+            "{}",
+            p.display()
+        );
+    }
 }
 
 /// The same base given as a directory, a plain tar, a .tar.gz and a
