@@ -112,6 +112,31 @@ fn image_builds_reproducibly_and_refuses_to_overwrite() {
     );
     assert!(t.path().join("a.tar.zst.manifest.json").is_file());
     assert!(t.path().join("a.tar.zst.cdx.json").is_file());
+    // The supervisor's unit, enabled; the release; the deploy binary.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(t.path().join("a.tar.zst.manifest.json")).unwrap())
+            .unwrap();
+    let entry = |path: &str| {
+        manifest["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path)
+            .cloned()
+    };
+    assert_eq!(
+        entry("/etc/systemd/system/rtdeploy.service").unwrap()["type"],
+        "file"
+    );
+    assert_eq!(
+        entry("/etc/systemd/system/multi-user.target.wants/rtdeploy.service").unwrap()["target"],
+        "/etc/systemd/system/rtdeploy.service"
+    );
+    assert_eq!(entry("/usr/bin/deploy").unwrap()["mode"], "0755");
+    assert!(entry("/opt/rtdeploy/current").unwrap()["target"]
+        .as_str()
+        .unwrap()
+        .starts_with("releases/2.1.0-"));
 
     // Same inputs, --json: the same digest.
     let mut b = args.to_vec();

@@ -202,10 +202,11 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
     let board = robot.board.board();
     let boot = board.map_or(BootLoader::External, |b| b.boot);
     let cmdline = cpusets::cmdline::plan(&robot.cpus, &robot.kernel, &robot.all_cpus());
-    // The supervisor's unit comes from the services crate; it is not
-    // written yet, so the image holds no unit until it is (see the note
-    // printed below).
-    let unit: Option<(String, String)> = None;
+    // The supervisor's systemd unit, enabled in multi-user.target.
+    let unit = Some((
+        "rtdeploy.service".to_string(),
+        services::unit::render(&robot.robot, &robot.housekeeping(), &robot.processes),
+    ));
     let spec = ImageSpec {
         base: Base::from_arg(&args.base),
         release: args.release.clone(),
@@ -245,7 +246,6 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
     for w in &summary.warnings {
         ctx.note(format!("warning: {w}"));
     }
-    ctx.note("warning: the image holds no systemd unit for the supervisor yet (services::unit::render is not written); start `deploy supervise` by other means");
     if ctx.json {
         ctx.print_json(&summary)?;
     } else {
