@@ -50,7 +50,7 @@ e2e_log "booting with: console=ttyS0 panic=-1 $TOKENS"
 rc=0
 e2e_qemu "$E2E_CACHE/rt-kernel/vmlinuz" "$WORK/probe.cpio.gz" "console=ttyS0 panic=-1 $TOKENS" \
     "$WORK/serial.log" "${E2E_BOOT_LIMIT:-300}" || rc=$?
-if [ "$rc" != 0 ] || ! e2e_serial_clean "$WORK/serial.log.hvc" | grep -qx 'E2E-FIXTURE-END'; then
+if [ "$rc" != 0 ] || ! e2e_serial_clean "$WORK/serial.log.hvc" | grep -cx 'E2E-FIXTURE-END' >/dev/null; then
     e2e_serial_clean "$WORK/serial.log" >&2
     e2e_serial_clean "$WORK/serial.log.hvc" >&2
     echo "capture-qemu-fixture: the guest did not finish the capture (qemu exit $rc)" >&2

@@ -259,7 +259,7 @@ elif [ "$rc" != 0 ]; then
     fail "probe boot" "qemu exited with $rc"
     log_failed "$LOG1"
 fi
-if e2e_serial_clean "$OUT1" | grep -qx 'E2E end'; then
+if e2e_serial_clean "$OUT1" | grep -cx 'E2E end' >/dev/null; then
     pass "probe guest ran to its end and powered off"
 else
     fail "probe guest ran to its end" "no 'E2E end' line on the serial console"
@@ -306,7 +306,7 @@ skip_supervised() {
 }
 
 has_command() { "$DEPLOY" "$1" --help >/dev/null 2>&1; }
-if ! has_command image || ! "$DEPLOY" image --help 2>&1 | grep -q 'cpio.gz'; then
+if ! has_command image || ! "$DEPLOY" image --help 2>&1 | grep -c 'cpio.gz' >/dev/null; then
     skip "deploy image --format cpio.gz -c examples/qemu.yaml" "deploy has no image command with cpio.gz yet (issue 7)"
     skip_supervised "needs the image built by deploy image"
 fi
@@ -366,7 +366,7 @@ fi
 check "image: kernel is PREEMPT_RT" 1 "$(e2e_guest_value "$OUT2" realtime)" "$LOG2"
 check "image: /sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(e2e_guest_value "$OUT2" isolated)" "$LOG2"
 check_cmdline "$LOG2" "$(e2e_guest_value "$OUT2" cmdline)"
-if ! e2e_serial_clean "$OUT2" | grep -q '^E2E controllers-running'; then
+if ! e2e_serial_clean "$OUT2" | grep -c '^E2E controllers-running' >/dev/null; then
     fail "the supervisor starts talker and listener" "they were not both running within 240 s"
     log_failed "$LOG2"
 else
@@ -501,13 +501,13 @@ fi
 # Orderly shutdown: the driver sent SIGTERM to PID 1; the supervisor stops
 # the controllers and powers off (QEMU exits 0 with -no-reboot); init must
 # never die.
-if e2e_serial_clean "$LOG2" | grep -q 'Attempted to kill init'; then
+if e2e_serial_clean "$LOG2" | grep -c 'Attempted to kill init' >/dev/null; then
     fail "shutdown is orderly" "PID 1 exited: $(e2e_serial_clean "$LOG2" | grep -m1 'Attempted to kill init')"
     log_failed "$LOG2"
-elif ! e2e_serial_clean "$OUT2" | grep -q '^E2E driver-done'; then
+elif ! e2e_serial_clean "$OUT2" | grep -c '^E2E driver-done' >/dev/null; then
     fail "shutdown is orderly" "the driver did not finish"
     log_failed "$LOG2"
-elif [ "$rc" = 0 ] && e2e_serial_clean "$LOG2" | grep -q 'reboot: Power down'; then
+elif [ "$rc" = 0 ] && e2e_serial_clean "$LOG2" | grep -c 'reboot: Power down' >/dev/null; then
     pass "shutdown is orderly (SIGTERM to PID 1 -> processes stopped -> power off)"
 else
     fail "shutdown is orderly" "no power-off after SIGTERM (qemu exit $rc)"

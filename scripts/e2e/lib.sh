@@ -18,7 +18,7 @@ e2e_host_tools() {
     command -v dpkg-deb >/dev/null || need+=(dpkg)
     command -v readelf >/dev/null || need+=(binutils)
     # The dynamic busybox package would not run in the guest.
-    dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' ||
+    dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -c 'ok installed' >/dev/null ||
         need+=(busybox-static)
     [ "${#need[@]}" -eq 0 ] && return 0
     if [ "$(id -u)" != 0 ]; then
@@ -34,7 +34,7 @@ e2e_host_tools() {
 # PT_INTERP program header).
 e2e_is_static() {
     [ -f "$1" ] || return 1
-    ! LC_ALL=C readelf -lW "$1" 2>/dev/null | grep -q 'INTERP' && LC_ALL=C readelf -h "$1" >/dev/null 2>&1
+    ! LC_ALL=C readelf -lW "$1" 2>/dev/null | grep -c 'INTERP' >/dev/null && LC_ALL=C readelf -h "$1" >/dev/null 2>&1
 }
 
 # e2e_base DIR: writes a minimal root filesystem into DIR (which must not
