@@ -295,3 +295,37 @@ fn the_boot_check_runs_before_the_processes_and_decides_for_realtime_ones() {
     }
     drop(sup);
 }
+
+#[test]
+fn children_die_with_a_killed_supervisor() {
+    let prefix = prefix_with(
+        "  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n  - name: b\n    exec: /bin/sleep\n    args: [\"600\"]\n    user: \"65534\"\n",
+    );
+    let mut sup = Command::new(DEPLOY)
+        .args([
+            "-q",
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "supervise",
+            "--skip-cpu-plan",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    let s = wait_status(prefix.path(), "both running", |s| {
+        s.processes.iter().all(|p| p.state == "running")
+    });
+    // SIGKILL: no shutdown code runs; PR_SET_PDEATHSIG (armed after the
+    // uid change, which would clear it) takes the children down.
+    sup.0.kill().unwrap();
+    sup.0.wait().unwrap();
+    for p in &s.processes {
+        let pid = p.pid.unwrap();
+        assert!(
+            gone(pid),
+            "{} (pid {pid}) outlived a SIGKILLed supervisor",
+            p.name
+        );
+    }
+}

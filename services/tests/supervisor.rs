@@ -337,3 +337,62 @@ fn channels_exist_with_mode_and_group_before_processes_start() {
     assert!(ch.detail.ends_with(": 1 created, 0 reused"), "{ch:?}");
     sup.stop_all();
 }
+
+#[test]
+fn systemd_notifications_ready_then_watchdog() {
+    use services::notify::Notifier;
+    use std::os::unix::net::UnixDatagram;
+    let prefix = common::prefix();
+    let path = prefix.path().join("notify.sock");
+    let server = UnixDatagram::bind(&path).unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    // WATCHDOG_USEC=200000: a WATCHDOG=1 every 100 ms.
+    let notifier = Notifier::new(
+        Some(path.to_str().unwrap()),
+        Some("200000"),
+        None,
+        std::process::id(),
+    )
+    .unwrap();
+    let p = process(json!({"name": "p", "exec": "/bin/sleep", "args": ["60"]}));
+    let opts = services::supervisor::Options {
+        handle_signals: false,
+        verbose: false,
+        ..Default::default()
+    };
+    let sup = services::supervisor::Supervisor::new(
+        config(vec![p], None),
+        common::roots(prefix.path()),
+        opts,
+        Hooks::default(),
+        notifier,
+    )
+    .unwrap();
+    let socket = services::control::socket_path(prefix.path());
+    let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    while got
+        .iter()
+        .filter(|m: &&String| m.as_str() == "WATCHDOG=1")
+        .count()
+        < 2
+    {
+        let n = server.recv(&mut buf).unwrap();
+        got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(got[0], "READY=1", "{got:?}");
+    let r = services::control::request(&socket, &Request::StopAll).unwrap();
+    assert!(r.ok);
+    thread.join().unwrap().unwrap();
+    let mut rest = Vec::new();
+    server
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    while let Ok(n) = server.recv(&mut buf) {
+        rest.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(rest.iter().any(|m| m == "STOPPING=1"), "{rest:?}");
+}
