@@ -245,3 +245,72 @@ fn a_failing_step_in_the_child_is_named() {
         );
     }
 }
+
+/// A writable cgroup v2 hierarchy: the unified mount of a hybrid system,
+/// or the cgroup2 root.
+fn cgroup2_root() -> Option<std::path::PathBuf> {
+    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.join("cgroup.procs").exists() && p.join("cgroup.controllers").exists())
+}
+
+#[test]
+fn processes_join_their_cgroup() {
+    let Some(root) = cgroup2_root().filter(|_| is_root()) else {
+        eprintln!("skipped: needs root and a cgroup v2 hierarchy");
+        return;
+    };
+    let name = format!("rtdeploy-test-{}", std::process::id());
+    let dir = root.join(&name);
+    if let Err(e) = std::fs::create_dir(&dir) {
+        eprintln!(
+            "skipped: cannot create a cgroup under {}: {e}",
+            root.display()
+        );
+        return;
+    }
+    let prefix = common::prefix();
+    let mut c = ctx(prefix.path());
+    c.housekeeping_cgroup = Some(dir.join("cgroup.procs"));
+    let p = process(json!({"name": "cg", "exec": "/bin/sleep", "args": ["30"]}));
+    let child = spawn(&prepare(&p, &one_cpu(), &c).unwrap()).unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", child.pid)).unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    reap(&child);
+    let _ = std::fs::remove_dir(&dir);
+    assert!(
+        cgroups
+            .lines()
+            .any(|l| l.starts_with("0::/") && l.ends_with(&format!("/{name}"))),
+        "{cgroups}"
+    );
+}
+
+#[test]
+fn the_cgroup_is_found_where_the_cpu_plan_makes_it() {
+    let sys = tempfile::tempdir().unwrap();
+    assert_eq!(services::supervisor::find_cgroup(sys.path(), "rt"), None);
+    let v1 = sys.path().join("fs/cgroup/cpuset/rtdeploy/rt");
+    std::fs::create_dir_all(&v1).unwrap();
+    std::fs::write(v1.join("cgroup.procs"), "").unwrap();
+    assert_eq!(
+        services::supervisor::find_cgroup(sys.path(), "rt"),
+        Some(v1.join("cgroup.procs"))
+    );
+    let v2 = sys.path().join("fs/cgroup/rtdeploy/rt");
+    std::fs::create_dir_all(&v2).unwrap();
+    std::fs::write(v2.join("cgroup.procs"), "").unwrap();
+    assert_eq!(
+        services::supervisor::find_cgroup(sys.path(), "rt"),
+        Some(v2.join("cgroup.procs"))
+    );
+    assert_eq!(
+        services::supervisor::find_cgroup(sys.path(), "housekeeping"),
+        None
+    );
+}
