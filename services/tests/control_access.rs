@@ -27,6 +27,14 @@ fn client_helper() {
     }
 }
 
+/// The first of `exe` and its directories that others may not enter.
+fn not_reachable_by_others(exe: &Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    exe.ancestors()
+        .find(|p| std::fs::metadata(p).map_or(true, |m| m.mode() & 0o001 == 0))
+        .map(Path::to_path_buf)
+}
+
 fn as_user(socket: &Path, uid: u32, gid: u32) -> String {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
@@ -58,6 +66,13 @@ fn as_user(socket: &Path, uid: u32, gid: u32) -> String {
 fn control_socket_refuses_users_outside_the_group() {
     if !common::is_root() {
         eprintln!("skipped: running a client as `nobody` needs root to setuid");
+        return;
+    }
+    if let Some(dir) = not_reachable_by_others(&std::env::current_exe().unwrap()) {
+        eprintln!(
+            "skipped: `nobody` cannot run this test binary ({} is not world-executable)",
+            dir.display()
+        );
         return;
     }
     let p = process(json!({"name": "p", "exec": "/bin/sleep", "args": ["60"]}));
