@@ -329,3 +329,48 @@ fn children_die_with_a_killed_supervisor() {
         );
     }
 }
+
+#[test]
+fn pid1_powers_off_when_asked() {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not permitted here");
+        return;
+    }
+    let prefix = prefix_with("  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n");
+    let mut unshare = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            DEPLOY,
+            "-q",
+            "--prefix",
+        ])
+        .arg(prefix.path())
+        .args(["supervise", "--skip-cpu-plan", "--poweroff-on-exit"])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    wait_status(prefix.path(), "running", |s| {
+        s.pid1 && s.processes[0].state == "running"
+    });
+    let out = Command::new(DEPLOY)
+        .args(["--prefix", prefix.path().to_str().unwrap(), "stop", "--all"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // reboot(2) with POWER_OFF from a PID namespace's init ends that init
+    // with SIGINT (see reboot(2)); unshare passes the signal on.
+    let st = wait_exit(&mut unshare.0);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        st.signal().or(st.code().map(|c| c - 128)),
+        Some(2),
+        "{st:?}"
+    );
+}
