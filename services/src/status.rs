@@ -90,7 +90,7 @@ pub fn render_table(s: &SupervisorStatus) -> String {
         }
     }
     out.push_str(&format!(
-        "{:<16} {:<9} {:>7} {:>4} {:>8} {:<10} {:<8} {:>9} {:>9} {:<10} {}\n",
+        "{:<16} {:<9} {:>7} {:>4} {:>8} {:<10} {:<8} {:>9} {:>9}  {}\n",
         "NAME",
         "STATE",
         "PID",
@@ -100,8 +100,7 @@ pub fn render_table(s: &SupervisorStatus) -> String {
         "CPUS",
         "WAKE_P99",
         "WAKE_MAX",
-        "BUDGET",
-        "LAST EXIT / REASON"
+        "BUDGET / REASON / LAST EXIT"
     ));
     for p in &s.processes {
         let sched = p
@@ -122,6 +121,9 @@ pub fn render_table(s: &SupervisorStatus) -> String {
             .unwrap_or_else(|| "-".into());
         let us = |v: Option<f64>| v.map(|v| format!("{v:.1}us")).unwrap_or_else(|| "-".into());
         let mut tail = Vec::new();
+        if p.budget != "-" {
+            tail.push(format!("budget: {}", p.budget));
+        }
         if let Some(r) = &p.reason {
             tail.push(r.clone());
         }
@@ -129,7 +131,7 @@ pub fn render_table(s: &SupervisorStatus) -> String {
             tail.push(format!("last: {e}"));
         }
         out.push_str(&format!(
-            "{:<16} {:<9} {:>7} {:>4} {:>8} {:<10} {:<8} {:>9} {:>9} {:<10} {}\n",
+            "{:<16} {:<9} {:>7} {:>4} {:>8} {:<10} {:<8} {:>9} {:>9}  {}\n",
             p.name,
             if p.degraded && p.state == "running" {
                 "degraded"
@@ -145,9 +147,65 @@ pub fn render_table(s: &SupervisorStatus) -> String {
             cpus,
             us(p.wakeup_p99_us),
             us(p.wakeup_max_us),
-            p.budget,
             tail.join("; ")
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_shows_what_the_kernel_reports_and_why() {
+        let s = SupervisorStatus {
+            robot: "arm".into(),
+            pid: 1,
+            pid1: true,
+            uptime_s: 12.0,
+            state: "running".into(),
+            boot_check: "skipped: engine not available".into(),
+            startup: vec![StepStatus {
+                step: "cpu plan".into(),
+                result: "failed".into(),
+                detail: "no cgroup".into(),
+            }],
+            processes: vec![ProcessStatus {
+                name: "imu".into(),
+                state: "running".into(),
+                pid: Some(42),
+                restarts: 2,
+                uptime_s: Some(3.0),
+                in_force: Some(InForceStatus {
+                    policy: "fifo".into(),
+                    priority: 80,
+                    nice: 0,
+                    cpus: "2-3".into(),
+                    uid: 0,
+                    gid: 0,
+                }),
+                last_exit: Some("killed by SIGSEGV".into()),
+                wakeup_p99_us: Some(12.5),
+                wakeup_max_us: Some(40.0),
+                budget: "over: 1 report(s) over budget, last: /imu wakeup max 40us > 30us".into(),
+                over_budget_reports: 1,
+                degraded: true,
+                ..Default::default()
+            }],
+        };
+        let t = render_table(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "robot arm  supervisor pid 1 (init)  up 12s  running"
+        );
+        assert_eq!(lines[2], "cpu plan: failed (no cgroup)");
+        let row: Vec<&str> = lines[4].split_whitespace().collect();
+        assert_eq!(
+            &row[..9],
+            ["imu", "degraded", "42", "2", "3s", "fifo/80", "2-3", "12.5us", "40.0us"]
+        );
+        assert!(lines[4].ends_with("budget: over: 1 report(s) over budget, last: /imu wakeup max 40us > 30us; last: killed by SIGSEGV"));
+    }
 }

@@ -396,3 +396,37 @@ fn systemd_notifications_ready_then_watchdog() {
     }
     assert!(rest.iter().any(|m| m == "STOPPING=1"), "{rest:?}");
 }
+
+#[test]
+fn boot_check_failure_with_degrade_starts_realtime_processes_marked_degraded() {
+    if !common::is_root() {
+        eprintln!("skipped: starting a fifo process needs root");
+        return;
+    }
+    let rt = process(
+        json!({"name": "rt", "exec": "/bin/sleep", "args": ["60"], "policy": "fifo", "priority": 10}),
+    );
+    let bg = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["60"]}));
+    let mut cfg = config(vec![rt, bg], None);
+    cfg.boot_check.on_failure = controller::config::OnFailure::Degrade;
+    let hooks = Hooks {
+        boot_check: Some(Box::new(|_| {
+            services::supervisor::BootCheckOutcome::Failed("timer max 3ms over budget 1ms".into())
+        })),
+        ..Default::default()
+    };
+    let sup = start(cfg, hooks);
+    let s = sup.wait_for("both running", |s| {
+        s.processes.iter().all(|p| p.state == "running")
+    });
+    assert!(
+        s.boot_check
+            .ends_with("(real-time processes started degraded)"),
+        "{}",
+        s.boot_check
+    );
+    assert!(s.processes[0].degraded);
+    assert!(!s.processes[1].degraded);
+    assert_eq!(s.processes[0].in_force.as_ref().unwrap().policy, "fifo");
+    sup.stop_all();
+}
