@@ -8,7 +8,20 @@
 //! Design rules:
 //! - between `fork` and `exec` only async-signal-safe calls; every string and
 //!   buffer is prepared before forking;
-//! - every on-robot path is rooted at a caller-supplied prefix.
+//! - every on-robot path is rooted at a caller-supplied prefix;
+//! - one thread, one `poll(2)` loop: a signalfd for SIGTERM/SIGINT/SIGCHLD,
+//!   a pidfd and an output pipe per process, the control socket; timers are
+//!   the poll timeout; no async runtime;
+//! - decisions are pure and tested alone ([`restart`]: backoff and crash
+//!   loops, [`health`]: readiness, liveness and budgets from timing
+//!   reports); the loop ([`supervisor`]) only applies them.
+//!
+//! Modules: [`spawn`] starts one process with its attributes; [`supervisor`]
+//! is the event loop; [`control`] the socket protocol and its client;
+//! [`status`] what `deploy status` shows; [`procfs`] reads back what the
+//! kernel put in force; [`logfile`] the rotated logs; [`accounts`] users and
+//! groups under the prefix; [`pid1`] init duties; [`notify`] sd_notify;
+//! [`unit`] the systemd unit; [`release`] update trial, commit and rollback.
 
 pub mod accounts;
 pub mod config;
