@@ -21,7 +21,7 @@
 //! [`status`] what `deploy status` shows; [`procfs`] reads back what the
 //! kernel put in force; [`logfile`] the rotated logs; [`accounts`] users and
 //! groups under the prefix; [`pid1`] init duties; [`notify`] sd_notify;
-//! [`unit`] the systemd unit; [`release`] update trial, commit and rollback.
+//! [`unit`](mod@unit) the systemd unit; [`release`] update trial, commit and rollback.
 
 pub mod accounts;
 pub mod config;
