@@ -159,7 +159,8 @@ pub struct ProcessBudgets {
 #[serde(deny_unknown_fields)]
 pub struct ProcessConfig {
     pub name: String,
-    /// The program: relative to the release's `bin/`, or absolute.
+    /// The program: a path inside the release (`bin/imu_reader`), or
+    /// absolute.
     pub exec: String,
     #[serde(default)]
     pub args: Vec<String>,
