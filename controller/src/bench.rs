@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use crate::channel::{Channel, ChannelGeometry};
 use crate::event_loop::{probe, Backend, EventLoop, LoopOptions};
+use crate::notify::{Notifier, Waiter};
 use crate::rt::{self, Policy};
 use crate::sys;
 
@@ -266,6 +267,10 @@ pub enum BenchRunError {
     },
 }
 
+fn sys_err_from(what: &'static str, source: io::Error) -> BenchRunError {
+    BenchRunError::Sys { what, source }
+}
+
 fn sys_err(what: &'static str) -> BenchRunError {
     BenchRunError::Sys {
         what,
@@ -400,11 +405,6 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: `ts` is valid and writable.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn gettid() -> libc::pid_t {
-    // SAFETY: no arguments, cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
 }
 
 /// The receiver thread's scheduling state before the benchmark, restored
@@ -674,30 +674,19 @@ fn run_one(
             reap(pid, m)?;
         }
         Mechanism::Eventfd => {
-            // SAFETY: creates a new fd; checked.
-            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-            if fd < 0 {
-                return Err(sys_err("eventfd"));
-            }
-            // SAFETY: `fd` is a fresh fd we own.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let raw = fd.as_raw_fd();
+            let waiter = Waiter::eventfd().map_err(|e| sys_err_from("eventfd", e))?;
+            let notifier = Notifier::connect(&waiter.address())
+                .map_err(|e| sys_err_from("eventfd connect", e))?;
             let pid = fork_sender(shared, opts, *sched, n, |i| {
                 shared.stamp(i + 1);
-                let one = 1u64;
-                // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-                unsafe { libc::write(raw, &one as *const u64 as *const libc::c_void, 8) };
+                let _ = notifier.notify();
             })?;
             while smp.lat.len() < total as usize {
-                let mut v = 0u64;
-                // SAFETY: reads 8 bytes into a valid u64.
-                let r = unsafe { libc::read(raw, &mut v as *mut u64 as *mut libc::c_void, 8) };
-                let now = sys::monotonic_ns();
-                if r != 8 {
-                    break;
-                }
                 // The counter is the number of sends since the last read.
-                let upto = smp.seen + v;
+                let r = waiter.wait();
+                let now = sys::monotonic_ns();
+                let Ok(k) = r else { break };
+                let upto = smp.seen + k;
                 smp.take_upto(shared, now, upto);
             }
             shared.done.store(1, Ordering::Release);
@@ -741,61 +730,29 @@ fn run_one(
             reap(pid, m)?;
         }
         Mechanism::SignalFd => {
-            let sig = libc::SIGRTMIN() + 1;
-            // SAFETY: sigset operations on local sets.
-            let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-            // SAFETY: valid sets; blocks the signal in this thread only
-            // (the sender targets this thread with tgkill, so no other
-            // thread ever gets it).
-            unsafe {
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, sig);
-                libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            }
-            // SAFETY: creates an fd for a valid set; checked.
-            let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
-            if sfd < 0 {
-                let e = sys_err("signalfd");
-                // SAFETY: restores the mask.
-                unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-                return Err(e);
-            }
-            // SAFETY: fresh fd we own.
-            let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
-            let tgid = std::process::id() as libc::pid_t;
-            let tid = gettid();
+            // Blocked in this thread only; the sender queues the signal at
+            // this thread, so no other thread ever gets it.
+            let waiter =
+                Waiter::signal(libc::SIGRTMIN() + 1).map_err(|e| sys_err_from("signalfd", e))?;
+            let notifier = Notifier::connect(&waiter.address())
+                .map_err(|e| sys_err_from("signalfd connect", e))?;
             let pid = fork_sender(shared, opts, *sched, n, |i| {
                 shared.stamp(i + 1);
-                // SAFETY: sends a blocked RT signal to the receiver thread.
-                unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) };
+                let _ = notifier.notify();
             })?;
             while smp.lat.len() < total as usize {
-                let mut info = [0u8; 128];
-                // SAFETY: reads one signalfd_siginfo (128 bytes).
-                let r = unsafe {
-                    libc::read(sfd.as_raw_fd(), info.as_mut_ptr() as *mut libc::c_void, 128)
-                };
-                let now = sys::monotonic_ns();
-                if r != 128 {
-                    break;
-                }
                 // RT signals queue one per send, in order.
-                let upto = smp.seen + 1;
+                let r = waiter.wait();
+                let now = sys::monotonic_ns();
+                let Ok(k) = r else { break };
+                let upto = smp.seen + k;
                 smp.take_upto(shared, now, upto);
             }
             shared.done.store(1, Ordering::Release);
             reap(pid, m)?;
-            // Discard signals still queued, then restore the mask.
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: a zero-timeout wait on a valid set.
-            while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) } >= 0 {}
-            // SAFETY: restores the previous mask.
-            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+            // Dropping the waiter discards signals still queued and
+            // restores the mask.
+            drop(waiter);
         }
     }
     let coalesced = smp.coalesced;

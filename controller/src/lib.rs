@@ -17,6 +17,7 @@ pub mod channel;
 pub mod check;
 pub mod config;
 pub mod event_loop;
+pub mod notify;
 pub mod rt;
 pub mod shm;
 pub mod sys;

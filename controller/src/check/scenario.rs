@@ -11,14 +11,19 @@ use super::report::{
     BudgetResult, CheckReport, Measurement, MeasurementKind, Realtime, ScenarioFacts, Statistic,
 };
 use super::timer::TimerRun;
-use super::worker::{Shared, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, TAG_STOP};
+use super::worker::{
+    Shared, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, RT_CELL, TAG_STOP,
+};
 use super::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
 use crate::channel::{Channel, ChannelGeometry, Publisher};
+use crate::notify::Notifier;
 
 /// A started worker process; killed and reaped if dropped while running.
 struct Worker {
     role: String,
     child: Child,
+    /// The receiver address cell it was given.
+    cell: Option<usize>,
 }
 
 impl Drop for Worker {
@@ -42,6 +47,8 @@ struct Run<'a> {
     loads: Vec<Worker>,
     low: Vec<Option<Worker>>,
     retired: Vec<Worker>,
+    /// Per low slot: which of its two cells the next process gets.
+    low_flip: Vec<usize>,
     /// Publishes TAG_STOP after a stop word changes.
     stopper: Publisher,
 }
@@ -76,9 +83,46 @@ fn cpu_list(cpus: &[usize]) -> String {
 }
 
 impl Run<'_> {
-    /// Wakes every receiver so it looks at its stop word.
+    /// Wakes every receiver so it looks at its stop word: a message on
+    /// the channel (futex word) and a notification to every receiver
+    /// waiting on an eventfd or signalfd.
     fn poke(&mut self) {
         let _ = self.stopper.publish_value(&[TAG_STOP, 0u64]);
+        for cell in self.shared.control().cells.iter() {
+            if let Some((_, addr)) = cell.load() {
+                // The engine is the receivers' parent: it may always
+                // fetch their eventfd and signal them.
+                if let Ok(n) = Notifier::connect(&addr) {
+                    let _ = n.notify();
+                }
+            }
+        }
+    }
+
+    /// Empties the cell of a worker that exited or is about to be reaped
+    /// (a receiver killed before it emptied its cell), so no publisher
+    /// signals a pid that could be reused.
+    fn release_cell(&self, w: &Worker) {
+        if let Some(c) = w.cell {
+            self.shared.control().cells[c].clear_pid(w.child.id());
+        }
+    }
+
+    /// The cell for a new process in low slot `slot`: the one its
+    /// previous process does not use. A process from two generations ago
+    /// still holding it is stopped first.
+    fn low_cell(&mut self, slot: usize) -> usize {
+        self.low_flip[slot] ^= 1;
+        let c = 1 + 2 * slot + self.low_flip[slot];
+        let (old, keep): (Vec<Worker>, Vec<Worker>) =
+            self.retired.drain(..).partition(|w| w.cell == Some(c));
+        self.retired = keep;
+        for mut w in old {
+            let _ = w.child.kill();
+            let _ = w.child.wait();
+            self.release_cell(&w);
+        }
+        c
     }
 
     fn base_args(&self) -> Vec<String> {
@@ -104,9 +148,15 @@ impl Run<'_> {
             exe: self.env.exe.clone(),
             source,
         })?;
+        let cell = extra
+            .iter()
+            .find_map(|a| a.strip_prefix("cell="))
+            .and_then(|c| c.parse().ok())
+            .filter(|&c: &usize| c < CELLS);
         Ok(Worker {
             role: role.into(),
             child,
+            cell,
         })
     }
 
@@ -121,14 +171,26 @@ impl Run<'_> {
     /// Reaps retired low-priority processes that exited; kills those that
     /// overstay.
     fn reap_retired(&mut self, force: bool) {
-        self.retired.retain_mut(|w| match w.child.try_wait() {
-            Ok(Some(_)) => false,
-            _ if force => {
-                let _ = w.child.kill();
-                let _ = w.child.wait();
-                false
+        let ctl = self.shared.control();
+        self.retired.retain_mut(|w| {
+            let release = |w: &Worker| {
+                if let Some(c) = w.cell {
+                    ctl.cells[c].clear_pid(w.child.id());
+                }
+            };
+            match w.child.try_wait() {
+                Ok(Some(_)) => {
+                    release(w);
+                    false
+                }
+                _ if force => {
+                    release(w);
+                    let _ = w.child.kill();
+                    let _ = w.child.wait();
+                    false
+                }
+                _ => true,
             }
-            _ => true,
         });
     }
 }
@@ -304,6 +366,7 @@ pub(crate) fn run(
         loads: vec![],
         low: (0..low_n).map(|_| None).collect(),
         retired: vec![],
+        low_flip: vec![0; low_n],
         stopper,
     };
     let hk = cpu_list(&inputs.housekeeping);
@@ -378,24 +441,27 @@ pub(crate) fn run(
     let churn = c.low_priority.churn.0.max(Duration::from_millis(10));
     let mut gen = 0u64;
     for (mi, &mech) in mechanisms.iter().enumerate() {
+        let failed_before = run.shared.control().notify_failed.load(Ordering::SeqCst);
         let phase = (|| -> Result<(), CheckRunError> {
             let ctl = run.shared.control();
             ctl.rt_stop.store(0, Ordering::SeqCst);
             ctl.receiver_ready.store(0, Ordering::SeqCst);
             // Fresh low-priority processes on this mechanism.
-            let low_args = |slot: usize, gen: u64| {
+            let low_args = |slot: usize, gen: u64, cell: usize| {
                 vec![
                     format!("cpu={hk}"),
                     format!("mech={}", mech.short()),
                     format!("slot={slot}"),
                     format!("gen={gen}"),
+                    format!("cell={cell}"),
                     format!("period_ns={}", c.low_priority.period.as_nanos()),
                 ]
             };
             for slot in 0..low_n {
                 gen += 1;
                 run.shared.control().low_gen[slot].store(gen, Ordering::SeqCst);
-                let w = run.spawn("low", &low_args(slot, gen))?;
+                let cell = run.low_cell(slot);
+                let w = run.spawn("low", &low_args(slot, gen, cell))?;
                 if let Some(old) = run.low[slot].replace(w) {
                     run.retired.push(old);
                 }
@@ -403,6 +469,7 @@ pub(crate) fn run(
             let rt_args = |cpu: usize| {
                 vec![
                     format!("cpu={cpu}"),
+                    format!("cell={RT_CELL}"),
                     format!("mech={}", mech.short()),
                     format!("priority={}", c.priority),
                     format!("period_ns={}", c.period.as_nanos()),
@@ -449,7 +516,8 @@ pub(crate) fn run(
                         gen += 1;
                         // Start the new one first, then let the old one go.
                         let new_gen = gen;
-                        let w = run.spawn("low", &low_args(slot, new_gen))?;
+                        let cell = run.low_cell(slot);
+                        let w = run.spawn("low", &low_args(slot, new_gen, cell))?;
                         run.shared.control().low_gen[slot].store(new_gen, Ordering::SeqCst);
                         run.poke();
                         if let Some(old) = run.low[slot].replace(w) {
@@ -462,6 +530,7 @@ pub(crate) fn run(
             run.shared.control().rt_stop.store(1, Ordering::SeqCst);
             run.poke();
             finish(send, Duration::from_secs(2))?;
+            run.release_cell(&recv);
             finish(recv, Duration::from_secs(2))?;
             let sh = &run.shared;
             let cpu_s = Some(sender_cpu);
@@ -488,6 +557,7 @@ pub(crate) fn run(
             }
             run.poke();
             for w in lows {
+                run.release_cell(&w);
                 finish(w, Duration::from_secs(2))?;
             }
             run.reap_retired(true);
@@ -506,6 +576,16 @@ pub(crate) fn run(
             // failed is reported and the comparison goes on.
             Err(e) if mi == 0 => return Err(e),
             Err(e) => notes.push(format!("{} failed: {e}", mech.label())),
+        }
+        let ctl = run.shared.control();
+        let failed = ctl.notify_failed.load(Ordering::SeqCst) - failed_before;
+        if failed > 0 {
+            let errno = ctl.notify_errno.load(Ordering::SeqCst) as i32;
+            notes.push(format!(
+                "{}: {failed} wake notifications failed (last error: {}); a message whose wake failed waits for the receiver's next wake",
+                mech.label(),
+                std::io::Error::from_raw_os_error(errno)
+            ));
         }
     }
     progress.update("done", 1.0, 0);

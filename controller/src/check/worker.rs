@@ -28,11 +28,16 @@ use super::hist::Histogram;
 use super::{rt, Mechanism};
 use crate::channel::{Channel, Message};
 use crate::event_loop::{self, Backend, EventLoop, LoopOptions};
+use crate::notify::{AddressCell, Peers, Waiter};
 use crate::shm::{Mapping, ShmSafe};
 use crate::sys::monotonic_ns;
 
 /// Most lower-priority process slots.
 pub const MAX_LOW: usize = 32;
+/// Receiver address cells: the real-time receiver and two per low slot.
+pub(crate) const CELLS: usize = 1 + 2 * MAX_LOW;
+/// The cell of the real-time receiver.
+pub(crate) const RT_CELL: usize = 0;
 /// Histograms per mechanism: send, delivery, low-priority delivery.
 pub(crate) const PER_MECH: usize = 3;
 pub(crate) const H_SEND: usize = 0;
@@ -65,10 +70,19 @@ pub(crate) struct Control {
     pub mlock_failed: AtomicU64,
     /// Low-priority processes started (all generations).
     pub low_started: AtomicU64,
-    pub _pad: [AtomicU64; 9],
+    /// eventfd / signal notifications (and connections) that failed.
+    pub notify_failed: AtomicU64,
+    /// The errno of the last such failure.
+    pub notify_errno: AtomicU64,
+    pub _pad: [AtomicU64; 7],
     /// Per low-priority slot: the generation that may run; a process whose
     /// generation differs stops.
     pub low_gen: [AtomicU64; MAX_LOW],
+    /// Where the eventfd / signalfd receivers wait: cell 0 the real-time
+    /// receiver, cells `1 + 2 * slot + (0|1)` the low-priority processes
+    /// (two per slot: a slot's new process starts before its old one
+    /// stops). Every publisher notifies every filled cell.
+    pub cells: [AddressCell; CELLS],
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays: no padding, no
 // pointers, no Drop, valid for every bit pattern.
@@ -170,9 +184,25 @@ pub fn mechanism_availability(m: Mechanism) -> Result<(), String> {
                 ))
             }
         }
-        Mechanism::Eventfd | Mechanism::Signalfd => Err(
-            "the runtime has no channel wake by this mechanism yet (controller::bench drives it only as one sender and one receiver inside its own benchmark), so the check cannot run it on the shared channel with many publishers and subscribers".into(),
-        ),
+        Mechanism::Eventfd => crate::notify::probe_pidfd_getfd()
+            .map_err(|e| format!("kernel {}: {e}", crate::sys::kernel_release())),
+        Mechanism::Signalfd => Ok(()),
+    }
+}
+
+/// The signal the signalfd mechanism queues: SIGRTMIN + 2.
+pub(crate) fn check_signal() -> i32 {
+    libc::SIGRTMIN() + 2
+}
+
+/// Records a failed notification in the control words.
+fn count_notify_failures(ctl: &Control, peers: &Peers, before: u64) {
+    let n = peers.failed() - before;
+    if n > 0 {
+        ctl.notify_failed.fetch_add(n, Ordering::Relaxed); // a statistic
+        if let Some(e) = peers.last_error() {
+            ctl.notify_errno.store(e as u64, Ordering::Relaxed); // a statistic
+        }
     }
 }
 
@@ -281,6 +311,7 @@ fn rt_send(a: &Args) -> Result<(), String> {
     let mut publisher = ch.publisher(&a.path("proc")?).map_err(|e| e.to_string())?;
     let period = a.u64("period_ns")?.max(1);
     let send_h = shared.hist(mech, H_SEND);
+    let mut peers = notified(mech).then(|| Peers::new(CELLS));
     // Acquire: pairs with the receiver's Release store; its subscription
     // is in place before the first message.
     while ctl.receiver_ready.load(Ordering::Acquire) == 0 {
@@ -295,10 +326,22 @@ fn rt_send(a: &Args) -> Result<(), String> {
     // reads the histograms.
     while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
         rt::sleep_until(next);
+        // New or gone receivers are (dis)connected outside the timed call.
+        if let Some(p) = peers.as_mut() {
+            p.refresh(&ctl.cells);
+        }
+        let failed_before = peers.as_ref().map_or(0, |p| p.failed());
         let payload = [TAG_RT, seq];
         let t0 = monotonic_ns();
         let r = publisher.publish_value(&payload);
+        // The message is in the channel; now wake every receiver.
+        if let Some(p) = peers.as_mut() {
+            p.notify_all();
+        }
         let t1 = monotonic_ns();
+        if let Some(p) = peers.as_ref() {
+            count_notify_failures(ctl, p, failed_before);
+        }
         match r {
             Ok(_) => send_h.record(t1 - t0),
             Err(_) => send_h.error(),
@@ -330,18 +373,45 @@ fn tag_of(m: &Message) -> u64 {
     m.value::<[u64; 2]>().map_or(0, |v| v[0])
 }
 
+/// Whether publishers wake receivers through [`crate::notify`] (not the
+/// channel's futex word) with `mech`.
+fn notified(mech: Mechanism) -> bool {
+    matches!(mech, Mechanism::Eventfd | Mechanism::Signalfd)
+}
+
+/// Drains `sub`, recording each message's delivery latency.
+fn drain(sub: &mut crate::channel::Subscriber, h: &Histogram, only: Option<u64>) {
+    while let Some(m) = sub.next_message() {
+        let now = monotonic_ns();
+        let tag = tag_of(&m);
+        if tag != TAG_STOP {
+            record_message(
+                h,
+                now.saturating_sub(m.send_time_ns),
+                m.lost_before,
+                tag,
+                only,
+            );
+        }
+    }
+}
+
 /// Receives on `ch` woken by `mech` until `stop()` is true, recording each
 /// message's delivery latency (send time -> handler start) into `h`.
 /// `ready` runs once the first wait is armed.
 ///
 /// io_uring and futex_waitv run the runtime's own event loop (with that
-/// backend forced); the plain futex uses the channel's blocking wait.
+/// backend forced); the plain futex uses the channel's blocking wait;
+/// eventfd and signalfd block in their [`Waiter`], whose address is
+/// published in `cell` for the publishers, then drain the channel.
+#[allow(clippy::too_many_arguments)]
 fn receive(
     mech: Mechanism,
     ch: &Channel,
     proc_root: &Path,
     h: &'static Histogram,
     only: Option<u64>,
+    cell: &AddressCell,
     stop: impl Fn() -> bool + 'static,
     ready: impl FnOnce() + 'static,
 ) -> Result<(), String> {
@@ -385,23 +455,39 @@ fn receive(
             ready();
             while !stop() {
                 sub.wait(Some(Duration::from_nanos(WAIT_SLICE_NS)));
-                while let Some(m) = sub.next_message() {
-                    let now = monotonic_ns();
-                    let tag = tag_of(&m);
-                    if tag != TAG_STOP {
-                        record_message(
-                            h,
-                            now.saturating_sub(m.send_time_ns),
-                            m.lost_before,
-                            tag,
-                            only,
-                        );
-                    }
-                }
+                drain(&mut sub, h, only);
             }
             Ok(())
         }
-        Mechanism::Eventfd | Mechanism::Signalfd => Err(mechanism_availability(mech).unwrap_err()),
+        Mechanism::Eventfd | Mechanism::Signalfd => {
+            let mut sub = ch.subscriber(proc_root).map_err(|e| e.to_string())?;
+            let waiter = if mech == Mechanism::Eventfd {
+                Waiter::eventfd()
+            } else {
+                Waiter::signal(check_signal())
+            }
+            .map_err(|e| e.to_string())?;
+            // No futex wait is ever armed (`begin_wait` is not called), so
+            // publishers make no futex wake: the mechanism is the only wake.
+            sub.skip_to_end();
+            let gen = cell.publish(&waiter.address());
+            ready();
+            // Blocking waits without a timeout: the engine notifies every
+            // filled cell after raising a stop word (and the counter or
+            // the signal queue keeps a notification that arrives before
+            // the wait).
+            let r = loop {
+                if stop() {
+                    break Ok(());
+                }
+                if let Err(e) = waiter.wait() {
+                    break Err(format!("{} wait: {e}", mech.short()));
+                }
+                drain(&mut sub, h, only);
+            };
+            cell.clear(gen);
+            r
+        }
     }
 }
 
@@ -428,6 +514,7 @@ fn rt_recv(a: &Args) -> Result<(), String> {
         &a.path("proc")?,
         h,
         Some(TAG_RT),
+        &ctl.cells[RT_CELL],
         // Relaxed: a stop request, see rt_send.
         move || ctl.rt_stop.load(Ordering::Relaxed) != 0,
         // Release: the subscription is in place before the sender's first
@@ -462,7 +549,12 @@ fn low(a: &Args) -> Result<(), String> {
         ctl.stop_all.load(Ordering::Relaxed) == 0
             && ctl.low_gen[slot].load(Ordering::Relaxed) == gen
     };
+    let cell = a.u64("cell")? as usize;
+    if cell >= CELLS {
+        return Err(format!("cell {cell} is out of range (at most {CELLS})"));
+    }
     let mut publisher = ch.publisher(&proc_root).map_err(|e| e.to_string())?;
+    let mut peers = notified(mech).then(|| Peers::new(CELLS));
     let publisher_thread = std::thread::Builder::new()
         .name("check-low-pub".into())
         .spawn(move || {
@@ -470,7 +562,15 @@ fn low(a: &Args) -> Result<(), String> {
             let mut next = monotonic_ns() + period;
             while running() {
                 rt::sleep_until(next);
-                let _ = publisher.publish_value(&[TAG_LOW, seq]);
+                if let Some(p) = peers.as_mut() {
+                    p.refresh(&ctl.cells);
+                    let before = p.failed();
+                    let _ = publisher.publish_value(&[TAG_LOW, seq]);
+                    p.notify_all();
+                    count_notify_failures(ctl, p, before);
+                } else {
+                    let _ = publisher.publish_value(&[TAG_LOW, seq]);
+                }
                 seq += 1;
                 next += period;
                 let now = monotonic_ns();
@@ -481,7 +581,16 @@ fn low(a: &Args) -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start the publisher thread: {e}"))?;
     let h = shared.hist(mech, H_LOW_DELIVERY);
-    let r = receive(mech, &ch, &proc_root, h, None, move || !running(), || {});
+    let r = receive(
+        mech,
+        &ch,
+        &proc_root,
+        h,
+        None,
+        &ctl.cells[cell],
+        move || !running(),
+        || {},
+    );
     let _ = publisher_thread.join();
     r
 }
