@@ -209,7 +209,7 @@ fn pid1_in_a_fresh_pid_namespace_reaps_orphans_and_stops_on_request() {
         .iter()
         .filter(|st| st.step.starts_with("mount "))
         .collect();
-    assert_eq!(mounts.len(), 5, "{:?}", s.startup);
+    assert_eq!(mounts.len(), 6, "{:?}", s.startup);
     for m in &mounts {
         eprintln!("{}: {} ({})", m.step, m.result, m.detail);
     }

@@ -17,7 +17,8 @@ pub struct MountSpec {
     pub probe: &'static str,
 }
 
-/// /proc, /sys, cgroup2, /dev/shm and /run, in mount order.
+/// /proc, /sys, cgroup2, /dev (devtmpfs, when it has no /dev/null),
+/// /dev/shm and /run, in mount order.
 pub const MOUNTS: &[MountSpec] = &[
     MountSpec {
         target: "proc",
@@ -39,6 +40,13 @@ pub const MOUNTS: &[MountSpec] = &[
         source: "cgroup2",
         data: "",
         probe: "sys/fs/cgroup/cgroup.controllers",
+    },
+    MountSpec {
+        target: "dev",
+        fstype: "devtmpfs",
+        source: "devtmpfs",
+        data: "mode=0755",
+        probe: "dev/null",
     },
     MountSpec {
         target: "dev/shm",
@@ -98,8 +106,13 @@ pub fn mount_missing(root: &Path) -> Vec<StepStatus> {
             });
             continue;
         }
+        let nodev = if m.fstype == "devtmpfs" {
+            0
+        } else {
+            libc::MS_NODEV
+        };
         let flags = libc::MS_NOSUID
-            | libc::MS_NODEV
+            | nodev
             | if m.fstype == "tmpfs" {
                 0
             } else {
