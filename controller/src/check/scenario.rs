@@ -251,8 +251,24 @@ pub(crate) fn shm_dir(prefix: &Path) -> PathBuf {
     prefix.join("dev/shm/rtdeploy")
 }
 
-fn online_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The CPUs the kernel has online (`<sysroot>/sys/devices/system/cpu/online`,
+/// a list like `0-3`). Not `available_parallelism`: that counts only the
+/// CPUs this process may run on, and the supervisor itself is pinned to the
+/// housekeeping CPUs while the check places workers on the isolated ones.
+fn online_cpus(sysroot: &Path) -> Vec<usize> {
+    let text = std::fs::read_to_string(sysroot.join("sys/devices/system/cpu/online"));
+    let parsed = text.ok().and_then(|t| {
+        let mut cpus = Vec::new();
+        for part in t.trim().split(',').filter(|p| !p.is_empty()) {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            let (lo, hi): (usize, usize) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+            cpus.extend(lo..=hi);
+        }
+        (!cpus.is_empty()).then_some(cpus)
+    });
+    parsed.unwrap_or_else(|| {
+        (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+    })
 }
 
 pub(crate) fn run(
@@ -268,14 +284,17 @@ pub(crate) fn run(
     if inputs.housekeeping.is_empty() {
         return Err(CheckRunError::NoHousekeepingCpus);
     }
-    let online = online_cpus();
+    let online = online_cpus(&env.sysroot);
     if let Some(&cpu) = inputs
         .isolated
         .iter()
         .chain(&inputs.housekeeping)
-        .find(|&&c| c >= online)
+        .find(|c| !online.contains(c))
     {
-        return Err(CheckRunError::NoSuchCpu { cpu, online });
+        return Err(CheckRunError::NoSuchCpu {
+            cpu,
+            online: online.len(),
+        });
     }
     let wanted: Vec<Mechanism> = if inputs.mechanisms.is_empty() {
         vec![Mechanism::IoUringFutex]
