@@ -88,6 +88,9 @@ fn plan_places_processes_and_sizes_channels() {
     assert_eq!(motor["policy"], "fifo");
     assert_eq!(motor["priority"], 90);
     assert_eq!(motor["cpus"], "5");
+    assert_eq!(motor["restart"]["policy"], "always");
+    assert_eq!(motor["restart"]["max_backoff"], "1s");
+    assert_eq!(motor["stop_timeout"], "1s");
     // `after:` is honoured: imu_reader starts before motor_controller.
     let start = |n: &str| {
         procs.iter().find(|p| p["name"] == n).unwrap()["start"]

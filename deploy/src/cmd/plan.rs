@@ -80,6 +80,8 @@ pub struct ProcessPlan {
     pub priority: Option<u32>,
     pub cpus: CpuSet,
     pub memlock: Option<String>,
+    pub restart: services::config::Restart,
+    pub stop_timeout: String,
     pub publishes: Vec<String>,
     pub subscribes: Vec<String>,
 }
@@ -131,6 +133,8 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                     services::config::Memlock::Bytes(b) => b.to_string(),
                     services::config::Memlock::Unlimited => "unlimited".into(),
                 }),
+                restart: p.restart.clone(),
+                stop_timeout: p.stop_timeout.to_string(),
                 publishes: p.publishes.clone(),
                 subscribes: p.subscribes.clone(),
             }
