@@ -285,6 +285,166 @@ fn boot_check_writes_its_report_under_the_prefix() {
     );
 }
 
+/// The five mechanisms in the order `--compare` runs them, with their
+/// table labels.
+const MECHANISMS: [(&str, &str); 5] = [
+    ("io_uring", "io_uring futex (armed)"),
+    ("futex_waitv", "futex_waitv"),
+    ("futex", "futex"),
+    ("eventfd", "eventfd"),
+    ("signalfd", "RT signal + signalfd"),
+];
+
+/// The measurement `name` of `mech` in a JSON report.
+fn measured<'a>(doc: &'a serde_json::Value, name: &str, mech: &str) -> &'a serde_json::Value {
+    doc["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name && m["mechanism"] == mech)
+        .unwrap_or_else(|| panic!("no `{name}` measurement for {mech}"))
+}
+
+/// Every message the real-time sender published reached the receiver or
+/// is counted lost (the last one may be sent as the receiver stops).
+fn assert_delivered(doc: &serde_json::Value, mech: &str) {
+    let send = measured(doc, "send", mech);
+    let del = measured(doc, "delivery", mech);
+    let low = measured(doc, "low-priority delivery", mech);
+    let sent = send["count"].as_u64().unwrap();
+    let got = del["count"].as_u64().unwrap();
+    let lost = del["errors"].as_u64().unwrap();
+    assert!(sent > 0, "{mech}: nothing sent");
+    assert!(got > 0, "{mech}: nothing delivered");
+    assert!(
+        got + lost <= sent && got + lost + 1 >= sent,
+        "{mech}: sent {sent}, delivered {got}, counted lost {lost}"
+    );
+    assert!(
+        low["count"].as_u64().unwrap() > 0,
+        "{mech}: the low-priority subscribers received nothing"
+    );
+}
+
+#[test]
+fn compare_runs_all_five_mechanisms_and_delivers_every_message() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &[
+            "check",
+            "--compare",
+            "--duration",
+            "3s",
+            "--json",
+            "-q",
+            "--no-verify",
+        ],
+        &[],
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout(&out)).expect("stdout is one JSON document");
+    assert_valid(&doc);
+    let notes: Vec<&str> = doc["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let ran: Vec<&str> = doc["scenario"]["mechanisms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    for (mech, label) in MECHANISMS {
+        if let Some(why) = notes
+            .iter()
+            .find(|n| n.starts_with(&format!("{label} not run:")))
+        {
+            // A kernel without the mechanism (e.g. no pidfd_getfd).
+            eprintln!("skipped {mech}: {why}");
+            continue;
+        }
+        assert!(ran.contains(&mech), "{mech} did not run: {notes:?}");
+        assert!(
+            !notes
+                .iter()
+                .any(|n| n.starts_with(&format!("{label} failed:"))),
+            "{mech} failed: {notes:?}"
+        );
+        assert_delivered(&doc, mech);
+    }
+    assert_eq!(ran[0], "io_uring", "the runtime's mechanism decides");
+    let shm = dir.path().join("dev/shm/rtdeploy/rtdeploy/check");
+    let left: Vec<_> = std::fs::read_dir(&shm)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn eventfd_and_signalfd_run_alone_and_decide() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    for mech in ["eventfd", "signalfd"] {
+        let out = deploy(
+            dir.path(),
+            &cfg,
+            &[
+                "check",
+                "--mechanism",
+                mech,
+                "--duration",
+                "1s",
+                "--json",
+                "-q",
+                "--no-verify",
+            ],
+            &[],
+        );
+        let code = out.status.code();
+        if code == Some(2) && stderr(&out).contains("cannot run here") {
+            eprintln!("skipped {mech}: {}", stderr(&out));
+            continue;
+        }
+        assert!(
+            code == Some(0) || code == Some(1),
+            "{mech}: exit {code:?}: {}",
+            stderr(&out)
+        );
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_valid(&doc);
+        assert_eq!(doc["scenario"]["mechanisms"], serde_json::json!([mech]));
+        assert_delivered(&doc, mech);
+        // Its budgets decide the verdict.
+        let deciding: Vec<&serde_json::Value> = doc["budgets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["mechanism"] == mech)
+            .collect();
+        assert!(!deciding.is_empty());
+        assert!(deciding.iter().all(|b| b["informational"] == false));
+    }
+}
+
 /// Whether we are root (then the unprivileged run needs setpriv).
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
