@@ -19,6 +19,15 @@
 //!
 //! With several wake mechanisms (`--compare`) the scenario runs once per
 //! mechanism with the same loads, and the report sets them side by side.
+//! Publishers always write the message into the shared-memory channel
+//! first; then the futex mechanisms wake through the channel's queue index,
+//! while with eventfd and RT signal + signalfd no futex wait is armed and
+//! every publisher (real-time and lower-priority alike) notifies every
+//! subscriber's [`crate::notify`] waiter, whose address the subscriber
+//! publishes in the control file. The receiver wakes in its waiter and
+//! drains the channel, so delivery latency is measured the same way for
+//! all five; the sender's timed call is the publish plus its
+//! notifications, as the futex mechanisms' is the publish plus its wake.
 //!
 //! Every worker process is the calling executable itself, started with the
 //! hidden arguments `__check-worker <role> key=value...` (see [`worker`]),
@@ -66,10 +75,14 @@ pub enum Mechanism {
     /// A plain `FUTEX_WAIT` on the queue index.
     #[serde(rename = "futex")]
     Futex,
-    /// An eventfd per subscriber, written by every publisher.
+    /// An eventfd per subscriber (created by it, fetched by every
+    /// publisher with `pidfd_getfd(2)`), written by every publisher after
+    /// each message; see [`crate::notify`].
     #[serde(rename = "eventfd")]
     Eventfd,
-    /// A real-time signal per subscriber, read through a signalfd.
+    /// A real-time signal (`SIGRTMIN + 2`) queued at each subscriber's
+    /// waiting thread by every publisher after each message, read through
+    /// a signalfd; see [`crate::notify`].
     #[serde(rename = "signalfd")]
     Signalfd,
 }
