@@ -3,7 +3,9 @@
 //!
 //! Requests: `{"cmd":"status"}`, `{"cmd":"start","name":"imu"}`, `stop`,
 //! `restart`, `{"cmd":"stop-all"}`, `{"cmd":"logs","name":"imu","lines":50,
-//! "follow":true}`. Every request gets one reply line
+//! "follow":true}`, `{"cmd":"release-changed"}` (sent by `deploy install`
+//! after it switched `current`: the supervisor reads `state.json` now
+//! instead of at its next once-a-second look). Every request gets one reply line
 //! `{"ok":true,...}` or `{"ok":false,"error":"..."}`; a `logs` request with
 //! `follow` then gets one `{"ok":true,"data":"..."}` line per chunk of
 //! output until the client hangs up.
@@ -48,6 +50,8 @@ pub enum Request {
         #[serde(default)]
         follow: bool,
     },
+    /// `opt/rtdeploy/current` or `state.json` changed: look now.
+    ReleaseChanged,
 }
 
 fn default_lines() -> usize {
@@ -221,6 +225,10 @@ mod tests {
                 lines: 50,
                 follow: false
             }
+        );
+        assert_eq!(
+            serde_json::to_string(&Request::ReleaseChanged).unwrap(),
+            r#"{"cmd":"release-changed"}"#
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"explode"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"start"}"#).is_err());

@@ -978,6 +978,13 @@ impl TrialHealth {
         }
     }
 
+    /// How much of the window is still to go, `elapsed` after the trial
+    /// began; `None` until every process was seen healthy.
+    pub fn window_left(&self, elapsed: Duration) -> Option<Duration> {
+        self.healthy_since
+            .map(|since| self.window.saturating_sub(elapsed.saturating_sub(since)))
+    }
+
     /// Takes one observation, `elapsed` after the trial began.
     pub fn observe(&mut self, elapsed: Duration, procs: &[ProcessHealth]) -> HealthVerdict {
         let baseline = self.baseline.get_or_insert_with(|| {

@@ -26,7 +26,77 @@ pub struct SupervisorStatus {
     /// `passed`, `failed`, `skipped: ...`, `disabled`.
     pub boot_check: String,
     pub startup: Vec<StepStatus>,
+    /// The release the processes run from and its trial state (absent
+    /// from supervisors that predate releases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<ReleaseStatus>,
     pub processes: Vec<ProcessStatus>,
+}
+
+/// The installed release as the supervisor sees it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseStatus {
+    /// `committed`, `trial`, `rolled-back` (committed again, after a
+    /// failed trial), `none` (nothing installed under the prefix), `error`.
+    pub state: String,
+    /// The release `opt/rtdeploy/current` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<String>,
+    /// Trial: the release it goes back to on failure. Rolled back: the
+    /// release that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other: Option<String>,
+    /// Trial: when it began (Unix seconds, from `state.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// Trial: `restarting` (the processes are being restarted from the
+    /// new release) or `watching` (health observed once a second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Trial: seconds of `update.health_window` still to go once every
+    /// process is healthy (absent until then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_left_s: Option<f64>,
+    /// Rolled back: why. Error: what failed. At start: what recovery did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl ReleaseStatus {
+    /// One line for the table.
+    pub fn describe(&self) -> String {
+        let cur = self.current.as_deref().unwrap_or("(none)");
+        let mut s = match self.state.as_str() {
+            "trial" => {
+                let mut s = format!("trial {cur}");
+                if let Some(since) = self.since {
+                    s.push_str(&format!(" since {since}"));
+                }
+                match (self.phase.as_deref(), self.window_left_s) {
+                    (_, Some(left)) => s.push_str(&format!(", {left:.0}s of the window left")),
+                    (Some(phase), None) => s.push_str(&format!(", {phase}")),
+                    (None, None) => {}
+                }
+                if let Some(o) = &self.other {
+                    s.push_str(&format!("; rollback to {o}"));
+                }
+                s
+            }
+            "rolled-back" => format!(
+                "rolled back to {cur}{}",
+                self.other
+                    .as_deref()
+                    .map(|o| format!(" from {o}"))
+                    .unwrap_or_default()
+            ),
+            "none" => "none installed".to_string(),
+            other => format!("{other} {cur}"),
+        };
+        if let Some(d) = &self.detail {
+            s.push_str(&format!(" ({d})"));
+        }
+        s
+    }
 }
 
 /// Attributes read back from `/proc/<pid>/stat` and `status`.
@@ -84,6 +154,9 @@ pub fn render_table(s: &SupervisorStatus) -> String {
         s.state,
         s.boot_check
     );
+    if let Some(r) = &s.release {
+        out.push_str(&format!("release: {}\n", r.describe()));
+    }
     for st in &s.startup {
         if st.result != "ok" {
             out.push_str(&format!("{}: {} ({})\n", st.step, st.result, st.detail));
@@ -193,6 +266,7 @@ mod tests {
                 degraded: true,
                 ..Default::default()
             }],
+            ..Default::default()
         };
         let t = render_table(&s);
         let lines: Vec<&str> = t.lines().collect();
@@ -207,5 +281,38 @@ mod tests {
             ["imu", "degraded", "42", "2", "3s", "fifo/80", "2-3", "12.5us", "40.0us"]
         );
         assert!(lines[4].ends_with("budget: over: 1 report(s) over budget, last: /imu wakeup max 40us > 30us; last: killed by SIGSEGV"));
+    }
+
+    #[test]
+    fn release_line_says_trial_window_or_rollback_reason() {
+        let mut s = SupervisorStatus {
+            release: Some(ReleaseStatus {
+                state: "trial".into(),
+                current: Some("2-bbbbbbbb".into()),
+                other: Some("1-aaaaaaaa".into()),
+                since: Some(1_700_000_000),
+                phase: Some("watching".into()),
+                window_left_s: Some(12.4),
+                detail: None,
+            }),
+            ..Default::default()
+        };
+        let t = render_table(&s);
+        assert_eq!(
+            t.lines().nth(2),
+            Some("release: trial 2-bbbbbbbb since 1700000000, 12s of the window left; rollback to 1-aaaaaaaa")
+        );
+        s.release = Some(ReleaseStatus {
+            state: "rolled-back".into(),
+            current: Some("1-aaaaaaaa".into()),
+            other: Some("2-bbbbbbbb".into()),
+            detail: Some("process ctl is not running".into()),
+            ..Default::default()
+        });
+        let t = render_table(&s);
+        assert_eq!(
+            t.lines().nth(2),
+            Some("release: rolled back to 1-aaaaaaaa from 2-bbbbbbbb (process ctl is not running)")
+        );
     }
 }

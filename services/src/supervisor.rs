@@ -9,6 +9,16 @@
 //! SIGTERM to the process group, then SIGKILL after `stop_timeout`; on
 //! shutdown the processes stop in reverse dependency order and, as PID 1,
 //! every remaining process is killed and reaped.
+//!
+//! Releases ([`crate::release`]): before anything else at start-up,
+//! [`release::recover_at_start`] rolls back a trial that a reboot or crash
+//! interrupted. While the supervisor runs it looks at `state.json` and the
+//! `current` link once a second (and at once on a `release-changed`
+//! request, which `deploy install` sends): a new trial restarts every
+//! process from the new `current`, then [`release::TrialHealth`] judges
+//! them once a second until [`release::commit`] or [`release::rollback`]
+//! (which restarts them again, from the restored release). A `current`
+//! moved by hand (`deploy rollback`) restarts the processes too.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -30,9 +40,10 @@ use crate::logfile::{self, RotatingLog};
 use crate::notify::Notifier;
 use crate::pid1::AtExit;
 use crate::procfs;
+use crate::release::{self, HealthVerdict, ProcessHealth, ReleaseState, TrialHealth};
 use crate::restart::{Decision, ExitKind, Tracker};
 use crate::spawn::{self, SpawnContext};
-use crate::status::{InForceStatus, ProcessStatus, StepStatus, SupervisorStatus};
+use crate::status::{InForceStatus, ProcessStatus, ReleaseStatus, StepStatus, SupervisorStatus};
 
 /// Why the supervisor could not start.
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +110,11 @@ pub struct Options {
     pub log_keep: u32,
     /// Print what happens on stderr.
     pub verbose: bool,
+    /// `update.health_window`: how long a release in trial must stay
+    /// healthy to be committed.
+    pub health_window: Duration,
+    /// `update.keep`: releases kept when a trial commits.
+    pub keep: u32,
 }
 
 impl Default for Options {
@@ -110,6 +126,8 @@ impl Default for Options {
             log_max_bytes: 4 << 20,
             log_keep: 3,
             verbose: true,
+            health_window: Duration::from_secs(30),
+            keep: 3,
         }
     }
 }
@@ -202,6 +220,28 @@ struct Conn {
     dead: bool,
 }
 
+/// A release in trial, as the supervisor follows it.
+struct Trial {
+    release: String,
+    /// From `state.json`: identifies this trial (a second install of the
+    /// same release is a new trial).
+    since: u64,
+    previous: String,
+    began: Instant,
+    phase: TrialPhase,
+}
+
+enum TrialPhase {
+    /// Every process is being restarted from the new release.
+    Restarting,
+    /// All started: health judged once a second from `began`.
+    Watching {
+        health: TrialHealth,
+        began: Instant,
+        next: Instant,
+    },
+}
+
 enum Pending {
     Stopped {
         conn: usize,
@@ -243,6 +283,12 @@ pub struct Supervisor {
     shm_dir: PathBuf,
     channel_budgets: BTreeMap<String, Duration>,
     next_timing_poll: Instant,
+    /// The release `current` named when the processes were last
+    /// (re)started from it.
+    running_release: Option<String>,
+    trial: Option<Trial>,
+    release: ReleaseStatus,
+    next_release_check: Instant,
 }
 
 /// Control connections open at once, at most.
@@ -250,6 +296,10 @@ const MAX_CONNECTIONS: usize = 256;
 
 /// How often the timing reports are read (they are published once a second).
 const TIMING_POLL: Duration = Duration::from_millis(500);
+
+/// How often `state.json` and `current` are looked at, and a trial's
+/// health judged.
+const RELEASE_POLL: Duration = Duration::from_secs(1);
 
 fn step(step: &str, result: &str, detail: impl Into<String>) -> StepStatus {
     StepStatus {
@@ -302,6 +352,12 @@ impl Supervisor {
         } else {
             None
         };
+
+        // 0. Releases: a trial interrupted by a reboot or a crash rolls
+        // back before anything starts.
+        let (recovery_step, release_status) = recover_release(&roots.prefix);
+        startup.push(recovery_step);
+        let running_release = release_status.current.clone();
 
         // 1. The CPU plan.
         startup.push(match hooks.apply_cpu_plan {
@@ -490,6 +546,10 @@ impl Supervisor {
             channel_budgets: cfg_channel_budgets,
             shm_dir,
             next_timing_poll: Instant::now(),
+            running_release,
+            trial: None,
+            release: release_status,
+            next_release_check: Instant::now(),
         };
         for s in sup.startup.clone() {
             if s.result != "ok" {
@@ -497,7 +557,11 @@ impl Supervisor {
             }
         }
         sup.say(format!("boot check {}", sup.boot_check));
+        sup.say(format!("release: {}", sup.release.describe()));
         sup.detect_cycles();
+        // An install that ran between the recovery and now is a trial
+        // that legitimately began: the processes start from it.
+        sup.check_release(Instant::now());
         Ok(sup)
     }
 
@@ -704,10 +768,273 @@ impl Supervisor {
             self.next_timing_poll = now + TIMING_POLL;
             self.poll_reports();
         }
+        if !self.shutting_down && now >= self.next_release_check {
+            self.next_release_check = now + RELEASE_POLL;
+            self.check_release(now);
+        }
+        if !self.shutting_down {
+            self.judge_trial(now);
+        }
         if self.shutting_down {
             self.shutdown_step();
         }
         self.check_pending();
+    }
+
+    /// Looks at `state.json` and `current`: a new trial restarts every
+    /// process from it; a trial that ended elsewhere (`deploy rollback`)
+    /// and a `current` moved by hand restart them from the new `current`.
+    fn check_release(&mut self, now: Instant) {
+        let prefix = self.roots.prefix.clone();
+        let layout = release::Layout::new(&prefix);
+        let current = release::link_target(&layout.current());
+        let state = match release::read_state(&prefix) {
+            Ok(s) => s,
+            Err(e) => {
+                let msg = e.to_string();
+                if self.release.detail.as_deref() != Some(msg.as_str()) {
+                    self.say(format!("release: {msg}"));
+                }
+                self.release = ReleaseStatus {
+                    state: "error".into(),
+                    current,
+                    detail: Some(msg),
+                    ..Default::default()
+                };
+                return;
+            }
+        };
+        match state {
+            Some(ReleaseState::Trial {
+                release,
+                since,
+                previous,
+                ..
+            }) => {
+                if current.as_deref() != Some(release.as_str()) {
+                    // The installer wrote the state and has not switched
+                    // `current` yet: look again at the next poll.
+                    return;
+                }
+                if self
+                    .trial
+                    .as_ref()
+                    .is_some_and(|t| t.release == release && t.since == since)
+                {
+                    return;
+                }
+                self.say(format!(
+                    "release {release} in trial (rollback to {previous}): restarting every process from it"
+                ));
+                self.restart_all(&format!("release {release} in trial"));
+                self.running_release = Some(release.clone());
+                self.trial = Some(Trial {
+                    release,
+                    since,
+                    previous,
+                    began: now,
+                    phase: TrialPhase::Restarting,
+                });
+                self.update_release_status(now);
+            }
+            other => {
+                if let Some(t) = self.trial.take() {
+                    self.say(format!(
+                        "release {}: trial ended outside the supervisor",
+                        t.release
+                    ));
+                    self.release = ReleaseStatus {
+                        state: "committed".into(),
+                        current: current.clone(),
+                        detail: Some(format!("trial of {} ended by another command", t.release)),
+                        ..Default::default()
+                    };
+                }
+                if current != self.running_release {
+                    self.say(format!(
+                        "release: current is now {}: restarting every process from it",
+                        current.as_deref().unwrap_or("(none)")
+                    ));
+                    self.restart_all("current release changed");
+                    self.running_release = current.clone();
+                    self.release = ReleaseStatus {
+                        state: if other.is_some() { "committed" } else { "none" }.into(),
+                        current,
+                        ..Default::default()
+                    };
+                }
+            }
+        }
+    }
+
+    /// Restarts every process that is not stopped by request or refused
+    /// by the boot check (those stay as they are).
+    fn restart_all(&mut self, why: &str) {
+        for i in 0..self.procs.len() {
+            if matches!(self.procs[i].state, PState::Stopped | PState::Refused) {
+                continue;
+            }
+            self.note(i, &format!("{why}: restarting"));
+            self.begin_stop(i, AfterStop::Restart);
+        }
+    }
+
+    /// The processes a trial judges: all but those stopped by request,
+    /// refused by the boot check, or done (exited 0 under a policy that
+    /// does not restart them).
+    fn judged(&self, p: &Proc) -> bool {
+        !(matches!(p.state, PState::Stopped | PState::Refused)
+            || (p.state == PState::Exited && p.last_exit.as_deref() == Some("exit 0")))
+    }
+
+    /// Advances the trial: waits for the restarts, then asks
+    /// [`TrialHealth`] once a second and commits or rolls back.
+    fn judge_trial(&mut self, now: Instant) {
+        let Some(mut t) = self.trial.take() else {
+            return;
+        };
+        let window = self.opts.health_window;
+        let verdict = match &mut t.phase {
+            TrialPhase::Restarting => {
+                let judged: Vec<&Proc> = self.procs.iter().filter(|p| self.judged(p)).collect();
+                if let Some(p) = judged
+                    .iter()
+                    .find(|p| matches!(p.state, PState::Failed | PState::Backoff | PState::Exited))
+                {
+                    HealthVerdict::Rollback(format!(
+                        "process {} is {} while restarting from the new release: {}",
+                        p.cfg.name,
+                        p.state.name(),
+                        p.reason
+                            .clone()
+                            .or_else(|| p.last_exit.clone())
+                            .unwrap_or_default()
+                    ))
+                } else if judged.iter().all(|p| p.state == PState::Running) {
+                    t.phase = TrialPhase::Watching {
+                        health: TrialHealth::new(window),
+                        began: now,
+                        next: now,
+                    };
+                    HealthVerdict::Wait
+                } else if now.duration_since(t.began) >= window {
+                    let p = judged
+                        .iter()
+                        .find(|p| p.state != PState::Running)
+                        .expect("not all running");
+                    HealthVerdict::Rollback(format!(
+                        "process {} not started {:?} into the trial: {}",
+                        p.cfg.name,
+                        window,
+                        p.reason.clone().unwrap_or_else(|| p.state.name().into())
+                    ))
+                } else {
+                    HealthVerdict::Wait
+                }
+            }
+            TrialPhase::Watching { .. } => HealthVerdict::Wait,
+        };
+        let verdict = match (&mut t.phase, verdict) {
+            (
+                TrialPhase::Watching {
+                    health,
+                    began,
+                    next,
+                },
+                HealthVerdict::Wait,
+            ) if now >= *next => {
+                *next = now + RELEASE_POLL;
+                let sup_now = self.started.elapsed();
+                let procs: Vec<ProcessHealth> = self
+                    .procs
+                    .iter()
+                    .filter(|p| self.judged(p))
+                    .map(|p| ProcessHealth {
+                        name: p.cfg.name.clone(),
+                        running: p.state == PState::Running && p.child.is_some(),
+                        ready: p.health.ready() && !p.health.unhealthy(sup_now),
+                        over_budget: p.health.over_budget,
+                        restarts: p.restarts,
+                    })
+                    .collect();
+                health.observe(now.duration_since(*began), &procs)
+            }
+            (_, v) => v,
+        };
+        match verdict {
+            HealthVerdict::Wait => {
+                self.trial = Some(t);
+                self.update_release_status(now);
+            }
+            HealthVerdict::Commit => match release::commit(&self.roots.prefix, self.opts.keep) {
+                Ok(r) => {
+                    self.say(format!("release {r}: healthy for {window:?}: committed"));
+                    self.release = ReleaseStatus {
+                        state: "committed".into(),
+                        current: Some(r),
+                        detail: Some(format!("healthy for {window:?}")),
+                        ..Default::default()
+                    };
+                }
+                Err(e) => self.release_failed(&t, format!("commit failed: {e}")),
+            },
+            HealthVerdict::Rollback(reason) => {
+                self.say(format!(
+                    "release {}: {reason}: rolling back to {}",
+                    t.release, t.previous
+                ));
+                match release::rollback(&self.roots.prefix) {
+                    Ok(rb) => {
+                        self.restart_all(&format!("rolled back to {}", rb.to));
+                        self.running_release = Some(rb.to.clone());
+                        self.release = ReleaseStatus {
+                            state: "rolled-back".into(),
+                            current: Some(rb.to),
+                            other: Some(rb.from),
+                            detail: Some(reason),
+                            ..Default::default()
+                        };
+                    }
+                    Err(e) => self.release_failed(&t, format!("{reason}; rollback failed: {e}")),
+                }
+            }
+        }
+    }
+
+    /// A commit or rollback that failed: said, shown, and the trial is no
+    /// longer judged (the next start's recovery rolls it back).
+    fn release_failed(&mut self, t: &Trial, msg: String) {
+        self.say(format!("release {}: {msg}", t.release));
+        self.release = ReleaseStatus {
+            state: "error".into(),
+            current: Some(t.release.clone()),
+            other: Some(t.previous.clone()),
+            since: Some(t.since),
+            detail: Some(msg),
+            ..Default::default()
+        };
+    }
+
+    fn update_release_status(&mut self, now: Instant) {
+        let Some(t) = &self.trial else { return };
+        let (phase, left) = match &t.phase {
+            TrialPhase::Restarting => ("restarting", None),
+            TrialPhase::Watching { health, began, .. } => (
+                "watching",
+                health
+                    .window_left(now.duration_since(*began))
+                    .map(|d| d.as_secs_f64()),
+            ),
+        };
+        self.release = ReleaseStatus {
+            state: "trial".into(),
+            current: Some(t.release.clone()),
+            other: Some(t.previous.clone()),
+            since: Some(t.since),
+            phase: Some(phase.into()),
+            window_left_s: left,
+            detail: None,
+        };
     }
 
     /// Starts process `i` now.
@@ -1096,6 +1423,16 @@ impl Supervisor {
         {
             consider(Some(self.next_timing_poll));
         }
+        if !self.shutting_down {
+            consider(Some(self.next_release_check));
+            if let Some(Trial {
+                phase: TrialPhase::Watching { next, .. },
+                ..
+            }) = &self.trial
+            {
+                consider(Some(*next));
+            }
+        }
         let mut timeout = next.map(|t| t.saturating_duration_since(now));
         // Processes that wait for one that fails later, and pending replies,
         // are re-checked at least once a second.
@@ -1294,6 +1631,18 @@ impl Supervisor {
                 self.pending.push(Pending::All { conn });
                 None
             }
+            Request::ReleaseChanged => {
+                if self.shutting_down {
+                    return Some(Reply::error("the supervisor is shutting down"));
+                }
+                let now = Instant::now();
+                self.check_release(now);
+                self.judge_trial(now);
+                Some(Reply::message(format!(
+                    "release: {}",
+                    self.release.describe()
+                )))
+            }
             Request::Logs {
                 name,
                 lines,
@@ -1437,6 +1786,7 @@ impl Supervisor {
             .into(),
             boot_check: self.boot_check.clone(),
             startup: self.startup.clone(),
+            release: Some(self.release.clone()),
             processes,
         }
     }
@@ -1571,6 +1921,79 @@ fn create_channels(
             "failed",
             format!("{detail}; {}", errors.join("; ")),
         )
+    }
+}
+
+/// [`release::recover_at_start`] as a start-up step, and the release
+/// status it leaves.
+fn recover_release(prefix: &Path) -> (StepStatus, ReleaseStatus) {
+    let layout = release::Layout::new(prefix);
+    if !layout.opt().exists() && !layout.state().exists() {
+        return (
+            step(
+                "release recovery",
+                "skipped",
+                format!("no release installed under {}", layout.opt().display()),
+            ),
+            ReleaseStatus {
+                state: "none".into(),
+                ..Default::default()
+            },
+        );
+    }
+    match release::recover_at_start(prefix) {
+        Ok(r) => {
+            let mut done = Vec::new();
+            if let Some(rb) = &r.rolled_back {
+                done.push(format!(
+                    "trial of {} interrupted (reboot or crash): rolled back to {}",
+                    rb.from, rb.to
+                ));
+            }
+            if r.repaired {
+                done.push("current put back to the committed release".into());
+            }
+            if !r.cleaned.is_empty() {
+                done.push(format!("removed {}", r.cleaned.join(", ")));
+            }
+            let detail = if done.is_empty() {
+                format!(
+                    "current {}: nothing to recover",
+                    r.current.as_deref().unwrap_or("(none)")
+                )
+            } else {
+                done.join("; ")
+            };
+            let status = match &r.rolled_back {
+                Some(rb) => ReleaseStatus {
+                    state: "rolled-back".into(),
+                    current: r.current.clone(),
+                    other: Some(rb.from.clone()),
+                    detail: Some("trial interrupted by a reboot or a crash".into()),
+                    ..Default::default()
+                },
+                None => ReleaseStatus {
+                    state: if r.current.is_some() {
+                        "committed"
+                    } else {
+                        "none"
+                    }
+                    .into(),
+                    current: r.current.clone(),
+                    ..Default::default()
+                },
+            };
+            (step("release recovery", "ok", detail), status)
+        }
+        Err(e) => (
+            step("release recovery", "failed", e.to_string()),
+            ReleaseStatus {
+                state: "error".into(),
+                current: release::link_target(&layout.current()),
+                detail: Some(format!("recovery at start failed: {e}")),
+                ..Default::default()
+            },
+        ),
     }
 }
 
