@@ -7,6 +7,11 @@
 //! `update.public_keys` before anything else is read; the bundle must be
 //! for this robot's `robot.name` and `board.model`; the new robot.yaml must
 //! validate. Exit: 0 installed (or already current), 2 refused or error.
+//!
+//! After a switch, a running supervisor is told at once (`release-changed`
+//! on its control socket) and restarts the processes from the new release;
+//! without a supervisor answering, a note says so (a supervisor also looks
+//! at the release state once a second by itself).
 
 use std::path::{Path, PathBuf};
 
@@ -86,7 +91,43 @@ pub fn run(ctx: &Ctx, args: InstallArgs) -> anyhow::Result<Exit> {
     let rep = release::install_bundle(&ctx.prefix, &args.bundle, &opts)
         .with_context(|| format!("install {}", args.bundle.display()))?;
     print_report(ctx, &rep)?;
+    notify_supervisor(ctx, &rep);
     Ok(Exit::Ok)
+}
+
+/// Tells a running supervisor that `current` moved. Notes only: the
+/// install itself is done either way.
+pub fn notify_supervisor(ctx: &Ctx, rep: &InstallReport) {
+    if rep.state == "already-current" {
+        return;
+    }
+    let socket = services::control::socket_path(&ctx.prefix);
+    if !socket.exists() {
+        ctx.note(format!(
+            "deploy: no supervisor socket at {}: the processes start from {} when the supervisor starts{}",
+            socket.display(),
+            rep.release,
+            if rep.state == "trial" {
+                " (a trial that finds no supervisor running is rolled back at its start)"
+            } else {
+                ""
+            }
+        ));
+        return;
+    }
+    match services::control::request(&socket, &services::control::Request::ReleaseChanged) {
+        Ok(r) if r.ok => ctx.note(format!(
+            "deploy: supervisor told: {}",
+            r.message.unwrap_or_default()
+        )),
+        Ok(r) => ctx.note(format!(
+            "deploy: warning: the supervisor refused `release-changed`: {}",
+            r.error.unwrap_or_default()
+        )),
+        Err(e) => ctx.note(format!(
+            "deploy: warning: {e}; a running supervisor sees the new release within a second by itself"
+        )),
+    }
 }
 
 /// Speaks the update protocol on stdin/stdout (nothing else may go to
@@ -100,6 +141,7 @@ pub fn run_serve(ctx: &Ctx, _args: ServeUpdateArgs) -> anyhow::Result<Exit> {
             for w in &rep.warnings {
                 ctx.note(format!("deploy: warning: {w}"));
             }
+            notify_supervisor(ctx, &rep);
             Ok(Exit::Ok)
         }
         None => Ok(Exit::Ok),

@@ -106,6 +106,8 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         at_exit,
         log_max_bytes: args.log_max_bytes,
         verbose: !ctx.quiet,
+        health_window: robot.update.health_window.0,
+        keep: robot.update.keep,
         ..Default::default()
     };
     let sup = Supervisor::new(cfg, roots, opts, hooks, notifier)
