@@ -25,11 +25,11 @@
 //! live in `apply::sched`, the crate's only unsafe code). Globs on thread
 //! and interrupt names use a small matcher in [`model`].
 
+pub mod apply;
 pub mod board;
 pub mod cmdline;
 pub mod config;
 pub mod cpuset;
-pub mod apply;
 pub mod model;
 pub mod plan;
 pub mod verify;

@@ -25,7 +25,13 @@ struct Cli {
     sysroot: PathBuf,
 
     /// robot.yaml [default: <prefix>/etc/rtdeploy/robot.yaml]
-    #[arg(short, long, global = true, value_name = "FILE", env = "RTDEPLOY_CONFIG")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "RTDEPLOY_CONFIG"
+    )]
     config: Option<PathBuf>,
 
     /// Print one JSON document (with "schema_version") on stdout, nothing else.

@@ -3,19 +3,19 @@
 
 pub mod apply;
 pub mod bench;
+pub mod bundle;
 pub mod check;
 pub mod config;
-pub mod image;
-pub mod plan;
-pub mod verify;
-pub mod supervise;
-pub mod status;
 pub mod control;
-pub mod keygen;
-pub mod bundle;
+pub mod image;
 pub mod install;
+pub mod keygen;
+pub mod plan;
 pub mod release;
+pub mod status;
+pub mod supervise;
 pub mod update;
+pub mod verify;
 
 use crate::config::{self as robot_config, ConfigLoadError, Loaded};
 use crate::ctx::Ctx;
