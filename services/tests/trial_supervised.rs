@@ -1,0 +1,247 @@
+//! The supervisor runs a release trial with real processes under a
+//! temporary prefix: an installed release whose process crashes is rolled
+//! back by itself and the old release runs again; a healthy one is
+//! committed after `update.health_window`; a trial left on disk by a power
+//! cut is rolled back before any process starts.
+
+mod common;
+#[path = "release_util.rs"]
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{process, Running};
+use serde_json::json;
+use services::control::{self, Request};
+use services::release::{self, install_bundle, ReleaseState};
+use services::status::SupervisorStatus;
+use services::supervisor::{Hooks, Options, Supervisor};
+use util::{bundle, current_version, key, opts, release};
+
+/// A release whose `bin/ctl` runs `script` after saying which release it is.
+fn ctl_release(dir: &Path, tag: &str, script: &str) -> PathBuf {
+    release(
+        dir,
+        &format!("src-{tag}"),
+        &[(
+            "bin/ctl",
+            format!("#!/bin/sh\necho release-{tag}\n{script}\n").into_bytes(),
+            0o755,
+        )],
+    )
+}
+
+/// A supervisor prefix (accounts from `common::prefix`) that trusts the
+/// test key.
+fn robot_prefix() -> tempfile::TempDir {
+    let prefix = common::prefix();
+    let keys = prefix.path().join("etc/rtdeploy/keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(
+        keys.join("test.pub"),
+        format!("{}\n", key().public_base64()),
+    )
+    .unwrap();
+    prefix
+}
+
+fn install(prefix: &Path, dir: &Path, tag: &str, version: &str, script: &str) -> String {
+    let b = bundle(
+        &ctl_release(dir, tag, script),
+        version,
+        &dir.join(format!("{tag}.bundle")),
+    );
+    install_bundle(prefix, &b, &opts()).unwrap().release
+}
+
+/// A supervisor running `ctl` from the current release, with a 1 s
+/// health window.
+fn supervise(prefix: tempfile::TempDir) -> Running {
+    let ctl = process(json!({
+        "name": "ctl", "exec": "bin/ctl",
+        "restart": {"initial_backoff": "50ms", "max_backoff": "200ms"},
+    }));
+    let opts = Options {
+        handle_signals: false,
+        verbose: false,
+        log_max_bytes: 1 << 20,
+        health_window: Duration::from_secs(1),
+        keep: 3,
+        ..Default::default()
+    };
+    let sup = Supervisor::new(
+        common::config(vec![ctl], None),
+        common::roots(prefix.path()),
+        opts,
+        Hooks::default(),
+        None,
+    )
+    .expect("supervisor starts");
+    let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
+    Running {
+        socket: control::socket_path(prefix.path()),
+        prefix,
+        thread: Some(thread),
+    }
+}
+
+/// The releases `ctl` announced, in order, from its log.
+fn runs(sup: &Running) -> Vec<String> {
+    sup.log("ctl")
+        .lines()
+        .filter_map(|l| l.strip_prefix("release-"))
+        .map(String::from)
+        .collect()
+}
+
+fn release_state(s: &SupervisorStatus) -> &str {
+    s.release.as_ref().map_or("", |r| r.state.as_str())
+}
+
+/// Waits (watchdog-bounded) until `ctl` runs and its log's latest
+/// announcement is `tag`.
+fn wait_running_from(sup: &Running, tag: &str) -> SupervisorStatus {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = sup.status();
+        if s.processes[0].state == "running" && runs(sup).last().map(String::as_str) == Some(tag) {
+            return s;
+        }
+        if std::time::Instant::now() > until {
+            panic!(
+                "timed out waiting for ctl running from {tag}; log: {}; status: {s:#?}",
+                sup.log("ctl")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_crashing_release_is_rolled_back_and_the_old_one_runs_again() {
+    let src = tempfile::tempdir().unwrap();
+    let prefix = robot_prefix();
+    let a = install(prefix.path(), src.path(), "A", "1", "exec sleep 60");
+    let sup = supervise(prefix);
+    let s = wait_running_from(&sup, "A");
+    let r = s.release.as_ref().unwrap();
+    assert_eq!(
+        (r.state.as_str(), r.current.as_deref()),
+        ("committed", Some(a.as_str()))
+    );
+    let pid_a = s.processes[0].pid.unwrap();
+
+    // B's ctl exits at once; `deploy install` tells the supervisor.
+    let b = install(sup.prefix.path(), src.path(), "B", "2", "exit 3");
+    let reply = sup.request(&Request::ReleaseChanged);
+    assert!(reply.ok, "{reply:?}");
+    assert!(
+        reply
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("release: trial {b}")),
+        "{reply:?}"
+    );
+
+    let s = sup.wait_for("rollback", |s| release_state(s) == "rolled-back");
+    let r = s.release.clone().unwrap();
+    assert_eq!(r.current.as_deref(), Some(a.as_str()));
+    assert_eq!(r.other.as_deref(), Some(b.as_str()));
+    assert!(r.detail.as_deref().unwrap().contains("ctl"), "{r:?}");
+    assert!(
+        status_table(&s).contains(&format!("release: rolled back to {a} from {b} (")),
+        "{}",
+        status_table(&s)
+    );
+
+    // Back on A, committed, and ctl runs from it again.
+    let s = wait_running_from(&sup, "A");
+    assert_ne!(s.processes[0].pid, Some(pid_a));
+    let ran = runs(&sup);
+    let first_b = ran.iter().position(|t| t == "B").expect("B ran");
+    assert_eq!(ran[..first_b], ["A"], "{ran:?}");
+    assert_eq!(ran.last().map(String::as_str), Some("A"), "{ran:?}");
+    let prefix = sup.stop_all();
+    assert_eq!(current_version(prefix.path()), "1");
+    assert_eq!(
+        release::read_state(prefix.path()).unwrap(),
+        Some(ReleaseState::Committed { release: a })
+    );
+}
+
+fn status_table(s: &SupervisorStatus) -> String {
+    services::status::render_table(s)
+}
+
+#[test]
+fn a_healthy_release_is_committed_after_the_window_then_a_manual_rollback_restarts() {
+    let src = tempfile::tempdir().unwrap();
+    let prefix = robot_prefix();
+    let a = install(prefix.path(), src.path(), "A", "1", "exec sleep 60");
+    let sup = supervise(prefix);
+    wait_running_from(&sup, "A");
+
+    // Not told: the supervisor finds the trial on its own once a second.
+    let b = install(sup.prefix.path(), src.path(), "B", "2", "exec sleep 60");
+    let s = sup.wait_for("commit", |s| {
+        release_state(s) == "committed"
+            && s.release.as_ref().unwrap().current.as_deref() == Some(b.as_str())
+    });
+    assert_eq!(s.processes[0].state, "running");
+    assert_eq!(runs(&sup), ["A", "B"]);
+    assert_eq!(
+        release::read_state(sup.prefix.path()).unwrap(),
+        Some(ReleaseState::Committed { release: b })
+    );
+    assert_eq!(current_version(sup.prefix.path()), "2");
+
+    // `deploy rollback` of a committed release moves `current`: the
+    // processes follow it.
+    release::rollback(sup.prefix.path()).unwrap();
+    sup.request(&Request::ReleaseChanged);
+    let s = wait_running_from(&sup, "A");
+    assert_eq!(
+        s.release.as_ref().unwrap().current.as_deref(),
+        Some(a.as_str())
+    );
+    assert_eq!(runs(&sup), ["A", "B", "A"]);
+    sup.stop_all();
+}
+
+#[test]
+fn a_trial_found_at_start_is_rolled_back_before_any_process_starts() {
+    let src = tempfile::tempdir().unwrap();
+    let prefix = robot_prefix();
+    let a = install(prefix.path(), src.path(), "A", "1", "exec sleep 60");
+    // Installed and switched, then the power went: `state.json` says trial.
+    let b = install(prefix.path(), src.path(), "B", "2", "exec sleep 60");
+    assert!(matches!(
+        release::read_state(prefix.path()).unwrap(),
+        Some(ReleaseState::Trial { .. })
+    ));
+    assert_eq!(current_version(prefix.path()), "2");
+
+    let sup = supervise(prefix);
+    let s = wait_running_from(&sup, "A");
+    let step = s
+        .startup
+        .iter()
+        .find(|st| st.step == "release recovery")
+        .unwrap();
+    assert_eq!(step.result, "ok", "{step:?}");
+    assert!(
+        step.detail.contains(&format!(
+            "trial of {b} interrupted (reboot or crash): rolled back to {a}"
+        )),
+        "{step:?}"
+    );
+    let r = s.release.as_ref().unwrap();
+    assert_eq!(r.state, "rolled-back");
+    assert_eq!(r.current.as_deref(), Some(a.as_str()));
+    // B never ran.
+    assert_eq!(runs(&sup), ["A"]);
+    let prefix = sup.stop_all();
+    assert_eq!(current_version(prefix.path()), "1");
+}
