@@ -172,7 +172,7 @@ fn json_report_matches_the_schema_and_files_follow_their_formats() {
         .collect();
     assert!(data.len() >= 100);
     for (i, l) in data.iter().enumerate() {
-        let cols: Vec<&str> = l.split(|c| c == ' ' || c == '\t').collect();
+        let cols: Vec<&str> = l.split([' ', '\t']).collect();
         assert_eq!(cols.len(), 1 + ms.len(), "line {l:?}");
         assert_eq!(cols[0].parse::<usize>().unwrap(), i);
     }

@@ -168,7 +168,7 @@ fn attempt(
     t: &Target,
     opts: &SendOptions,
     bar: &ProgressBar,
-) -> Result<SendReport, (WireError, String, Option<i32>)> {
+) -> Result<SendReport, Box<AttemptFailure>> {
     let mut cmd = Command::new(&args.ssh);
     for o in &args.ssh_options {
         cmd.arg("-o").arg(o);
@@ -180,11 +180,11 @@ fn attempt(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| {
-        (
-            WireError::Io(e),
-            format!("cannot run {}", args.ssh.display()),
-            None,
-        )
+        Box::new(AttemptFailure {
+            error: WireError::Io(e),
+            stderr: format!("cannot run {}", args.ssh.display()),
+            code: None,
+        })
     })?;
     let stdin = child.stdin.take().expect("piped");
     let stdout = child.stdout.take().expect("piped");
@@ -212,7 +212,21 @@ fn attempt(
     // sees the end and exits.
     let code = child.wait().ok().and_then(|s| s.code());
     let stderr = err_thread.join().unwrap_or_default();
-    result.map_err(|e| (e, stderr, code))
+    result.map_err(|error| {
+        Box::new(AttemptFailure {
+            error,
+            stderr,
+            code,
+        })
+    })
+}
+
+/// Why one connection to a robot ended without an install: the protocol
+/// error, what the remote side said on stderr, and ssh's exit code.
+struct AttemptFailure {
+    error: WireError,
+    stderr: String,
+    code: Option<i32>,
 }
 
 fn update_one(args: &UpdateArgs, t: &Target, bar: &ProgressBar, cut_after: Option<u64>) -> Outcome {
@@ -265,7 +279,12 @@ fn update_one(args: &UpdateArgs, t: &Target, bar: &ProgressBar, cut_after: Optio
                 ));
                 break;
             }
-            Err((e, stderr, code)) => {
+            Err(failure) => {
+                let AttemptFailure {
+                    error: e,
+                    stderr,
+                    code,
+                } = *failure;
                 // Reconnect when the connection broke (ssh exits 255 on its
                 // own errors; a broken pipe or read error on our side), not
                 // when the robot refused or `deploy` there failed to start.
