@@ -18,7 +18,11 @@
 //! process from the new `current`, then [`release::TrialHealth`] judges
 //! them once a second until [`release::commit`] or [`release::rollback`]
 //! (which restarts them again, from the restored release). A `current`
-//! moved by hand (`deploy rollback`) restarts the processes too.
+//! moved by hand (`deploy rollback`) restarts the processes too; a trial
+//! whose installer died before switching `current` is undone. A shutdown
+//! during a trial leaves it on disk, so the next start rolls it back, as
+//! after a crash. A process restarted during a trial (after a crash or by
+//! request) fails it; one stopped by request is no longer judged.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -813,7 +817,10 @@ impl Supervisor {
             }) => {
                 if current.as_deref() != Some(release.as_str()) {
                     // The installer wrote the state and has not switched
-                    // `current` yet: look again at the next poll.
+                    // `current` yet (look again at the next poll), or it
+                    // died before the switch: then nobody holds the
+                    // update lock, and the half-begun trial is undone.
+                    self.undo_unswitched_trial(&release);
                     return;
                 }
                 if self
@@ -867,6 +874,56 @@ impl Supervisor {
         }
     }
 
+    /// A trial in `state.json` whose release `current` does not name, with
+    /// the update lock free: the installer died between writing the state
+    /// and switching. [`release::rollback`] puts `state.json` and
+    /// `previous` back; `current` never moved, so nothing restarts (unless
+    /// it moved after all, which [`Self::check_release`] sees next time).
+    fn undo_unswitched_trial(&mut self, release: &str) {
+        let prefix = self.roots.prefix.clone();
+        let lock = match release::UpdateLock::try_acquire(&prefix, "supervisor") {
+            Ok(Some(l)) => l,
+            // An install or a lock holder is at work: look again later.
+            Ok(None) => return,
+            Err(e) => {
+                self.say(format!("release: {e}"));
+                return;
+            }
+        };
+        // Under the lock: still the same half-begun trial?
+        let layout = release::Layout::new(&prefix);
+        let still = matches!(
+            release::read_state(&prefix),
+            Ok(Some(ReleaseState::Trial { release: r, .. })) if r == release
+        ) && release::link_target(&layout.current()).as_deref() != Some(release);
+        if !still {
+            return;
+        }
+        let reason = format!("the install of {release} stopped before it switched current");
+        match release::rollback(&prefix) {
+            Ok(rb) => {
+                self.say(format!("release: {reason}: trial undone, {} stays", rb.to));
+                self.release = ReleaseStatus {
+                    state: "rolled-back".into(),
+                    current: Some(rb.to),
+                    other: Some(rb.from),
+                    detail: Some(reason),
+                    ..Default::default()
+                };
+            }
+            Err(e) => {
+                self.say(format!("release: {reason}; undoing it failed: {e}"));
+                self.release = ReleaseStatus {
+                    state: "error".into(),
+                    current: release::link_target(&layout.current()),
+                    detail: Some(format!("{reason}; undoing it failed: {e}")),
+                    ..Default::default()
+                };
+            }
+        }
+        drop(lock);
+    }
+
     /// Restarts every process that is not stopped by request or refused
     /// by the boot check (those stay as they are).
     fn restart_all(&mut self, why: &str) {
@@ -879,11 +936,12 @@ impl Supervisor {
         }
     }
 
-    /// The processes a trial judges: all but those stopped by request,
-    /// refused by the boot check, or done (exited 0 under a policy that
-    /// does not restart them).
+    /// The processes a trial judges: all but those stopped (or being
+    /// stopped) by request, refused by the boot check, or done (exited 0
+    /// under a policy that does not restart them).
     fn judged(&self, p: &Proc) -> bool {
         !(matches!(p.state, PState::Stopped | PState::Refused)
+            || (p.state == PState::Stopping && p.after_stop == AfterStop::Stay)
             || (p.state == PState::Exited && p.last_exit.as_deref() == Some("exit 0")))
     }
 

@@ -245,3 +245,83 @@ fn a_trial_found_at_start_is_rolled_back_before_any_process_starts() {
     let prefix = sup.stop_all();
     assert_eq!(current_version(prefix.path()), "1");
 }
+
+/// Not a test on its own: the installer half of
+/// `an_install_killed_before_the_switch_is_undone_while_running` (run with
+/// `--ignored` and the environment it sets).
+#[test]
+#[ignore = "child process of an_install_killed_before_the_switch_is_undone_while_running"]
+fn install_child() {
+    let prefix =
+        PathBuf::from(std::env::var_os("RTDEPLOY_TEST_PREFIX").expect("run by the parent test"));
+    let bundle =
+        PathBuf::from(std::env::var_os("RTDEPLOY_TEST_BUNDLE").expect("run by the parent test"));
+    install_bundle(&prefix, &bundle, &opts()).unwrap();
+}
+
+#[test]
+fn an_install_killed_before_the_switch_is_undone_while_running() {
+    use std::os::unix::process::ExitStatusExt;
+    let src = tempfile::tempdir().unwrap();
+    let prefix = robot_prefix();
+    let a = install(prefix.path(), src.path(), "A", "1", "exec sleep 60");
+    let sup = supervise(prefix);
+    let pid_a = wait_running_from(&sup, "A").processes[0].pid;
+
+    // The installer dies after writing the trial and moving `previous`,
+    // before `current` moves.
+    let b = bundle(
+        &ctl_release(src.path(), "B", "exec sleep 60"),
+        "2",
+        &src.path().join("B.bundle"),
+    );
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "install_child",
+            "--exact",
+            "--ignored",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("RTDEPLOY_FAULT", "previous-switched")
+        .env("RTDEPLOY_TEST_PREFIX", sup.prefix.path())
+        .env("RTDEPLOY_TEST_BUNDLE", &b)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let s = sup.wait_for("the half-begun trial undone", |s| {
+        release_state(s) == "rolled-back"
+    });
+    let r = s.release.clone().unwrap();
+    assert_eq!(r.current.as_deref(), Some(a.as_str()));
+    assert!(
+        r.detail
+            .as_deref()
+            .unwrap()
+            .contains("stopped before it switched current"),
+        "{r:?}"
+    );
+    // `current` never moved: ctl kept running, untouched.
+    assert_eq!(s.processes[0].pid, pid_a);
+    assert_eq!(runs(&sup), ["A"]);
+    assert_eq!(
+        release::read_state(sup.prefix.path()).unwrap(),
+        Some(ReleaseState::Committed { release: a })
+    );
+    // The next install is not refused as "in trial", and commits.
+    let rep = install_bundle(sup.prefix.path(), &b, &opts()).unwrap();
+    assert_eq!(rep.state, "trial");
+    sup.request(&Request::ReleaseChanged);
+    sup.wait_for("commit", |s| {
+        release_state(s) == "committed"
+            && s.release.as_ref().unwrap().current.as_deref() == Some(rep.release.as_str())
+    });
+    assert_eq!(runs(&sup), ["A", "B"]);
+    sup.stop_all();
+}
