@@ -49,6 +49,9 @@ pub struct ReleaseStatus {
     /// Trial: when it began (Unix seconds, from `state.json`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<u64>,
+    /// Trial: seconds since the supervisor took it up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_s: Option<f64>,
     /// Trial: `restarting` (the processes are being restarted from the
     /// new release) or `watching` (health observed once a second).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,8 +72,8 @@ impl ReleaseStatus {
         let mut s = match self.state.as_str() {
             "trial" => {
                 let mut s = format!("trial {cur}");
-                if let Some(since) = self.since {
-                    s.push_str(&format!(" since {since}"));
+                if let Some(f) = self.for_s {
+                    s.push_str(&format!(" for {f:.0}s"));
                 }
                 match (self.phase.as_deref(), self.window_left_s) {
                     (_, Some(left)) => s.push_str(&format!(", {left:.0}s of the window left")),
@@ -291,6 +294,7 @@ mod tests {
                 current: Some("2-bbbbbbbb".into()),
                 other: Some("1-aaaaaaaa".into()),
                 since: Some(1_700_000_000),
+                for_s: Some(3.2),
                 phase: Some("watching".into()),
                 window_left_s: Some(12.4),
                 detail: None,
@@ -300,7 +304,9 @@ mod tests {
         let t = render_table(&s);
         assert_eq!(
             t.lines().nth(2),
-            Some("release: trial 2-bbbbbbbb since 1700000000, 12s of the window left; rollback to 1-aaaaaaaa")
+            Some(
+                "release: trial 2-bbbbbbbb for 3s, 12s of the window left; rollback to 1-aaaaaaaa"
+            )
         );
         s.release = Some(ReleaseStatus {
             state: "rolled-back".into(),

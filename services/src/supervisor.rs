@@ -992,6 +992,12 @@ impl Supervisor {
             }
             TrialPhase::Watching { .. } => HealthVerdict::Wait,
         };
+        // Health is judged once a second, and at once when a process is
+        // down (a crash rolls back without waiting for the next look).
+        let down = self
+            .procs
+            .iter()
+            .any(|p| self.judged(p) && !(p.state == PState::Running && p.child.is_some()));
         let verdict = match (&mut t.phase, verdict) {
             (
                 TrialPhase::Watching {
@@ -1000,7 +1006,7 @@ impl Supervisor {
                     next,
                 },
                 HealthVerdict::Wait,
-            ) if now >= *next => {
+            ) if now >= *next || down => {
                 *next = now + RELEASE_POLL;
                 let sup_now = self.started.elapsed();
                 let procs: Vec<ProcessHealth> = self
@@ -1089,6 +1095,7 @@ impl Supervisor {
             current: Some(t.release.clone()),
             other: Some(t.previous.clone()),
             since: Some(t.since),
+            for_s: Some(now.duration_since(t.began).as_secs_f64()),
             phase: Some(phase.into()),
             window_left_s: left,
             detail: None,
@@ -2004,7 +2011,7 @@ fn recover_release(prefix: &Path) -> (StepStatus, ReleaseStatus) {
             let mut done = Vec::new();
             if let Some(rb) = &r.rolled_back {
                 done.push(format!(
-                    "trial of {} interrupted (reboot or crash): rolled back to {}",
+                    "trial of {} interrupted (reboot, crash or shutdown): rolled back to {}",
                     rb.from, rb.to
                 ));
             }
@@ -2027,7 +2034,7 @@ fn recover_release(prefix: &Path) -> (StepStatus, ReleaseStatus) {
                     state: "rolled-back".into(),
                     current: r.current.clone(),
                     other: Some(rb.from.clone()),
-                    detail: Some("trial interrupted by a reboot or a crash".into()),
+                    detail: Some("trial interrupted by a reboot, a crash or a shutdown".into()),
                     ..Default::default()
                 },
                 None => ReleaseStatus {

@@ -233,7 +233,7 @@ fn a_trial_found_at_start_is_rolled_back_before_any_process_starts() {
     assert_eq!(step.result, "ok", "{step:?}");
     assert!(
         step.detail.contains(&format!(
-            "trial of {b} interrupted (reboot or crash): rolled back to {a}"
+            "trial of {b} interrupted (reboot, crash or shutdown): rolled back to {a}"
         )),
         "{step:?}"
     );
