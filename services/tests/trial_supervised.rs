@@ -62,11 +62,19 @@ fn supervise(prefix: tempfile::TempDir) -> Running {
         "name": "ctl", "exec": "bin/ctl",
         "restart": {"initial_backoff": "50ms", "max_backoff": "200ms"},
     }));
+    supervise_with(prefix, ctl, Duration::from_secs(1))
+}
+
+fn supervise_with(
+    prefix: tempfile::TempDir,
+    ctl: services::config::ProcessConfig,
+    health_window: Duration,
+) -> Running {
     let opts = Options {
         handle_signals: false,
         verbose: false,
         log_max_bytes: 1 << 20,
-        health_window: Duration::from_secs(1),
+        health_window,
         keep: 3,
         ..Default::default()
     };
@@ -323,5 +331,76 @@ fn an_install_killed_before_the_switch_is_undone_while_running() {
             && s.release.as_ref().unwrap().current.as_deref() == Some(rep.release.as_str())
     });
     assert_eq!(runs(&sup), ["A", "B"]);
+    sup.stop_all();
+}
+
+/// Run by the releases' `bin/ctl` in the test below: the controller
+/// crate's event loop (10 ms phased loop, handler busy for `$HANDLER_US`),
+/// publishing timing reports from the environment the supervisor gives.
+#[test]
+#[ignore = "helper process for a_release_over_its_timing_budget_is_rolled_back"]
+fn reporter() {
+    let handler = Duration::from_micros(
+        std::env::var("HANDLER_US")
+            .expect("run by the supervisor test")
+            .parse()
+            .unwrap(),
+    );
+    let opts = controller::event_loop::LoopOptions::from_env();
+    assert!(
+        opts.timing.is_some(),
+        "RTDEPLOY_SHM_DIR and RTDEPLOY_PROCESS are set"
+    );
+    let mut lp = controller::event_loop::EventLoop::new(opts).unwrap();
+    lp.add_phased_loop(
+        "tick",
+        Duration::from_millis(10),
+        Duration::ZERO,
+        move |_| {
+            let t = std::time::Instant::now();
+            while t.elapsed() < handler {
+                std::hint::spin_loop();
+            }
+        },
+    );
+    lp.run().unwrap();
+}
+
+#[test]
+fn a_release_over_its_timing_budget_is_rolled_back() {
+    let src = tempfile::tempdir().unwrap();
+    let prefix = robot_prefix();
+    let exe = std::env::current_exe().unwrap();
+    let run = |us: u32| {
+        format!(
+            "HANDLER_US={us} exec {} --exact reporter --ignored --test-threads=1 -q",
+            exe.display()
+        )
+    };
+    let a = install(prefix.path(), src.path(), "A", "1", &run(0));
+    let ctl = process(json!({
+        "name": "ctl", "exec": "bin/ctl", "budgets": {"handler": "50ms"},
+        "stop_timeout": "1s",
+    }));
+    // The window is long enough for the first report (one a second).
+    let sup = supervise_with(prefix, ctl, Duration::from_secs(5));
+    sup.wait_for("A reporting", |s| s.processes[0].budget == "ok");
+
+    // B's handler takes 60 ms against the 50 ms budget.
+    let b = install(sup.prefix.path(), src.path(), "B", "2", &run(60_000));
+    sup.request(&Request::ReleaseChanged);
+    let s = sup.wait_for("rollback", |s| release_state(s) == "rolled-back");
+    let r = s.release.clone().unwrap();
+    assert_eq!(r.current.as_deref(), Some(a.as_str()));
+    assert_eq!(r.other.as_deref(), Some(b.as_str()));
+    assert!(
+        r.detail
+            .as_deref()
+            .unwrap()
+            .contains("process ctl went over its timing budget"),
+        "{r:?}"
+    );
+    wait_running_from(&sup, "A");
+    assert_eq!(runs(&sup), ["A", "B", "A"]);
     sup.stop_all();
 }
