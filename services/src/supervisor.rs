@@ -233,6 +233,9 @@ struct Trial {
     previous: String,
     began: Instant,
     phase: TrialPhase,
+    /// Set when the new release's robot.yaml differs from the previous
+    /// one's: the supervisor keeps the configuration it loaded.
+    config_note: Option<String>,
 }
 
 enum TrialPhase {
@@ -835,12 +838,17 @@ impl Supervisor {
                 ));
                 self.restart_all(&format!("release {release} in trial"));
                 self.running_release = Some(release.clone());
+                let config_note = config_changed(&layout, &previous, &release);
+                if let Some(n) = &config_note {
+                    self.say(format!("release {release}: {n}"));
+                }
                 self.trial = Some(Trial {
                     release,
                     since,
                     previous,
                     began: now,
                     phase: TrialPhase::Restarting,
+                    config_note,
                 });
                 self.update_release_status(now);
             }
@@ -1036,7 +1044,10 @@ impl Supervisor {
                     self.release = ReleaseStatus {
                         state: "committed".into(),
                         current: Some(r),
-                        detail: Some(format!("healthy for {window:?}")),
+                        detail: Some(match &t.config_note {
+                            Some(n) => format!("healthy for {window:?}; {n}"),
+                            None => format!("healthy for {window:?}"),
+                        }),
                         ..Default::default()
                     };
                 }
@@ -1098,7 +1109,7 @@ impl Supervisor {
             for_s: Some(now.duration_since(t.began).as_secs_f64()),
             phase: Some(phase.into()),
             window_left_s: left,
-            detail: None,
+            detail: t.config_note.clone(),
         };
     }
 
@@ -1987,6 +1998,16 @@ fn create_channels(
             format!("{detail}; {}", errors.join("; ")),
         )
     }
+}
+
+/// A note when release `new`'s robot.yaml differs from `old`'s: the
+/// processes are restarted from the new binaries, but with the process
+/// configuration the supervisor loaded at its start.
+fn config_changed(layout: &release::Layout, old: &str, new: &str) -> Option<String> {
+    let read = |r: &str| std::fs::read(layout.release(r).join("robot.yaml")).ok();
+    (read(old) != read(new)).then(|| {
+        "its robot.yaml differs from the previous release's: the processes run the new binaries with the configuration loaded at the supervisor's start until the supervisor restarts".to_string()
+    })
 }
 
 /// [`release::recover_at_start`] as a start-up step, and the release

@@ -199,6 +199,13 @@ fn a_healthy_release_is_committed_after_the_window_then_a_manual_rollback_restar
     });
     assert_eq!(s.processes[0].state, "running");
     assert_eq!(runs(&sup), ["A", "B"]);
+    // The bundles' robot.yaml differ (by a comment naming the version):
+    // the supervisor says it keeps the configuration it started with.
+    let detail = s.release.as_ref().unwrap().detail.clone().unwrap();
+    assert!(
+        detail.starts_with("healthy for 1s; its robot.yaml differs from the previous release's"),
+        "{detail}"
+    );
     assert_eq!(
         release::read_state(sup.prefix.path()).unwrap(),
         Some(ReleaseState::Committed { release: b })
