@@ -294,6 +294,9 @@ pub struct Supervisor {
     /// (re)started from it.
     running_release: Option<String>,
     trial: Option<Trial>,
+    /// A trial whose commit or rollback failed (release, since): not taken
+    /// up again; the next start's recovery deals with it.
+    abandoned: Option<(String, u64)>,
     release: ReleaseStatus,
     next_release_check: Instant,
 }
@@ -555,6 +558,7 @@ impl Supervisor {
             next_timing_poll: Instant::now(),
             running_release,
             trial: None,
+            abandoned: None,
             release: release_status,
             next_release_check: Instant::now(),
         };
@@ -818,12 +822,19 @@ impl Supervisor {
                 previous,
                 ..
             }) => {
+                if self
+                    .abandoned
+                    .as_ref()
+                    .is_some_and(|(r, s)| *r == release && *s == since)
+                {
+                    return;
+                }
                 if current.as_deref() != Some(release.as_str()) {
                     // The installer wrote the state and has not switched
                     // `current` yet (look again at the next poll), or it
                     // died before the switch: then nobody holds the
                     // update lock, and the half-begun trial is undone.
-                    self.undo_unswitched_trial(&release);
+                    self.undo_unswitched_trial(&release, since);
                     return;
                 }
                 if self
@@ -887,7 +898,7 @@ impl Supervisor {
     /// and switching. [`release::rollback`] puts `state.json` and
     /// `previous` back; `current` never moved, so nothing restarts (unless
     /// it moved after all, which [`Self::check_release`] sees next time).
-    fn undo_unswitched_trial(&mut self, release: &str) {
+    fn undo_unswitched_trial(&mut self, release: &str, since: u64) {
         let prefix = self.roots.prefix.clone();
         let lock = match release::UpdateLock::try_acquire(&prefix, "supervisor") {
             Ok(Some(l)) => l,
@@ -921,6 +932,7 @@ impl Supervisor {
             }
             Err(e) => {
                 self.say(format!("release: {reason}; undoing it failed: {e}"));
+                self.abandoned = Some((release.to_string(), since));
                 self.release = ReleaseStatus {
                     state: "error".into(),
                     current: release::link_target(&layout.current()),
@@ -1080,6 +1092,7 @@ impl Supervisor {
     /// longer judged (the next start's recovery rolls it back).
     fn release_failed(&mut self, t: &Trial, msg: String) {
         self.say(format!("release {}: {msg}", t.release));
+        self.abandoned = Some((t.release.clone(), t.since));
         self.release = ReleaseStatus {
             state: "error".into(),
             current: Some(t.release.clone()),
