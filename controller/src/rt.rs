@@ -7,6 +7,7 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -385,8 +386,102 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrapAlloc<A> {
     }
 }
 
+/// The first `cgroup.procs` that exists among the places the CPU plan
+/// creates the `rtdeploy/<leaf>` cgroup (`rt` or `housekeeping`): the
+/// cgroup2 root, the hybrid `unified` mount, the cpuset v1 hierarchy, all
+/// under `sys_root` (`/sys` on a robot).
+pub fn find_cgroup(sys_root: &Path, leaf: &str) -> Option<PathBuf> {
+    ["fs/cgroup", "fs/cgroup/unified", "fs/cgroup/cpuset"]
+        .iter()
+        .map(|base| {
+            sys_root
+                .join(base)
+                .join("rtdeploy")
+                .join(leaf)
+                .join("cgroup.procs")
+        })
+        .find(|p| p.exists())
+}
+
+/// The CPUs a cgroup may use, from the cpuset file beside its
+/// `cgroup.procs`: v2's `cpuset.cpus.effective`, else `cpuset.cpus`, else
+/// v1's `cpuset.effective_cpus`.
+fn cgroup_cpus(procs: &Path) -> Option<Vec<usize>> {
+    let dir = procs.parent()?;
+    [
+        "cpuset.cpus.effective",
+        "cpuset.cpus",
+        "cpuset.effective_cpus",
+    ]
+    .iter()
+    .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+    .find(|t| !t.trim().is_empty())
+    .and_then(|t| parse_cpu_list(t.trim()))
+}
+
+/// `0-3,5` -> [0, 1, 2, 3, 5].
+fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (usize, usize) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+        cpus.extend(lo..=hi);
+    }
+    Some(cpus)
+}
+
+/// Moves the calling process into the rtdeploy cgroup (`rt`, then
+/// `housekeeping`) whose CPUs hold every one of `cpus`, when the CPU plan
+/// made one. Once an isolated partition takes CPUs away from the root
+/// cgroup, a process left there cannot be pinned to them
+/// (`sched_setaffinity` fails with EINVAL), so a process that is about to
+/// pin itself to isolated CPUs joins their cgroup first. Returns the
+/// `cgroup.procs` joined, or `None` when no such cgroup exists.
+pub fn join_cgroup_holding(sys_root: &Path, cpus: &[usize]) -> io::Result<Option<PathBuf>> {
+    for leaf in ["rt", "housekeeping"] {
+        let Some(procs) = find_cgroup(sys_root, leaf) else {
+            continue;
+        };
+        let Some(allowed) = cgroup_cpus(&procs) else {
+            continue;
+        };
+        if cpus.iter().all(|c| allowed.contains(c)) {
+            // "0" names the writing process (cgroups(7)).
+            std::fs::write(&procs, "0")?;
+            return Ok(Some(procs));
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn joins_the_cgroup_whose_cpus_hold_the_request() {
+        let sys = tempfile::tempdir().unwrap();
+        assert_eq!(find_cgroup(sys.path(), "rt"), None);
+        assert_eq!(join_cgroup_holding(sys.path(), &[2]).unwrap(), None);
+        for (leaf, cpus) in [("rt", "2-3\n"), ("housekeeping", "0-1\n")] {
+            let dir = sys.path().join("fs/cgroup/rtdeploy").join(leaf);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+            std::fs::write(dir.join("cpuset.cpus.effective"), cpus).unwrap();
+        }
+        let rt = sys.path().join("fs/cgroup/rtdeploy/rt/cgroup.procs");
+        let hk = sys
+            .path()
+            .join("fs/cgroup/rtdeploy/housekeeping/cgroup.procs");
+        assert_eq!(
+            join_cgroup_holding(sys.path(), &[3]).unwrap(),
+            Some(rt.clone())
+        );
+        assert_eq!(std::fs::read_to_string(&rt).unwrap(), "0");
+        assert_eq!(join_cgroup_holding(sys.path(), &[0, 1]).unwrap(), Some(hk));
+        // CPUs split across both cgroups: neither holds them all.
+        assert_eq!(join_cgroup_holding(sys.path(), &[1, 2]).unwrap(), None);
+        assert_eq!(parse_cpu_list("0-2,5"), Some(vec![0, 1, 2, 5]));
+    }
+
     use super::*;
 
     #[test]

@@ -319,21 +319,7 @@ fn step(step: &str, result: &str, detail: impl Into<String>) -> StepStatus {
     }
 }
 
-/// The first `cgroup.procs` that exists among the places the cpusets plan
-/// creates the `rtdeploy/<leaf>` cgroup: the cgroup2 root, the hybrid
-/// `unified` mount, the cpuset v1 hierarchy.
-pub fn find_cgroup(sys_root: &Path, leaf: &str) -> Option<PathBuf> {
-    ["fs/cgroup", "fs/cgroup/unified", "fs/cgroup/cpuset"]
-        .iter()
-        .map(|base| {
-            sys_root
-                .join(base)
-                .join("rtdeploy")
-                .join(leaf)
-                .join("cgroup.procs")
-        })
-        .find(|p| p.exists())
-}
+pub use controller::rt::find_cgroup;
 
 impl Supervisor {
     /// Does the start-up sequence up to (not including) starting processes.

@@ -131,6 +131,7 @@ impl Run<'_> {
             format!("shm={}", shm_dir(&self.env.prefix).display()),
             format!("channel={}", self.channel_name),
             format!("proc={}", self.env.sysroot.join("proc").display()),
+            format!("sys={}", self.env.sysroot.join("sys").display()),
         ]
     }
 
@@ -443,6 +444,16 @@ pub(crate) fn run(
     }
     let (setups, timer_hists) = timer.stop();
     let timer_fifo = setups.iter().all(|s| s.fifo);
+    for s in setups.iter().filter(|s| !s.pinned) {
+        // The timer threads run in this process; when its cgroup does not
+        // hold an isolated CPU (the supervisor after partitioning), the
+        // thread cannot be pinned there. Say so rather than pass the
+        // figures off as that CPU's.
+        notes.push(format!(
+            "timer cpu{0}: the measuring thread could not be pinned to CPU {0} (not in this process's cgroup or affinity); its figures come from the CPUs this process may use",
+            s.cpu
+        ));
+    }
     let mut measurements = vec![];
     for (s, h) in setups.iter().zip(&timer_hists) {
         measurements.push(Measurement::new(

@@ -280,8 +280,20 @@ pub fn main(args: &[String]) -> i32 {
 
 /// Common real-time setup: pin, memory lock, SCHED_FIFO (counted in the
 /// control words when refused).
-fn rt_setup(ctl: &Control, cpus: &[usize], priority: Option<u32>) -> Result<(), String> {
-    rt::pin_to_set(cpus).map_err(|e| format!("cannot pin to cpus {cpus:?}: {e}"))?;
+fn rt_setup(ctl: &Control, a: &Args, priority: Option<u32>) -> Result<(), String> {
+    let cpus = a.cpus("cpu")?;
+    let cpus = &cpus[..];
+    // Join the rtdeploy cgroup that holds these CPUs first: an isolated
+    // partition takes them away from the cgroup this process starts in.
+    let joined = crate::rt::join_cgroup_holding(&a.path("sys")?, cpus)
+        .map_err(|e| format!("cannot join the cgroup of cpus {cpus:?}: {e}"))?;
+    rt::pin_to_set(cpus).map_err(|e| {
+        let cg = joined.map_or_else(
+            || "no rtdeploy cgroup holds them".to_string(),
+            |p| format!("in {}", p.display()),
+        );
+        format!("cannot pin to cpus {cpus:?} ({cg}): {e}")
+    })?;
     if priority.is_some() && !rt::lock_memory() {
         ctl.mlock_failed.fetch_add(1, Ordering::Relaxed); // a statistic
     }
@@ -306,7 +318,7 @@ fn rt_send(a: &Args) -> Result<(), String> {
     let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
     let ctl = shared.control();
     let mech = a.mech()?;
-    rt_setup(ctl, &a.cpus("cpu")?, Some(a.u64("priority")? as u32))?;
+    rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
     let ch = open_channel(a)?;
     let mut publisher = ch.publisher(&a.path("proc")?).map_err(|e| e.to_string())?;
     let period = a.u64("period_ns")?.max(1);
@@ -505,7 +517,7 @@ fn rt_recv(a: &Args) -> Result<(), String> {
     let ctl = shared.control();
     let mech = a.mech()?;
     mechanism_availability(mech)?;
-    rt_setup(ctl, &a.cpus("cpu")?, Some(a.u64("priority")? as u32))?;
+    rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
     let ch = open_channel(a)?;
     let h = shared.hist(mech, H_DELIVERY);
     receive(
@@ -539,7 +551,7 @@ fn low(a: &Args) -> Result<(), String> {
     if slot >= MAX_LOW {
         return Err(format!("slot {slot} is out of range (at most {MAX_LOW})"));
     }
-    rt_setup(ctl, &a.cpus("cpu")?, None)?;
+    rt_setup(ctl, a, None)?;
     ctl.low_started.fetch_add(1, Ordering::Relaxed); // a statistic
     let ch = open_channel(a)?;
     let proc_root = a.path("proc")?;
@@ -621,7 +633,7 @@ impl Rng {
 fn burst(a: &Args) -> Result<(), String> {
     let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
     let ctl = shared.control();
-    rt_setup(ctl, &a.cpus("cpu")?, Some(a.u64("priority")? as u32))?;
+    rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
     let (lo, hi) = (a.u64("min_ns")?, a.u64("max_ns")?);
     let mut rng = Rng::new();
     // Relaxed: a stop request, see rt_send.
@@ -641,7 +653,7 @@ fn burst(a: &Args) -> Result<(), String> {
 fn hog(a: &Args) -> Result<(), String> {
     let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
     let ctl = shared.control();
-    rt_setup(ctl, &a.cpus("cpu")?, None)?;
+    rt_setup(ctl, a, None)?;
     let mut x = 1u64;
     // Relaxed: a stop request, see rt_send.
     while ctl.stop_all.load(Ordering::Relaxed) == 0 {
@@ -655,7 +667,7 @@ fn hog(a: &Args) -> Result<(), String> {
 fn io_writer(a: &Args) -> Result<(), String> {
     let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
     let ctl = shared.control();
-    rt_setup(ctl, &a.cpus("cpu")?, None)?;
+    rt_setup(ctl, a, None)?;
     let dir = a.path("dir")?;
     let path = dir.join(format!("io-{}", std::process::id()));
     let buf = vec![0x5au8; 64 << 10];
