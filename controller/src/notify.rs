@@ -134,9 +134,30 @@ impl Waiter {
     /// and restores the thread's mask. Threads the caller starts later
     /// inherit the blocked mask; threads already running do not need it
     /// (notifiers direct the signal at this thread).
+    ///
+    /// A signal still in flight when the waiter is dropped would then meet
+    /// the default action and end the process, so the process's
+    /// disposition for `signo` is set to ignore when it is the default:
+    /// a blocked signal is queued (and read by the signalfd) even when
+    /// ignored, and an unblocked one is discarded.
     /// See [`signalfd(2)`](https://man7.org/linux/man-pages/man2/signalfd.2.html).
     pub fn signal(signo: i32) -> io::Result<Waiter> {
         let set = signal_set(signo);
+        // SAFETY: zeroed storage for the current action, written by the call.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reads the action of a valid signal number into `cur`.
+        if unsafe { libc::sigaction(signo, std::ptr::null(), &mut cur) } != 0 {
+            return Err(last_err("sigaction"));
+        }
+        if cur.sa_sigaction == libc::SIG_DFL {
+            // SAFETY: zeroed is a valid empty action (no flags, empty mask).
+            let mut ign: libc::sigaction = unsafe { std::mem::zeroed() };
+            ign.sa_sigaction = libc::SIG_IGN;
+            // SAFETY: installs SIG_IGN, which runs no code, for `signo`.
+            if unsafe { libc::sigaction(signo, &ign, std::ptr::null_mut()) } != 0 {
+                return Err(last_err("sigaction"));
+            }
+        }
         // SAFETY: zeroed storage for the old mask, written by the call.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: valid sets; changes only this thread's mask.
