@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use super::report::{
     BudgetResult, CheckReport, Measurement, MeasurementKind, Realtime, ScenarioFacts, Statistic,
 };
-use super::timer::TimerRun;
+use super::timer::TimerThreadSetup;
 use super::worker::{
-    Shared, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, RT_CELL, TAG_STOP,
+    Shared, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, MAX_TIMERS, RT_CELL, TAG_STOP,
 };
 use super::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
 use crate::channel::{Channel, ChannelGeometry, Publisher};
@@ -429,39 +429,76 @@ pub(crate) fn run(
     let t_start = Instant::now();
     let frac = |t0: Instant| t0.elapsed().as_secs_f64() / whole.as_secs_f64();
 
-    // Timer phase (with the loads, without the real-time pair).
-    let timer =
-        TimerRun::start(&inputs.isolated, c.priority, c.period.0).map_err(CheckRunError::Timer)?;
+    // Timer phase (with the loads, without the real-time pair): one worker
+    // process per isolated CPU, each in the cgroup of its CPU.
+    if inputs.isolated.len() > MAX_TIMERS {
+        return Err(CheckRunError::Timer(std::io::Error::other(format!(
+            "{} isolated CPUs; the timer phase measures at most {MAX_TIMERS}",
+            inputs.isolated.len()
+        ))));
+    }
+    let mut timers = vec![];
+    for (slot, &cpu) in inputs.isolated.iter().enumerate() {
+        timers.push(run.spawn(
+            "timer",
+            &[
+                format!("slot={slot}"),
+                format!("cpu={cpu}"),
+                format!("priority={}", c.priority),
+                format!("period_ns={}", c.period.0.as_nanos().max(1)),
+            ],
+        )?);
+    }
+    let timer_worst = |run: &Run| {
+        (0..inputs.isolated.len())
+            .map(|slot| run.shared.timer_hist(slot).live().1)
+            .max()
+            .unwrap_or(0)
+    };
     let phase_end = Instant::now() + timer_dur;
     while Instant::now() < phase_end {
         std::thread::sleep(
             Duration::from_millis(100).min(phase_end.saturating_duration_since(Instant::now())),
         );
-        progress.update("timer latency", frac(t_start), timer.live_worst());
-        for w in run.loads.iter_mut() {
+        progress.update("timer latency", frac(t_start), timer_worst(&run));
+        for w in run.loads.iter_mut().chain(timers.iter_mut()) {
             Run::check_alive(w)?;
         }
     }
-    let (setups, timer_hists) = timer.stop();
+    run.shared.control().timer_stop.store(1, Ordering::SeqCst);
+    for w in timers {
+        finish(w, Duration::from_secs(2))?;
+    }
+    let ctl = run.shared.control();
+    let (pinned, fifo) = (
+        ctl.timer_pinned.load(Ordering::SeqCst),
+        ctl.timer_fifo.load(Ordering::SeqCst),
+    );
+    let setups: Vec<TimerThreadSetup> = inputs
+        .isolated
+        .iter()
+        .enumerate()
+        .map(|(slot, &cpu)| TimerThreadSetup {
+            cpu,
+            pinned: pinned & (1 << slot) != 0,
+            fifo: fifo & (1 << slot) != 0,
+        })
+        .collect();
     let timer_fifo = setups.iter().all(|s| s.fifo);
     for s in setups.iter().filter(|s| !s.pinned) {
-        // The timer threads run in this process; when its cgroup does not
-        // hold an isolated CPU (the supervisor after partitioning), the
-        // thread cannot be pinned there. Say so rather than pass the
-        // figures off as that CPU's.
         notes.push(format!(
-            "timer cpu{0}: the measuring thread could not be pinned to CPU {0} (not in this process's cgroup or affinity); its figures come from the CPUs this process may use",
+            "timer cpu{0}: the measuring process could not be pinned to CPU {0}; its figures come from the CPUs it was allowed",
             s.cpu
         ));
     }
     let mut measurements = vec![];
-    for (s, h) in setups.iter().zip(&timer_hists) {
+    for (slot, s) in setups.iter().enumerate() {
         measurements.push(Measurement::new(
             format!("timer cpu{}", s.cpu),
             MeasurementKind::Timer,
             None,
             Some(s.cpu),
-            h.summary(),
+            run.shared.timer_hist(slot).summary(),
         ));
     }
 

@@ -27,6 +27,26 @@ pub struct TimerRun {
     threads: Vec<thread::JoinHandle<TimerThreadSetup>>,
 }
 
+/// Sleeps to absolute `CLOCK_MONOTONIC` deadlines `period_ns` apart and
+/// records each wake's lateness into `h`, until `stop()` says so. Shared by
+/// the in-process timer threads and the check's timer worker processes.
+pub fn measure(h: &Histogram, period_ns: u64, stop: impl Fn() -> bool) {
+    let period_ns = period_ns.max(1);
+    let mut next = monotonic_ns() + period_ns;
+    while !stop() {
+        rt::sleep_until(next);
+        let now = monotonic_ns();
+        h.record(now.saturating_sub(next));
+        next += period_ns;
+        if now > next {
+            // Overran whole periods: skip them, as cyclictest does, rather
+            // than bunching.
+            let behind = (now - next) / period_ns + 1;
+            next += behind * period_ns;
+        }
+    }
+}
+
 impl TimerRun {
     /// Starts one measuring thread per CPU in `cpus`. The histograms are
     /// allocated here, before any thread measures.
@@ -45,21 +65,9 @@ impl TimerRun {
                     .spawn(move || {
                         let pinned = rt::pin_to_set(&[cpu]).is_ok();
                         let fifo = rt::set_fifo(priority).unwrap_or(false);
-                        let mut next = monotonic_ns() + period_ns;
                         // Relaxed: a stop request; the join that follows
                         // is what synchronises the results.
-                        while !stop.load(Ordering::Relaxed) {
-                            rt::sleep_until(next);
-                            let now = monotonic_ns();
-                            h.record(now.saturating_sub(next));
-                            next += period_ns;
-                            if now > next {
-                                // Overran whole periods: skip them, as
-                                // cyclictest does, rather than bunching.
-                                let behind = (now - next) / period_ns + 1;
-                                next += behind * period_ns;
-                            }
-                        }
+                        measure(&h, period_ns, || stop.load(Ordering::Relaxed));
                         TimerThreadSetup { cpu, pinned, fifo }
                     })?,
             );

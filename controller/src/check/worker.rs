@@ -74,7 +74,13 @@ pub(crate) struct Control {
     pub notify_failed: AtomicU64,
     /// The errno of the last such failure.
     pub notify_errno: AtomicU64,
-    pub _pad: [AtomicU64; 7],
+    /// Non-zero: the timer workers stop.
+    pub timer_stop: AtomicU64,
+    /// Bit `slot`: that timer worker pinned itself to its CPU.
+    pub timer_pinned: AtomicU64,
+    /// Bit `slot`: that timer worker got SCHED_FIFO.
+    pub timer_fifo: AtomicU64,
+    pub _pad: [AtomicU64; 4],
     /// Per low-priority slot: the generation that may run; a process whose
     /// generation differs stops.
     pub low_gen: [AtomicU64; MAX_LOW],
@@ -89,9 +95,13 @@ pub(crate) struct Control {
 unsafe impl ShmSafe for Control {}
 const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_BYTES);
 
+/// Timer-latency histograms: one per isolated CPU, at most this many.
+pub(crate) const MAX_TIMERS: usize = 64;
+
 /// Bytes of the shared file.
 pub(crate) fn shared_bytes() -> usize {
-    CONTROL_BYTES + Mechanism::ALL.len() * PER_MECH * std::mem::size_of::<Histogram>()
+    CONTROL_BYTES
+        + (Mechanism::ALL.len() * PER_MECH + MAX_TIMERS) * std::mem::size_of::<Histogram>()
 }
 
 /// The shared file, mapped.
@@ -150,6 +160,14 @@ impl Shared {
 
     pub fn hist(&self, mech: Mechanism, which: usize) -> &Histogram {
         let i = mech.index() * PER_MECH + which;
+        self.map
+            .at(CONTROL_BYTES + i * std::mem::size_of::<Histogram>())
+    }
+
+    /// The timer-latency histogram of timer worker `slot` (< MAX_TIMERS).
+    pub fn timer_hist(&self, slot: usize) -> &Histogram {
+        assert!(slot < MAX_TIMERS, "timer slot {slot} out of range");
+        let i = Mechanism::ALL.len() * PER_MECH + slot;
         self.map
             .at(CONTROL_BYTES + i * std::mem::size_of::<Histogram>())
     }
@@ -264,6 +282,7 @@ pub fn main(args: &[String]) -> i32 {
         "rt-recv" => rt_recv(&a),
         "low" => low(&a),
         "burst" => burst(&a),
+        "timer" => timer(&a),
         "hog" => hog(&a),
         "io" => io_writer(&a),
         r => Err(format!("unknown role `{r}`")),
@@ -628,6 +647,38 @@ impl Rng {
         let (l, h) = ((lo.max(1)) as f64, hi as f64);
         (l * (h / l).powf(f)) as u64
     }
+}
+
+/// Timer latency on one isolated CPU, cyclictest-style, in a process of
+/// its own: it can join the cgroup of its CPU, which a thread of the
+/// engine (a supervisor pinned to housekeeping CPUs) cannot.
+fn timer(a: &Args) -> Result<(), String> {
+    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+    let ctl = shared.control();
+    let slot = a.u64("slot")? as usize;
+    if slot >= MAX_TIMERS {
+        return Err(format!(
+            "slot={slot} is beyond the {MAX_TIMERS} timer slots"
+        ));
+    }
+    let cpus = a.cpus("cpu")?;
+    // A CPU the cgroup or the affinity refuses is reported, not fatal:
+    // the report says the figures were not taken there.
+    let _ = crate::rt::join_cgroup_holding(&a.path("sys")?, &cpus);
+    if rt::pin_to_set(&cpus).is_ok() {
+        ctl.timer_pinned.fetch_or(1 << slot, Ordering::SeqCst);
+    }
+    let _ = rt::lock_memory();
+    if rt::set_fifo(a.u64("priority")? as u32).unwrap_or(false) {
+        ctl.timer_fifo.fetch_or(1 << slot, Ordering::SeqCst);
+    }
+    let h = shared.timer_hist(slot);
+    // Relaxed: stop requests; the engine reads the histogram after this
+    // process exited (waitpid orders it).
+    super::timer::measure(h, a.u64("period_ns")?, || {
+        ctl.timer_stop.load(Ordering::Relaxed) != 0 || ctl.stop_all.load(Ordering::Relaxed) != 0
+    });
+    Ok(())
 }
 
 fn burst(a: &Args) -> Result<(), String> {
