@@ -257,16 +257,10 @@ pub(crate) fn shm_dir(prefix: &Path) -> PathBuf {
 /// CPUs this process may run on, and the supervisor itself is pinned to the
 /// housekeeping CPUs while the check places workers on the isolated ones.
 fn online_cpus(sysroot: &Path) -> Vec<usize> {
-    let text = std::fs::read_to_string(sysroot.join("sys/devices/system/cpu/online"));
-    let parsed = text.ok().and_then(|t| {
-        let mut cpus = Vec::new();
-        for part in t.trim().split(',').filter(|p| !p.is_empty()) {
-            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-            let (lo, hi): (usize, usize) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
-            cpus.extend(lo..=hi);
-        }
-        (!cpus.is_empty()).then_some(cpus)
-    });
+    let parsed = std::fs::read_to_string(sysroot.join("sys/devices/system/cpu/online"))
+        .ok()
+        .and_then(|t| crate::rt::parse_cpu_list(t.trim()))
+        .filter(|cpus| !cpus.is_empty());
     parsed.unwrap_or_else(|| {
         (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
     })
