@@ -28,11 +28,29 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE_ROOT=${RTDEPLOY_CACHE:-$REPO/.cache}
 DIR=$CACHE_ROOT/rt-kernel
-MIRROR=${RTDEPLOY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian archive this machine's apt already uses (deb822 `URIs:` or
+# one-line `deb` entries), not the security archive.
+system_mirror() {
+    local uri
+    uri=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources |
+        awk '{for (i = 2; i <= NF; i++) print $i}' | grep -v -- '-security' | head -n1)
+    if [ -z "$uri" ]; then
+        uri=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
+            awk '{for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; break}}' |
+            grep -v -- '-security' | head -n1)
+    fi
+    printf '%s' "$uri"
+}
+MIRROR=${RTDEPLOY_DEBIAN_MIRROR:-$(system_mirror)}
 SUITE=${RTDEPLOY_KERNEL_SUITE:-trixie}
 PKG_RE='^linux-image-6\.(1[2-9]|[2-9][0-9])\.[^ ]*-rt-amd64-unsigned$'
 
 log() { printf 'fetch-rt-kernel: %s\n' "$*" >&2; }
+
+if [ -z "$MIRROR" ]; then
+    log "no Debian archive in this machine's apt sources: set RTDEPLOY_DEBIAN_MIRROR"
+    exit 2
+fi
 
 # Host tools the end-to-end test needs.
 # shellcheck source=scripts/e2e/lib.sh
