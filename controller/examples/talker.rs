@@ -15,75 +15,31 @@
 //! messages, with the event-loop backend in use; exits after `--count`
 //! messages (default: runs until killed).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use controller::event_loop::{EventLoop, LoopOptions, TimingOptions};
-use controller::{Channel, ChannelGeometry};
+mod common;
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
+use common::{arg, die, Example};
 
 fn main() {
+    let ex = Example::setup("talker");
     let args: Vec<String> = std::env::args().collect();
-    let channel = arg(&args, "--channel").unwrap_or_else(|| "/demo/chatter".into());
     let period_us: u64 = arg(&args, "--period-us")
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let every: u64 = arg(&args, "--every")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-        .max(1);
-    let count: u64 = arg(&args, "--count")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let shm = PathBuf::from(
-        std::env::var("RTDEPLOY_SHM_DIR").unwrap_or_else(|_| "/dev/shm/rtdeploy".into()),
+    let (channel, process, every, count, ch, mut lp) = (
+        ex.channel_name,
+        ex.process,
+        ex.every,
+        ex.count,
+        ex.channel,
+        ex.event_loop,
     );
-    let process = std::env::var("RTDEPLOY_PROCESS").unwrap_or_else(|_| "talker".into());
-    let proc_root = Path::new("/proc");
-
-    if let Err(e) = controller::rt::lock_and_prefault(256 << 10, 4 << 20) {
-        eprintln!("talker: warning: {e}");
-    }
-    let ch = if args.iter().any(|a| a == "--create") {
-        Channel::create(
-            &shm,
-            &channel,
-            &ChannelGeometry::new(64, 1024, 4),
-            None,
-            proc_root,
-        )
-        .map(|(c, _)| c)
-        .map_err(|e| e.to_string())
-    } else {
-        Channel::open(&shm, &channel).map_err(|e| e.to_string())
-    };
-    let ch = ch.unwrap_or_else(|e| {
-        eprintln!("talker: {e}");
-        std::process::exit(2);
-    });
-    let mut opts = LoopOptions::from_env();
-    opts.timing = Some(TimingOptions {
-        shm_dir: shm.clone(),
-        process: process.clone(),
-        period: Duration::from_secs(1),
-    });
-    let mut lp = EventLoop::new(opts).unwrap_or_else(|e| {
-        eprintln!("talker: {e}");
-        std::process::exit(2);
-    });
     let backend = lp.backend();
     println!(
         "talker: process {process}, channel {channel}, backend {backend}, period {period_us}us"
     );
-    let mut sender = lp.make_sender(&ch).unwrap_or_else(|e| {
-        eprintln!("talker: {e}");
-        std::process::exit(2);
-    });
+    let mut sender = lp.make_sender(&ch).unwrap_or_else(|e| die("talker", e, 2));
     let mut seq = 0u64;
     let mut errors = 0u64;
     lp.add_phased_loop(
@@ -107,7 +63,6 @@ fn main() {
         },
     );
     if let Err(e) = lp.run() {
-        eprintln!("talker: {e}");
-        std::process::exit(1);
+        die("talker", e, 1);
     }
 }

@@ -1,0 +1,88 @@
+//! What the example controllers share: their command line, the channel
+//! directory and process name the supervisor passes in the environment
+//! (`RTDEPLOY_SHM_DIR`, `RTDEPLOY_PROCESS`), memory locking, the channel
+//! (opened, or created with `--create`) and an event loop that publishes its
+//! timing report once a second.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use controller::event_loop::{EventLoop, LoopOptions, TimingOptions};
+use controller::{Channel, ChannelGeometry};
+
+/// A controller ready to run.
+pub struct Example {
+    pub channel_name: String,
+    pub process: String,
+    /// Print a line every this many messages.
+    pub every: u64,
+    /// Stop after this many messages (0: run until killed).
+    pub count: u64,
+    pub channel: Channel,
+    pub event_loop: EventLoop,
+}
+
+/// The value after `name` on the command line.
+pub fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// Prints `role: error` and exits with `code`.
+pub fn die(role: &str, e: impl std::fmt::Display, code: i32) -> ! {
+    eprintln!("{role}: {e}");
+    std::process::exit(code);
+}
+
+impl Example {
+    /// Sets up the example named `role` (also the default process name).
+    pub fn setup(role: &str) -> Example {
+        let args: Vec<String> = std::env::args().collect();
+        let channel_name = arg(&args, "--channel").unwrap_or_else(|| "/demo/chatter".into());
+        let every: u64 = arg(&args, "--every")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000)
+            .max(1);
+        let count: u64 = arg(&args, "--count")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let shm = PathBuf::from(
+            std::env::var("RTDEPLOY_SHM_DIR").unwrap_or_else(|_| "/dev/shm/rtdeploy".into()),
+        );
+        let process = std::env::var("RTDEPLOY_PROCESS").unwrap_or_else(|_| role.into());
+
+        if let Err(e) = controller::rt::lock_and_prefault(256 << 10, 4 << 20) {
+            eprintln!("{role}: warning: {e}");
+        }
+        let channel = if args.iter().any(|a| a == "--create") {
+            Channel::create(
+                &shm,
+                &channel_name,
+                &ChannelGeometry::new(64, 1024, 4),
+                None,
+                Path::new("/proc"),
+            )
+            .map(|(c, _)| c)
+            .map_err(|e| e.to_string())
+        } else {
+            Channel::open(&shm, &channel_name).map_err(|e| e.to_string())
+        }
+        .unwrap_or_else(|e| die(role, e, 2));
+        let mut opts = LoopOptions::from_env();
+        opts.timing = Some(TimingOptions {
+            shm_dir: shm,
+            process: process.clone(),
+            period: Duration::from_secs(1),
+        });
+        let event_loop = EventLoop::new(opts).unwrap_or_else(|e| die(role, e, 2));
+        Example {
+            channel_name,
+            process,
+            every,
+            count,
+            channel,
+            event_loop,
+        }
+    }
+}
