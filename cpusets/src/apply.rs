@@ -686,26 +686,31 @@ fn apply_cgroup_v1(a: &mut Applier, plan: &RuntimePlan, m: &str) -> Result<(), A
             (format!("{dir}/cpuset.mems"), mems.clone()),
         ]
     };
+    // CPU and memory lists count as equal when they name the same set
+    // (`0-1` and `0,1`).
+    let write_all = |a: &mut Applier, writes: Vec<(String, String)>| {
+        for (abs, value) in writes {
+            let same = |old: &str| {
+                old == value
+                    || (abs.ends_with(".cpus") || abs.ends_with(".mems"))
+                        && same_list(&CpuSet::parse_list(&value).unwrap_or_default())(old)
+            };
+            a.set(
+                format!("cgroup v1 {}", rel(&abs, m)),
+                &abs,
+                value.clone(),
+                same,
+                Missing::CreatedLater,
+                false,
+            );
+        }
+    };
     let mut writes = files(&base, &plan.cpus.all);
     if partition {
         // A v1 cpuset can be exclusive only under an exclusive parent.
         writes.push((format!("{base}/cpuset.cpu_exclusive"), "1".into()));
     }
-    for (abs, value) in writes {
-        let same = |old: &str| {
-            old == value
-                || (abs.ends_with(".cpus") || abs.ends_with(".mems"))
-                    && same_list(&CpuSet::parse_list(&value).unwrap_or_default())(old)
-        };
-        a.set(
-            format!("cgroup v1 {}", rel(&abs, m)),
-            &abs,
-            value.clone(),
-            same,
-            Missing::CreatedLater,
-            false,
-        );
-    }
+    write_all(a, writes);
     for (name, cpus) in [("rt", &g.rt), ("housekeeping", &g.housekeeping)] {
         let dir = format!("{base}/{name}");
         if matches!(
@@ -723,21 +728,7 @@ fn apply_cgroup_v1(a: &mut Applier, plan: &RuntimePlan, m: &str) -> Result<(), A
                 writes.push((format!("{dir}/cpuset.sched_load_balance"), "0".into()));
             }
         }
-        for (abs, value) in writes {
-            let same = |old: &str| {
-                old == value
-                    || (abs.ends_with(".cpus") || abs.ends_with(".mems"))
-                        && same_list(&CpuSet::parse_list(&value).unwrap_or_default())(old)
-            };
-            a.set(
-                format!("cgroup v1 {}", rel(&abs, m)),
-                &abs,
-                value.clone(),
-                same,
-                Missing::CreatedLater,
-                false,
-            );
-        }
+        write_all(a, writes);
     }
     Ok(())
 }
