@@ -120,6 +120,14 @@ fn json_report_matches_the_schema_and_files_follow_their_formats() {
         if code == Some(0) { "pass" } else { "fail" }
     );
     assert_eq!(doc["scenario"]["mechanisms"][0], "io_uring");
+    // The timer worker pinned itself to its isolated CPU.
+    let notes = doc["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .all(|n| !n.as_str().unwrap_or("").contains("could not be pinned")),
+        "{notes:?}"
+    );
     let ms = doc["measurements"].as_array().unwrap();
     let names: Vec<&str> = ms.iter().map(|m| m["name"].as_str().unwrap()).collect();
     assert_eq!(
