@@ -149,8 +149,9 @@ impl Checker<'_> {
     }
 
     /// A list section, each element on its own so that every bad element
-    /// is reported; the elements that parsed, and whether all did.
-    fn list<T: DeserializeOwned>(&mut self, name: &str) -> (Vec<T>, bool) {
+    /// is reported; the elements that parsed with their index in the file,
+    /// and whether all did.
+    fn list<T: DeserializeOwned>(&mut self, name: &str) -> (Vec<(usize, T)>, bool) {
         let Some(node) = self.root.get(name) else {
             return (Vec::new(), true);
         };
@@ -179,7 +180,7 @@ impl Checker<'_> {
                 None => ok = false,
             }
         }
-        (out.into_iter().map(|(_, v)| v).collect(), ok)
+        (out, ok)
     }
 }
 
@@ -239,8 +240,8 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
     let irqs: Option<cpusets::config::IrqsSection> = c.section("irqs");
     let sysctl: Option<cpusets::config::SysctlSection> = c.section("sysctl");
     let power: Option<cpusets::config::PowerSection> = c.section("power");
-    let channels = c.list("channels");
-    let processes = c.list("processes");
+    let (channels, channels_ok) = c.list::<controller::config::ChannelConfig>("channels");
+    let (processes, processes_ok) = c.list::<services::config::ProcessConfig>("processes");
     let check: Option<controller::config::CheckSection> = c.section("check");
     let boot_check: Option<controller::config::BootCheckSection> = c.section("boot_check");
     let update: Option<services::config::UpdateSection> = c.section("update");
@@ -270,16 +271,12 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
         power.validate(&mut p);
     }
     // List elements keep their index in the file even when an earlier
-    // one did not parse: validate by original position.
-    for (i, node) in list_items(&root, "channels") {
-        if let Ok(ch) = from_node::<controller::config::ChannelConfig>(node, "") {
-            ch.validate(&format!("channels[{i}]"), &mut p);
-        }
+    // one did not parse.
+    for (i, ch) in &channels {
+        ch.validate(&format!("channels[{i}]"), &mut p);
     }
-    for (i, node) in list_items(&root, "processes") {
-        if let Ok(pr) = from_node::<services::config::ProcessConfig>(node, "") {
-            pr.validate(&format!("processes[{i}]"), &mut p);
-        }
+    for (i, pr) in &processes {
+        pr.validate(&format!("processes[{i}]"), &mut p);
     }
     if let Some(check) = &check {
         check.validate("check", &mut p);
@@ -293,8 +290,6 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
     c.problems(p);
 
     // The rules across sections need every section whole.
-    let (channels, channels_ok) = channels;
-    let (processes, processes_ok) = processes;
     let parsed = (|| {
         Some(Robot {
             robot: robot?,
@@ -304,8 +299,8 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
             irqs: irqs?,
             sysctl: sysctl?,
             power: power?,
-            channels: channels_ok.then_some(channels)?,
-            processes: processes_ok.then_some(processes)?,
+            channels: whole(channels_ok, channels)?,
+            processes: whole(processes_ok, processes)?,
             check: check?,
             boot_check: boot_check?,
             update: update?,
@@ -318,12 +313,9 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
     (Some(r), c.out)
 }
 
-/// The elements of a list section with their index.
-fn list_items<'a>(root: &'a Node, name: &str) -> Vec<(usize, &'a Node)> {
-    match root.get(name).map(|n| &n.kind) {
-        Some(Kind::Seq(items)) => items.iter().enumerate().collect(),
-        _ => Vec::new(),
-    }
+/// The elements of a list section, when every one of them parsed.
+fn whole<T>(all_parsed: bool, items: Vec<(usize, T)>) -> Option<Vec<T>> {
+    all_parsed.then(|| items.into_iter().map(|(_, v)| v).collect())
 }
 
 /// The rules that span sections.
