@@ -105,7 +105,8 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
     let all = r.all_cpus();
     let board = r.board.board().expect("validated board");
     let housekeeping = r.housekeeping();
-    let tokens = cmdline::plan(&r.cpus, &r.kernel, &all);
+    // The runtime plan holds the command line already: one computation.
+    let tokens = runtime.cmdline.clone();
     let clusters = board
         .cluster_sets(all.len() as u32)
         .into_iter()
@@ -170,7 +171,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
             cpus: all.len() as u32,
         },
         cpus: CpuPlan {
-            housekeeping: housekeeping.clone(),
+            housekeeping,
             isolated: r.cpus.isolated.clone(),
             nohz_full: r.cpus.nohz_full,
             clusters,
@@ -181,7 +182,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
             tokens,
         },
         irqs: IrqPlan {
-            default_affinity: r.irqs.default_affinity.clone().unwrap_or(housekeeping),
+            default_affinity: runtime.irq_default.clone(),
             overrides: r.irqs.overrides.clone(),
             threads: r.irqs.threads.clone(),
             kthreads: r.irqs.kthreads.clone(),
