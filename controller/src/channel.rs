@@ -40,6 +40,20 @@
 //! torn. Payload copies use word-sized relaxed atomics on both sides, so the
 //! races a seqlock relies on are atomic races, not data races.
 //!
+//! # Untrusted contents
+//!
+//! Every process of the robot group may write every byte of the file, by
+//! mistake or on purpose. Nothing read from it is trusted: slot ids are
+//! range-checked, every loop over shared state has a bound, and a state
+//! no correct writer can produce (the index going backwards, a ring entry
+//! of no lap the index allows) is a [`ChannelFault`] of this channel,
+//! returned as an error and counted, never a hang, a panic or an
+//! out-of-bounds access. A file truncated under a process does not kill it
+//! with `SIGBUS` (see [`crate::shm::Mapping`]): the channel reports
+//! [`ChannelFault::Truncated`]. Files are opened without following a
+//! symlink and without blocking, must be regular files, and their geometry
+//! is checked from the header page before the whole file is mapped.
+//!
 //! # Crash recovery
 //!
 //! Publisher and subscriber entries are owned by `pid << 42 | start time`
@@ -52,7 +66,7 @@
 
 use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -82,6 +96,13 @@ const INVALID: u64 = u64::MAX;
 /// `swapping` when the publisher is not between CAS and bookkeeping.
 const NONE: u64 = u64::MAX;
 const PID_SHIFT: u32 = 42;
+/// Attempts one publish makes before it gives up. Each failed attempt of
+/// a correct channel means another publisher placed a message meanwhile
+/// (the algorithm is lock-free), so a few are normal under contention and
+/// this many only happen on a corrupt channel.
+const PUBLISH_ATTEMPTS: u32 = 1024;
+/// Attempts [`Subscriber::latest_meta`] makes to copy the newest message.
+const LATEST_ATTEMPTS: u32 = 64;
 const START_MASK: u64 = (1 << PID_SHIFT) - 1;
 
 #[inline]
@@ -357,6 +378,29 @@ pub enum ChannelAttachError {
     },
     #[error("cannot read own start time from {path}")]
     Proc { path: PathBuf },
+    #[error("channel {path}: {fault}")]
+    Fault { path: PathBuf, fault: ChannelFault },
+}
+
+/// A state of a channel's shared memory that no correct writer produces,
+/// found while publishing or reading. Small and `Copy`: it is returned on
+/// the real-time path. The channel stays usable where it can: a reader
+/// resynchronises to the current index, a publisher tries again on its
+/// next call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChannelFault {
+    #[error("the channel file was truncated under this process (its mapping now reads zeroes; reopen the channel once it is recreated)")]
+    Truncated,
+    #[error("the queue index went back from {from} to {to} (corrupt shared memory)")]
+    IndexWentBack { from: u64, to: u64 },
+    #[error("ring entry for index {index} holds tag {found:#x}, which no lap allows (corrupt shared memory)")]
+    RingInconsistent { index: u64, found: u64 },
+    #[error(
+        "slot id {slot} is out of range (the channel has {slots} slots; corrupt shared memory)"
+    )]
+    BadSlot { slot: u64, slots: u64 },
+    #[error("gave up after {attempts} attempts without a consistent view (corrupt shared memory, or overwritten faster than it can be read)")]
+    GaveUp { attempts: u32 },
 }
 
 /// A publish was refused. Small and `Copy`: it is returned on the
@@ -371,6 +415,8 @@ pub enum PublishError {
         age_ns: u64,
         retention_ns: u64,
     },
+    #[error("{0}")]
+    Fault(ChannelFault),
 }
 
 /// What [`Channel::create`] found and did.
@@ -619,56 +665,60 @@ impl Channel {
     }
 
     /// Opens channel `name` under `shm_dir`, taking its geometry from the
-    /// header. Wrong magic, layout version or size is refused.
+    /// header. Wrong magic, layout version or size is refused. The whole
+    /// file is mapped prefaulted (the real-time path takes no page fault).
     pub fn open(shm_dir: &Path, name: &str) -> Result<Channel, ChannelOpenError> {
         validate_channel_name(name).map_err(ChannelOpenError::InvalidName)?;
         let path = channel_path(shm_dir, name);
-        Channel::open_path(&path, name)
+        Channel::open_path_with(&path, name, None, true)
     }
 
     /// Opens channel `name` and refuses it unless its geometry is `expect`.
+    /// The geometry is checked from the header page before the file is
+    /// mapped whole, so a file of the wrong size costs nothing to refuse.
     pub fn open_expect(
         shm_dir: &Path,
         name: &str,
         expect: &ChannelGeometry,
     ) -> Result<Channel, ChannelOpenError> {
-        let ch = Channel::open(shm_dir, name)?;
-        let g = ch.inner.geom;
-        let path = ch.inner.path.clone();
-        for (field, found, expected) in [
-            ("queue length", g.queue_len, expect.queue_len),
-            ("slot size", g.slot_bytes, expect.slot_bytes),
-            (
-                "publisher entries",
-                g.publishers as u64,
-                expect.publishers as u64,
-            ),
-            (
-                "subscriber entries",
-                g.subscribers as u64,
-                expect.subscribers as u64,
-            ),
-            (
-                "retention (ns)",
-                g.retention.as_nanos() as u64,
-                expect.retention.as_nanos() as u64,
-            ),
-        ] {
-            if found != expected {
-                return Err(ChannelOpenError::Mismatch {
-                    path,
-                    field,
-                    found,
-                    expected,
-                });
-            }
-        }
-        Ok(ch)
+        validate_channel_name(name).map_err(ChannelOpenError::InvalidName)?;
+        let path = channel_path(shm_dir, name);
+        Channel::open_path_with(&path, name, Some(expect), true)
+    }
+
+    /// Opens channel `name` of another process to look at now and then
+    /// (the supervisor reading timing reports): geometry `expect` checked
+    /// before mapping, nothing prefaulted, so neither a wrong size nor a
+    /// large sparse file costs the reader memory.
+    pub fn open_to_inspect(
+        shm_dir: &Path,
+        name: &str,
+        expect: &ChannelGeometry,
+    ) -> Result<Channel, ChannelOpenError> {
+        validate_channel_name(name).map_err(ChannelOpenError::InvalidName)?;
+        let path = channel_path(shm_dir, name);
+        Channel::open_path_with(&path, name, Some(expect), false)
     }
 
     /// Opens a channel file by path (`name` is only for messages).
     pub fn open_path(path: &Path, name: &str) -> Result<Channel, ChannelOpenError> {
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
+        Channel::open_path_with(path, name, None, true)
+    }
+
+    fn open_path_with(
+        path: &Path,
+        name: &str,
+        expect: Option<&ChannelGeometry>,
+        populate: bool,
+    ) -> Result<Channel, ChannelOpenError> {
+        // No symlink (a group member could point it at any file the
+        // opener may write) and no blocking open (a FIFO in its place).
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(ChannelOpenError::NotFound { path: path.into() })
@@ -684,7 +734,24 @@ impl Channel {
             path: path.into(),
             source,
         };
-        let file_len = file.metadata().map_err(io_err)?.len();
+        let meta = file.metadata().map_err(io_err)?;
+        let ft = meta.file_type();
+        if !ft.is_file() {
+            let what = if ft.is_fifo() {
+                "a FIFO"
+            } else if ft.is_char_device() || ft.is_block_device() {
+                "a device"
+            } else if ft.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            };
+            return Err(ChannelOpenError::Io {
+                path: path.into(),
+                source: io::Error::other(format!("{what}, not a channel file")),
+            });
+        }
+        let file_len = meta.len();
         if file_len < HEADER_BYTES {
             return Err(ChannelOpenError::WrongFileSize {
                 path: path.into(),
@@ -692,23 +759,11 @@ impl Channel {
                 expected: HEADER_BYTES,
             });
         }
-        let head = Mapping::map(&file, HEADER_BYTES as usize).map_err(io_err)?;
+        let head = Mapping::map_lazy(&file, HEADER_BYTES as usize).map_err(io_err)?;
         let h: &Header = head.at(0);
         let a = Ordering::Acquire; // pairs with the Release store of the magic in init
         let magic = h.magic.load(a);
-        if magic != MAGIC {
-            return Err(ChannelOpenError::BadMagic {
-                path: path.into(),
-                found: magic,
-            });
-        }
         let version = h.version.load(a);
-        if version != LAYOUT_VERSION as u64 | HEADER_BYTES << 32 {
-            return Err(ChannelOpenError::WrongVersion {
-                path: path.into(),
-                found: version & 0xffff_ffff,
-            });
-        }
         let geom = ChannelGeometry {
             queue_len: h.queue_len.load(a),
             slot_bytes: h.slot_bytes.load(a),
@@ -717,7 +772,27 @@ impl Channel {
             retention: Duration::from_nanos(h.retention_ns.load(a)),
         };
         let total = h.total_bytes.load(a);
+        let truncated = head.is_broken();
         drop(head);
+        if truncated {
+            return Err(ChannelOpenError::WrongFileSize {
+                path: path.into(),
+                found: 0,
+                expected: HEADER_BYTES,
+            });
+        }
+        if magic != MAGIC {
+            return Err(ChannelOpenError::BadMagic {
+                path: path.into(),
+                found: magic,
+            });
+        }
+        if version != LAYOUT_VERSION as u64 | HEADER_BYTES << 32 {
+            return Err(ChannelOpenError::WrongVersion {
+                path: path.into(),
+                found: version & 0xffff_ffff,
+            });
+        }
         geom.check()
             .map_err(|reason| ChannelOpenError::BadGeometry {
                 path: path.into(),
@@ -732,6 +807,36 @@ impl Channel {
                 ),
             });
         }
+        if let Some(expect) = expect {
+            for (field, found, expected) in [
+                ("queue length", geom.queue_len, expect.queue_len),
+                ("slot size", geom.slot_bytes, expect.slot_bytes),
+                (
+                    "publisher entries",
+                    geom.publishers as u64,
+                    expect.publishers as u64,
+                ),
+                (
+                    "subscriber entries",
+                    geom.subscribers as u64,
+                    expect.subscribers as u64,
+                ),
+                (
+                    "retention (ns)",
+                    geom.retention.as_nanos() as u64,
+                    expect.retention.as_nanos() as u64,
+                ),
+            ] {
+                if found != expected {
+                    return Err(ChannelOpenError::Mismatch {
+                        path: path.into(),
+                        field,
+                        found,
+                        expected,
+                    });
+                }
+            }
+        }
         if file_len != total {
             return Err(ChannelOpenError::WrongFileSize {
                 path: path.into(),
@@ -739,7 +844,12 @@ impl Channel {
                 expected: total,
             });
         }
-        let map = Mapping::map(&file, total as usize).map_err(io_err)?;
+        let map = if populate {
+            Mapping::map(&file, total as usize)
+        } else {
+            Mapping::map_lazy(&file, total as usize)
+        }
+        .map_err(io_err)?;
         Ok(Channel::from_map(map, geom, path.into(), name.into()))
     }
 
@@ -781,6 +891,20 @@ impl Channel {
         sys::low_word_ptr(&self.inner.header().next_index)
     }
 
+    /// Whether the file was truncated under this process (see
+    /// [`ChannelFault::Truncated`]).
+    pub fn is_truncated(&self) -> bool {
+        self.inner.map.is_broken()
+    }
+
+    /// Touches every page of the mapping so that a truncation is noticed
+    /// now; `false` when the file was truncated. For callers about to hand
+    /// the futex word to the kernel, which answers `EFAULT` rather than
+    /// raising `SIGBUS` (see [`crate::shm::Mapping::probe`]).
+    pub fn probe_mapping(&self) -> bool {
+        self.inner.map.probe()
+    }
+
     /// Waits armed on this channel, all subscribers together.
     pub fn waiters(&self) -> u64 {
         self.inner.header().waiters.load(Ordering::SeqCst)
@@ -798,16 +922,27 @@ impl Channel {
     pub fn check_slot_ownership(&self) -> Result<(), String> {
         let inner = &self.inner;
         let mut seen = vec![0u32; inner.geom.slots() as usize];
+        let slots = inner.geom.slots();
         for p in 0..inner.geom.queue_len {
             let e = inner.ring_entry(p).load(Ordering::SeqCst);
-            seen[entry_slot(e) as usize] += 1;
+            let s = entry_slot(e);
+            if s >= slots {
+                return Err(format!("ring position {p} holds slot {s} of {slots}"));
+            }
+            seen[s as usize] += 1;
         }
         for i in 0..inner.geom.publishers {
             let pe = inner.pub_entry(i);
             if pe.swapping.load(Ordering::SeqCst) != NONE {
                 return Err(format!("publisher entry {i} is mid-swap"));
             }
-            seen[pe.scratch.load(Ordering::SeqCst) as usize] += 1;
+            let s = pe.scratch.load(Ordering::SeqCst);
+            if s >= slots {
+                return Err(format!(
+                    "publisher entry {i} holds scratch slot {s} of {slots}"
+                ));
+            }
+            seen[s as usize] += 1;
         }
         match seen.iter().position(|&n| n != 1) {
             None => Ok(()),
@@ -837,7 +972,7 @@ impl Channel {
                 .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                return Ok(self.make_publisher(i));
+                return self.make_publisher(i);
             }
         }
         for i in 0..inner.geom.publishers {
@@ -852,7 +987,7 @@ impl Channel {
                     .is_ok()
             {
                 self.recover_publisher(i);
-                return Ok(self.make_publisher(i));
+                return self.make_publisher(i);
             }
         }
         Err(ChannelAttachError::Full {
@@ -862,9 +997,30 @@ impl Channel {
         })
     }
 
-    fn make_publisher(&self, entry: u32) -> Publisher {
+    fn make_publisher(&self, entry: u32) -> Result<Publisher, ChannelAttachError> {
         let scratch = self.inner.pub_entry(entry).scratch.load(Ordering::SeqCst);
-        Publisher {
+        let slots = self.inner.geom.slots();
+        if scratch >= slots || self.inner.map.is_broken() {
+            // Give the entry back: it is as unusable to the next one, who
+            // gets the same error, as it is to us.
+            self.inner
+                .pub_entry(entry)
+                .owner
+                .store(0, Ordering::Release);
+            let fault = if self.inner.map.is_broken() {
+                ChannelFault::Truncated
+            } else {
+                ChannelFault::BadSlot {
+                    slot: scratch,
+                    slots,
+                }
+            };
+            return Err(ChannelAttachError::Fault {
+                path: self.inner.path.clone(),
+                fault,
+            });
+        }
+        Ok(Publisher {
             ch: self.clone(),
             entry,
             scratch,
@@ -872,7 +1028,7 @@ impl Channel {
             wakes: 0,
             published: 0,
             errors: 0,
-        }
+        })
     }
 
     /// Attaches a subscriber that may wait on the channel, starting at the
@@ -938,6 +1094,7 @@ impl Channel {
             buf: vec![0u64; words],
             lost: 0,
             armed: 0,
+            faults: 0,
         }
     }
 
@@ -990,14 +1147,16 @@ impl Channel {
         let inner = &self.inner;
         let h = inner.header();
         let mut helped = false;
-        loop {
+        // At most one lap: a correct ring has at most one placed but
+        // unannounced message per publisher; more is corruption.
+        for _ in 0..=inner.geom.queue_len {
             let qi = h.next_index.load(Ordering::SeqCst);
             let e = inner.ring_entry(qi).load(Ordering::SeqCst);
             if entry_tag(e) != tag(qi) {
                 break;
             }
             if h.next_index
-                .compare_exchange(qi, qi + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange(qi, qi.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
                 helped = true;
@@ -1239,6 +1398,18 @@ impl Publisher {
         std::mem::forget(self);
     }
 
+    /// Counts a fault of the channel as an error of this publisher.
+    #[cold]
+    fn fault(&mut self, fault: ChannelFault) -> PublishError {
+        self.errors += 1;
+        self.ch
+            .inner
+            .pub_entry(self.entry)
+            .errors
+            .fetch_add(1, Ordering::Relaxed); // a statistic
+        PublishError::Fault(fault)
+    }
+
     #[inline(always)]
     fn publish_inner(
         &mut self,
@@ -1287,7 +1458,17 @@ impl Publisher {
         let pe = inner.pub_entry(self.entry);
         let len = inner.geom.queue_len;
         let retention = h.retention_ns.load(Ordering::Relaxed);
+        let mut attempts = 0;
         loop {
+            attempts += 1;
+            if attempts > PUBLISH_ATTEMPTS {
+                return Err(self.fault(ChannelFault::GaveUp {
+                    attempts: PUBLISH_ATTEMPTS,
+                }));
+            }
+            if inner.map.is_broken() {
+                return Err(self.fault(ChannelFault::Truncated));
+            }
             // SeqCst load of the index: it is compared with ring entries
             // that other publishers CAS with SeqCst.
             let qi = h.next_index.load(Ordering::SeqCst);
@@ -1296,15 +1477,33 @@ impl Publisher {
             if entry_tag(e) == tag(qi) {
                 // The message for qi is placed but the index not advanced
                 // (its publisher is preempted or dead): help it along.
-                let _ =
-                    h.next_index
-                        .compare_exchange(qi, qi + 1, Ordering::SeqCst, Ordering::SeqCst);
+                let _ = h.next_index.compare_exchange(
+                    qi,
+                    qi.wrapping_add(1),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
                 continue;
             }
             if entry_tag(e) != tag(qi.wrapping_sub(len)) {
-                continue; // our qi was stale; reload
+                // Our qi was stale (the index moved on and the entry holds
+                // a later lap): reload. If the index has not moved, no
+                // correct publisher wrote this entry.
+                if h.next_index.load(Ordering::SeqCst) == qi {
+                    return Err(self.fault(ChannelFault::RingInconsistent {
+                        index: qi,
+                        found: entry_tag(e),
+                    }));
+                }
+                continue;
             }
             let x = entry_slot(e);
+            if x >= inner.geom.slots() || x == s {
+                return Err(self.fault(ChannelFault::BadSlot {
+                    slot: x,
+                    slots: inner.geom.slots(),
+                }));
+            }
             let now = sys::monotonic_ns();
             if retention > 0 && qi >= len {
                 let xs = inner.slot(x);
@@ -1315,7 +1514,7 @@ impl Publisher {
                 if q1 != q2 {
                     continue; // evicted meanwhile by another publisher
                 }
-                if q1 == qi - len && now.saturating_sub(t) < retention {
+                if q1 == qi.wrapping_sub(len) && now.saturating_sub(t) < retention {
                     self.errors += 1;
                     pe.errors.fetch_add(1, Ordering::Relaxed); // a statistic
                     return Err(PublishError::WouldOverwrite {
@@ -1394,9 +1593,12 @@ impl Publisher {
                     woke: false,
                 });
             }
-            let _ = h
-                .next_index
-                .compare_exchange(qi, qi + 1, Ordering::SeqCst, Ordering::SeqCst);
+            let _ = h.next_index.compare_exchange(
+                qi,
+                qi.wrapping_add(1),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
             // Skipping the wake without losing one (store-buffer pattern,
             // all four accesses SeqCst so they sit in one total order):
             //   subscriber: waiters += 1 ; load index ; arm wait(index)
@@ -1415,6 +1617,10 @@ impl Publisher {
             } else {
                 false
             };
+            if inner.map.is_broken() {
+                // Written into the zero pages that replaced the file.
+                return Err(self.fault(ChannelFault::Truncated));
+            }
             self.published += 1;
             // A statistic with one writer (the entry's owner): a plain
             // store, no read-modify-write.
@@ -1473,6 +1679,7 @@ pub struct MessageMeta {
 enum ReadOne {
     Ok { time: u64, pid: u64, size: usize },
     Gone,
+    Truncated,
 }
 
 /// A subscriber (or, without an entry, a fetcher) on a channel.
@@ -1483,6 +1690,7 @@ pub struct Subscriber {
     buf: Vec<u64>,
     lost: u64,
     armed: u64,
+    faults: u64,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -1505,6 +1713,10 @@ impl Subscriber {
     /// Messages lost (overwritten before read) so far.
     pub fn lost(&self) -> u64 {
         self.lost
+    }
+    /// Faults of the channel this subscriber met (see [`ChannelFault`]).
+    pub fn faults(&self) -> u64 {
+        self.faults
     }
     /// Skips everything published so far.
     pub fn skip_to_end(&mut self) {
@@ -1543,40 +1755,94 @@ impl Subscriber {
         if sh.qi.load(Ordering::Relaxed) != i {
             return ReadOne::Gone;
         }
+        if inner.map.is_broken() {
+            // What we copied came from the zero pages that replaced the file.
+            return ReadOne::Truncated;
+        }
         ReadOne::Ok { time, pid, size }
+    }
+
+    /// Counts `fault` and returns it.
+    #[cold]
+    fn fault(&mut self, fault: ChannelFault) -> ChannelFault {
+        self.faults += 1;
+        fault
+    }
+
+    /// The queue index now, or the fault when it went backwards (then this
+    /// subscriber follows it, so that its waits arm on the word as it is).
+    #[inline]
+    fn head(&mut self) -> Result<u64, ChannelFault> {
+        if self.ch.inner.map.is_broken() {
+            return Err(self.fault(ChannelFault::Truncated));
+        }
+        let head = self.ch.next_index();
+        // `next` may be one past the newest message (a fetcher that read it).
+        if head < self.next {
+            let from = self.next;
+            self.next = head;
+            return Err(self.fault(ChannelFault::IndexWentBack { from, to: head }));
+        }
+        Ok(head)
     }
 
     /// Reads the next unread message in order into this subscriber's
     /// buffer and returns its metadata, or `None` when there is none.
     /// Messages overwritten before they were read are counted in
     /// [`MessageMeta::lost_before`] and [`Subscriber::lost`].
-    pub fn next_meta(&mut self) -> Option<MessageMeta> {
+    ///
+    /// Bounded: at most two laps of the ring are tried per call; a channel
+    /// on which none of them can be read is a [`ChannelFault::GaveUp`] and
+    /// the subscriber moves to the current index (counting what it skipped
+    /// as lost).
+    pub fn next_meta(&mut self) -> Result<Option<MessageMeta>, ChannelFault> {
         let len = self.ch.inner.geom.queue_len;
-        let mut lost = 0;
+        let max_attempts = (2 * len + 16).min(u32::MAX as u64) as u32;
+        let mut lost = 0u64;
+        let mut attempts = 0;
         loop {
-            let head = self.ch.next_index();
+            let head = match self.head() {
+                Ok(h) => h,
+                Err(f) => {
+                    self.lost = self.lost.saturating_add(lost);
+                    return Err(f);
+                }
+            };
             if self.next >= head {
-                self.lost += lost;
-                return None;
+                self.lost = self.lost.saturating_add(lost);
+                return Ok(None);
+            }
+            attempts += 1;
+            if attempts > max_attempts {
+                lost = lost.saturating_add(head - self.next);
+                self.next = head;
+                self.lost = self.lost.saturating_add(lost);
+                return Err(self.fault(ChannelFault::GaveUp {
+                    attempts: max_attempts,
+                }));
             }
             if head - self.next > len {
-                lost += head - len - self.next;
+                lost = lost.saturating_add(head - len - self.next);
                 self.next = head - len;
             }
             let i = self.next;
             self.next += 1;
             match self.read_at(i) {
                 ReadOne::Ok { time, pid, size } => {
-                    self.lost += lost;
-                    return Some(MessageMeta {
+                    self.lost = self.lost.saturating_add(lost);
+                    return Ok(Some(MessageMeta {
                         index: i,
                         send_time_ns: time,
                         sender_pid: pid as u32,
                         lost_before: lost,
                         size,
-                    });
+                    }));
                 }
-                ReadOne::Gone => lost += 1,
+                ReadOne::Gone => lost = lost.saturating_add(1),
+                ReadOne::Truncated => {
+                    self.lost = self.lost.saturating_add(lost);
+                    return Err(self.fault(ChannelFault::Truncated));
+                }
             }
         }
     }
@@ -1600,37 +1866,44 @@ impl Subscriber {
     /// The next unread message in order, or `None` when there is none.
     /// Messages overwritten before they were read are counted in
     /// [`Message::lost_before`] and [`Subscriber::lost`].
-    pub fn next_message(&mut self) -> Option<Message<'_>> {
-        let meta = self.next_meta()?;
-        Some(self.staged(&meta))
+    pub fn next_message(&mut self) -> Result<Option<Message<'_>>, ChannelFault> {
+        Ok(self.next_meta()?.map(|meta| self.staged(&meta)))
     }
 
     /// Reads the newest message, skipping (not counting as lost) anything
     /// older; `None` when nothing new was published since the last read.
-    pub fn latest_meta(&mut self) -> Option<MessageMeta> {
-        loop {
-            let head = self.ch.next_index();
+    /// Bounded like [`Subscriber::next_meta`].
+    pub fn latest_meta(&mut self) -> Result<Option<MessageMeta>, ChannelFault> {
+        for _ in 0..LATEST_ATTEMPTS {
+            let head = self.head()?;
             if head == 0 || self.next >= head {
-                return None;
+                return Ok(None);
             }
             let i = head - 1;
-            if let ReadOne::Ok { time, pid, size } = self.read_at(i) {
-                self.next = head;
-                return Some(MessageMeta {
-                    index: i,
-                    send_time_ns: time,
-                    sender_pid: pid as u32,
-                    lost_before: 0,
-                    size,
-                });
+            match self.read_at(i) {
+                ReadOne::Ok { time, pid, size } => {
+                    self.next = head;
+                    return Ok(Some(MessageMeta {
+                        index: i,
+                        send_time_ns: time,
+                        sender_pid: pid as u32,
+                        lost_before: 0,
+                        size,
+                    }));
+                }
+                ReadOne::Gone => {}
+                ReadOne::Truncated => return Err(self.fault(ChannelFault::Truncated)),
             }
         }
+        self.next = self.ch.next_index().max(self.next);
+        Err(self.fault(ChannelFault::GaveUp {
+            attempts: LATEST_ATTEMPTS,
+        }))
     }
 
     /// The newest message (see [`Subscriber::latest_meta`]).
-    pub fn latest(&mut self) -> Option<Message<'_>> {
-        let meta = self.latest_meta()?;
-        Some(self.staged(&meta))
+    pub fn latest(&mut self) -> Result<Option<Message<'_>>, ChannelFault> {
+        Ok(self.latest_meta()?.map(|meta| self.staged(&meta)))
     }
 
     /// The value to arm a futex wait with: the low 32 bits of the next
@@ -1649,6 +1922,9 @@ impl Subscriber {
     /// its message.
     pub fn begin_wait(&mut self) -> bool {
         let inner = &*self.ch.inner;
+        if inner.map.is_broken() {
+            return false; // the next read reports the truncation
+        }
         let h = inner.header();
         h.waiters.fetch_add(1, Ordering::SeqCst);
         if let Some(i) = self.entry {

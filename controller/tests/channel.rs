@@ -50,26 +50,26 @@ fn create_open_publish_read() {
     let mut p = ch.publisher(Path::new(PROC)).unwrap();
     let other = Channel::open(dir.path(), "/imu/raw").unwrap();
     let mut s = other.subscriber(Path::new(PROC)).unwrap();
-    assert!(s.next_message().is_none());
+    assert!(s.next_message().unwrap().is_none());
     for i in 0..5u64 {
         let r = p.publish(&i.to_ne_bytes()).unwrap();
         assert_eq!(r.index, i);
         assert!(!r.woke);
     }
     for i in 0..5u64 {
-        let m = s.next_message().unwrap();
+        let m = s.next_message().unwrap().unwrap();
         assert_eq!(m.index, i);
         assert_eq!(m.value::<u64>(), Some(i));
         assert_eq!(m.sender_pid, std::process::id());
         assert_eq!(m.lost_before, 0);
         assert!(m.send_time_ns > 0);
     }
-    assert!(s.next_message().is_none());
+    assert!(s.next_message().unwrap().is_none());
     // Overrun: 20 more into a ring of 8: the subscriber learns it lost 12.
     for i in 0..20u64 {
         p.publish(&i.to_ne_bytes()).unwrap();
     }
-    let m = s.next_message().unwrap();
+    let m = s.next_message().unwrap().unwrap();
     assert_eq!(m.lost_before, 12);
     assert_eq!(m.index, 17);
     assert_eq!(s.lost(), 12);
@@ -81,8 +81,8 @@ fn create_open_publish_read() {
     // latest() jumps to the newest.
     p.publish(&99u64.to_ne_bytes()).unwrap();
     let mut f = other.reader();
-    assert_eq!(f.latest().unwrap().value::<u64>(), Some(99));
-    assert!(f.latest().is_none());
+    assert_eq!(f.latest().unwrap().unwrap().value::<u64>(), Some(99));
+    assert!(f.latest().unwrap().is_none());
 }
 
 #[test]
@@ -198,7 +198,7 @@ fn many_publishers_many_subscribers() {
                     Instant::now() < deadline,
                     "subscriber hung at index {expect_index}"
                 );
-                match s.next_message() {
+                match s.next_message().unwrap() {
                     Some(m) => {
                         assert_eq!(m.index, expect_index + m.lost_before, "out of order");
                         expect_index = m.index + 1;
@@ -278,7 +278,7 @@ fn recovery_after_death_at_every_publish_step() {
             good.publish(&[i; 4].map(|v| v.to_ne_bytes()).concat())
                 .unwrap();
         }
-        while r.next_message().is_some() {}
+        while r.next_message().unwrap().is_some() {}
         let placed = victim
             .publish_stopping_after(&[77u64; 4].map(|v| v.to_ne_bytes()).concat(), step)
             .unwrap();
@@ -296,11 +296,11 @@ fn recovery_after_death_at_every_publish_step() {
         let swapped = !matches!(step, Stamped | SwappingRecorded);
         assert_eq!(ch.next_index(), if swapped { 7 } else { 6 }, "{step:?}");
         if swapped {
-            let m = r.next_message().unwrap();
+            let m = r.next_message().unwrap().unwrap();
             assert_eq!(m.index, 6);
             assert_eq!(m.value::<[u64; 4]>(), Some([77; 4]), "{step:?}");
         }
-        assert!(r.next_message().is_none());
+        assert!(r.next_message().unwrap().is_none());
 
         // The reclaimed entry and the survivor keep publishing, laps around
         // the ring, and every message reads back whole and in order.
@@ -309,7 +309,7 @@ fn recovery_after_death_at_every_publish_step() {
             let p = if i % 2 == 0 { &mut good } else { &mut again };
             p.publish(&[100 + i; 4].map(|v| v.to_ne_bytes()).concat())
                 .unwrap();
-            let m = r.next_message().unwrap();
+            let m = r.next_message().unwrap().unwrap();
             assert_eq!(m.value::<[u64; 4]>(), Some([100 + i; 4]), "{step:?}");
         }
         ch.check_slot_ownership()
@@ -368,7 +368,7 @@ fn recovery_after_death_and_laps_of_other_publishes() {
             };
             p.publish(&[300 + i; 4].map(|v| v.to_ne_bytes()).concat())
                 .unwrap();
-            let m = r.latest().unwrap();
+            let m = r.latest().unwrap().unwrap();
             assert_eq!(m.value::<[u64; 4]>(), Some([300 + i; 4]), "{step:?}");
         }
         ch.check_slot_ownership()

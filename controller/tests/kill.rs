@@ -93,7 +93,7 @@ fn publishers_killed_mid_publish() {
                     "subscriber hung at index {}",
                     s.next_index()
                 );
-                let got = match s.next_message() {
+                let got = match s.next_message().unwrap() {
                     Some(m) => {
                         let w: Vec<u64> = m
                             .data
