@@ -15,6 +15,16 @@
 //!   are skipped and counted.
 //! - Everything ready after a wake is handled in event-time order (message
 //!   send time, timer deadline).
+//! - Wakes can be lost: another process of the group may scribble on the
+//!   waiter count (publishers then skip the wake), or a publisher may die
+//!   between announcing a message and waking. So the loop looks at the
+//!   index of every watched channel itself every
+//!   [`LoopOptions::wake_check`] and handles what no wake announced,
+//!   counting it (`healed` in the timing report): a lost wakeup costs at
+//!   most that much latency, never the message.
+//! - A channel's faults (corrupt or truncated shared memory, see
+//!   [`crate::channel::ChannelFault`]) are counted per watcher; a
+//!   truncated channel stops being watched, the rest of the loop runs on.
 //! - Kernels without io_uring futex ops (before 6.7) get the `futex_waitv`
 //!   backend (5.16+): one `futex_waitv` call over all watched words with
 //!   the next timer deadline as its timeout. Older kernels get a clear error.
@@ -30,8 +40,8 @@ use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 
 use crate::channel::{
-    Channel, ChannelAttachError, Message, MessageMeta, PublishError, Published, Publisher,
-    Subscriber,
+    Channel, ChannelAttachError, ChannelFault, Message, MessageMeta, PublishError, Published,
+    Publisher, Subscriber,
 };
 use crate::shm::ShmSafe;
 use crate::sys::{self, FutexWaitv, WaitvResult};
@@ -149,7 +159,16 @@ pub enum EventLoopRunError {
     Waitv(io::Error),
     #[error("a futex wait on channel {channel} failed: {errno}")]
     Wait { channel: String, errno: io::Error },
+    #[error("nothing left to wait for: channel {channel} failed: {fault}")]
+    ChannelFailed {
+        channel: String,
+        fault: ChannelFault,
+    },
 }
+
+/// How often a loop looks at its watched channels' indexes itself unless
+/// told otherwise (see [`LoopOptions::wake_check`]).
+pub const DEFAULT_WAKE_CHECK: Duration = Duration::from_millis(50);
 
 /// Where and how often the loop publishes its timing report.
 #[derive(Debug, Clone)]
@@ -170,6 +189,12 @@ pub struct LoopOptions {
     pub timing: Option<TimingOptions>,
     /// `/proc`, for publisher/subscriber ownership.
     pub proc_root: PathBuf,
+    /// How often the loop looks at the index of each watched channel
+    /// itself, so that a message whose wake was lost (a corrupted waiter
+    /// count, a publisher killed before its wake) is handled at most this
+    /// late; `None` trusts the wakes alone. Each look is one timer
+    /// expiry of the loop (a few microseconds of its CPU).
+    pub wake_check: Option<Duration>,
 }
 
 impl Default for LoopOptions {
@@ -178,6 +203,7 @@ impl Default for LoopOptions {
             backend: None,
             timing: None,
             proc_root: PathBuf::from("/proc"),
+            wake_check: Some(DEFAULT_WAKE_CHECK),
         }
     }
 }
@@ -186,7 +212,8 @@ impl LoopOptions {
     /// Options from the environment the supervisor sets:
     /// `RTDEPLOY_SHM_DIR` and `RTDEPLOY_PROCESS` (timing reports are
     /// published when both are set), `RTDEPLOY_BACKEND` (`io_uring-futex`
-    /// or `futex_waitv`) to force a backend.
+    /// or `futex_waitv`) to force a backend, `RTDEPLOY_WAKE_CHECK`
+    /// (microseconds, 0 for none) for [`LoopOptions::wake_check`].
     pub fn from_env() -> LoopOptions {
         let mut o = LoopOptions::default();
         if let (Ok(dir), Ok(process)) = (
@@ -204,6 +231,12 @@ impl LoopOptions {
             Ok("io_uring-futex") => Some(Backend::IoUringFutex),
             _ => None,
         };
+        if let Some(us) = std::env::var("RTDEPLOY_WAKE_CHECK")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            o.wake_check = (us > 0).then(|| Duration::from_micros(us));
+        }
         o
     }
 }
@@ -247,6 +280,8 @@ struct Watcher {
     /// A completion arrived or data is known to be there.
     ready: bool,
     staged: Option<MessageMeta>,
+    /// The channel was truncated: no longer watched.
+    failed: Option<ChannelFault>,
     stats: EntryStats,
     total: u64,
 }
@@ -312,10 +347,12 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    pub fn fetch_latest(&mut self) -> Option<Message<'_>> {
+    /// The newest message not fetched yet (see [`Subscriber::latest`]).
+    pub fn fetch_latest(&mut self) -> Result<Option<Message<'_>>, ChannelFault> {
         self.reader.latest()
     }
-    pub fn fetch_next(&mut self) -> Option<Message<'_>> {
+    /// The next message in order (see [`Subscriber::next_message`]).
+    pub fn fetch_next(&mut self) -> Result<Option<Message<'_>>, ChannelFault> {
         self.reader.next_message()
     }
     pub fn lost(&self) -> u64 {
@@ -352,6 +389,8 @@ pub struct EventLoop {
     proc_root: PathBuf,
     reporting: Option<Reporting>,
     report_timer: Option<usize>,
+    wake_check: Option<Duration>,
+    wake_check_timer: Option<usize>,
     before_arm: Option<Box<dyn FnMut()>>,
     pid: u32,
 }
@@ -393,6 +432,8 @@ impl EventLoop {
             proc_root: opts.proc_root.clone(),
             reporting: None,
             report_timer: None,
+            wake_check: opts.wake_check,
+            wake_check_timer: None,
             before_arm: None,
             pid: sys::getpid(),
         };
@@ -464,6 +505,7 @@ impl EventLoop {
             armed: false,
             ready: false,
             staged: None,
+            failed: None,
             stats: EntryStats::default(),
             total: 0,
         });
@@ -583,7 +625,7 @@ impl EventLoop {
             }
         }
         for (i, t) in self.timers.iter().enumerate() {
-            if self.report_timer == Some(i) {
+            if self.internal_timer(i) {
                 continue;
             }
             if n < timing_report::MAX_ENTRIES {
@@ -626,6 +668,40 @@ impl EventLoop {
         self.reporting = Some(rep);
     }
 
+    /// Whether timer `i` is the loop's own (reports, wake check), not a
+    /// user's.
+    fn internal_timer(&self, i: usize) -> bool {
+        self.report_timer == Some(i) || self.wake_check_timer == Some(i)
+    }
+
+    /// The wake check: handles messages no wake announced.
+    fn check_wakes(&mut self) {
+        for w in &mut self.watchers {
+            if w.failed.is_none() && !w.ready && w.staged.is_none() && w.sub.has_new() {
+                w.ready = true;
+                w.stats.healed += 1;
+            }
+        }
+    }
+
+    /// Marks the watcher failed when its channel was truncated (the kernel
+    /// answers EFAULT for a futex word past the end of the file); `false`
+    /// when the mapping is intact (the error is something else).
+    fn fail_if_truncated(w: &mut Watcher) -> bool {
+        if w.sub.channel().probe_mapping() {
+            return false;
+        }
+        w.failed = Some(ChannelFault::Truncated);
+        w.stats.faults += 1;
+        w.ready = false;
+        w.staged = None;
+        if w.armed {
+            w.armed = false;
+            w.sub.end_wait();
+        }
+        true
+    }
+
     fn ring(&mut self) -> Result<&mut IoUring, EventLoopRunError> {
         if self.ring.is_none() {
             let entries =
@@ -658,7 +734,7 @@ impl EventLoop {
     /// there.
     fn arm_watcher(&mut self, i: usize) -> Result<(), EventLoopRunError> {
         let w = &mut self.watchers[i];
-        if w.armed || w.ready {
+        if w.armed || w.ready || w.failed.is_some() {
             return Ok(());
         }
         if !w.sub.begin_wait() {
@@ -705,6 +781,20 @@ impl EventLoop {
         self.exit = false;
         self.waitv.reserve(self.watchers.len());
         self.waitv_owner.reserve(self.watchers.len());
+        if let (Some(every), None, false) = (
+            self.wake_check,
+            self.wake_check_timer,
+            self.watchers.is_empty(),
+        ) {
+            let period = every.as_nanos().clamp(1, u64::MAX as u128) as u64;
+            let t = self.push_timer(
+                "wake-check".into(),
+                sys::monotonic_ns().saturating_add(period),
+                period,
+                None,
+            );
+            self.wake_check_timer = Some(t);
+        }
         if self.backend == Backend::IoUringFutex {
             self.ring()?;
         }
@@ -732,8 +822,20 @@ impl EventLoop {
             }
             // Watchers always wait again (io_uring: re-armed when drained;
             // futex_waitv: armed per call); timers until their last firing.
-            let waiting = !self.watchers.is_empty() || self.timers.iter().any(|t| t.armed);
+            // The wake check alone keeps nothing alive.
+            let waiting = self.watchers.iter().any(|w| w.failed.is_none())
+                || self
+                    .timers
+                    .iter()
+                    .enumerate()
+                    .any(|(i, t)| t.armed && self.wake_check_timer != Some(i));
             if !waiting {
+                if let Some(w) = self.watchers.iter().find(|w| w.failed.is_some()) {
+                    return Err(EventLoopRunError::ChannelFailed {
+                        channel: w.name.clone(),
+                        fault: w.failed.expect("found by failed"),
+                    });
+                }
                 break;
             }
             match self.backend {
@@ -764,7 +866,10 @@ impl EventLoop {
                     w.ready = true;
                     if res == -libc::EAGAIN {
                         w.stats.eagain += 1;
+                    } else if res == -libc::EFAULT && Self::fail_if_truncated(w) {
+                        // Counted; the rest of the loop runs on.
                     } else if res < 0 && res != -libc::EINTR && res != -libc::ECANCELED {
+                        let w = &self.watchers[idx];
                         return Err(EventLoopRunError::Wait {
                             channel: w.name.clone(),
                             errno: io::Error::from_raw_os_error(-res),
@@ -834,16 +939,40 @@ impl EventLoop {
             if let Some(h) = self.before_arm.as_mut() {
                 h();
             }
-            sys::futex_waitv(&self.waitv, deadline).map_err(EventLoopRunError::Waitv)?
+            match sys::futex_waitv(&self.waitv, deadline) {
+                Ok(r) => r,
+                Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+                    // Some watched word is past the end of its file: find
+                    // it (the probe replaces that mapping) and go on.
+                    let owners = std::mem::take(&mut self.waitv_owner);
+                    let mut found = false;
+                    for &i in &owners {
+                        found |= Self::fail_if_truncated(&mut self.watchers[i]);
+                    }
+                    self.waitv_owner = owners;
+                    if !found {
+                        return Err(EventLoopRunError::Waitv(e));
+                    }
+                    WaitvResult::Again
+                }
+                Err(e) => return Err(EventLoopRunError::Waitv(e)),
+            }
         };
         for &i in &self.waitv_owner {
             let w = &mut self.watchers[i];
+            if !w.armed {
+                continue; // failed above
+            }
             w.armed = false;
             w.sub.end_wait();
             if w.sub.has_new() {
                 w.ready = true;
-                if r == WaitvResult::Again {
-                    w.stats.eagain += 1;
+                match r {
+                    WaitvResult::Again => w.stats.eagain += 1,
+                    // No wake came although the data is there: counted
+                    // as the wake check would count it.
+                    WaitvResult::TimedOut => w.stats.healed += 1,
+                    _ => {}
                 }
             }
         }
@@ -859,20 +988,36 @@ impl EventLoop {
 
     /// Makes sure a ready watcher has a staged message, or re-arms it when
     /// drained.
+    ///
+    /// Bounded: a channel whose shared memory keeps faulting leaves the
+    /// watcher ready after a few tries, to be looked at again on the next
+    /// pass (the wake check guarantees one), never a spin.
     fn refill(&mut self, i: usize) -> Result<(), EventLoopRunError> {
-        loop {
+        for _ in 0..4 {
             let w = &mut self.watchers[i];
-            if !w.ready || w.staged.is_some() {
+            if !w.ready || w.staged.is_some() || w.failed.is_some() {
                 return Ok(());
             }
-            if let Some(m) = w.sub.next_meta() {
-                w.stats.lost += m.lost_before;
-                w.staged = Some(m);
-                return Ok(());
+            match w.sub.next_meta() {
+                Ok(Some(m)) => {
+                    w.stats.lost = w.stats.lost.saturating_add(m.lost_before);
+                    w.staged = Some(m);
+                    return Ok(());
+                }
+                Ok(None) => {}
+                Err(ChannelFault::Truncated) => {
+                    w.stats.faults += 1;
+                    w.failed = Some(ChannelFault::Truncated);
+                    w.ready = false;
+                    return Ok(());
+                }
+                // Resynchronised to the index as it is now; go on.
+                Err(_) => w.stats.faults += 1,
             }
             w.ready = false;
             self.arm_watcher(i)?;
         }
+        Ok(())
     }
 
     /// Handles everything ready, in event-time order.
@@ -915,9 +1060,11 @@ impl EventLoop {
                 w.stats.count += 1;
                 w.total += 1;
             } else {
-                let is_report = self.report_timer == Some(i);
-                let end = if is_report {
+                let end = if self.report_timer == Some(i) {
                     self.publish_report();
+                    sys::monotonic_ns()
+                } else if self.wake_check_timer == Some(i) {
+                    self.check_wakes();
                     sys::monotonic_ns()
                 } else {
                     let t = &mut self.timers[i];

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::channel::{Channel, ChannelGeometry, ChannelOpenError};
+use crate::channel::{Channel, ChannelFault, ChannelGeometry, ChannelOpenError};
 use crate::shm::ShmSafe;
 
 /// Sub-buckets per power of two (4: about 19% resolution).
@@ -130,6 +130,11 @@ pub struct EntryStats {
     pub lost: u64,
     pub missed: u64,
     pub errors: u64,
+    /// Messages found by the loop's own look at the index, not by a wake
+    /// (a wake was lost or late).
+    pub healed: u64,
+    /// Faults of the channel (corrupt or truncated shared memory).
+    pub faults: u64,
 }
 
 impl EntryStats {
@@ -141,7 +146,7 @@ impl EntryStats {
 /// Most entries one report carries.
 pub const MAX_ENTRIES: usize = 32;
 const NAME_BYTES: usize = 48;
-const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"RTDTIME1");
+const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"RTDTIME2");
 
 /// One entry in binary form.
 #[repr(C)]
@@ -162,6 +167,8 @@ pub struct RawEntry {
     pub missed: u64,
     pub errors: u64,
     pub total: u64,
+    pub healed: u64,
+    pub faults: u64,
 }
 // SAFETY: repr(C), u64 and u8-array fields laid out without padding (the
 // 48-byte name keeps every u64 8-aligned), no pointers, no Drop, valid for
@@ -213,6 +220,8 @@ impl Default for RawReport {
                 missed: 0,
                 errors: 0,
                 total: 0,
+                healed: 0,
+                faults: 0,
             }; MAX_ENTRIES],
         }
     }
@@ -252,6 +261,8 @@ impl RawEntry {
         self.missed = s.missed;
         self.errors = s.errors;
         self.total = total;
+        self.healed = s.healed;
+        self.faults = s.faults;
     }
 }
 
@@ -279,8 +290,15 @@ pub struct EntryReport {
     pub lost: u64,
     /// Timer periods skipped because the loop was late.
     pub missed: u64,
-    /// Sends refused (retention or size).
+    /// Sends refused (retention, size or a fault of the channel).
     pub errors: u64,
+    /// Messages the loop found by looking at the index itself because no
+    /// wake came for them (a lost or late wake).
+    #[serde(default)]
+    pub healed: u64,
+    /// Faults of the channel: corrupt or truncated shared memory.
+    #[serde(default)]
+    pub faults: u64,
 }
 
 /// A timing report as the supervisor reads it.
@@ -330,6 +348,8 @@ impl TimingReport {
                     lost: e.lost,
                     missed: e.missed,
                     errors: e.errors,
+                    healed: e.healed,
+                    faults: e.faults,
                 })
             })
             .collect();
@@ -369,20 +389,33 @@ pub enum TimingReadError {
     },
     #[error("timing channel {path} holds a message of {len} bytes that is not a timing report")]
     Garbled { path: String, len: usize },
+    #[error("timing channel {path}: {fault}")]
+    Fault { path: String, fault: ChannelFault },
 }
 
 /// The latest report process `process` published under `shm_dir`, or
 /// `None` when it has published none yet.
+///
+/// The file belongs to another process and may hold anything: its geometry
+/// is checked against [`timing_geometry`] before it is mapped (nothing is
+/// prefaulted), the read is bounded, and a truncated file is an error, so
+/// the caller (the supervisor's loop) never blocks or grows on it.
 pub fn read_latest(shm_dir: &Path, process: &str) -> Result<Option<TimingReport>, TimingReadError> {
-    let ch = Channel::open(shm_dir, &timing_channel_name(process)).map_err(|source| {
-        TimingReadError::Open {
-            process: process.into(),
-            source,
-        }
+    let ch = Channel::open_to_inspect(shm_dir, &timing_channel_name(process), &timing_geometry())
+        .map_err(|source| TimingReadError::Open {
+        process: process.into(),
+        source,
     })?;
     let mut r = ch.reader();
-    let Some(m) = r.latest() else {
-        return Ok(None);
+    let m = match r.latest() {
+        Ok(Some(m)) => m,
+        Ok(None) => return Ok(None),
+        Err(fault) => {
+            return Err(TimingReadError::Fault {
+                path: ch.path().display().to_string(),
+                fault,
+            })
+        }
     };
     let garbled = || TimingReadError::Garbled {
         path: ch.path().display().to_string(),
