@@ -10,7 +10,9 @@ use std::time::Duration;
 use controller::check::hist::{Histogram, LINEAR_US};
 use controller::check::host::read_host_facts;
 use controller::check::output::{cyclictest_histogram, svg_plot};
-use controller::check::report::{CheckReport, Realtime, ScenarioFacts};
+use controller::check::report::{
+    seq_ranges, CheckReport, DeliveryAccount, Realtime, ScenarioFacts,
+};
 use controller::check::timer::measure;
 use controller::check::{
     evaluate_budgets, CheckInputs, Measurement, MeasurementKind, Mechanism, NamedBudget,
@@ -177,12 +179,68 @@ fn report_of(
         },
         measurements,
         budgets,
+        accounting: vec![],
         verdict: String::new(),
         failed: vec![],
         notes: vec![],
     };
     r.decide();
     r
+}
+
+fn account(mech: Mechanism, unaccounted: u64, informational: bool) -> DeliveryAccount {
+    DeliveryAccount {
+        mechanism: mech,
+        sent: 1000,
+        delivered: 1000 - unaccounted,
+        lost: 0,
+        receiver_reached_end: unaccounted == 0,
+        unaccounted,
+        missing: seq_ranges(&(1000 - unaccounted..1000).collect::<Vec<_>>(), 12),
+        beyond_range: 0,
+        informational,
+    }
+}
+
+#[test]
+fn messages_neither_delivered_nor_lost_fail_the_run_and_are_named() {
+    let i = inputs();
+    let io = Some(Mechanism::IoUringFutex);
+    // Every budget met...
+    let ms = vec![
+        measurement("timer cpu1", MeasurementKind::Timer, None, &[10_000; 100]),
+        measurement("send", MeasurementKind::Send, io, &[5_000, 6_000]),
+        measurement("delivery", MeasurementKind::Delivery, io, &[20_000, 30_000]),
+    ];
+    let mut r = report_of(&i, vec![Mechanism::IoUringFutex], ms);
+    assert!(r.passed(), "{:?}", r.failed);
+    // ...but 770 of 1000 messages never arrived.
+    r.accounting = vec![account(Mechanism::IoUringFutex, 770, false)];
+    r.decide();
+    assert!(!r.passed());
+    assert_eq!(r.verdict, "fail");
+    assert_eq!(r.failed, vec!["delivery accounting (io_uring)".to_string()]);
+    let text = r.to_text();
+    assert!(
+        text.contains("1000 sent, 230 delivered, 0 lost: 770 never delivered nor counted lost")
+            && text.contains("seq 230-999"),
+        "{text}"
+    );
+    // A compared mechanism's shortfall is reported, not deciding.
+    r.accounting = vec![
+        account(Mechanism::IoUringFutex, 0, false),
+        account(Mechanism::Futex, 3, true),
+    ];
+    r.decide();
+    assert!(r.passed(), "{:?}", r.failed);
+    assert!(r.to_text().contains("FAIL (comparison only)"));
+}
+
+#[test]
+fn seq_ranges_name_runs_and_cut_the_list() {
+    assert_eq!(seq_ranges(&[1, 2, 3, 7, 9, 10], 12), "1-3, 7, 9-10");
+    assert_eq!(seq_ranges(&[1, 3, 5, 7], 2), "1, 3, ... 2 more runs");
+    assert_eq!(seq_ranges(&[], 2), "");
 }
 
 #[test]

@@ -85,6 +85,94 @@ impl Measurement {
     }
 }
 
+/// Whether every real-time message the sender published reached the
+/// receiver or was counted lost (overwritten before it was read). A message
+/// that did neither was dropped without a trace: a lost wakeup, a receiver
+/// that stopped waiting, or a runtime bug. Such a run fails whatever its
+/// latencies.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryAccount {
+    pub mechanism: Mechanism,
+    /// Real-time messages published.
+    pub sent: u64,
+    /// Real-time messages the receiver handled.
+    pub delivered: u64,
+    /// Messages the receiver was told it lost (of any sender: an upper
+    /// bound on the real-time ones).
+    pub lost: u64,
+    /// The receiver handled the end-of-run message, so it passed every
+    /// real-time message in the channel.
+    pub receiver_reached_end: bool,
+    /// Real-time messages neither delivered nor counted lost.
+    pub unaccounted: u64,
+    /// The sequence numbers of the real-time messages never delivered
+    /// (ranges, the first ones), when some are unaccounted.
+    pub missing: String,
+    /// Published beyond the per-message accounting's range.
+    pub beyond_range: u64,
+    /// A compared mechanism: reported, not deciding.
+    pub informational: bool,
+}
+
+impl DeliveryAccount {
+    pub fn pass(&self) -> bool {
+        self.unaccounted == 0
+    }
+
+    /// One line for the text report.
+    pub fn describe(&self) -> String {
+        if self.pass() {
+            return format!(
+                "{}: {} sent, {} delivered, {} lost: every message accounted for",
+                self.mechanism.short(),
+                self.sent,
+                self.delivered,
+                self.lost
+            );
+        }
+        format!(
+            "{}: {} sent, {} delivered, {} lost: {} never delivered nor counted lost{} (seq {})",
+            self.mechanism.short(),
+            self.sent,
+            self.delivered,
+            self.lost,
+            self.unaccounted,
+            if self.receiver_reached_end {
+                ""
+            } else {
+                "; the receiver never reached the end of the run (a lost wakeup?)"
+            },
+            self.missing
+        )
+    }
+}
+
+/// `1-4, 7, 9-12, ...`: the first `max` runs of consecutive numbers.
+pub fn seq_ranges(seqs: &[u64], max: usize) -> String {
+    let mut runs: Vec<(u64, u64)> = vec![];
+    for &s in seqs {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == s => *hi = s,
+            _ => runs.push((s, s)),
+        }
+    }
+    let mut out: Vec<String> = runs
+        .iter()
+        .take(max)
+        .map(|&(lo, hi)| {
+            if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}-{hi}")
+            }
+        })
+        .collect();
+    if runs.len() > max {
+        out.push(format!("... {} more runs", runs.len() - max));
+    }
+    out.join(", ")
+}
+
 /// Which figure of a measurement a budget limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -165,6 +253,9 @@ pub struct CheckReport {
     pub scenario: ScenarioFacts,
     pub measurements: Vec<Measurement>,
     pub budgets: Vec<BudgetResult>,
+    /// Per mechanism: every real-time message sent is delivered or counted
+    /// lost.
+    pub accounting: Vec<DeliveryAccount>,
     /// `pass` or `fail`.
     pub verdict: String,
     /// Names of the failed budgets that decide the verdict.
@@ -178,13 +269,20 @@ impl CheckReport {
         self.failed.is_empty()
     }
 
-    /// Sets `verdict` and `failed` from the budgets.
+    /// Sets `verdict` and `failed` from the budgets and the delivery
+    /// accounting.
     pub fn decide(&mut self) {
         self.failed = self
             .budgets
             .iter()
             .filter(|b| !b.pass && !b.informational)
             .map(|b| b.name.clone())
+            .chain(
+                self.accounting
+                    .iter()
+                    .filter(|a| !a.pass() && !a.informational)
+                    .map(|a| format!("delivery accounting ({})", a.mechanism.short())),
+            )
             .collect();
         self.verdict = if self.failed.is_empty() {
             "pass"
@@ -298,6 +396,21 @@ impl CheckReport {
                     } else {
                         ""
                     },
+                );
+            }
+        }
+        if !self.accounting.is_empty() {
+            o.push('\n');
+            for a in &self.accounting {
+                let _ = writeln!(
+                    o,
+                    "delivery {}{}",
+                    a.describe(),
+                    match (a.pass(), a.informational) {
+                        (true, _) => "",
+                        (false, false) => "  FAIL",
+                        (false, true) => "  FAIL (comparison only)",
+                    }
                 );
             }
         }

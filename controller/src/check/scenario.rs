@@ -8,11 +8,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::report::{
-    BudgetResult, CheckReport, Measurement, MeasurementKind, Realtime, ScenarioFacts, Statistic,
+    seq_ranges, BudgetResult, CheckReport, DeliveryAccount, Measurement, MeasurementKind, Realtime,
+    ScenarioFacts, Statistic,
 };
 use super::timer::TimerThreadSetup;
 use super::worker::{
-    Shared, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, MAX_TIMERS, RT_CELL, TAG_STOP,
+    Shared, ACCOUNTED_SEQS, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, MAX_TIMERS,
+    RT_CELL, TAG_STOP,
 };
 use super::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
 use crate::channel::{Channel, ChannelGeometry, Publisher};
@@ -232,6 +234,7 @@ impl Drop for Run<'_> {
         let ctl = self.shared.control();
         ctl.stop_all.store(1, Ordering::SeqCst);
         ctl.rt_stop.store(1, Ordering::SeqCst);
+        ctl.rt_recv_stop.store(1, Ordering::SeqCst);
         self.poke();
         let workers: Vec<Worker> = self
             .loads
@@ -501,12 +504,16 @@ pub(crate) fn run(
     let receiver_cpu = *inputs.isolated.get(1).unwrap_or(&inputs.isolated[0]);
     let churn = c.low_priority.churn.0.max(Duration::from_millis(10));
     let mut gen = 0u64;
+    let mut accounting = vec![];
     for (mi, &mech) in mechanisms.iter().enumerate() {
         let failed_before = run.shared.control().notify_failed.load(Ordering::SeqCst);
         let phase = (|| -> Result<(), CheckRunError> {
             let ctl = run.shared.control();
             ctl.rt_stop.store(0, Ordering::SeqCst);
+            ctl.rt_recv_stop.store(0, Ordering::SeqCst);
+            ctl.rt_recv_done.store(0, Ordering::SeqCst);
             ctl.receiver_ready.store(0, Ordering::SeqCst);
+            run.shared.clear_marks();
             // Fresh low-priority processes on this mechanism.
             let low_args = |slot: usize, gen: u64, cell: usize| {
                 vec![
@@ -588,12 +595,42 @@ pub(crate) fn run(
                 }
                 run.reap_retired(false);
             }
+            // The sender first; then the receiver, told to stop only once
+            // every real-time message is in the channel, so that the stop
+            // message it handles comes after all of them.
             run.shared.control().rt_stop.store(1, Ordering::SeqCst);
-            run.poke();
             finish(send, Duration::from_secs(2))?;
+            run.shared.control().rt_recv_stop.store(1, Ordering::SeqCst);
+            run.poke();
             run.release_cell(&recv);
             finish(recv, Duration::from_secs(2))?;
             let sh = &run.shared;
+            let delivery = sh.hist(mech, H_DELIVERY).summary();
+            let (unseen, sent_marked) = sh.unseen();
+            let reached = sh.control().rt_recv_done.load(Ordering::SeqCst) != 0;
+            let sent = sh.hist(mech, H_SEND).summary().count;
+            let unaccounted = if reached {
+                // Every real-time message not seen was passed: it must
+                // have been counted lost.
+                (unseen.len() as u64).saturating_sub(delivery.errors)
+            } else {
+                unseen.len() as u64
+            };
+            accounting.push(DeliveryAccount {
+                mechanism: mech,
+                sent,
+                delivered: delivery.count,
+                lost: delivery.errors,
+                receiver_reached_end: reached,
+                unaccounted,
+                missing: if unaccounted > 0 {
+                    seq_ranges(&unseen, 12)
+                } else {
+                    String::new()
+                },
+                beyond_range: sent.saturating_sub(sent_marked),
+                informational: mi > 0,
+            });
             let cpu_s = Some(sender_cpu);
             measurements.push(Measurement::new(
                 "send",
@@ -692,6 +729,13 @@ pub(crate) fn run(
         mechanisms: mechanisms.clone(),
     };
     let budgets = evaluate_budgets(inputs, &mechanisms, &measurements);
+    for a in accounting.iter().filter(|a| a.beyond_range > 0) {
+        notes.push(format!(
+            "{}: {} real-time messages were sent beyond the first {ACCOUNTED_SEQS} and are not accounted one by one",
+            a.mechanism.label(),
+            a.beyond_range
+        ));
+    }
     let mut report = CheckReport {
         schema_version: super::CHECK_SCHEMA_VERSION,
         started_unix,
@@ -700,6 +744,7 @@ pub(crate) fn run(
         scenario,
         measurements,
         budgets,
+        accounting,
         verdict: String::new(),
         failed: vec![],
         notes,

@@ -80,7 +80,14 @@ pub(crate) struct Control {
     pub timer_pinned: AtomicU64,
     /// Bit `slot`: that timer worker got SCHED_FIFO.
     pub timer_fifo: AtomicU64,
-    pub _pad: [AtomicU64; 4],
+    /// Non-zero: the real-time receiver stops at the next stop message.
+    /// Raised only after the sender has exited, so the receiver that
+    /// handles the stop message has passed every real-time message.
+    pub rt_recv_stop: AtomicU64,
+    /// The real-time receiver reached the end of the run (it handled the
+    /// stop message after `rt_recv_stop`).
+    pub rt_recv_done: AtomicU64,
+    pub _pad: [AtomicU64; 2],
     /// Per low-priority slot: the generation that may run; a process whose
     /// generation differs stops.
     pub low_gen: [AtomicU64; MAX_LOW],
@@ -98,10 +105,22 @@ const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_BYTES);
 /// Timer-latency histograms: one per isolated CPU, at most this many.
 pub(crate) const MAX_TIMERS: usize = 64;
 
-/// Bytes of the shared file.
+/// Real-time messages whose delivery is accounted one by one (by their
+/// sequence number): 2^21, 35 minutes at 1 kHz.
+pub(crate) const ACCOUNTED_SEQS: u64 = 1 << 21;
+const MARK_WORDS: usize = (ACCOUNTED_SEQS / 64) as usize;
+/// The two bitmaps of the accounting.
+pub(crate) const MARK_SENT: usize = 0;
+pub(crate) const MARK_SEEN: usize = 1;
+
+fn histograms_bytes() -> usize {
+    (Mechanism::ALL.len() * PER_MECH + MAX_TIMERS) * std::mem::size_of::<Histogram>()
+}
+
+/// Bytes of the shared file: control words, histograms, then the sent and
+/// seen bitmaps of the real-time messages.
 pub(crate) fn shared_bytes() -> usize {
-    CONTROL_BYTES
-        + (Mechanism::ALL.len() * PER_MECH + MAX_TIMERS) * std::mem::size_of::<Histogram>()
+    CONTROL_BYTES + histograms_bytes() + 2 * MARK_WORDS * 8
 }
 
 /// The shared file, mapped.
@@ -162,6 +181,51 @@ impl Shared {
         let i = mech.index() * PER_MECH + which;
         self.map
             .at(CONTROL_BYTES + i * std::mem::size_of::<Histogram>())
+    }
+
+    fn mark_word(&self, which: usize, word: usize) -> &AtomicU64 {
+        self.map
+            .at(CONTROL_BYTES + histograms_bytes() + (which * MARK_WORDS + word) * 8)
+    }
+
+    /// Marks real-time message `seq` in bitmap `which` (sent by the
+    /// sender, seen by the receiver); beyond [`ACCOUNTED_SEQS`] nothing.
+    pub fn mark(&self, which: usize, seq: u64) {
+        if seq < ACCOUNTED_SEQS {
+            // Relaxed: read by the engine after it reaped the workers.
+            self.mark_word(which, (seq / 64) as usize)
+                .fetch_or(1 << (seq % 64), Ordering::Relaxed);
+        }
+    }
+
+    /// The sequence numbers marked in `sent` but not in `seen`, in order,
+    /// and how many were marked sent.
+    pub fn unseen(&self) -> (Vec<u64>, u64) {
+        let mut out = vec![];
+        let mut sent_n = 0;
+        for w in 0..MARK_WORDS {
+            let sent = self.mark_word(MARK_SENT, w).load(Ordering::Relaxed);
+            if sent == 0 {
+                continue;
+            }
+            sent_n += sent.count_ones() as u64;
+            let mut missing = sent & !self.mark_word(MARK_SEEN, w).load(Ordering::Relaxed);
+            while missing != 0 {
+                let b = missing.trailing_zeros() as u64;
+                out.push(w as u64 * 64 + b);
+                missing &= missing - 1;
+            }
+        }
+        (out, sent_n)
+    }
+
+    /// Clears both bitmaps (between mechanisms, with no worker running).
+    pub fn clear_marks(&self) {
+        for which in [MARK_SENT, MARK_SEEN] {
+            for w in 0..MARK_WORDS {
+                self.mark_word(which, w).store(0, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The timer-latency histogram of timer worker `slot` (< MAX_TIMERS).
@@ -374,7 +438,10 @@ fn rt_send(a: &Args) -> Result<(), String> {
             count_notify_failures(ctl, p, failed_before);
         }
         match r {
-            Ok(_) => send_h.record(t1 - t0),
+            Ok(_) => {
+                send_h.record(t1 - t0);
+                shared.mark(MARK_SENT, seq);
+            }
             Err(_) => send_h.error(),
         }
         seq += 1;
@@ -390,18 +457,30 @@ fn rt_send(a: &Args) -> Result<(), String> {
 /// Records one received message: lost messages before it count as
 /// errors; its delivery latency is recorded when its tag is `only` (or
 /// always when `None`).
+/// A real-time receiver also marks each real-time message in `seen`.
 #[inline]
-fn record_message(h: &Histogram, latency_ns: u64, lost_before: u64, tag: u64, only: Option<u64>) {
-    for _ in 0..lost_before {
+fn record_message(h: &Histogram, latency_ns: u64, m: &Message, only: Option<u64>, seen: Seen) {
+    for _ in 0..m.lost_before {
         h.error();
     }
+    let (tag, seq) = tag_seq(m);
     if only.is_none_or(|t| t == tag) {
         h.record(latency_ns);
     }
+    if let (Some(shared), TAG_RT) = (seen, tag) {
+        shared.mark(MARK_SEEN, seq);
+    }
+}
+
+/// Where a real-time receiver marks what it saw.
+type Seen = Option<&'static Shared>;
+
+fn tag_seq(m: &Message) -> (u64, u64) {
+    m.value::<[u64; 2]>().map_or((0, 0), |v| (v[0], v[1]))
 }
 
 fn tag_of(m: &Message) -> u64 {
-    m.value::<[u64; 2]>().map_or(0, |v| v[0])
+    tag_seq(m).0
 }
 
 /// Whether publishers wake receivers through [`crate::notify`] (not the
@@ -411,18 +490,19 @@ fn notified(mech: Mechanism) -> bool {
 }
 
 /// Drains `sub`, recording each message's delivery latency.
-fn drain(sub: &mut crate::channel::Subscriber, h: &Histogram, only: Option<u64>) {
-    while let Some(m) = sub.next_message() {
+fn drain(sub: &mut crate::channel::Subscriber, h: &Histogram, only: Option<u64>, seen: Seen) {
+    loop {
+        let m = match sub.next_message() {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(crate::channel::ChannelFault::Truncated) => break,
+            // Counted by the subscriber; it has resynchronised to the
+            // index, so reading on is bounded.
+            Err(_) => continue,
+        };
         let now = monotonic_ns();
-        let tag = tag_of(&m);
-        if tag != TAG_STOP {
-            record_message(
-                h,
-                now.saturating_sub(m.send_time_ns),
-                m.lost_before,
-                tag,
-                only,
-            );
+        if tag_of(&m) != TAG_STOP {
+            record_message(h, now.saturating_sub(m.send_time_ns), &m, only, seen);
         }
     }
 }
@@ -443,6 +523,7 @@ fn receive(
     h: &'static Histogram,
     only: Option<u64>,
     cell: &AddressCell,
+    seen: Seen,
     stop: impl Fn() -> bool + 'static,
     ready: impl FnOnce() + 'static,
 ) -> Result<(), String> {
@@ -457,6 +538,7 @@ fn receive(
                 backend: Some(backend),
                 timing: None,
                 proc_root: proc_root.into(),
+                ..LoopOptions::default()
             })
             .map_err(|e| e.to_string())?;
             // No timer on the real-time loop: the engine publishes a
@@ -469,7 +551,7 @@ fn receive(
                     }
                     return;
                 }
-                record_message(h, ctx.latency_ns(), m.lost_before, tag, only)
+                record_message(h, ctx.latency_ns(), m, only, seen)
             })
             .map_err(|e| e.to_string())?;
             let mut ready = Some(ready);
@@ -486,8 +568,10 @@ fn receive(
             ready();
             while !stop() {
                 sub.wait(Some(Duration::from_nanos(WAIT_SLICE_NS)));
-                drain(&mut sub, h, only);
+                drain(&mut sub, h, only, seen);
             }
+            // Everything published before the stop request.
+            drain(&mut sub, h, only, seen);
             Ok(())
         }
         Mechanism::Eventfd | Mechanism::Signalfd => {
@@ -509,12 +593,13 @@ fn receive(
             // the wait).
             let r = loop {
                 if stop() {
+                    drain(&mut sub, h, only, seen);
                     break Ok(());
                 }
                 if let Err(e) = waiter.wait() {
                     break Err(format!("{} wait: {e}", mech.short()));
                 }
-                drain(&mut sub, h, only);
+                drain(&mut sub, h, only, seen);
             };
             cell.clear(gen);
             r
@@ -546,18 +631,22 @@ fn rt_recv(a: &Args) -> Result<(), String> {
         h,
         Some(TAG_RT),
         &ctl.cells[RT_CELL],
-        // Relaxed: a stop request, see rt_send.
-        move || ctl.rt_stop.load(Ordering::Relaxed) != 0,
+        Some(shared),
+        // SeqCst: raised by the engine after the sender exited; whoever
+        // sees it has every real-time message before it in the channel.
+        move || ctl.rt_recv_stop.load(Ordering::SeqCst) != 0,
         // Release: the subscription is in place before the sender's first
         // message (its Acquire load of this word).
         move || ctl.receiver_ready.store(1, Ordering::Release),
     )?;
-    if ctl.rt_stop.load(Ordering::Relaxed) == 0 {
+    if ctl.rt_recv_stop.load(Ordering::SeqCst) == 0 {
         return Err(format!(
             "the {} receive loop returned before the run ended (its wait was not re-armed)",
             mech.short()
         ));
     }
+    // SeqCst: read by the engine after it reaped this process.
+    ctl.rt_recv_done.store(1, Ordering::SeqCst);
     Ok(())
 }
 
@@ -619,6 +708,7 @@ fn low(a: &Args) -> Result<(), String> {
         h,
         None,
         &ctl.cells[cell],
+        None,
         move || !running(),
         || {},
     );
