@@ -277,3 +277,97 @@ fn flash_dry_run_prints_the_jetson_commands() {
         text(&o.stderr)
     );
 }
+
+/// The names in `dir`, recursively, relative to it.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if fs::symlink_metadata(&p).unwrap().is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn image_refuses_an_output_inside_the_base_even_with_force() {
+    let t = tempfile::tempdir().unwrap();
+    inputs(t.path());
+    let cfg = example("orin-nano.yaml");
+    let image = |out: &str, force: bool| {
+        let mut a = vec![
+            "-q",
+            "-c",
+            cfg.to_str().unwrap(),
+            "image",
+            "--base",
+            "base",
+            "--release",
+            "release",
+            "--deploy-binary",
+            "deploy-aarch64",
+            "--source-date-epoch",
+            "1700000000",
+            "--out",
+            out,
+        ];
+        if force {
+            a.push("--force");
+        }
+        deploy(t.path(), &a)
+    };
+    // A previous image, put in the base as a user writing into it would.
+    let o = image("robot.tar", false);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    fs::copy(t.path().join("robot.tar"), t.path().join("base/robot.tar")).unwrap();
+    let before = listing(&t.path().join("base"));
+    let previous = fs::read(t.path().join("base/robot.tar")).unwrap();
+
+    // Replacing it with --force would pack it into the new one: refused,
+    // and the base is left as it was (no output, sidecars or temporary files).
+    let o = image("base/robot.tar", true);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(
+            "deploy: cannot build base/robot.tar: base/robot.tar: the output is inside the base directory base, which the image is made from"
+        ),
+        "{err}"
+    );
+    assert_eq!(listing(&t.path().join("base")), before);
+    assert_eq!(fs::read(t.path().join("base/robot.tar")).unwrap(), previous);
+
+    // A new name deeper in the base, without --force: refused the same way.
+    let o = image("base/boot/new.tar", false);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("inside the base directory base"));
+    assert_eq!(listing(&t.path().join("base")), before);
+
+    // Reached through a symlink from outside: still the base.
+    std::os::unix::fs::symlink("base/etc", t.path().join("into-base")).unwrap();
+    let o = image("into-base/x.tar", false);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("inside the base directory base"));
+    assert_eq!(listing(&t.path().join("base")), before);
+
+    // A symlink in the base to a directory outside it is an entry of the
+    // image, not a directory the build walks: writing through it is fine.
+    fs::create_dir(t.path().join("images")).unwrap();
+    std::os::unix::fs::symlink("../images", t.path().join("base/images")).unwrap();
+    let o = image("base/images/y.tar", false);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let members = Command::new("tar")
+        .arg("-tf")
+        .arg(t.path().join("images/y.tar"))
+        .output()
+        .unwrap();
+    let members = text(&members.stdout);
+    assert!(members.lines().any(|l| l == "images"), "{members}");
+    assert!(!members.contains("y.tar"), "{members}");
+}

@@ -151,6 +151,16 @@ pub fn build(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary, ImageBuildError> {
     let (manifest_path, sbom_path) = sidecars(out);
+    let out_dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let out_name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // First: --force cannot help with this one.
+    check_output_outside_inputs(spec, out, &out_dir)?;
     if !spec.force {
         for p in [out, &manifest_path, &sbom_path] {
             if fs::symlink_metadata(p).is_ok() {
@@ -160,14 +170,6 @@ pub fn build(
             }
         }
     }
-    let out_dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let out_name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
 
     // The release: checked first, it is small and names the image.
     let rel = release::read(&spec.release, &spec.programs)?;
@@ -579,6 +581,74 @@ pub fn build(
         sbom: sbom_path,
         warnings,
     })
+}
+
+/// Refuses an output the build would read back or overwrite: anywhere
+/// inside a directory the image is made from (the base directory, the
+/// release), or one of the input files themselves (a tar base, the deploy
+/// binary).
+///
+/// Refusing, rather than leaving the output out of the walk, because the
+/// output directory also receives the sidecars and the temporary files of
+/// the build, so every build would change its own input: the image would
+/// depend on what earlier builds left there, and a file of the base that
+/// happens to have the output's name would be silently dropped (or, with
+/// `--force`, overwritten). Both directory walks list entries with
+/// `lstat` and never follow a symlink, so the test is on the real
+/// directory: the output's directory, symlinks resolved, and each of its
+/// parents are compared with the input directory by device and inode.
+fn check_output_outside_inputs(
+    spec: &ImageSpec,
+    out: &Path,
+    out_dir: &Path,
+) -> Result<(), ImageBuildError> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |md: fs::Metadata| (md.dev(), md.ino());
+    let refuse = |reason: String| ImageBuildError::Conflict {
+        path: out.display().to_string(),
+        reason,
+    };
+    // A directory that does not exist yet holds nothing the build reads;
+    // creating the temporary file there fails later with its own error.
+    let Ok(real_out_dir) = fs::canonicalize(out_dir) else {
+        return Ok(());
+    };
+    let mut dirs = vec![("release directory", spec.release.as_path())];
+    if let Base::Dir(dir) = &spec.base {
+        dirs.push(("base directory", dir.as_path()));
+    }
+    for (what, dir) in dirs {
+        let Ok(dir_id) = fs::metadata(dir).map(id) else {
+            continue;
+        };
+        let inside = real_out_dir
+            .ancestors()
+            .any(|a| fs::metadata(a).map(id).ok() == Some(dir_id));
+        if inside {
+            return Err(refuse(format!(
+                "the output is inside the {what} {}, which the image is made from \
+                 (it would take in earlier images and their temporary files); \
+                 write it outside {}",
+                dir.display(),
+                dir.display()
+            )));
+        }
+    }
+    if let Ok(out_id) = fs::metadata(out).map(id) {
+        let mut files = vec![("deploy binary", spec.deploy_binary.as_path())];
+        if let Base::Tar(tar) = &spec.base {
+            files.push(("base", tar.as_path()));
+        }
+        for (what, file) in files {
+            if fs::metadata(file).map(id).ok() == Some(out_id) {
+                return Err(refuse(format!(
+                    "the output is the {what} {} the image is made from; write it to another file",
+                    file.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The process umask (read by setting it and putting it back).

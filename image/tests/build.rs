@@ -385,6 +385,50 @@ fn cpio_is_newc_with_the_release() {
     }
 }
 
+/// An output the build would read back or overwrite is refused before
+/// anything is written: inside the release directory, or one of the input
+/// files (--force or not).
+#[test]
+fn an_output_among_the_inputs_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    let out = t.path().join("release/share/image.tar");
+    let e = build(&inputs.spec(), &out, Format::Tar, &mut no_progress())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the output is inside the release directory"),
+        "{e}"
+    );
+    let mut names: Vec<_> = fs::read_dir(t.path().join("release/share"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["gains.csv"]);
+
+    let mut spec = inputs.spec();
+    spec.force = true;
+    let deploy = t.path().join("deploy");
+    let e = build(&spec, &deploy, Format::Tar, &mut no_progress())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the output is the deploy binary"), "{e}");
+    assert_eq!(fs::read(&deploy).unwrap(), b"\x7fELF deploy");
+
+    // A tar base replaced by the image made from it.
+    let base_tar = t.path().join("base.tar");
+    build(&inputs.spec(), &base_tar, Format::Tar, &mut no_progress()).unwrap();
+    let before = fs::read(&base_tar).unwrap();
+    spec.base = Base::Tar(base_tar.clone());
+    let e = build(&spec, &base_tar, Format::Tar, &mut no_progress())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the output is the base"), "{e}");
+    assert_eq!(fs::read(&base_tar).unwrap(), before);
+    assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+}
+
 fn write_raw(dir: &Path, raw: &[u8]) -> std::path::PathBuf {
     let p = dir.join("raw.cpio");
     fs::write(&p, raw).unwrap();
