@@ -1773,10 +1773,12 @@ impl Subscriber {
     /// subscriber follows it, so that its waits arm on the word as it is).
     #[inline]
     fn head(&mut self) -> Result<u64, ChannelFault> {
+        let head = self.ch.next_index();
+        // After the load: a truncation it ran into has replaced the
+        // mapping by the time it returns.
         if self.ch.inner.map.is_broken() {
             return Err(self.fault(ChannelFault::Truncated));
         }
-        let head = self.ch.next_index();
         // `next` may be one past the newest message (a fetcher that read it).
         if head < self.next {
             let from = self.next;
@@ -1931,7 +1933,9 @@ impl Subscriber {
             inner.sub_entry(i).armed.fetch_add(1, Ordering::SeqCst);
         }
         self.armed += 1;
-        if h.next_index.load(Ordering::SeqCst) != self.next {
+        // The broken flag after the loads: a truncation they ran into
+        // has been noticed by then (the next read reports it).
+        if h.next_index.load(Ordering::SeqCst) != self.next || inner.map.is_broken() {
             self.end_wait();
             return false;
         }

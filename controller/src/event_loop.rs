@@ -677,9 +677,15 @@ impl EventLoop {
     /// The wake check: handles messages no wake announced.
     fn check_wakes(&mut self) {
         for w in &mut self.watchers {
-            if w.failed.is_none() && !w.ready && w.staged.is_none() && w.sub.has_new() {
+            if w.failed.is_some() || w.ready || w.staged.is_some() {
+                continue;
+            }
+            if w.sub.has_new() {
                 w.ready = true;
                 w.stats.healed += 1;
+            } else if w.sub.channel().is_truncated() {
+                // Its wait is armed on a word no one will move again.
+                Self::fail_if_truncated(w);
             }
         }
     }
