@@ -550,3 +550,123 @@ fn bad_arguments_exit_2() {
     );
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Another process of the group scribbles the waiter count of the check's
+/// channel to zero, over and over, while `deploy check` runs: publishers
+/// then skip their wakes. Returns the run's JSON report.
+fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(AtomicU64::new(0));
+    let shm = dir.path().join("dev/shm/rtdeploy/rtdeploy/check");
+    let scribbler = {
+        let (stop, writes) = (stop.clone(), writes.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let files = std::fs::read_dir(&shm)
+                    .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+                    .unwrap_or_default();
+                for f in files
+                    .iter()
+                    .filter(|f| f.extension().is_some_and(|e| e == "v1"))
+                {
+                    if let Ok(file) = std::fs::OpenOptions::new().write(true).open(f) {
+                        // The waiter count, 320 bytes into the header.
+                        for _ in 0..1000 {
+                            if file.write_all_at(&0u64.to_le_bytes(), 320).is_ok() {
+                                writes.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    let env_arg = wake_check.map(|v| format!("RTDEPLOY_WAKE_CHECK={v}"));
+    let wrap: Vec<&str> = match &env_arg {
+        Some(a) => vec!["env", a.as_str()],
+        None => vec![],
+    };
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &["check", "--duration", "2s", "--json", "-q", "--no-verify"],
+        &wrap,
+    );
+    stop.store(true, Ordering::SeqCst);
+    scribbler.join().unwrap();
+    assert!(
+        writes.load(Ordering::Relaxed) > 0,
+        "the scribbler never found the channel"
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout(&out)).expect("stdout is one JSON document");
+    assert_valid(&doc);
+    doc
+}
+
+#[test]
+fn lost_wakeups_heal_and_every_message_is_accounted_for() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let doc = check_with_waiters_scribbled(None);
+    let a = &doc["accounting"][0];
+    assert_eq!(a["mechanism"], "io_uring", "{a}");
+    assert_eq!(a["receiver_reached_end"], true, "{a}");
+    assert_eq!(a["unaccounted"], 0, "{a}");
+    assert!(a["sent"].as_u64().unwrap() > 0, "{a}");
+    assert!(
+        !doc["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().starts_with("delivery accounting")),
+        "{doc}"
+    );
+}
+
+#[test]
+fn messages_whose_wakes_were_lost_fail_the_check_by_name() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Without the loop's own look at the index, a lost wake is a message
+    // the receiver never sees: the run must not pass.
+    let doc = check_with_waiters_scribbled(Some("0"));
+    let a = &doc["accounting"][0];
+    assert_eq!(a["mechanism"], "io_uring", "{a}");
+    let unaccounted = a["unaccounted"].as_u64().unwrap();
+    assert!(unaccounted > 0, "{a}");
+    // The receiver stopped at the first lost wake: what it did not see is
+    // exactly what was sent and not delivered.
+    assert_eq!(a["receiver_reached_end"], false, "{a}");
+    assert_eq!(
+        a["delivered"].as_u64().unwrap() + unaccounted,
+        a["sent"].as_u64().unwrap(),
+        "{a}"
+    );
+    assert!(!a["missing"].as_str().unwrap().is_empty(), "{a}");
+    assert_eq!(doc["verdict"], "fail");
+    assert!(
+        doc["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "delivery accounting (io_uring)"),
+        "{doc}"
+    );
+}

@@ -538,6 +538,8 @@ fn receive(
                 backend: Some(backend),
                 timing: None,
                 proc_root: proc_root.into(),
+                // As a controller under the supervisor would run it.
+                wake_check: LoopOptions::from_env().wake_check,
                 ..LoopOptions::default()
             })
             .map_err(|e| e.to_string())?;
