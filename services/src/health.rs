@@ -198,6 +198,8 @@ mod tests {
                 lost: 0,
                 missed: 0,
                 errors: 0,
+                healed: 0,
+                faults: 0,
             }],
         }
     }

@@ -211,6 +211,9 @@ struct Proc {
     /// Started although the boot check failed (`on_failure: degrade`).
     degraded: bool,
     health: Health,
+    /// The last error reading this process's timing channel (said once,
+    /// not every poll).
+    timing_error: Option<String>,
 }
 
 struct Conn {
@@ -511,6 +514,7 @@ impl Supervisor {
                 after_stop: AfterStop::Stay,
                 degraded: false,
                 health: Health::new(p),
+                timing_error: None,
             })
             .collect();
 
@@ -668,16 +672,29 @@ impl Supervisor {
                 continue;
             };
             let name = self.procs[i].cfg.name.clone();
+            // Bounded in time and memory whatever the file holds (the
+            // process, or any other of the group, may have scribbled on
+            // it): geometry checked before mapping, reads bounded.
             let report = match controller::timing_report::read_latest(&self.shm_dir, &name) {
                 Ok(Some(r)) => r,
-                // No channel yet, or nothing published yet.
-                Ok(None) | Err(controller::timing_report::TimingReadError::Open { .. }) => continue,
+                // Nothing published yet.
+                Ok(None) => continue,
+                // No channel yet.
+                Err(controller::timing_report::TimingReadError::Open {
+                    source: controller::channel::ChannelOpenError::NotFound { .. },
+                    ..
+                }) => continue,
                 Err(e) => {
-                    let msg = e.to_string();
-                    self.note(i, &msg);
+                    let msg = format!("timing report unreadable: {e}");
+                    if self.procs[i].timing_error.as_deref() != Some(msg.as_str()) {
+                        self.note(i, &msg);
+                        self.say(format!("{name}: {msg}"));
+                        self.procs[i].timing_error = Some(msg);
+                    }
                     continue;
                 }
             };
+            self.procs[i].timing_error = None;
             let p = &mut self.procs[i];
             let was_ready = p.health.ready();
             if let Some(why) = p
