@@ -13,15 +13,60 @@
 //! Who may connect: root, the supervisor's own user, or a member of
 //! `robot.group` (checked with `SO_PEERCRED` and the peer's groups); the
 //! socket file is mode 0660 and owned by that group as well.
+//!
+//! Limits (any peer may be buggy; none may lock the others out or grow the
+//! supervisor): a connection is answered one request at a time and may
+//! send ahead of its replies only what its request buffer holds
+//! ([`MAX_REQUEST_LINE`]); a line longer than that is answered with an error
+//! and skipped up to its newline, without being stored. A connection that
+//! has not sent a complete request within [`IDLE_TIMEOUT`] of connecting or
+//! of its last answer is told so and closed. At most [`MAX_CONNECTIONS`] are
+//! open; when a new client finds them all taken, the one idle longest is
+//! closed to make room (and told why), so that `status`, `stop` and
+//! `restart` get through; only when every connection is waiting for a
+//! reply or following logs ([`MAX_FOLLOWERS`] at most) is the new client
+//! answered `busy` ([`Reply::busy`]), which [`Client`] returns as
+//! [`ControlRequestError::Busy`]. After `logs` with `follow` a connection
+//! only receives; what the client sends is ignored.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::status::SupervisorStatus;
+
+/// Control connections open at once. A robot has a handful of legitimate
+/// clients at a time (a `deploy` command, a monitoring script, a few log
+/// followers); 64 leaves room for scripts polling in parallel while the
+/// worst case stays small: 64 request buffers of [`MAX_REQUEST_LINE`] are
+/// 4 MiB, and 64 descriptors are far below the default limit of 1024.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Connections following logs at once (they are never closed to make
+/// room), so that at least `MAX_CONNECTIONS - MAX_FOLLOWERS` remain for
+/// requests.
+pub const MAX_FOLLOWERS: usize = 16;
+
+/// The longest request line, its newline included. The longest legitimate
+/// request is a process name in a few dozen bytes of JSON.
+pub const MAX_REQUEST_LINE: usize = 64 * 1024;
+
+/// How long a connection has to send a complete request, counted from its
+/// accept or its previous answer, and to read its reply. A client writes
+/// its request as soon as it connects; 5 s covers a loaded housekeeping
+/// CPU many times over and bounds how long a silent peer holds a slot.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection refused or closed with an error has to take its
+/// last reply before it is dropped.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
+/// Output a log follower may leave unread before it is dropped (a
+/// terminal or a pipe reads far faster; this bounds a stalled one).
+pub const FOLLOW_BACKLOG: usize = 1 << 20;
 
 /// The socket path under a prefix.
 pub fn socket_path(prefix: &Path) -> PathBuf {
@@ -75,6 +120,9 @@ pub struct Reply {
     /// `logs` with `follow`: new output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// The supervisor had no room for this connection (see [`Reply::busy`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 impl Reply {
@@ -90,6 +138,14 @@ impl Reply {
             ok: true,
             message: Some(msg.into()),
             ..Default::default()
+        }
+    }
+    /// The connection is closed because the supervisor has no room for it;
+    /// trying again later may succeed.
+    pub fn busy(msg: impl Into<String>) -> Reply {
+        Reply {
+            busy: true,
+            ..Reply::error(msg)
         }
     }
 }
@@ -115,6 +171,9 @@ pub enum ControlRequestError {
     },
     #[error("control socket {}: the supervisor hung up without a reply", path.display())]
     NoReply { path: PathBuf },
+    /// The supervisor had no room for this connection.
+    #[error("control socket {}: {message}", path.display())]
+    Busy { path: PathBuf, message: String },
 }
 
 /// A connection to the supervisor.
@@ -168,7 +227,8 @@ impl Client {
         self.raw(&line)
     }
 
-    /// The next reply line; `None` when the supervisor hung up.
+    /// The next reply line; `None` when the supervisor hung up, an error
+    /// when it answered that it is busy.
     pub fn next_reply(&mut self) -> Result<Option<Reply>, ControlRequestError> {
         let mut line = String::new();
         let n = self
@@ -181,13 +241,20 @@ impl Client {
         if n == 0 {
             return Ok(None);
         }
-        serde_json::from_str(line.trim_end())
-            .map(Some)
-            .map_err(|source| ControlRequestError::BadReply {
+        let reply: Reply = serde_json::from_str(line.trim_end()).map_err(|source| {
+            ControlRequestError::BadReply {
                 path: self.path.clone(),
                 line: line.trim_end().to_string(),
                 source,
-            })
+            }
+        })?;
+        if reply.busy {
+            return Err(ControlRequestError::Busy {
+                path: self.path.clone(),
+                message: reply.error.unwrap_or_else(|| "busy".into()),
+            });
+        }
+        Ok(Some(reply))
     }
 
     /// Waits without a timeout (for `logs --follow`).
@@ -205,6 +272,111 @@ impl Client {
 /// One request, one reply.
 pub fn request(path: &Path, req: &Request) -> Result<Reply, ControlRequestError> {
     Client::connect(path)?.request(req)
+}
+
+/// The server's buffer of one connection's request bytes, never more than
+/// [`MAX_REQUEST_LINE`]: the limit holds while reading, not after. A longer
+/// line is reported once by [`next_line`](RequestBuf::next_line) and the
+/// rest of it dropped as it arrives, up to its newline.
+#[derive(Debug, Default)]
+pub(crate) struct RequestBuf {
+    buf: Vec<u8>,
+    /// Inside an over-long line: bytes are dropped up to its newline.
+    skipping: bool,
+}
+
+/// What [`RequestBuf::next_line`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum NextLine {
+    /// A complete line, its newline included.
+    Line(Vec<u8>),
+    /// A line reached [`MAX_REQUEST_LINE`] without a newline: dropped, and
+    /// its rest will be.
+    TooLong,
+    /// No complete line yet.
+    Incomplete,
+}
+
+impl RequestBuf {
+    /// How many bytes [`push`](RequestBuf::push) takes now; 0 when the
+    /// buffer is full of requests that have not been answered yet.
+    pub(crate) fn room(&self) -> usize {
+        if self.skipping {
+            MAX_REQUEST_LINE
+        } else {
+            MAX_REQUEST_LINE - self.buf.len()
+        }
+    }
+
+    /// Adds bytes read from the connection, at most [`room`](RequestBuf::room).
+    pub(crate) fn push(&mut self, mut data: &[u8]) {
+        assert!(data.len() <= self.room(), "read more than the room left");
+        if self.skipping {
+            match data.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    self.skipping = false;
+                    data = &data[end + 1..];
+                }
+                None => return,
+            }
+        }
+        let need = self.buf.len() + data.len();
+        if need > self.buf.capacity() {
+            // Grow by doubling, but never past the limit.
+            let cap = need.next_power_of_two().min(MAX_REQUEST_LINE);
+            self.buf.reserve_exact(cap - self.buf.len());
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    pub(crate) fn next_line(&mut self) -> NextLine {
+        if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
+            return NextLine::Line(self.buf.drain(..=end).collect());
+        }
+        if self.buf.len() >= MAX_REQUEST_LINE {
+            self.buf.clear();
+            self.skipping = true;
+            return NextLine::TooLong;
+        }
+        NextLine::Incomplete
+    }
+
+    /// A complete line (or an over-long one) waits for
+    /// [`next_line`](RequestBuf::next_line).
+    pub(crate) fn has_line(&self) -> bool {
+        self.buf.len() >= MAX_REQUEST_LINE || self.buf.contains(&b'\n')
+    }
+
+    /// Drops what was received and whatever comes later up to a newline.
+    pub(crate) fn discard(&mut self) {
+        self.buf = Vec::new();
+        self.skipping = false;
+    }
+}
+
+/// What the server knows of an open connection when a new client finds
+/// all [`MAX_CONNECTIONS`] taken.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    /// Waiting for a reply the supervisor owes, or following logs: kept.
+    pub(crate) busy: bool,
+    /// Already being closed with an error.
+    pub(crate) closing: bool,
+    /// Accepted, or last answered, at.
+    pub(crate) since: Instant,
+}
+
+/// The connection to close to make room for a new client: one already
+/// closing, else the one idle longest. `None` when every connection waits
+/// for a reply or follows logs: the new client is then told the supervisor
+/// is busy.
+pub(crate) fn make_room(slots: impl IntoIterator<Item = Slot>) -> Option<usize> {
+    slots
+        .into_iter()
+        .enumerate()
+        .filter(|(_, s)| !s.busy)
+        .min_by_key(|(_, s)| (!s.closing, s.since))
+        .map(|(i, _)| i)
 }
 
 #[cfg(test)]
@@ -232,5 +404,107 @@ mod tests {
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"explode"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"start"}"#).is_err());
+    }
+
+    #[test]
+    fn busy_reply_wire_form() {
+        let r = Reply::busy("busy: no room");
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"ok":false,"error":"busy: no room","busy":true}"#
+        );
+        // Other replies do not carry the field; older replies parse.
+        assert_eq!(
+            serde_json::to_string(&Reply::error("x")).unwrap(),
+            r#"{"ok":false,"error":"x"}"#
+        );
+        let old: Reply = serde_json::from_str(r#"{"ok":true}"#).unwrap();
+        assert!(!old.busy);
+    }
+
+    #[test]
+    fn request_lines_are_split_and_bounded_while_reading() {
+        let mut b = RequestBuf::default();
+        assert_eq!(b.room(), MAX_REQUEST_LINE);
+        b.push(b"{\"cmd\":\"status\"}\n{\"cmd\"");
+        assert!(b.has_line());
+        assert_eq!(
+            b.next_line(),
+            NextLine::Line(b"{\"cmd\":\"status\"}\n".to_vec())
+        );
+        assert_eq!(b.next_line(), NextLine::Incomplete);
+        assert!(!b.has_line());
+        b.push(b":\"stop-all\"}\n");
+        assert_eq!(
+            b.next_line(),
+            NextLine::Line(b"{\"cmd\":\"stop-all\"}\n".to_vec())
+        );
+
+        // A line of MAX_REQUEST_LINE bytes without its newline fills the
+        // buffer: no room for more until it is taken.
+        let chunk = vec![b'x'; 4096];
+        for _ in 0..MAX_REQUEST_LINE / chunk.len() {
+            b.push(&chunk);
+        }
+        assert_eq!(b.room(), 0);
+        assert!(b.buf.capacity() <= MAX_REQUEST_LINE);
+        assert!(b.has_line());
+        assert_eq!(b.next_line(), NextLine::TooLong);
+        // Its rest is dropped as it comes, however long, without being kept.
+        for _ in 0..1000 {
+            assert_eq!(b.room(), MAX_REQUEST_LINE);
+            b.push(&chunk);
+            assert!(b.buf.is_empty());
+        }
+        assert_eq!(b.next_line(), NextLine::Incomplete);
+        // Its newline ends it; what follows is the next request.
+        b.push(b"xxx\n{\"cmd\":\"status\"}\n");
+        assert_eq!(
+            b.next_line(),
+            NextLine::Line(b"{\"cmd\":\"status\"}\n".to_vec())
+        );
+        assert_eq!(b.next_line(), NextLine::Incomplete);
+    }
+
+    #[test]
+    fn a_line_one_byte_short_of_the_limit_is_a_request() {
+        let mut b = RequestBuf::default();
+        b.push(&vec![b' '; MAX_REQUEST_LINE - 1]);
+        assert_eq!(b.room(), 1);
+        assert!(!b.has_line());
+        b.push(b"\n");
+        assert!(matches!(b.next_line(), NextLine::Line(l) if l.len() == MAX_REQUEST_LINE));
+    }
+
+    #[test]
+    fn room_is_made_by_closing_a_closing_connection_then_the_longest_idle() {
+        let t = Instant::now();
+        let at = |s: u64| t + Duration::from_secs(s);
+        let slot = |busy, closing, since| Slot {
+            busy,
+            closing,
+            since,
+        };
+        // The one idle longest.
+        assert_eq!(
+            make_room([
+                slot(false, false, at(3)),
+                slot(false, false, at(1)),
+                slot(true, false, at(0)),
+                slot(false, false, at(2)),
+            ]),
+            Some(1)
+        );
+        // One being closed goes first, however recent.
+        assert_eq!(
+            make_room([slot(false, false, at(1)), slot(false, true, at(9))]),
+            Some(1)
+        );
+        // Every one waits for a reply or follows logs: no room.
+        assert_eq!(
+            make_room([slot(true, false, at(1)), slot(true, false, at(2))]),
+            None
+        );
+        assert_eq!(make_room([]), None);
     }
 }

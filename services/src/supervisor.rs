@@ -38,7 +38,7 @@ use rustix::process::{Pid, Signal, WaitIdOptions, WaitOptions};
 
 use crate::accounts::Accounts;
 use crate::config::{ProcessConfig, RobotSection};
-use crate::control::{self, Reply, Request};
+use crate::control::{self, NextLine, Reply, Request, RequestBuf};
 use crate::health::Health;
 use crate::logfile::{self, RotatingLog};
 use crate::notify::Notifier;
@@ -216,15 +216,70 @@ struct Proc {
     timing_error: Option<String>,
 }
 
+/// A control connection (limits and their reasons: [`control`]).
 struct Conn {
+    /// Names the connection in [`Pending`] across removals from `conns`.
+    id: u64,
     stream: UnixStream,
-    inbuf: Vec<u8>,
+    input: RequestBuf,
     outbuf: Vec<u8>,
     /// Following this process's log.
     follow: Option<usize>,
-    /// Close once `outbuf` is flushed.
+    /// A request whose reply comes later (see [`Pending`]).
+    awaiting: bool,
+    /// Dropped once `outbuf` is flushed; what the client sends is ignored.
     closing: bool,
     dead: bool,
+    /// Accepted, or last answered, at (the longest idle makes room first).
+    since: Instant,
+    /// Dropped at this time: no complete request since `since`, or a reply
+    /// left unread. `None` while awaiting a reply or following.
+    deadline: Option<Instant>,
+}
+
+impl Conn {
+    fn new(id: u64, stream: UnixStream, now: Instant) -> Conn {
+        Conn {
+            id,
+            stream,
+            input: RequestBuf::default(),
+            outbuf: Vec::new(),
+            follow: None,
+            awaiting: false,
+            closing: false,
+            dead: false,
+            since: now,
+            deadline: Some(now + control::IDLE_TIMEOUT),
+        }
+    }
+
+    /// Ready for its next request: nothing owed, nothing left to send.
+    fn ready(&self) -> bool {
+        !self.dead
+            && !self.closing
+            && !self.awaiting
+            && self.follow.is_none()
+            && self.outbuf.is_empty()
+    }
+
+    /// Answered: the client has `IDLE_TIMEOUT` to read this and send the
+    /// next request.
+    fn answered(&mut self, r: &Reply, now: Instant) {
+        queue(self, r);
+        self.awaiting = false;
+        self.since = now;
+        self.deadline = Some(now + control::IDLE_TIMEOUT);
+    }
+
+    /// Sends `r` as the last reply and drops the connection once it is out
+    /// (or after `CLOSE_LINGER`).
+    fn close_with(&mut self, r: &Reply, now: Instant) {
+        queue(self, r);
+        self.input.discard();
+        self.closing = true;
+        self.deadline = Some(now + control::CLOSE_LINGER);
+        flush(self);
+    }
 }
 
 /// A release in trial, as the supervisor follows it.
@@ -252,18 +307,19 @@ enum TrialPhase {
     },
 }
 
+/// A reply owed to a connection (`conn` is its [`Conn::id`]).
 enum Pending {
     Stopped {
-        conn: usize,
+        conn: u64,
         proc_idx: usize,
     },
     Restarted {
-        conn: usize,
+        conn: u64,
         proc_idx: usize,
         old_pid: Option<i32>,
     },
     All {
-        conn: usize,
+        conn: u64,
     },
 }
 
@@ -275,6 +331,7 @@ pub struct Supervisor {
     ctx: SpawnContext,
     procs: Vec<Proc>,
     conns: Vec<Conn>,
+    next_conn_id: u64,
     listener: Option<UnixListener>,
     socket_path: PathBuf,
     sigfd: Option<OwnedFd>,
@@ -304,8 +361,13 @@ pub struct Supervisor {
     next_release_check: Instant,
 }
 
-/// Control connections open at once, at most.
-const MAX_CONNECTIONS: usize = 256;
+/// Bytes read from one control connection per turn of the loop, so that
+/// a client that never stops sending cannot keep the loop from the others.
+const READ_BUDGET: usize = 64 * 1024;
+
+/// Connections accepted per turn of the loop: the ones already open are
+/// read before more are let in.
+const ACCEPT_BATCH: usize = 16;
 
 /// How often the timing reports are read (they are published once a second).
 const TIMING_POLL: Duration = Duration::from_millis(500);
@@ -525,6 +587,7 @@ impl Supervisor {
             ctx,
             procs,
             conns: Vec::new(),
+            next_conn_id: 0,
             listener: Some(listener),
             socket_path,
             sigfd,
@@ -1411,6 +1474,12 @@ impl Supervisor {
             Output(usize),
             Conn(usize),
         }
+        // Requests that waited behind a reply given since (check_pending).
+        for k in 0..self.conns.len() {
+            if self.conns[k].ready() && self.conns[k].input.has_line() {
+                self.serve(k);
+            }
+        }
         let mut fds = Vec::new();
         let mut tags = Vec::new();
         if let Some(s) = &self.sigfd {
@@ -1429,7 +1498,7 @@ impl Supervisor {
                 tags.push(Tag::Output(i));
             }
         }
-        for (i, c) in self.conns.iter().enumerate() {
+        for (i, c) in self.conns.iter().enumerate().filter(|(_, c)| !c.dead) {
             let mut e = Poll::read(c.stream.as_raw_fd());
             e.want_write = !c.outbuf.is_empty();
             fds.push(e);
@@ -1437,6 +1506,7 @@ impl Supervisor {
         }
         poll(&mut fds, self.next_deadline()).map_err(SupervisorStartError::Poll)?;
         let mut reap = false;
+        let mut accept = false;
         let mut drop_output = Vec::new();
         for (e, tag) in fds.iter().zip(tags) {
             match tag {
@@ -1452,7 +1522,7 @@ impl Supervisor {
                         }
                     }
                 }
-                Tag::Listener if e.readable => self.accept(),
+                Tag::Listener if e.readable => accept = true,
                 Tag::Exit if e.readable => reap = true,
                 Tag::Output(i) if e.readable => {
                     if let Some(c) = self.procs[i].child.take() {
@@ -1469,6 +1539,8 @@ impl Supervisor {
                     }
                     if e.readable {
                         self.read_conn(i);
+                    } else if self.conns[i].ready() && self.conns[i].input.has_line() {
+                        self.serve(i);
                     }
                 }
                 _ => {}
@@ -1489,6 +1561,12 @@ impl Supervisor {
         if reap || self.opts.pid1 {
             self.reap();
         }
+        // After the open connections were read: a new client that makes
+        // room closes an idle one, never one whose request just arrived.
+        if accept {
+            self.accept();
+        }
+        self.expire_conns(Instant::now());
         self.conns.retain(|c| !c.dead);
         Ok(())
     }
@@ -1515,6 +1593,7 @@ impl Supervisor {
         {
             consider(Some(self.next_timing_poll));
         }
+        consider(self.conns.iter().filter_map(|c| c.deadline).min());
         if !self.shutting_down {
             consider(Some(self.next_release_check));
             if let Some(Trial {
@@ -1536,28 +1615,87 @@ impl Supervisor {
         Some(timeout.map_or(Duration::from_secs(1), |t| t.min(Duration::from_secs(1))))
     }
 
+    /// Takes up to `ACCEPT_BATCH` new connections. A peer that may not
+    /// connect, or that finds every connection waiting for a reply, is
+    /// answered at once and dropped without taking a place.
     fn accept(&mut self) {
-        let Some(l) = &self.listener else { return };
-        while let Ok((stream, _)) = l.accept() {
-            if self.conns.len() >= MAX_CONNECTIONS {
-                // Dropped unanswered: a flood cannot grow the supervisor.
+        let now = Instant::now();
+        for _ in 0..ACCEPT_BATCH {
+            let Some(l) = &self.listener else { return };
+            let Ok((stream, _)) = l.accept() else { return };
+            if stream.set_nonblocking(true).is_err() {
                 continue;
             }
-            let _ = stream.set_nonblocking(true);
-            let mut conn = Conn {
-                stream,
-                inbuf: Vec::new(),
-                outbuf: Vec::new(),
-                follow: None,
-                closing: false,
-                dead: false,
-            };
+            let mut conn = Conn::new(self.next_conn_id, stream, now);
+            self.next_conn_id += 1;
             if let Err(why) = self.peer_allowed(&conn.stream) {
-                queue(&mut conn, &Reply::error(why));
-                conn.closing = true;
-                flush(&mut conn);
+                conn.close_with(&Reply::error(why), now);
+                continue;
+            }
+            let open = self.conns.iter().filter(|c| !c.dead).count();
+            if open >= control::MAX_CONNECTIONS && !self.make_room(now) {
+                conn.close_with(
+                    &Reply::busy(format!(
+                        "busy: all {} control connections are waiting for replies or following logs; try again",
+                        control::MAX_CONNECTIONS
+                    )),
+                    now,
+                );
+                continue;
             }
             self.conns.push(conn);
+        }
+    }
+
+    /// Closes the connection idle longest (see [`control::make_room`]);
+    /// false when every one waits for a reply or follows logs.
+    fn make_room(&mut self, now: Instant) -> bool {
+        let open: Vec<usize> = (0..self.conns.len())
+            .filter(|&k| !self.conns[k].dead)
+            .collect();
+        let slots = open.iter().map(|&k| {
+            let c = &self.conns[k];
+            control::Slot {
+                busy: c.awaiting || c.follow.is_some(),
+                closing: c.closing,
+                since: c.since,
+            }
+        });
+        let Some(victim) = control::make_room(slots) else {
+            return false;
+        };
+        let c = &mut self.conns[open[victim]];
+        if !c.closing && c.outbuf.is_empty() {
+            let idle = now.saturating_duration_since(c.since);
+            c.close_with(
+                &Reply::busy(format!(
+                    "busy: {} control connections are open; closed to make room after {:.1}s without a request",
+                    control::MAX_CONNECTIONS,
+                    idle.as_secs_f64()
+                )),
+                now,
+            );
+        }
+        c.dead = true;
+        true
+    }
+
+    /// Drops connections past their deadline; one that is idle is told why.
+    fn expire_conns(&mut self, now: Instant) {
+        for c in &mut self.conns {
+            if c.dead || c.deadline.is_none_or(|d| now < d) {
+                continue;
+            }
+            if c.ready() {
+                c.close_with(
+                    &Reply::error(format!(
+                        "no complete request within {}s; connection closed",
+                        control::IDLE_TIMEOUT.as_secs()
+                    )),
+                    now,
+                );
+            }
+            c.dead = true;
         }
     }
 
@@ -1591,51 +1729,97 @@ impl Supervisor {
         ))
     }
 
-    fn read_conn(&mut self, i: usize) {
-        let mut buf = [0u8; 4096];
-        loop {
-            match self.conns[i].stream.read(&mut buf) {
+    /// Reads what connection `k` sent, at most `READ_BUDGET` bytes, into
+    /// its bounded request buffer, and answers what is complete.
+    fn read_conn(&mut self, k: usize) {
+        let mut scratch = [0u8; 16 * 1024];
+        let mut budget = READ_BUDGET;
+        while budget > 0 {
+            let c = &mut self.conns[k];
+            if c.dead {
+                return;
+            }
+            let ignored = c.closing || c.follow.is_some();
+            let room = if ignored {
+                scratch.len()
+            } else {
+                c.input.room()
+            };
+            if room == 0 {
+                // Full of requests sent ahead of replies still owed.
+                let r = Reply::error(format!(
+                    "more than {} KiB of requests sent ahead of their replies; connection closed",
+                    control::MAX_REQUEST_LINE / 1024
+                ));
+                c.close_with(&r, Instant::now());
+                return;
+            }
+            let want = room.min(scratch.len()).min(budget);
+            match c.stream.read(&mut scratch[..want]) {
                 Ok(0) => {
-                    self.conns[i].dead = true;
+                    c.dead = true;
                     return;
                 }
-                Ok(n) => self.conns[i].inbuf.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Ok(n) => {
+                    budget -= n;
+                    if !ignored {
+                        c.input.push(&scratch[..n]);
+                        self.serve(k);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.conns[i].dead = true;
+                    c.dead = true;
                     return;
                 }
             }
         }
-        if self.conns[i].closing {
-            self.conns[i].inbuf.clear();
-            return;
-        }
-        while let Some(pos) = self.conns[i].inbuf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.conns[i].inbuf.drain(..=pos).collect();
+    }
+
+    /// Answers the complete requests of connection `k`, one at a time: the
+    /// next waits until the reply to the previous one is out.
+    fn serve(&mut self, k: usize) {
+        while self.conns[k].ready() {
+            let now = Instant::now();
+            let line = match self.conns[k].input.next_line() {
+                NextLine::Incomplete => break,
+                NextLine::TooLong => {
+                    let r = Reply::error(format!(
+                        "request line longer than {} KiB",
+                        control::MAX_REQUEST_LINE / 1024
+                    ));
+                    self.conns[k].answered(&r, now);
+                    flush(&mut self.conns[k]);
+                    continue;
+                }
+                NextLine::Line(line) => line,
+            };
             let text = String::from_utf8_lossy(&line).trim().to_string();
             if text.is_empty() {
                 continue;
             }
             let reply = match serde_json::from_str::<Request>(&text) {
-                Ok(req) => self.handle(i, req),
+                Ok(req) => self.handle(k, req),
                 Err(e) => Some(Reply::error(format!(
                     "bad request `{}`: {e}",
                     truncate(&text, 200)
                 ))),
             };
-            if let Some(r) = reply {
-                queue(&mut self.conns[i], &r);
+            let c = &mut self.conns[k];
+            match reply {
+                Some(r) => c.answered(&r, now),
+                None => {
+                    c.awaiting = true;
+                    c.deadline = None;
+                }
             }
+            if c.follow.is_some() {
+                c.input.discard();
+                c.deadline = None;
+            }
+            flush(c);
         }
-        if self.conns[i].inbuf.len() > 64 * 1024 {
-            let r = Reply::error("request line longer than 64KiB");
-            queue(&mut self.conns[i], &r);
-            self.conns[i].inbuf.clear();
-            self.conns[i].closing = true;
-        }
-        flush(&mut self.conns[i]);
     }
 
     /// Handles one request; `None` when the reply comes later.
@@ -1698,7 +1882,10 @@ impl Supervisor {
                     Err(e) => return Some(Reply::error(e)),
                 };
                 self.begin_stop(i, AfterStop::Stay);
-                self.pending.push(Pending::Stopped { conn, proc_idx: i });
+                self.pending.push(Pending::Stopped {
+                    conn: self.conns[conn].id,
+                    proc_idx: i,
+                });
                 None
             }
             Request::Restart { name } => {
@@ -1712,7 +1899,7 @@ impl Supervisor {
                 let old_pid = self.procs[i].child.as_ref().map(|c| c.pid);
                 self.begin_stop(i, AfterStop::Restart);
                 self.pending.push(Pending::Restarted {
-                    conn,
+                    conn: self.conns[conn].id,
                     proc_idx: i,
                     old_pid,
                 });
@@ -1720,7 +1907,9 @@ impl Supervisor {
             }
             Request::StopAll => {
                 self.begin_shutdown("stop-all requested on the control socket");
-                self.pending.push(Pending::All { conn });
+                self.pending.push(Pending::All {
+                    conn: self.conns[conn].id,
+                });
                 None
             }
             Request::ReleaseChanged => {
@@ -1749,6 +1938,12 @@ impl Supervisor {
                     Err(e) => return Some(Reply::error(e.to_string())),
                 };
                 if follow {
+                    let following = self.conns.iter().filter(|c| c.follow.is_some()).count();
+                    if following >= control::MAX_FOLLOWERS {
+                        return Some(Reply::busy(format!(
+                            "busy: {following} clients already follow logs"
+                        )));
+                    }
                     self.conns[conn].follow = Some(i);
                 }
                 Some(Reply {
@@ -1816,8 +2011,12 @@ impl Supervisor {
                     )
                 }
             };
-            if let Some(c) = self.conns.get_mut(conn) {
-                queue(c, &reply);
+            if let Some(c) = self
+                .conns
+                .iter_mut()
+                .find(|c| c.id == conn && c.awaiting && !c.dead)
+            {
+                c.answered(&reply, Instant::now());
                 flush(c);
             }
             done.push(k);
@@ -1934,7 +2133,7 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 fn queue(c: &mut Conn, r: &Reply) {
-    if c.outbuf.len() > 4 << 20 {
+    if c.outbuf.len() > control::FOLLOW_BACKLOG {
         // A follower that does not read: drop it rather than grow forever.
         c.dead = true;
         return;
@@ -1964,10 +2163,10 @@ fn flush(c: &mut Conn) {
         }
     }
     if c.closing {
-        // Half-close: the client reads the reply to its end, even when it
-        // is still writing its request; the connection goes once the
-        // client hangs up (see `read_conn`).
-        let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        // The last reply is out: drop the connection. The client reads the
+        // reply before the hang-up, even when it was still writing (its
+        // write fails, see `Client::raw`).
+        c.dead = true;
     }
 }
 
