@@ -55,8 +55,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use image::bundle::wire::{self, kind, BlobStart, Need, Needed};
 use image::bundle::{
-    load_trusted_keys, sync_dir, BundleReadError, BundleReader, Compat, KeyError, Manifest,
-    Sha256Hex, Store, StoreError, VerifiedManifest, MANIFEST_NAME, SIGNATURE_NAME,
+    load_trusted_keys, quoted, quoted_bytes, sync_dir, BundleReadError, BundleReader, Compat,
+    KeyError, Manifest, Sha256Hex, Store, StoreError, VerifiedManifest, MANIFEST_NAME,
+    SIGNATURE_NAME,
 };
 use serde::{Deserialize, Serialize};
 
@@ -138,8 +139,8 @@ impl Layout {
 /// Why the update lock was not taken.
 #[derive(Debug, thiserror::Error)]
 pub enum UpdateLockError {
-    #[error("update lock {}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    #[error("update lock {}: {err}", path.display())]
+    Io { path: PathBuf, err: io::Error },
     #[error("update lock {} is held by {holder}; waited {waited:?}", path.display())]
     Busy {
         path: PathBuf,
@@ -184,9 +185,9 @@ impl UpdateLock {
     /// Takes the lock if nobody holds it.
     pub fn try_acquire(prefix: &Path, holder: &str) -> Result<Option<UpdateLock>, UpdateLockError> {
         let path = Layout::new(prefix).lock();
-        let err = |source| UpdateLockError::Io {
+        let err = |err| UpdateLockError::Io {
             path: path.clone(),
-            source,
+            err,
         };
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(err)?;
@@ -278,8 +279,8 @@ impl ReleaseState {
 /// Why a release operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: io::Error },
     #[error("state file {} is not valid: {why}", path.display())]
     State { path: PathBuf, why: String },
     #[error("release `{release}` is in trial; it must be committed or rolled back before another install")]
@@ -298,6 +299,10 @@ pub enum ReleaseError {
     Bundle(#[from] BundleReadError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("update connection: {0}")]
+    Connection(io::Error),
+    #[error("update protocol: {0}")]
+    Protocol(String),
     #[error("release {release}: its robot.yaml is not valid: {why}")]
     RobotYaml { release: String, why: String },
     #[error("release {release} needs blob {sha} (for `{path}`), which the store does not hold")]
@@ -309,9 +314,9 @@ pub enum ReleaseError {
 }
 
 fn ioe(path: &Path) -> impl FnOnce(io::Error) -> ReleaseError + '_ {
-    move |source| ReleaseError::Io {
+    move |err| ReleaseError::Io {
         path: path.to_path_buf(),
-        source,
+        err,
     }
 }
 
@@ -435,9 +440,9 @@ pub fn install_bundle(
     opts: &InstallOptions,
 ) -> Result<InstallReport, ReleaseError> {
     let layout = Layout::new(prefix);
-    let file = File::open(bundle).map_err(|source| BundleReadError::Open {
+    let file = File::open(bundle).map_err(|err| BundleReadError::Open {
         path: bundle.to_path_buf(),
-        source,
+        err,
     })?;
     let lock = UpdateLock::acquire(prefix, &opts.holder, opts.lock_timeout)?;
     fault_point("locked");
@@ -1222,10 +1227,17 @@ pub fn serve_update(
 }
 
 fn proto(why: impl Into<String>) -> ReleaseError {
-    ReleaseError::Bundle(BundleReadError::Corrupt(io::Error::new(
-        io::ErrorKind::InvalidData,
-        why.into(),
-    )))
+    ReleaseError::Protocol(why.into())
+}
+
+/// A frame over its kind's limit, or of no known kind, is the sender
+/// breaking the protocol; any other read or write error is the connection.
+fn net(e: io::Error) -> ReleaseError {
+    if e.kind() == io::ErrorKind::InvalidData {
+        ReleaseError::Protocol(e.to_string())
+    } else {
+        ReleaseError::Connection(e)
+    }
 }
 
 fn serve_inner(
@@ -1236,7 +1248,6 @@ fn serve_inner(
 ) -> Result<Option<InstallReport>, ReleaseError> {
     let layout = Layout::new(prefix);
     let store = layout.store();
-    let net = |e: io::Error| ReleaseError::Bundle(BundleReadError::Corrupt(e));
     let frame = |r: &mut dyn Read| -> Result<Option<(u8, Vec<u8>)>, ReleaseError> {
         let mut r = r;
         wire::read_frame(&mut r).map_err(net)
@@ -1245,8 +1256,8 @@ fn serve_inner(
         Some((kind::HELLO, p)) if p == wire::PROTOCOL.as_bytes() => {}
         Some((kind::HELLO, p)) => {
             return Err(proto(format!(
-                "peer speaks `{}` (expected `{}`)",
-                String::from_utf8_lossy(&p),
+                "the sender speaks {} (expected `{}`)",
+                quoted_bytes(&p),
                 wire::PROTOCOL
             )))
         }
@@ -1255,20 +1266,17 @@ fn serve_inner(
     }
     wire::write_frame(w, kind::HELLO, wire::PROTOCOL.as_bytes()).map_err(net)?;
     w.flush().map_err(net)?;
-    let Some((kind::MANIFEST, p)) = frame(r)? else {
-        return Err(proto("expected MANIFEST"));
+    let p = match frame(r)? {
+        Some((kind::MANIFEST, p)) => p,
+        Some((k, _)) => return Err(proto(format!("expected MANIFEST, got frame kind {k}"))),
+        None => return Err(proto("the sender closed the connection before MANIFEST")),
     };
     let (bytes, sig) =
         wire::decode_manifest(&p).ok_or_else(|| proto("malformed MANIFEST frame"))?;
     let trusted = load_trusted_keys(&layout.keys(), &opts.public_keys)?;
     let verified = VerifiedManifest::verify(bytes, &sig, &trusted, &opts.compat)?;
     check_robot_yaml(&verified, opts)?;
-    let sizes: BTreeMap<String, u64> = verified
-        .manifest
-        .blobs()
-        .into_iter()
-        .map(|(s, n)| (s.to_string(), n))
-        .collect();
+    let sizes: BTreeMap<Sha256Hex, u64> = verified.manifest.blobs().into_iter().collect();
     let modes: BTreeMap<String, u32> = verified
         .manifest
         .files
@@ -1276,17 +1284,22 @@ fn serve_inner(
         .rev()
         .map(|f| (f.sha256.clone(), f.mode))
         .collect();
-    let need: Vec<Needed> = verified
-        .manifest
-        .blobs()
-        .into_iter()
-        .filter(|(s, _)| !store.has(s))
-        .map(|(s, size)| Needed {
-            offset: store.partial_len(&s).min(size),
+    // Partials of other releases, or longer than their blob, go before
+    // anything is asked for.
+    store.trim_partials(&sizes)?;
+    let mut need = Vec::new();
+    for (s, &size) in &sizes {
+        if store.has(s) {
+            continue;
+        }
+        let prefix = store.partial_prefix(s, size)?;
+        need.push(Needed {
             sha256: s.to_string(),
+            offset: prefix.as_ref().map_or(0, |(len, _)| *len),
             size,
-        })
-        .collect();
+            prefix_sha256: prefix.map(|(_, h)| h.to_string()),
+        });
+    }
     let need = Need {
         release: verified.release.clone(),
         need,
@@ -1298,53 +1311,14 @@ fn serve_inner(
     )
     .map_err(net)?;
     w.flush().map_err(net)?;
-    let mut new_blobs = 0;
-    let mut receiving: Option<(image::bundle::Receiver, String)> = None;
-    loop {
-        let f = match frame(r) {
-            Ok(f) => f,
-            Err(e) => {
-                if let Some((rx, _)) = receiving.take() {
-                    let _ = rx.suspend();
-                }
-                return Err(e);
-            }
-        };
-        match f {
-            Some((kind::BLOB_START, p)) => {
-                let s: BlobStart = serde_json::from_slice(&p)
-                    .map_err(|e| proto(format!("bad BLOB_START: {e}")))?;
-                let sha = Sha256Hex::parse(&s.sha256)
-                    .filter(|sha| sizes.contains_key(sha.as_str()))
-                    .ok_or_else(|| proto(format!("blob {} is not in the manifest", s.sha256)))?;
-                if let Some((rx, _)) = receiving.take() {
-                    let _ = rx.suspend();
-                }
-                receiving = Some((store.receive(&sha, s.offset)?, s.sha256));
-            }
-            Some((kind::BLOB_DATA, p)) => {
-                let (rx, _) = receiving
-                    .as_mut()
-                    .ok_or_else(|| proto("BLOB_DATA outside a blob"))?;
-                rx.write_compressed(&p)?;
-            }
-            Some((kind::BLOB_END, _)) => {
-                let (rx, sha) = receiving
-                    .take()
-                    .ok_or_else(|| proto("BLOB_END outside a blob"))?;
-                rx.finish(sizes[&sha], modes[&sha])?;
-                new_blobs += 1;
-            }
-            Some((kind::INSTALL, _)) => break,
-            Some((k, _)) => return Err(proto(format!("unexpected frame kind {k}"))),
-            None => {
-                if let Some((rx, _)) = receiving.take() {
-                    let _ = rx.suspend();
-                }
-                return Err(proto("the sender closed the connection before INSTALL"));
-            }
-        }
+    let mut receiving: Option<image::bundle::Receiver> = None;
+    let received = receive_blobs(r, &store, &sizes, &modes, &mut receiving);
+    if let Some(rx) = receiving.take() {
+        // Cut or refused in the middle of a blob: what arrived is kept
+        // for a resume (never more than the blob's size).
+        let _ = rx.suspend();
     }
+    let new_blobs = received?;
     let lock = UpdateLock::acquire(prefix, &opts.holder, opts.lock_timeout)?;
     fault_point("locked");
     let mut report = install_from_store(&layout, &verified, opts, &lock)?;
@@ -1357,6 +1331,59 @@ fn serve_inner(
     .map_err(net)?;
     w.flush().map_err(net)?;
     Ok(Some(report))
+}
+
+/// Receives blobs until INSTALL; returns how many arrived whole. The blob
+/// being received when it returns is left in `receiving`.
+fn receive_blobs(
+    r: &mut impl Read,
+    store: &Store,
+    sizes: &BTreeMap<Sha256Hex, u64>,
+    modes: &BTreeMap<String, u32>,
+    receiving: &mut Option<image::bundle::Receiver>,
+) -> Result<usize, ReleaseError> {
+    let mut new_blobs = 0;
+    let mut current: Option<Sha256Hex> = None;
+    loop {
+        match wire::read_frame(r).map_err(net)? {
+            Some((kind::BLOB_START, p)) => {
+                let s: BlobStart = serde_json::from_slice(&p)
+                    .map_err(|e| proto(format!("bad BLOB_START: {}", quoted(&e.to_string()))))?;
+                let sha = Sha256Hex::parse(&s.sha256)
+                    .filter(|sha| sizes.contains_key(sha))
+                    .ok_or_else(|| {
+                        proto(format!("blob {} is not in the manifest", quoted(&s.sha256)))
+                    })?;
+                if let Some(rx) = receiving.take() {
+                    let _ = rx.suspend();
+                }
+                *receiving = Some(store.receive(&sha, s.offset, sizes[&sha])?);
+                current = Some(sha);
+            }
+            Some((kind::BLOB_DATA, p)) => {
+                let rx = receiving
+                    .as_mut()
+                    .ok_or_else(|| proto("BLOB_DATA outside a blob"))?;
+                rx.write_compressed(&p)?;
+            }
+            Some((kind::BLOB_END, _)) => {
+                let rx = receiving
+                    .take()
+                    .ok_or_else(|| proto("BLOB_END outside a blob"))?;
+                let sha = current.take().expect("set with the receiver");
+                rx.finish(modes[sha.as_str()])?;
+                new_blobs += 1;
+            }
+            Some((kind::INSTALL, _)) => return Ok(new_blobs),
+            Some((k, _)) => return Err(proto(format!("unexpected frame kind {k}"))),
+            None => {
+                return Err(ReleaseError::Connection(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the sender closed the connection before INSTALL",
+                )))
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,16 +15,10 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 /// Why a key could not be made, read or used.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("cannot write key {}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot read key {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot write key {}: {err}", path.display())]
+    Write { path: PathBuf, err: std::io::Error },
+    #[error("cannot read key {}: {err}", path.display())]
+    Read { path: PathBuf, err: std::io::Error },
     #[error("{what} is not an ed25519 {kind} key (expected 44 characters of base64 from `deploy keygen`)")]
     Malformed { what: String, kind: &'static str },
     #[error("secret key {} is readable by group or others (mode {mode:o}; expected 0600)", path.display())]
@@ -84,9 +78,9 @@ pub fn pub_path(key: &Path) -> PathBuf {
 }
 
 fn write_new(path: &Path, mode: u32, text: &str) -> Result<(), KeyError> {
-    let err = |source| KeyError::Write {
+    let err = |err| KeyError::Write {
         path: path.to_path_buf(),
-        source,
+        err,
     };
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -101,9 +95,9 @@ fn write_new(path: &Path, mode: u32, text: &str) -> Result<(), KeyError> {
 /// Reads a secret key file; refuses one that group or others can read.
 pub fn load_secret_key(path: &Path) -> Result<SecretKey, KeyError> {
     use std::os::unix::fs::PermissionsExt;
-    let err = |source| KeyError::Read {
+    let err = |err| KeyError::Read {
         path: path.to_path_buf(),
-        source,
+        err,
     };
     let mode = std::fs::metadata(path).map_err(err)?.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
@@ -189,9 +183,9 @@ pub fn load_trusted_keys(keys_dir: &Path, extra: &[String]) -> Result<TrustedKey
                 .collect();
             paths.sort();
             for p in paths {
-                let text = std::fs::read_to_string(&p).map_err(|source| KeyError::Read {
+                let text = std::fs::read_to_string(&p).map_err(|err| KeyError::Read {
                     path: p.clone(),
-                    source,
+                    err,
                 })?;
                 let k = parse_public_key(text.trim()).map_err(|_| KeyError::Malformed {
                     what: p.display().to_string(),
@@ -201,10 +195,10 @@ pub fn load_trusted_keys(keys_dir: &Path, extra: &[String]) -> Result<TrustedKey
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => {
+        Err(err) => {
             return Err(KeyError::Read {
                 path: keys_dir.to_path_buf(),
-                source,
+                err,
             })
         }
     }

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::hash::{sha256_hex, Sha256Hex};
+use super::quote::{peer_message, quoted};
 
 /// The manifest format this code writes and reads.
 pub const MANIFEST_FORMAT: u32 = 1;
@@ -52,24 +53,38 @@ pub struct Manifest {
     pub files: Vec<FileEntry>,
 }
 
-/// Why a manifest was refused.
+/// Why a manifest was refused. Values from the manifest are shown cut and
+/// escaped ([`quoted`]).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ManifestError {
     #[error("manifest is not valid JSON for format {MANIFEST_FORMAT}: {0}")]
     Parse(String),
     #[error("manifest format {0} is not supported (expected {MANIFEST_FORMAT})")]
     Format(u32),
-    #[error("version `{0}` is not usable in a directory name (expected 1-64 characters of A-Z a-z 0-9 . _ + -, not starting with `.`)")]
+    #[error("version {} is not usable in a directory name (expected 1-64 characters of A-Z a-z 0-9 . _ + -, not starting with `.`)", quoted(.0))]
     Version(String),
-    #[error("{field} `{value}` is empty or holds control characters")]
+    #[error("{field} {} is empty or holds control characters", quoted(value))]
     Name { field: &'static str, value: String },
-    #[error("file path `{path}` {why}")]
+    #[error("file path {} {why}", quoted(path))]
     Path { path: String, why: &'static str },
-    #[error("file `{path}` has mode {mode:o} (expected permission bits only, at most 0777)")]
+    #[error(
+        "file {} has mode {mode:o} (expected permission bits only, at most 0777)",
+        quoted(path)
+    )]
     Mode { path: String, mode: u32 },
-    #[error("file `{path}` has sha256 `{sha256}` (expected 64 lower-case hex digits)")]
+    #[error(
+        "file {} has sha256 {} (expected 64 lower-case hex digits)",
+        quoted(path),
+        quoted(sha256)
+    )]
     Sha { path: String, sha256: String },
-    #[error("bundle is for robot `{bundle_robot}` on board `{bundle_board}`, but this robot is `{robot}` on board `{board}`")]
+    #[error(
+        "bundle is for robot {} on board {}, but this robot is {} on board {}",
+        quoted(bundle_robot),
+        quoted(bundle_board),
+        quoted(robot),
+        quoted(board)
+    )]
     Incompatible {
         bundle_robot: String,
         bundle_board: String,
@@ -77,6 +92,10 @@ pub enum ManifestError {
         board: String,
     },
 }
+
+/// The most characters of a JSON parser's message kept (it may quote a
+/// value from the manifest whole).
+const PARSE_SHOWN: usize = 300;
 
 impl Manifest {
     /// The canonical bytes that get signed.
@@ -88,8 +107,9 @@ impl Manifest {
 
     /// Parses and validates manifest bytes.
     pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
-        let m: Manifest =
-            serde_json::from_slice(bytes).map_err(|e| ManifestError::Parse(e.to_string()))?;
+        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| {
+            ManifestError::Parse(peer_message(e.to_string().as_bytes(), PARSE_SHOWN))
+        })?;
         m.validate()?;
         Ok(m)
     }

@@ -17,17 +17,25 @@
 //! - the reader accepts only the entries above, as regular files: links,
 //!   device nodes, `..`, absolute paths and blobs the manifest does not list
 //!   are refused with the entry's name;
+//! - bounded before the signature: every length the input gives (the
+//!   manifest's, the signature's, a GNU long name's, a pax header's, a
+//!   zstd window, a wire frame's) is held to a limit before anything is
+//!   allocated, and a blob's to the size its signed manifest gives;
+//! - names from the input are shown cut and escaped in errors ([`quoted`]);
 //! - the writer is deterministic: the same release, version and key give
 //!   the same bytes.
 
+mod archive;
 mod hash;
 mod keys;
 mod manifest;
+mod quote;
 mod read;
 mod store;
 pub mod wire;
 mod write;
 
+pub use archive::{MAX_NAME, MAX_PAX};
 pub use hash::{sha256_file, sha256_hex, Sha256Hex, Sha256Writer};
 pub use keys::{
     keygen, load_secret_key, load_trusted_keys, parse_public_key, pub_path, public_key_base64,
@@ -37,6 +45,9 @@ pub use manifest::{
     release_name, Compat, FileEntry, Manifest, ManifestError, MANIFEST_FORMAT, MANIFEST_NAME,
     SIGNATURE_NAME,
 };
-pub use read::{BundleReadError, BundleReader, VerifiedManifest};
+pub use quote::{quoted, quoted_bytes, SHOWN_CHARS};
+pub use read::{
+    BundleReadError, BundleReader, VerifiedManifest, MAX_MANIFEST, MAX_SIGNATURE, WINDOW_LOG_MAX,
+};
 pub use store::{sync_dir, Receiver, Staging, Store, StoreError};
 pub use write::{write_bundle, BundleSpec, BundleWriteError, BundleWritten};

@@ -5,14 +5,24 @@ use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::PathBuf;
 
+use super::archive::{Archive, ArchiveError, Entry};
 use super::hash::{Sha256Hex, Sha256Writer};
 use super::keys::{KeyError, TrustedKeys};
 use super::manifest::{
     release_name, Compat, Manifest, ManifestError, MANIFEST_NAME, SIGNATURE_NAME,
 };
+use super::quote::{quoted, quoted_bytes};
 
-/// The largest manifest accepted (a release of many thousand files).
-const MAX_MANIFEST: u64 = 16 << 20;
+/// The largest manifest accepted: a release of many thousand files is a
+/// few megabytes of JSON.
+pub const MAX_MANIFEST: u64 = 16 << 20;
+/// The largest signature entry accepted (an ed25519 signature is 64 bytes).
+pub const MAX_SIGNATURE: u64 = 64;
+/// The largest zstd window accepted, as a power of two (16 MiB). Bundles
+/// and the wire are written at level 9 (a 4 MiB window at most); zstd's
+/// own default limit is 128 MiB, which the decoder would allocate for any
+/// frame that asks.
+pub const WINDOW_LOG_MAX: u32 = 24;
 
 /// A manifest whose signature verified against a trusted key and whose
 /// robot and board match.
@@ -57,13 +67,16 @@ impl VerifiedManifest {
     }
 }
 
-/// Why a bundle was refused.
+/// Why a bundle was refused. Names from the bundle are shown cut and
+/// escaped ([`quoted`]).
 #[derive(Debug, thiserror::Error)]
 pub enum BundleReadError {
-    #[error("cannot read bundle {}: {source}", path.display())]
-    Open { path: PathBuf, source: io::Error },
+    #[error("cannot read bundle {}: {err}", path.display())]
+    Open { path: PathBuf, err: io::Error },
     #[error("bundle is truncated or corrupt: {0}")]
     Corrupt(io::Error),
+    #[error("bundle is not a valid tar stream at byte {offset}: {why}")]
+    Archive { offset: u64, why: String },
     #[error("bundle is unsigned: expected `{SIGNATURE_NAME}` right after `{MANIFEST_NAME}`, found {found}")]
     Unsigned { found: String },
     #[error("bundle does not start with `{MANIFEST_NAME}` (found {found})")]
@@ -72,14 +85,31 @@ pub enum BundleReadError {
     Signature(KeyError),
     #[error("bundle refused: {0}")]
     Manifest(ManifestError),
-    #[error("bundle entry `{name}` {why}")]
+    #[error("bundle entry {} {why}", quoted(name))]
     BadEntry { name: String, why: String },
     #[error("blob {sha} is not what the manifest says: {why}")]
     BlobMismatch { sha: String, why: String },
-    #[error("bundle is truncated: blob {sha} (for `{path}`) is missing")]
+    #[error("bundle is truncated: blob {sha} (for {}) is missing", quoted(path))]
     MissingBlob { sha: String, path: String },
-    #[error("cannot stage blob {sha}: {source}")]
-    Stage { sha: String, source: io::Error },
+    #[error("cannot stage blob {sha}: {err}")]
+    Stage { sha: String, err: io::Error },
+}
+
+impl From<ArchiveError> for BundleReadError {
+    fn from(e: ArchiveError) -> Self {
+        match e {
+            ArchiveError::Io(e) => BundleReadError::Corrupt(e),
+            ArchiveError::Format { offset, why } => BundleReadError::Archive { offset, why },
+        }
+    }
+}
+
+/// The zstd decoder for bundles. A frame asking for a window over
+/// 2^[`WINDOW_LOG_MAX`] bytes is refused instead of allocated.
+pub(crate) fn decoder<'a, R: Read + 'a>(src: R) -> io::Result<impl Read + 'a> {
+    let mut dec = zstd::Decoder::new(src)?;
+    dec.window_log_max(WINDOW_LOG_MAX)?;
+    Ok(dec)
 }
 
 /// The streaming reader. Use [`BundleReader::read`].
@@ -90,9 +120,10 @@ impl BundleReader {
     /// (verified against `trusted` and checked against `compat` before any
     /// other entry is read), then each blob. `sink(sha, data)` gets every
     /// listed blob exactly once and may copy it (it does not need to read
-    /// it all); the reader hashes the whole blob itself and fails the read
-    /// on a mismatch, so a sink must treat what it wrote as unverified until
-    /// `read` returns `Ok`.
+    /// it all, and cannot read more than the manifest's size); the reader
+    /// hashes the whole blob itself and fails the read on a mismatch, so a
+    /// sink must treat what it wrote as unverified until `read` returns
+    /// `Ok`.
     pub fn read<R: Read>(
         src: R,
         trusted: &TrustedKeys,
@@ -100,56 +131,8 @@ impl BundleReader {
         mut on_manifest: impl FnMut(&VerifiedManifest) -> Result<(), BundleReadError>,
         mut sink: impl FnMut(&Sha256Hex, &mut dyn Read) -> io::Result<()>,
     ) -> Result<VerifiedManifest, BundleReadError> {
-        let dec = zstd::Decoder::new(src).map_err(BundleReadError::Corrupt)?;
-        let mut ar = tar::Archive::new(dec);
-        let mut entries = ar.entries().map_err(BundleReadError::Corrupt)?;
-
-        let mut next = |want: &str| -> Result<Option<(String, Vec<u8>)>, BundleReadError> {
-            let Some(e) = entries.next() else {
-                return Ok(None);
-            };
-            let mut e = e.map_err(BundleReadError::Corrupt)?;
-            let name = check_entry(&e)?;
-            if name != want {
-                return Ok(Some((name, Vec::new())));
-            }
-            let size = e.header().size().map_err(BundleReadError::Corrupt)?;
-            if size > MAX_MANIFEST {
-                return Err(BundleReadError::BadEntry {
-                    name,
-                    why: format!("is {size} bytes (at most {MAX_MANIFEST})"),
-                });
-            }
-            let mut v = Vec::with_capacity(size as usize);
-            e.read_to_end(&mut v).map_err(BundleReadError::Corrupt)?;
-            Ok(Some((name, v)))
-        };
-        let bytes = match next(MANIFEST_NAME)? {
-            Some((n, v)) if n == MANIFEST_NAME => v,
-            Some((n, _)) => {
-                return Err(BundleReadError::NoManifest {
-                    found: format!("`{n}`"),
-                })
-            }
-            None => {
-                return Err(BundleReadError::NoManifest {
-                    found: "an empty archive".into(),
-                })
-            }
-        };
-        let sig = match next(SIGNATURE_NAME)? {
-            Some((n, v)) if n == SIGNATURE_NAME => v,
-            Some((n, _)) => {
-                return Err(BundleReadError::Unsigned {
-                    found: format!("`{n}`"),
-                })
-            }
-            None => {
-                return Err(BundleReadError::Unsigned {
-                    found: "the end of the archive".into(),
-                })
-            }
-        };
+        let mut ar = Archive::new(decoder(src).map_err(BundleReadError::Corrupt)?);
+        let (bytes, sig) = read_signed(&mut ar)?;
         let verified = VerifiedManifest::verify(bytes, &sig, trusted, compat)?;
         on_manifest(&verified)?;
 
@@ -158,8 +141,7 @@ impl BundleReader {
             want.entry(Sha256Hex::parse(&f.sha256).expect("validated"))
                 .or_insert((f.size, f.path.clone()));
         }
-        for e in entries {
-            let mut e = e.map_err(BundleReadError::Corrupt)?;
+        while let Some(e) = ar.next()? {
             let name = check_entry(&e)?;
             let sha = name
                 .strip_prefix("blobs/")
@@ -174,24 +156,25 @@ impl BundleReader {
                     why: "is not a file the manifest lists (or appears twice)".into(),
                 });
             };
-            let hsize = e.header().size().map_err(BundleReadError::Corrupt)?;
-            if hsize != size {
+            // The entry's size (a pax `size` included) must be the signed
+            // one before a byte of it is read.
+            if e.size != size {
                 return Err(BundleReadError::BlobMismatch {
                     sha: sha.to_string(),
-                    why: format!("{hsize} bytes, manifest says {size}"),
+                    why: format!("the entry holds {} bytes, the manifest says {size}", e.size),
                 });
             }
             let mut hashing = HashingReader {
-                inner: &mut e,
+                inner: ar.data(),
                 hash: Sha256Writer::new(io::sink()),
             };
-            sink(&sha, &mut hashing).map_err(|source| match source.kind() {
+            sink(&sha, &mut hashing).map_err(|err| match err.kind() {
                 io::ErrorKind::UnexpectedEof | io::ErrorKind::InvalidData => {
-                    BundleReadError::Corrupt(source)
+                    BundleReadError::Corrupt(err)
                 }
                 _ => BundleReadError::Stage {
                     sha: sha.to_string(),
-                    source,
+                    err,
                 },
             })?;
             io::copy(&mut hashing, &mut io::sink()).map_err(BundleReadError::Corrupt)?;
@@ -215,40 +198,8 @@ impl BundleReader {
     /// Reads only the manifest and signature, unverified (the sending side
     /// of an update: the robot verifies).
     pub fn read_manifest<R: Read>(src: R) -> Result<(Vec<u8>, Vec<u8>), BundleReadError> {
-        let dec = zstd::Decoder::new(src).map_err(BundleReadError::Corrupt)?;
-        let mut ar = tar::Archive::new(dec);
-        let mut entries = ar.entries().map_err(BundleReadError::Corrupt)?;
-        let mut out = Vec::new();
-        for want in [MANIFEST_NAME, SIGNATURE_NAME] {
-            let mut e = match entries.next() {
-                Some(e) => e.map_err(BundleReadError::Corrupt)?,
-                None => {
-                    return Err(BundleReadError::NoManifest {
-                        found: "an empty archive".into(),
-                    })
-                }
-            };
-            let name = check_entry(&e)?;
-            if name != want {
-                return Err(if want == MANIFEST_NAME {
-                    BundleReadError::NoManifest {
-                        found: format!("`{name}`"),
-                    }
-                } else {
-                    BundleReadError::Unsigned {
-                        found: format!("`{name}`"),
-                    }
-                });
-            }
-            let mut v = Vec::new();
-            (&mut e)
-                .take(MAX_MANIFEST)
-                .read_to_end(&mut v)
-                .map_err(BundleReadError::Corrupt)?;
-            out.push(v);
-        }
-        let sig = out.pop().expect("two entries");
-        Ok((out.pop().expect("two entries"), sig))
+        let mut ar = Archive::new(decoder(src).map_err(BundleReadError::Corrupt)?);
+        read_signed(&mut ar)
     }
 
     /// Streams the blobs of a bundle in order, without any check (the
@@ -257,15 +208,13 @@ impl BundleReader {
         src: R,
         mut f: impl FnMut(&Sha256Hex, &mut dyn Read) -> io::Result<()>,
     ) -> Result<(), BundleReadError> {
-        let dec = zstd::Decoder::new(src).map_err(BundleReadError::Corrupt)?;
-        let mut ar = tar::Archive::new(dec);
-        for e in ar.entries().map_err(BundleReadError::Corrupt)? {
-            let mut e = e.map_err(BundleReadError::Corrupt)?;
+        let mut ar = Archive::new(decoder(src).map_err(BundleReadError::Corrupt)?);
+        while let Some(e) = ar.next()? {
             let name = check_entry(&e)?;
             if let Some(sha) = name.strip_prefix("blobs/").and_then(Sha256Hex::parse) {
-                f(&sha, &mut e).map_err(|source| BundleReadError::Stage {
+                f(&sha, &mut ar.data()).map_err(|err| BundleReadError::Stage {
                     sha: sha.to_string(),
-                    source,
+                    err,
                 })?;
             }
         }
@@ -273,12 +222,55 @@ impl BundleReader {
     }
 }
 
-struct HashingReader<'a, R: Read> {
-    inner: &'a mut R,
+/// The first two entries, `manifest.json` (at most [`MAX_MANIFEST`] bytes)
+/// and `manifest.sig` (at most [`MAX_SIGNATURE`]), each size checked
+/// before its data is read.
+fn read_signed<R: Read>(ar: &mut Archive<R>) -> Result<(Vec<u8>, Vec<u8>), BundleReadError> {
+    let mut out = Vec::with_capacity(2);
+    for (want, max) in [
+        (MANIFEST_NAME, MAX_MANIFEST),
+        (SIGNATURE_NAME, MAX_SIGNATURE),
+    ] {
+        let missing = |found: String| {
+            if want == MANIFEST_NAME {
+                BundleReadError::NoManifest { found }
+            } else {
+                BundleReadError::Unsigned { found }
+            }
+        };
+        let Some(e) = ar.next()? else {
+            return Err(missing(if want == MANIFEST_NAME {
+                "an empty archive".into()
+            } else {
+                "the end of the archive".into()
+            }));
+        };
+        let name = check_entry(&e)?;
+        if name != want {
+            return Err(missing(quoted(&name)));
+        }
+        if e.size > max {
+            return Err(BundleReadError::BadEntry {
+                name,
+                why: format!("is {} bytes (at most {max})", e.size),
+            });
+        }
+        let mut v = Vec::with_capacity(e.size as usize);
+        ar.data()
+            .read_to_end(&mut v)
+            .map_err(BundleReadError::Corrupt)?;
+        out.push(v);
+    }
+    let sig = out.pop().expect("two entries");
+    Ok((out.pop().expect("two entries"), sig))
+}
+
+struct HashingReader<R: Read> {
+    inner: R,
     hash: Sha256Writer<io::Sink>,
 }
 
-impl<R: Read> Read for HashingReader<'_, R> {
+impl<R: Read> Read for HashingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.hash.absorb(&buf[..n]);
@@ -286,11 +278,10 @@ impl<R: Read> Read for HashingReader<'_, R> {
     }
 }
 
-/// The entry's name if it is a regular file with a plain relative name;
-/// otherwise an error saying what is wrong with it.
-fn check_entry<R: Read>(e: &tar::Entry<R>) -> Result<String, BundleReadError> {
-    let raw = e.path_bytes();
-    let name = String::from_utf8_lossy(&raw).into_owned();
+/// The entry's name if it is a regular file with a plain relative name
+/// that a bundle holds; otherwise an error saying what is wrong with it.
+fn check_entry(e: &Entry) -> Result<String, BundleReadError> {
+    let name = String::from_utf8_lossy(&e.name).into_owned();
     let bad = |why: String| BundleReadError::BadEntry {
         name: name.clone(),
         why,
@@ -303,43 +294,21 @@ fn check_entry<R: Read>(e: &tar::Entry<R>) -> Result<String, BundleReadError> {
             "has a `..` component (it would leave the release)".into()
         ));
     }
-    let t = e.header().entry_type();
-    let link = || {
-        e.link_name_bytes()
-            .map(|l| String::from_utf8_lossy(&l).into_owned())
-            .unwrap_or_default()
-    };
-    match t {
-        tar::EntryType::Regular | tar::EntryType::Continuous => {}
-        tar::EntryType::Symlink => {
-            return Err(bad(format!(
-                "is a symbolic link to `{}`; bundles hold regular files only",
-                link()
-            )))
-        }
-        tar::EntryType::Link => {
-            return Err(bad(format!(
-                "is a hard link to `{}`; bundles hold regular files only",
-                link()
-            )))
-        }
-        tar::EntryType::Char | tar::EntryType::Block => {
-            return Err(bad(
-                "is a device node; bundles hold regular files only".into()
-            ))
-        }
-        tar::EntryType::Fifo => {
-            return Err(bad("is a fifo; bundles hold regular files only".into()))
-        }
-        tar::EntryType::Directory => {
-            return Err(bad("is a directory; bundles hold regular files only".into()))
-        }
-        other => {
-            return Err(bad(format!(
-                "has tar type {:?}; bundles hold regular files only",
-                other
-            )))
-        }
+    let only = "bundles hold regular files only";
+    if !e.is_file() {
+        let link = || quoted_bytes(&e.link);
+        let what = match e.kind {
+            b'2' => format!("is a symbolic link to {}", link()),
+            b'1' => format!("is a hard link to {}", link()),
+            b'3' | b'4' => "is a device node".into(),
+            b'6' => "is a fifo".into(),
+            b'5' => "is a directory".into(),
+            b'g' => "is a pax global header".into(),
+            b'S' => "is a GNU sparse file".into(),
+            k if k.is_ascii_graphic() => format!("has tar type `{}`", k as char),
+            k => format!("has tar type {k:#04x}"),
+        };
+        return Err(bad(format!("{what}; {only}")));
     }
     if name != MANIFEST_NAME && name != SIGNATURE_NAME && !name.starts_with("blobs/") {
         return Err(bad("is not a file the manifest lists".into()));

@@ -10,18 +10,28 @@
 //! HELLO "rtdeploy-update/1"   ->
 //!                             <-      HELLO "rtdeploy-update/1"
 //! MANIFEST u32 len, manifest, sig ->  verifies signature and robot/board
-//!                             <-      NEED {release, need: [{sha256, offset, size}]}
+//!                             <-      NEED {release, need: [{sha256, offset, size, prefix_sha256}]}
 //!                                     (or ERROR message)
-//! for each needed blob, from `offset`:
+//! for each needed blob, from `offset` (or from 0, see below):
 //!   BLOB_START {sha256, offset} ->
-//!   BLOB_DATA zstd stream bytes ...-> decompressed into store/.partial/<sha>
+//!   BLOB_DATA zstd stream bytes ...-> decompressed into store/.partial/<sha>,
+//!                                     never past the blob's manifest size
 //!   BLOB_END                    ->    sha256 checked, moved into the store
 //! INSTALL                     ->      installs from the store
 //!                             <-      DONE {report}  (or ERROR message)
 //! ```
 //!
 //! A cut connection leaves `store/.partial/<sha>` behind; the next NEED
-//! names its length as the offset, so only the rest crosses the wire.
+//! names its length as the offset and the sha256 of those bytes as
+//! `prefix_sha256`. The sender resumes there only when its own first
+//! `offset` bytes hash the same, and otherwise sends the blob from 0 (the
+//! robot then starts the partial file over), so a partial left by a broken
+//! or hostile sender costs one resend, not a failed update. (A robot that
+//! sends no `prefix_sha256` is trusted to hold the right bytes.)
+//!
+//! Each frame kind has its own payload limit ([`max_payload`]), checked
+//! before the payload is read, and a payload is read as it arrives, so a
+//! peer that announces a large frame and sends nothing costs nothing.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -29,13 +39,21 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::hash::Sha256Hex;
-use super::read::{BundleReadError, BundleReader};
+use super::hash::{Sha256Hex, Sha256Writer};
+use super::quote::{peer_message, quoted, quoted_bytes};
+use super::read::{BundleReadError, BundleReader, MAX_MANIFEST, MAX_SIGNATURE};
 
 /// The protocol name and version exchanged in HELLO.
 pub const PROTOCOL: &str = "rtdeploy-update/1";
-/// The largest frame payload accepted.
+/// The largest frame payload accepted (NEED and DONE, which grow with the
+/// number of files of a release); the other kinds have smaller limits,
+/// see [`max_payload`].
 pub const MAX_FRAME: u32 = 64 << 20;
+/// The largest BLOB_DATA payload accepted: the sender cuts its zstd output
+/// into frames of 64 KiB plus at most one zstd output buffer (128 KiB).
+pub const MAX_DATA_FRAME: u32 = 1 << 20;
+/// The most characters of the peer's ERROR text shown in an error.
+pub const MAX_ERROR_SHOWN: usize = 2000;
 /// zstd level on the wire: a good ratio at a speed above Wi-Fi rates.
 pub const WIRE_ZSTD_LEVEL: i32 = 9;
 /// BLOB_DATA frames carry at most this many compressed bytes.
@@ -60,6 +78,10 @@ pub struct Needed {
     pub sha256: String,
     pub offset: u64,
     pub size: u64,
+    /// sha256 of the first `offset` bytes the robot holds (absent when
+    /// `offset` is 0, and from robots that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_sha256: Option<String>,
 }
 
 /// The robot's answer to MANIFEST.
@@ -77,17 +99,44 @@ pub struct BlobStart {
     pub offset: u64,
 }
 
-/// Why the exchange failed.
+/// Why the exchange failed, seen from the sender.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
     #[error("connection: {0}")]
-    Io(#[from] io::Error),
-    #[error("protocol: {0}")]
+    Io(io::Error),
+    #[error("update protocol: {0}")]
     Protocol(String),
     #[error("robot refused: {0}")]
     Remote(String),
     #[error(transparent)]
     Bundle(#[from] BundleReadError),
+}
+
+impl From<io::Error> for WireError {
+    /// A payload over its limit or a frame of no known kind is the peer
+    /// breaking the protocol; anything else is the connection.
+    fn from(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::InvalidData {
+            WireError::Protocol(e.to_string())
+        } else {
+            WireError::Io(e)
+        }
+    }
+}
+
+/// The largest payload a frame of `kind` may carry; `None` for a kind
+/// this protocol does not have.
+pub fn max_payload(k: u8) -> Option<u32> {
+    Some(match k {
+        kind::HELLO => 64,
+        kind::MANIFEST => 4 + MAX_MANIFEST as u32 + MAX_SIGNATURE as u32,
+        kind::NEED | kind::DONE => MAX_FRAME,
+        kind::BLOB_START => 4096,
+        kind::BLOB_DATA => MAX_DATA_FRAME,
+        kind::BLOB_END | kind::INSTALL => 0,
+        kind::ERROR => 64 << 10,
+        _ => return None,
+    })
 }
 
 /// Writes one frame.
@@ -113,16 +162,31 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<(u8, Vec<u8>)>> {
             Err(e) => return Err(e),
         }
     }
+    let k = head[0];
     let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
-    if len > MAX_FRAME {
+    let Some(max) = max_payload(k) else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes (at most {MAX_FRAME})"),
+            format!("frame of kind {k}, which this protocol does not have"),
+        ));
+    };
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of kind {k} with {len} bytes (at most {max})"),
         ));
     }
-    let mut payload = vec![0u8; len as usize];
-    r.read_exact(&mut payload)?;
-    Ok(Some((head[0], payload)))
+    // Grown as bytes arrive, not allocated up front for what the peer
+    // announced.
+    let mut payload = Vec::with_capacity((len as usize).min(64 << 10));
+    let got = r.take(u64::from(len)).read_to_end(&mut payload)?;
+    if got < len as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the connection ended inside a frame of kind {k}, {got} of {len} bytes"),
+        ));
+    }
+    Ok(Some((k, payload)))
 }
 
 /// MANIFEST's payload.
@@ -134,11 +198,20 @@ pub fn encode_manifest(manifest: &[u8], sig: &[u8]) -> Vec<u8> {
     v
 }
 
-/// Splits MANIFEST's payload into (manifest, signature).
+/// Splits MANIFEST's payload into (manifest, signature); `None` when the
+/// lengths do not add up or are over [`MAX_MANIFEST`] and
+/// [`MAX_SIGNATURE`].
 pub fn decode_manifest(p: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let len = u32::from_be_bytes(p.get(..4)?.try_into().ok()?) as usize;
-    let m = p.get(4..4 + len)?;
-    Some((m.to_vec(), p[4 + len..].to_vec()))
+    if len as u64 > MAX_MANIFEST {
+        return None;
+    }
+    let m = p.get(4..4usize.checked_add(len)?)?;
+    let sig = &p[4 + len..];
+    if sig.len() as u64 > MAX_SIGNATURE {
+        return None;
+    }
+    Some((m.to_vec(), sig.to_vec()))
 }
 
 /// What the sender reports as it goes.
@@ -250,7 +323,7 @@ impl<W: Write> Write for DataFrames<'_, W> {
 fn expect(r: &mut impl Read, want: u8) -> Result<Vec<u8>, WireError> {
     match read_frame(r)? {
         Some((k, p)) if k == want => Ok(p),
-        Some((kind::ERROR, p)) => Err(WireError::Remote(String::from_utf8_lossy(&p).into_owned())),
+        Some((kind::ERROR, p)) => Err(WireError::Remote(peer_message(&p, MAX_ERROR_SHOWN))),
         Some((k, _)) => Err(WireError::Protocol(format!(
             "unexpected frame kind {k} (expected {want})"
         ))),
@@ -273,9 +346,9 @@ pub fn send_bundle(
     let open = |p: &Path| {
         File::open(p)
             .map(BufReader::new)
-            .map_err(|source| BundleReadError::Open {
+            .map_err(|err| BundleReadError::Open {
                 path: PathBuf::from(p),
-                source,
+                err,
             })
     };
     let (manifest, sig) = BundleReader::read_manifest(open(bundle)?)?;
@@ -290,14 +363,17 @@ pub fn send_bundle(
     let hello = expect(&mut r, kind::HELLO)?;
     if hello != PROTOCOL.as_bytes() {
         return Err(WireError::Protocol(format!(
-            "robot speaks `{}` (expected `{PROTOCOL}`)",
-            String::from_utf8_lossy(&hello)
+            "robot speaks {} (expected `{PROTOCOL}`)",
+            quoted_bytes(&hello)
         )));
     }
     write_frame(&mut w, kind::MANIFEST, &encode_manifest(&manifest, &sig))?;
     w.flush()?;
-    let need: Need = serde_json::from_slice(&expect(&mut r, kind::NEED)?)
-        .map_err(|e| WireError::Protocol(format!("bad NEED: {e}")))?;
+    let mut need: Need = serde_json::from_slice(&expect(&mut r, kind::NEED)?)
+        .map_err(|e| WireError::Protocol(format!("bad NEED: {}", quoted(&e.to_string()))))?;
+    if need.need.iter().any(|n| n.offset > 0) {
+        check_prefixes(open(bundle)?, &mut need.need)?;
+    }
     let total_blobs = crate::bundle::Manifest::parse(&manifest)
         .map(|m| m.blobs().len())
         .unwrap_or(0);
@@ -351,13 +427,14 @@ pub fn send_bundle(
             Ok(())
         })
         .map_err(|e| match e {
-            BundleReadError::Stage { source, .. } => WireError::Io(source),
+            BundleReadError::Stage { err, .. } => WireError::from(err),
             e => WireError::Bundle(e),
         })?;
     }
     if let Some(sha) = wanted.keys().next() {
         return Err(WireError::Protocol(format!(
-            "the robot asked for blob {sha}, which the bundle does not hold"
+            "the robot asked for blob {}, which the bundle does not hold",
+            quoted(sha)
         )));
     }
     write_frame(&mut w, kind::INSTALL, &[])?;
@@ -373,6 +450,34 @@ pub fn send_bundle(
         bytes_out: w.n,
         bytes_in: r.n,
         result,
+    })
+}
+
+/// For each blob the robot holds a part of: resumes from its offset only
+/// when the robot's `prefix_sha256` is the sha256 of the bundle's own
+/// first `offset` bytes of that blob; otherwise sends it from 0.
+fn check_prefixes(bundle: impl Read, need: &mut [Needed]) -> Result<(), WireError> {
+    let mut partial: std::collections::BTreeMap<String, &mut Needed> = need
+        .iter_mut()
+        .filter(|n| n.offset > 0 && n.prefix_sha256.is_some())
+        .map(|n| (n.sha256.clone(), n))
+        .collect();
+    BundleReader::for_each_blob(bundle, |sha, data| {
+        let Some(n) = partial.remove(sha.as_str()) else {
+            return Ok(());
+        };
+        let mut h = Sha256Writer::new(io::sink());
+        let len = io::copy(&mut data.take(n.offset), &mut h)?;
+        let (got, _) = h.finish();
+        if len < n.offset || n.prefix_sha256.as_deref() != Some(got.as_str()) {
+            n.offset = 0;
+            n.prefix_sha256 = None;
+        }
+        Ok(())
+    })
+    .map_err(|e| match e {
+        BundleReadError::Stage { err, .. } => WireError::from(err),
+        e => WireError::Bundle(e),
     })
 }
 
@@ -394,6 +499,18 @@ mod tests {
         assert_eq!(read_frame(&mut r).unwrap(), None);
         let big = [kind::BLOB_DATA, 0xff, 0xff, 0xff, 0xff];
         assert!(read_frame(&mut &big[..]).is_err());
+        // each kind has its own limit, checked before the payload is read
+        let e = read_frame(&mut &[kind::HELLO, 0, 0, 1, 0][..]).unwrap_err();
+        assert_eq!(e.to_string(), "frame of kind 1 with 256 bytes (at most 64)");
+        let e = read_frame(&mut &[kind::INSTALL, 0, 0, 0, 1, 0][..]).unwrap_err();
+        assert!(e.to_string().contains("at most 0"), "{e}");
+        let e = read_frame(&mut &[42, 0, 0, 0, 0][..]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("kind 42"), "{e}");
+        // a frame announced larger than what follows is an error, after
+        // reading only what arrived
+        let e = read_frame(&mut &[kind::NEED, 0, 0, 0, 9, b'x'][..]).unwrap_err();
+        assert!(e.to_string().contains("1 of 9 bytes"), "{e}");
         // cut inside a header is an error, not a clean end
         assert!(read_frame(&mut &v[..3]).is_err());
     }
@@ -403,5 +520,7 @@ mod tests {
         let p = encode_manifest(b"{}", &[7u8; 64]);
         assert_eq!(decode_manifest(&p), Some((b"{}".to_vec(), vec![7u8; 64])));
         assert_eq!(decode_manifest(&[0, 0, 0, 9, 1]), None);
+        assert_eq!(decode_manifest(&[0xff, 0xff, 0xff, 0xff]), None);
+        assert_eq!(decode_manifest(&encode_manifest(b"{}", &[7u8; 65])), None);
     }
 }

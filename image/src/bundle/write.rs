@@ -41,22 +41,16 @@ pub struct BundleWritten {
 /// Why a bundle could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleWriteError {
-    #[error("cannot read release file {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read release file {}: {err}", path.display())]
+    Read { path: PathBuf, err: std::io::Error },
     #[error("{} is a {kind}; a release holds regular files and directories only", path.display())]
     NotRegular { path: PathBuf, kind: &'static str },
     #[error("{} has a name that is not UTF-8", path.display())]
     NotUtf8 { path: PathBuf },
-    #[error("cannot write bundle {}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("release {}: {source}", dir.display())]
-    Manifest { dir: PathBuf, source: ManifestError },
+    #[error("cannot write bundle {}: {err}", path.display())]
+    Write { path: PathBuf, err: std::io::Error },
+    #[error("release {}: {err}", dir.display())]
+    Manifest { dir: PathBuf, err: ManifestError },
 }
 
 /// Builds the manifest for `spec` (hashing every file) without writing.
@@ -74,9 +68,9 @@ pub fn build_manifest(spec: &BundleSpec) -> Result<(Manifest, Vec<PathBuf>), Bun
     };
     manifest
         .validate()
-        .map_err(|source| BundleWriteError::Manifest {
+        .map_err(|err| BundleWriteError::Manifest {
             dir: spec.release_dir.clone(),
-            source,
+            err,
         })?;
     Ok((manifest, files.into_iter().map(|(_, p)| p).collect()))
 }
@@ -88,7 +82,7 @@ fn walk(
 ) -> Result<(), BundleWriteError> {
     let read_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| BundleWriteError::Read { path, source }
+        move |err| BundleWriteError::Read { path, err }
     };
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .map_err(read_err(dir))?
@@ -148,9 +142,9 @@ pub fn write_bundle(
     let (manifest, sources) = build_manifest(spec)?;
     let bytes = manifest.to_bytes();
     let sig = key.sign(&bytes);
-    let werr = |source| BundleWriteError::Write {
+    let werr = |err| BundleWriteError::Write {
         path: out.to_path_buf(),
-        source,
+        err,
     };
     let tmp = {
         let mut s = out.as_os_str().to_owned();
@@ -170,9 +164,9 @@ pub fn write_bundle(
                 .or_insert(src);
         }
         for (sha, src) in &seen {
-            let file = File::open(src).map_err(|source| BundleWriteError::Read {
+            let file = File::open(src).map_err(|err| BundleWriteError::Read {
                 path: src.to_path_buf(),
-                source,
+                err,
             })?;
             let size = file.metadata().map_err(werr)?.len();
             append(&mut tar, &format!("blobs/{sha}"), size, file).map_err(werr)?;
@@ -192,15 +186,15 @@ pub fn write_bundle(
     // A file changed while it was bundled would make a bundle that no robot
     // accepts; catch it here instead.
     for (f, src) in manifest.files.iter().zip(&sources) {
-        let (sha, _) = sha256_file(src).map_err(|source| BundleWriteError::Read {
+        let (sha, _) = sha256_file(src).map_err(|err| BundleWriteError::Read {
             path: src.clone(),
-            source,
+            err,
         })?;
         if sha.as_str() != f.sha256 {
             let _ = std::fs::remove_file(out);
             return Err(BundleWriteError::Read {
                 path: src.clone(),
-                source: std::io::Error::other("file changed while it was bundled"),
+                err: std::io::Error::other("file changed while it was bundled"),
             });
         }
     }
