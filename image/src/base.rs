@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::entry::{Data, Entry, Kind, Tree};
+use crate::entry::{disk_data, Data, Entry, Kind, Tree};
 use crate::error::ImageBuildError;
 
 /// What the image starts from.
@@ -174,7 +174,8 @@ pub fn read_dir(root: &Path) -> Result<Tree, ImageBuildError> {
                 });
                 Kind::File {
                     size: md.len(),
-                    data: Data::Disk(path.clone()),
+                    data: disk_data(&path, &md)
+                        .map_err(ImageBuildError::io("find the holes of", &path))?,
                     link_group,
                 }
             } else if ft.is_symlink() {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::base::{self, Base, HashingReader};
-use crate::entry::{Data, Entry, Kind, Tree};
+use crate::entry::{disk_data, Data, Entry, Kind, Tree};
 use crate::error::ImageBuildError;
 use crate::extlinux;
 use crate::manifest::{Manifest, ManifestEntry};
@@ -279,7 +279,10 @@ pub fn build(
         Entry {
             kind: Kind::File {
                 size: deploy_md.len(),
-                data: Data::Disk(spec.deploy_binary.clone()),
+                data: disk_data(&spec.deploy_binary, &deploy_md).map_err(ImageBuildError::io(
+                    "find the holes of",
+                    &spec.deploy_binary,
+                ))?,
                 link_group: None,
             },
             mode: 0o755,
@@ -311,6 +314,12 @@ pub fn build(
     for f in &rel.files {
         let mut e = f.entry.clone();
         e.mtime = epoch;
+        if let Kind::File { data, .. } = &mut e.kind {
+            if let Data::Disk(p) = data {
+                let md = fs::metadata(&*p).map_err(ImageBuildError::io("stat", &*p))?;
+                *data = disk_data(p, &md).map_err(ImageBuildError::io("find the holes of", &*p))?;
+            }
+        }
         add.push((format!("{release_dir}/{}", f.rel), e));
     }
     add.push((
@@ -351,6 +360,9 @@ pub fn build(
             format: format.name(),
             what: cannot,
         });
+    }
+    if format == Format::CpioGz {
+        warnings.extend(cpio_holes_warning(&tree));
     }
     if format == Format::Ext4 {
         let bad: Vec<String> = tree
@@ -436,7 +448,8 @@ pub fn build(
             write_all(&tree, &mut sink, &mut files, total, progress)?;
             sink.finish()
                 .map_err(ImageBuildError::io("set metadata in", &staging))?;
-            let needed = total + tree.entries.len() as u64 * 4096;
+            // Holes take no blocks: mke2fs keeps those of the staged files.
+            let needed = tree.stored_bytes() + tree.entries.len() as u64 * 4096;
             let size = match spec.size {
                 Some(s) => {
                     if s < needed {
@@ -649,6 +662,43 @@ fn check_output_outside_inputs(
         }
     }
     Ok(())
+}
+
+/// cpio (newc) has no way to say a run of a file is a hole: files with
+/// holes are written whole, zeros included, and the warning says which
+/// and how much that adds.
+fn cpio_holes_warning(tree: &Tree) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut names = Vec::new();
+    let mut zeros = 0;
+    for (path, e) in &tree.entries {
+        if let Kind::File {
+            size,
+            data,
+            link_group,
+        } = &e.kind
+        {
+            if let Some(map) = data.sparse_map() {
+                if link_group.is_none_or(|g| seen.insert(g)) {
+                    names.push(format!("/{path}"));
+                    zeros += size - map.data_bytes();
+                }
+            }
+        }
+    }
+    const SHOWN: usize = 5;
+    let more = names.len().saturating_sub(SHOWN);
+    let count = names.len();
+    names.truncate(SHOWN);
+    if more > 0 {
+        names.push(format!("and {more} more"));
+    }
+    (count > 0).then(|| {
+        format!(
+            "cpio cannot hold holes: {count} sparse file(s) are written as data, {zeros} bytes of zeros in all: {}",
+            names.join(", ")
+        )
+    })
 }
 
 /// The process umask (read by setting it and putting it back).
@@ -890,10 +940,14 @@ fn write_entries(
                     ImageBuildError::io("read", src)(err)
                 };
                 if let Err(err) = sink.put(&item, Some(&mut *incoming)) {
-                    // Say which side failed: reading the source or writing.
+                    // Say which side failed: reading the source (it failed,
+                    // shrank or changed) or writing.
                     return Err(
                         if incoming.source_error.is_some()
-                            || err.kind() == std::io::ErrorKind::UnexpectedEof
+                            || matches!(
+                                err.kind(),
+                                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+                            )
                         {
                             read_err(incoming, err)
                         } else {

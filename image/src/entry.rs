@@ -6,10 +6,10 @@
 //! writer emits the same order for the same content.
 
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Where a regular file's bytes come from.
@@ -18,11 +18,147 @@ pub enum Data {
     /// A file on the build host (a directory base, the release, the
     /// `deploy` binary), opened only when written.
     Disk(PathBuf),
+    /// A file on the build host with holes: every byte outside the map's
+    /// segments was zero when it was listed. Read like `Disk` (the holes
+    /// read as zeros); the writers that keep holes check that they still
+    /// are zeros.
+    SparseDisk { path: PathBuf, map: Arc<SparseMap> },
     /// `len` bytes at `offset` of the tree's tar file (the base tar, or its
     /// decompressed copy).
     TarAt { offset: u64 },
     /// Small generated files (configuration, manifests).
     Bytes(Arc<Vec<u8>>),
+}
+
+impl Data {
+    /// The map of a file with holes.
+    pub fn sparse_map(&self) -> Option<&SparseMap> {
+        match self {
+            Data::SparseDisk { map, .. } => Some(map),
+            _ => None,
+        }
+    }
+}
+
+/// The grid holes are found on: a hole is a run of whole aligned blocks of
+/// this size that are all zeros (the last block of a file may be short).
+/// Fixed, rather than whatever block size the build host's filesystem
+/// reports holes in, so that the map, and with it the image's bytes,
+/// depends on the file's content and not on where it was stored; 4 KiB is
+/// the block size of ext4, XFS and btrfs as usually made, and the page
+/// size of tmpfs on x86 and most arm64 kernels.
+pub const HOLE_BLOCK: u64 = 4096;
+
+/// The data of a file with holes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SparseMap {
+    /// `(offset, length)` of each run of data, in file order, none empty,
+    /// none touching the next; every byte outside them is zero.
+    pub segments: Vec<(u64, u64)>,
+}
+
+impl SparseMap {
+    /// Bytes of data, holes left out.
+    pub fn data_bytes(&self) -> u64 {
+        self.segments.iter().map(|&(_, len)| len).sum()
+    }
+}
+
+/// The map of a file's holes, or `None` when the filesystem reports none
+/// (or no whole `HOLE_BLOCK` of zeros is left once the blocks around its
+/// data are read).
+///
+/// The filesystem's holes are found with `lseek(2)` `SEEK_DATA` and
+/// `SEEK_HOLE`, so a large hole costs no reading. Its data is then read on
+/// the `HOLE_BLOCK` grid and blocks of zeros in it become holes too: a
+/// file written with runs of zeros and the same file left with holes
+/// there give the same map, and so the same image. Whether a file counts
+/// as sparse at all is the filesystem's say (a fully allocated file is
+/// data, whatever it holds): reading every file for zeros would double
+/// the cost of a build.
+pub fn map_holes(path: &Path, size: u64) -> io::Result<Option<SparseMap>> {
+    use rustix::fs::SeekFrom;
+    let file = File::open(path)?;
+    // The filesystem's data regions, as [start, end).
+    let mut regions = Vec::new();
+    let mut pos = 0;
+    while pos < size {
+        let start = match rustix::fs::seek(&file, SeekFrom::Data(pos)) {
+            Ok(start) => start,
+            // Nothing but a hole from `pos` to the end of the file.
+            Err(rustix::io::Errno::NXIO) => break,
+            // No SEEK_DATA on this filesystem: all data, no holes.
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if start >= size {
+            break;
+        }
+        let end = rustix::fs::seek(&file, SeekFrom::Hole(start))?.min(size);
+        if end <= start {
+            break;
+        }
+        regions.push((start, end));
+        pos = end;
+    }
+    if regions == [(0, size)] || size == 0 {
+        return Ok(None);
+    }
+    // The grid blocks the data regions touch, read for zeros.
+    let mut segments: Vec<(u64, u64)> = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0; // grid-aligned end of what was read
+    for (start, end) in regions {
+        let mut at = (start / HOLE_BLOCK * HOLE_BLOCK).max(done);
+        let stop = end
+            .div_ceil(HOLE_BLOCK)
+            .saturating_mul(HOLE_BLOCK)
+            .min(size);
+        while at < stop {
+            let want = (stop - at).min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..want], at)?;
+            for (i, block) in buf[..want].chunks(HOLE_BLOCK as usize).enumerate() {
+                if is_zero(block) {
+                    continue;
+                }
+                let off = at + i as u64 * HOLE_BLOCK;
+                let len = block.len() as u64;
+                match segments.last_mut() {
+                    Some((o, l)) if *o + *l == off => *l += len,
+                    _ => segments.push((off, len)),
+                }
+            }
+            at += want as u64;
+        }
+        done = stop;
+    }
+    if segments == [(0, size)] {
+        return Ok(None);
+    }
+    Ok(Some(SparseMap { segments }))
+}
+
+/// `Data` for a file on the build host: `SparseDisk` when it has holes.
+/// Only files with fewer blocks allocated than their size are mapped (a
+/// file with a hole has), so a tree of ordinary files costs no more than
+/// its `lstat` calls.
+pub fn disk_data(path: &Path, md: &fs::Metadata) -> io::Result<Data> {
+    if md.blocks().saturating_mul(512) < md.len() {
+        if let Some(map) = map_holes(path, md.len())? {
+            return Ok(Data::SparseDisk {
+                path: path.to_path_buf(),
+                map: Arc::new(map),
+            });
+        }
+    }
+    Ok(Data::Disk(path.to_path_buf()))
+}
+
+/// Whether every byte of `bytes` is zero (compared a block at a time, as
+/// `memcmp` does it, against a block of zeros).
+pub(crate) fn is_zero(bytes: &[u8]) -> bool {
+    static ZEROS: [u8; HOLE_BLOCK as usize] = [0; HOLE_BLOCK as usize];
+    bytes.chunks(ZEROS.len()).all(|c| c == &ZEROS[..c.len()])
 }
 
 /// What an entry is.
@@ -155,7 +291,7 @@ impl Tree {
         data: &'a Data,
     ) -> io::Result<Box<dyn Read + 'a>> {
         Ok(match data {
-            Data::Disk(p) => Box::new(File::open(p)?.take(size)),
+            Data::Disk(p) | Data::SparseDisk { path: p, .. } => Box::new(File::open(p)?.take(size)),
             Data::Bytes(b) => Box::new(io::Cursor::new(b.as_slice())),
             Data::TarAt { offset } => {
                 let file = self.tar_file.as_ref().ok_or_else(|| {
@@ -173,7 +309,7 @@ impl Tree {
     /// Where a regular file's bytes are read from, for error messages.
     pub fn source_of(&self, path: &str, data: &Data) -> PathBuf {
         match data {
-            Data::Disk(p) => p.clone(),
+            Data::Disk(p) | Data::SparseDisk { path: p, .. } => p.clone(),
             Data::TarAt { .. } => self.tar_path.join(path),
             Data::Bytes(_) => PathBuf::from(format!("(generated) /{path}")),
         }
@@ -192,6 +328,25 @@ impl Tree {
                 _ => true,
             })
             .map(Entry::size)
+            .sum()
+    }
+
+    /// Like `data_bytes`, holes left out: what a format that keeps holes
+    /// stores.
+    pub fn stored_bytes(&self) -> u64 {
+        let mut seen = std::collections::HashSet::new();
+        self.entries
+            .values()
+            .filter_map(|e| match &e.kind {
+                Kind::File {
+                    link_group: Some(g),
+                    ..
+                } if !seen.insert(*g) => None,
+                Kind::File { size, data, .. } => {
+                    Some(data.sparse_map().map_or(*size, SparseMap::data_bytes))
+                }
+                _ => None,
+            })
             .sum()
     }
 }
@@ -220,5 +375,66 @@ impl Read for ReadAt<'_> {
         self.pos += n as u64;
         self.left -= n as u64;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    /// A file of `size` bytes with `writes` in it, the rest left as holes;
+    /// `None` when the filesystem of the temporary directory keeps none.
+    fn sparse_file(dir: &Path, size: u64, writes: &[(u64, &[u8])]) -> Option<PathBuf> {
+        let p = dir.join("f");
+        let f = File::create(&p).unwrap();
+        f.set_len(size).unwrap();
+        for (at, bytes) in writes {
+            f.write_all_at(bytes, *at).unwrap();
+        }
+        let md = f.metadata().unwrap();
+        (md.blocks() * 512 < size).then_some(p)
+    }
+
+    #[test]
+    fn holes_are_found_and_zeros_on_the_grid_join_them() {
+        let t = tempfile::tempdir().unwrap();
+        let size = 1 << 20;
+        let Some(p) = sparse_file(
+            t.path(),
+            size,
+            &[
+                (5000, b"0123456789"),
+                // Written zeros: a hole as far as the map goes.
+                (200 << 10, &[0u8; 8192]),
+                (size - 100, &[0xff; 100]),
+            ],
+        ) else {
+            eprintln!("skipping: the temporary directory's filesystem keeps no holes");
+            return;
+        };
+        let map = map_holes(&p, size).unwrap().unwrap();
+        assert_eq!(map.segments, [(4096, 4096), (size - 4096, 4096)]);
+        assert_eq!(map.data_bytes(), 8192);
+        let md = fs::metadata(&p).unwrap();
+        assert!(matches!(
+            disk_data(&p, &md).unwrap(),
+            Data::SparseDisk { .. }
+        ));
+    }
+
+    #[test]
+    fn a_file_without_holes_is_plain_data() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        fs::write(&p, vec![0u8; 3 * HOLE_BLOCK as usize]).unwrap();
+        assert_eq!(map_holes(&p, 3 * HOLE_BLOCK).unwrap(), None);
+        let md = fs::metadata(&p).unwrap();
+        assert!(matches!(disk_data(&p, &md).unwrap(), Data::Disk(_)));
+        // All hole: no data runs at all.
+        if let Some(p) = sparse_file(t.path(), 1 << 20, &[]) {
+            let map = map_holes(&p, 1 << 20).unwrap().unwrap();
+            assert!(map.segments.is_empty());
+        }
     }
 }

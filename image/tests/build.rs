@@ -429,6 +429,250 @@ fn an_output_among_the_inputs_is_refused() {
     assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
 }
 
+/// Makes `rel` in the base: `size` bytes, `writes` in it, holes elsewhere.
+/// `false` when the filesystem keeps no holes (the file is then removed).
+fn sparse_file(base: &Path, rel: &str, size: u64, writes: &[(u64, &[u8])]) -> bool {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let p = base.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let f = fs::File::create(&p).unwrap();
+    f.set_len(size).unwrap();
+    for (at, bytes) in writes {
+        f.write_all_at(bytes, *at).unwrap();
+    }
+    set_mtime(&p, BASE_MTIME);
+    set_mtime(p.parent().unwrap(), BASE_MTIME);
+    let sparse = f.metadata().unwrap().blocks() * 512 < size;
+    if !sparse {
+        fs::remove_file(&p).unwrap();
+    }
+    sparse
+}
+
+/// Whether two files hold the same bytes (read a piece at a time).
+fn same_content(a: &Path, b: &Path) -> bool {
+    use std::io::Read;
+    let (mut a, mut b) = (fs::File::open(a).unwrap(), fs::File::open(b).unwrap());
+    if a.metadata().unwrap().len() != b.metadata().unwrap().len() {
+        return false;
+    }
+    let (mut x, mut y) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = a.read(&mut x).unwrap();
+        if n == 0 {
+            return true;
+        }
+        b.read_exact(&mut y[..n]).unwrap();
+        if x[..n] != y[..n] {
+            return false;
+        }
+    }
+}
+
+fn allocated(p: &Path) -> u64 {
+    std::os::unix::fs::MetadataExt::blocks(&fs::metadata(p).unwrap()) * 512
+}
+
+/// The apparent size of the big sparse file: many times the rest of the
+/// base (about 3.5 MiB). Every byte of it, holes included, is hashed for
+/// the image manifest, and this crate's tests run unoptimised, where that
+/// costs over a minute per GiB; the holes are kept the same way at any size.
+const BIG: u64 = 64 << 20;
+const DISK: &str = "var/lib/machines/disk.img";
+const TAIL: &str = "var/lib/machines/tail.img";
+
+/// The fixture base plus two sparse files: DISK (BIG bytes, 4 KiB of data
+/// in the middle and 4 bytes near the start, ends in a hole) and TAIL
+/// (ends in 10 bytes of data after a 1 MiB hole). `None` when the
+/// filesystem of the temporary directory keeps no holes.
+fn sparse_inputs(dir: &Path) -> Option<Inputs> {
+    let inputs = Inputs::new(dir);
+    let base = dir.join("base");
+    let sparse = sparse_file(
+        &base,
+        DISK,
+        BIG,
+        &[(BIG / 2, &[0xa5; 4096]), (4096, b"head")],
+    ) && sparse_file(
+        &base,
+        TAIL,
+        (1 << 20) + 100,
+        &[((1 << 20) + 90, b"0123456789")],
+    );
+    if !sparse {
+        eprintln!("skipping: the temporary directory's filesystem keeps no holes");
+        return None;
+    }
+    Some(inputs)
+}
+
+/// A sparse file stays sparse in a tar: the image is small, and GNU tar
+/// (and bsdtar, when installed) extract it to the same bytes, with its
+/// holes.
+#[test]
+fn a_sparse_file_stays_sparse_in_a_tar() {
+    let t = tempfile::tempdir().unwrap();
+    let Some(inputs) = sparse_inputs(t.path()) else {
+        return;
+    };
+    let base = t.path().join("base");
+    let out = t.path().join("sparse.tar");
+    let s = build(&inputs.spec(), &out, Format::Tar, &mut no_progress()).unwrap();
+    assert!(s.data_bytes > BIG);
+    assert!(s.bytes < 8 << 20, "image of {} bytes", s.bytes);
+    let mut extracted = 0;
+    for tool in ["tar", "bsdtar"] {
+        if !which(tool) {
+            eprintln!("skipping the {tool} extraction: {tool} not installed");
+            continue;
+        }
+        let dir = t.path().join(format!("x-{tool}"));
+        fs::create_dir(&dir).unwrap();
+        let st = std::process::Command::new(tool)
+            .arg("-xf")
+            .arg(&out)
+            .current_dir(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{tool}");
+        for rel in [DISK, TAIL] {
+            assert!(
+                same_content(&base.join(rel), &dir.join(rel)),
+                "{tool}: /{rel}"
+            );
+        }
+        assert!(
+            allocated(&dir.join(DISK)) < 1 << 20,
+            "{tool} wrote the holes"
+        );
+        assert_eq!(
+            fs::read(dir.join("etc/hostname")).unwrap(),
+            b"tegra-ubuntu\n"
+        );
+        extracted += 1;
+    }
+    assert!(extracted > 0, "GNU tar is needed to read the image back");
+    // The manifest describes the whole file.
+    let im: serde_json::Value = serde_json::from_slice(&fs::read(&s.manifest).unwrap()).unwrap();
+    let line = im["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == format!("/{DISK}"))
+        .unwrap();
+    assert_eq!(line["size"], BIG);
+}
+
+/// The same content with its zeros written out in part (other blocks on
+/// disk, same bytes) gives the same image: the map follows the content.
+#[test]
+fn sparse_maps_follow_the_content_not_the_disk_layout() {
+    let t = tempfile::tempdir().unwrap();
+    let Some(inputs) = sparse_inputs(t.path()) else {
+        return;
+    };
+    let a = t.path().join("a.tar");
+    build(&inputs.spec(), &a, Format::Tar, &mut no_progress()).unwrap();
+    // Zeros written over part of the holes (and over the start).
+    let base = t.path().join("base");
+    let zeros = vec![0u8; 3 << 20];
+    assert!(sparse_file(
+        &base,
+        DISK,
+        BIG,
+        &[
+            (0, &zeros),
+            (BIG / 4, &zeros),
+            (BIG / 2, &[0xa5; 4096]),
+            (4096, b"head")
+        ]
+    ));
+    assert!(allocated(&base.join(DISK)) >= 6 << 20);
+    let b = t.path().join("b.tar");
+    build(&inputs.spec(), &b, Format::Tar, &mut no_progress()).unwrap();
+    assert_eq!(sha256_file(&a), sha256_file(&b));
+    assert!(fs::metadata(&b).unwrap().len() < 8 << 20);
+}
+
+/// ext4 keeps the holes: the file system is sized by the data, and the
+/// file in it has only its data blocks.
+#[test]
+fn a_sparse_file_stays_sparse_in_ext4() {
+    if !(which("mke2fs") && which("debugfs")) {
+        eprintln!("skipping: mke2fs/debugfs not installed (Debian package e2fsprogs)");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let Some(inputs) = sparse_inputs(t.path()) else {
+        return;
+    };
+    let out = t.path().join("sparse.ext4");
+    let s = build(&inputs.spec(), &out, Format::Ext4, &mut no_progress()).unwrap();
+    // Sized for the data (plus 20% and 96 MiB of headroom): counting the
+    // holes as data it would be over BIG + 96 MiB.
+    assert!(
+        s.bytes < BIG + (96 << 20),
+        "file system of {} bytes",
+        s.bytes
+    );
+    let stat = std::process::Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("stat /{DISK}"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stat = String::from_utf8_lossy(&stat.stdout).into_owned();
+    assert!(stat.contains(&format!("Size: {BIG}")), "{stat}");
+    let blocks: u64 = stat
+        .split("Blockcount: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no Blockcount in {stat}"));
+    // 512-byte units: two 4 KiB data blocks (and maybe an extent block).
+    assert!(blocks * 512 <= 3 * 4096, "{blocks} blocks: {stat}");
+    let dumped = t.path().join("disk.img");
+    let st = std::process::Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("dump /{DISK} {}", dumped.display()))
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    assert!(same_content(&t.path().join("base").join(DISK), &dumped));
+}
+
+/// cpio cannot say a run is a hole: the file is written whole and the
+/// build says so.
+#[test]
+fn cpio_writes_sparse_files_whole_and_says_so() {
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    // Small: the gzip stream holds every zero.
+    if !sparse_file(&t.path().join("base"), TAIL, 4 << 20, &[(100, b"data")]) {
+        eprintln!("skipping: the temporary directory's filesystem keeps no holes");
+        return;
+    }
+    let out = t.path().join("initramfs.cpio.gz");
+    let s = build(&inputs.spec(), &out, Format::CpioGz, &mut no_progress()).unwrap();
+    assert_eq!(
+        s.warnings,
+        [format!(
+            "cpio cannot hold holes: 1 sparse file(s) are written as data, {} bytes of zeros in all: /{TAIL}",
+            (4 << 20) - 4096
+        )]
+    );
+    // The tar of the same base has no warning.
+    let s = build(
+        &inputs.spec(),
+        &t.path().join("b.tar"),
+        Format::Tar,
+        &mut no_progress(),
+    )
+    .unwrap();
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+}
+
 fn write_raw(dir: &Path, raw: &[u8]) -> std::path::PathBuf {
     let p = dir.join("raw.cpio");
     fs::write(&p, raw).unwrap();

@@ -12,7 +12,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufWriter, Write};
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::fs::{symlink, FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -20,7 +20,7 @@ use rustix::fs::{FileType, Mode, Timespec, Timestamps};
 
 use crate::entry::Kind;
 use crate::error::ImageBuildError;
-use crate::write::{exact_copy, Item, Sink};
+use crate::write::{copy_segments, exact_copy, Item, Sink};
 
 /// The mke2fs configuration used instead of the host's: ext4 features a
 /// Jetson Linux 5.15 kernel and newer mount, and nothing that depends on
@@ -118,11 +118,26 @@ impl Sink for StagingSink {
                 fs::hard_link(self.at(first), &p)?;
                 return Ok(());
             }
-            (Kind::File { size, .. }, None) => {
-                let mut f = BufWriter::with_capacity(1 << 20, File::create(&p)?);
+            (
+                Kind::File {
+                    size, data: source, ..
+                },
+                None,
+            ) => {
                 let data = data.ok_or_else(|| io::Error::other("regular file without data"))?;
-                exact_copy(data, *size, &mut f)?;
-                f.flush()?;
+                if let Some(map) = source.sparse_map() {
+                    // Staged with the same holes, which `mke2fs -d` keeps
+                    // (it finds them with SEEK_DATA/SEEK_HOLE).
+                    let f = File::create(&p)?;
+                    copy_segments(data, *size, map, &mut |offset, bytes| {
+                        f.write_all_at(bytes, offset)
+                    })?;
+                    f.set_len(*size)?;
+                } else {
+                    let mut f = BufWriter::with_capacity(1 << 20, File::create(&p)?);
+                    exact_copy(data, *size, &mut f)?;
+                    f.flush()?;
+                }
             }
             (Kind::Symlink(target), _) => symlink(target, &p)?,
             (Kind::Char { major, minor }, _) | (Kind::Block { major, minor }, _) => {

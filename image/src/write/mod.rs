@@ -8,7 +8,7 @@ pub mod tar;
 
 use std::io::{self, BufRead, Write};
 
-use crate::entry::{Entry, Kind};
+use crate::entry::{is_zero, Entry, Kind, SparseMap};
 
 /// The formats `build` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -121,4 +121,109 @@ pub(crate) fn exact_copy(data: &mut dyn BufRead, want: u64, out: &mut dyn Write)
         left -= n as u64;
     }
     Ok(())
+}
+
+/// Passes the data segments of a file with holes to `put` (file offset,
+/// bytes), taking all `size` bytes of the file from `data` (holes
+/// included, as reading it gives them) and checking that the bytes
+/// between the segments are still zeros: a file written to after it was
+/// mapped is an error, not an image that silently differs from it.
+pub(crate) fn copy_segments(
+    data: &mut dyn BufRead,
+    size: u64,
+    map: &SparseMap,
+    put: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut segments = map.segments.iter().peekable();
+    let mut pos = 0u64;
+    while pos < size {
+        let buf = data.fill_buf()?;
+        if buf.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("file shrank while read ({pos} of {size} bytes)"),
+            ));
+        }
+        let n = buf.len().min((size - pos) as usize);
+        let mut i = 0;
+        while i < n {
+            let at = pos + i as u64;
+            while segments.next_if(|&&(o, l)| o + l <= at).is_some() {}
+            let end = match segments.peek() {
+                Some(&&(o, l)) if o <= at => {
+                    let end = i + (o + l - at).min((n - i) as u64) as usize;
+                    put(at, &buf[i..end])?;
+                    end
+                }
+                next => {
+                    let hole_end = next.map_or(size, |&&(o, _)| o);
+                    let end = i + (hole_end - at).min((n - i) as u64) as usize;
+                    if !is_zero(&buf[i..end]) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "the file changed while read (data in bytes {at}..{} where it had a hole when listed)",
+                                pos + end as u64
+                            ),
+                        ));
+                    }
+                    end
+                }
+            };
+            i = end;
+        }
+        data.consume(n);
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segments_of(content: &[u8], map: &SparseMap) -> io::Result<Vec<(u64, Vec<u8>)>> {
+        let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+        // Small reads, so runs and holes straddle buffer boundaries.
+        let mut data = io::BufReader::with_capacity(7, content);
+        copy_segments(&mut data, content.len() as u64, map, &mut |at, bytes| {
+            match out.last_mut() {
+                Some((o, b)) if *o + b.len() as u64 == at => b.extend_from_slice(bytes),
+                _ => out.push((at, bytes.to_vec())),
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn only_the_data_runs_are_copied() {
+        let mut content = vec![0u8; 100];
+        content[10..20].fill(1);
+        content[90..].fill(2);
+        let map = SparseMap {
+            segments: vec![(10, 10), (90, 10)],
+        };
+        assert_eq!(
+            segments_of(&content, &map).unwrap(),
+            [(10, vec![1; 10]), (90, vec![2; 10])]
+        );
+    }
+
+    #[test]
+    fn data_where_a_hole_was_mapped_is_an_error() {
+        let mut content = vec![0u8; 100];
+        content[10..20].fill(1);
+        content[50] = 3;
+        let map = SparseMap {
+            segments: vec![(10, 10)],
+        };
+        let e = segments_of(&content, &map).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("changed while read"), "{e}");
+        // A file shorter than listed.
+        let mut data: &[u8] = &content[..50];
+        let e = copy_segments(&mut data, 100, &map, &mut |_, _| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
 }
