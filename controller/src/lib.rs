@@ -12,12 +12,9 @@
 //! - `unsafe` lives only in the modules that map shared memory or issue
 //!   syscalls, each block with its `SAFETY:` argument.
 
-pub mod bench;
 pub mod channel;
-pub mod check;
 pub mod config;
 pub mod event_loop;
-pub mod notify;
 pub mod rt;
 pub mod shm;
 pub mod sys;

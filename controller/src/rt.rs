@@ -420,7 +420,7 @@ fn cgroup_cpus(procs: &Path) -> Option<Vec<usize>> {
 }
 
 /// `0-3,5` -> [0, 1, 2, 3, 5] (the kernel's CPU list form).
-pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
+pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
     let mut cpus = Vec::new();
     for part in text.split(',').filter(|p| !p.is_empty()) {
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));

@@ -2,9 +2,9 @@
 //! functions `deploy bench` calls).
 //!
 //! ```text
-//! cargo run --release -p controller --example bench -- wake [samples] [--json]
-//! cargo run --release -p controller --example bench -- publish [count] [--json]
-//! cargo run --release -p controller --example bench -- throughput [seconds] [publishers] [fifo priority] [--json]
+//! cargo run --release -p check --example bench -- wake [samples] [--json]
+//! cargo run --release -p check --example bench -- publish [count] [--json]
+//! cargo run --release -p check --example bench -- throughput [seconds] [publishers] [fifo priority] [--json]
 //! ```
 //!
 //! The channel files go to `$RTDEPLOY_SHM_DIR` (default `/dev/shm/rtdeploy`).
@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use controller::bench;
+use check::bench;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

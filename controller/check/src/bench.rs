@@ -24,11 +24,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::channel::{Channel, ChannelGeometry};
-use crate::event_loop::{probe, Backend, EventLoop, LoopOptions};
 use crate::notify::{Notifier, Waiter};
-use crate::rt::{self, Policy};
-use crate::sys;
+use controller::channel::{Channel, ChannelGeometry};
+use controller::event_loop::{probe, Backend, EventLoop, LoopOptions};
+use controller::rt::{self, Policy};
+use controller::sys;
 
 /// A wake mechanism measured by [`wake`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -953,7 +953,7 @@ pub fn publish(
 
 fn publish_with_waiter(
     ch: &Channel,
-    p: &mut crate::channel::Publisher,
+    p: &mut controller::channel::Publisher,
     payload: &[u8],
     n: u64,
     proc_root: &Path,

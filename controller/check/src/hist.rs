@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use crate::shm::ShmSafe;
+use controller::shm::ShmSafe;
 
 /// Sub-buckets per power of two (a power of two itself).
 const SUB_BITS: u32 = 5;

@@ -43,8 +43,10 @@
 //! still happens, and the report says plainly that its figures are not
 //! real-time figures.
 
+pub mod bench;
 pub mod hist;
 pub mod host;
+pub mod notify;
 pub mod output;
 pub mod report;
 pub mod rt;
@@ -57,7 +59,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CheckSection, Dur};
+use controller::config::{CheckSection, Dur};
 
 pub use report::{BudgetResult, CheckReport, Measurement, MeasurementKind, CHECK_SCHEMA_VERSION};
 pub use scenario::evaluate_budgets;

@@ -2,7 +2,7 @@
 //! eventfd, and a real-time signal read through a signalfd. They exist so
 //! that `deploy check --compare` and `deploy bench wake` can measure the
 //! classic mechanisms beside the runtime's own; the runtime itself wakes
-//! through the futex word (see [`crate::event_loop`]).
+//! through the futex word (see [`controller::event_loop`]).
 //!
 //! A pair is a [`Waiter`] (the receiving thread: owns the eventfd, or
 //! blocks the signal and owns the signalfd) and any number of
@@ -35,7 +35,7 @@ use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use crate::shm::ShmSafe;
+use controller::shm::ShmSafe;
 
 /// Which mechanism a pair uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -403,7 +403,7 @@ impl AddressCell {
     /// Publishes `addr` (one writer per cell at a time); returns the
     /// generation to pass to [`AddressCell::clear`].
     pub fn publish(&self, addr: &Address) -> u64 {
-        let gen = (crate::sys::monotonic_ns() << 1) | 1;
+        let gen = (controller::sys::monotonic_ns() << 1) | 1;
         self.gen.store(0, Ordering::SeqCst);
         // Relaxed: ordered before the readers' view by the SeqCst store of
         // the generation below (a reader checks the generation around its

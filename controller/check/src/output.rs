@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::hist::{log_bucket, log_bucket_high, log_bucket_low};
-use super::report::{fmt_ns, CheckReport, Measurement};
+use crate::hist::{log_bucket, log_bucket_high, log_bucket_low};
+use crate::report::{fmt_ns, CheckReport, Measurement};
 
 /// Fewest lines the histogram file has (so short runs still plot).
 const MIN_HISTOGRAM_LINES: usize = 100;
@@ -23,7 +23,7 @@ pub fn cyclictest_histogram(measurements: &[&Measurement]) -> String {
         .filter_map(|m| m.summary.linear.iter().rposition(|&n| n > 0))
         .max()
         .map_or(0, |i| i + 1);
-    let len = last.clamp(MIN_HISTOGRAM_LINES, super::hist::LINEAR_US);
+    let len = last.clamp(MIN_HISTOGRAM_LINES, crate::hist::LINEAR_US);
     o.push_str("# Histogram\n");
     for us in 0..len {
         let _ = write!(o, "{us:06}");

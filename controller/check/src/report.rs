@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::hist::{LogBucket, Summary};
-use super::host::HostFacts;
-use super::Mechanism;
+use crate::hist::{LogBucket, Summary};
+use crate::host::HostFacts;
+use crate::Mechanism;
 
 /// Version of the JSON document `deploy check --json` prints and the boot
 /// check writes (`docs/check-schema.json` describes it).

@@ -7,14 +7,14 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::rt::{Policy, RtSetupError};
+use controller::rt::{Policy, RtSetupError};
 
 /// Puts the calling thread under SCHED_FIFO at `priority` (through the
-/// runtime's [`crate::rt::set_sched`]). `Ok(false)` when the kernel refuses
+/// runtime's [`controller::rt::set_sched`]). `Ok(false)` when the kernel refuses
 /// for lack of permission (not root, no CAP_SYS_NICE, RLIMIT_RTPRIO 0): the
 /// caller runs on at normal priority and the report says so.
 pub fn set_fifo(priority: u32) -> io::Result<bool> {
-    match crate::rt::set_sched(Policy::Fifo, priority) {
+    match controller::rt::set_sched(Policy::Fifo, priority) {
         Ok(()) => Ok(true),
         Err(RtSetupError::Sched { source, .. }) if source.raw_os_error() == Some(libc::EPERM) => {
             Ok(false)
@@ -23,16 +23,16 @@ pub fn set_fifo(priority: u32) -> io::Result<bool> {
     }
 }
 
-/// Pins the calling thread to `cpus` (the runtime's [`crate::rt::pin_cpus`]).
+/// Pins the calling thread to `cpus` (the runtime's [`controller::rt::pin_cpus`]).
 pub fn pin_to_set(cpus: &[usize]) -> io::Result<()> {
-    crate::rt::pin_cpus(cpus).map_err(|e| io::Error::other(e.to_string()))
+    controller::rt::pin_cpus(cpus).map_err(|e| io::Error::other(e.to_string()))
 }
 
 /// Locks and prefaults memory (the runtime's
-/// [`crate::rt::lock_and_prefault`]) so the measuring path takes no page
+/// [`controller::rt::lock_and_prefault`]) so the measuring path takes no page
 /// fault. Returns whether it worked; without permission the run goes on.
 pub fn lock_memory() -> bool {
-    crate::rt::lock_and_prefault(256 << 10, 0).is_ok()
+    controller::rt::lock_and_prefault(256 << 10, 0).is_ok()
 }
 
 /// Sleeps until `deadline_ns` on `CLOCK_MONOTONIC` (absolute), retrying on

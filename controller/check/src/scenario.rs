@@ -7,18 +7,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::report::{
+use crate::notify::Notifier;
+use crate::report::{
     seq_ranges, BudgetResult, CheckReport, DeliveryAccount, Measurement, MeasurementKind, Realtime,
     ScenarioFacts, Statistic,
 };
-use super::timer::TimerThreadSetup;
-use super::worker::{
+use crate::timer::TimerThreadSetup;
+use crate::worker::{
     Shared, ACCOUNTED_SEQS, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, MAX_TIMERS,
     RT_CELL, TAG_STOP,
 };
-use super::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
-use crate::channel::{Channel, ChannelGeometry, Publisher};
-use crate::notify::Notifier;
+use crate::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
+use controller::channel::{Channel, ChannelGeometry, Publisher};
 
 /// A started worker process; killed and reaped if dropped while running.
 struct Worker {
@@ -262,7 +262,7 @@ pub(crate) fn shm_dir(prefix: &Path) -> PathBuf {
 fn online_cpus(sysroot: &Path) -> Vec<usize> {
     let parsed = std::fs::read_to_string(sysroot.join("sys/devices/system/cpu/online"))
         .ok()
-        .and_then(|t| crate::rt::parse_cpu_list(t.trim()))
+        .and_then(|t| controller::rt::parse_cpu_list(t.trim()))
         .filter(|cpus| !cpus.is_empty());
     parsed.unwrap_or_else(|| {
         (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
@@ -737,7 +737,7 @@ pub(crate) fn run(
         ));
     }
     let mut report = CheckReport {
-        schema_version: super::CHECK_SCHEMA_VERSION,
+        schema_version: crate::CHECK_SCHEMA_VERSION,
         started_unix,
         host,
         realtime,

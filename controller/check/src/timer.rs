@@ -3,9 +3,9 @@
 //! sleeping to absolute `CLOCK_MONOTONIC` deadlines one period apart; the
 //! latency of each wake is the time read on waking minus the deadline.
 
-use super::hist::Histogram;
-use super::rt;
-use crate::sys::monotonic_ns;
+use crate::hist::Histogram;
+use crate::rt;
+use controller::sys::monotonic_ns;
 
 /// What one timer worker found about its own setup.
 #[derive(Debug, Clone, Copy, Default)]

@@ -24,13 +24,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::hist::Histogram;
-use super::{rt, Mechanism};
-use crate::channel::{Channel, Message};
-use crate::event_loop::{self, Backend, EventLoop, LoopOptions};
+use crate::hist::Histogram;
 use crate::notify::{AddressCell, Peers, Waiter};
-use crate::shm::{Mapping, ShmSafe};
-use crate::sys::monotonic_ns;
+use crate::{rt, Mechanism};
+use controller::channel::{Channel, Message};
+use controller::event_loop::{self, Backend, EventLoop, LoopOptions};
+use controller::shm::{Mapping, ShmSafe};
+use controller::sys::monotonic_ns;
 
 /// Most lower-priority process slots.
 pub const MAX_LOW: usize = 32;
@@ -267,7 +267,7 @@ pub fn mechanism_availability(m: Mechanism) -> Result<(), String> {
             }
         }
         Mechanism::Eventfd => crate::notify::probe_pidfd_getfd()
-            .map_err(|e| format!("kernel {}: {e}", crate::sys::kernel_release())),
+            .map_err(|e| format!("kernel {}: {e}", controller::sys::kernel_release())),
         Mechanism::Signalfd => Ok(()),
     }
 }
@@ -368,7 +368,7 @@ fn rt_setup(ctl: &Control, a: &Args, priority: Option<u32>) -> Result<(), String
     let cpus = &cpus[..];
     // Join the rtdeploy cgroup that holds these CPUs first: an isolated
     // partition takes them away from the cgroup this process starts in.
-    let joined = crate::rt::join_cgroup_holding(&a.path("sys")?, cpus)
+    let joined = controller::rt::join_cgroup_holding(&a.path("sys")?, cpus)
         .map_err(|e| format!("cannot join the cgroup of cpus {cpus:?}: {e}"))?;
     rt::pin_to_set(cpus).map_err(|e| {
         let cg = joined.map_or_else(
@@ -490,12 +490,12 @@ fn notified(mech: Mechanism) -> bool {
 }
 
 /// Drains `sub`, recording each message's delivery latency.
-fn drain(sub: &mut crate::channel::Subscriber, h: &Histogram, only: Option<u64>, seen: Seen) {
+fn drain(sub: &mut controller::channel::Subscriber, h: &Histogram, only: Option<u64>, seen: Seen) {
     loop {
         let m = match sub.next_message() {
             Ok(Some(m)) => m,
             Ok(None) => break,
-            Err(crate::channel::ChannelFault::Truncated) => break,
+            Err(controller::channel::ChannelFault::Truncated) => break,
             // Counted by the subscriber; it has resynchronised to the
             // index, so reading on is bounded.
             Err(_) => continue,
@@ -756,7 +756,7 @@ fn timer(a: &Args) -> Result<(), String> {
     let cpus = a.cpus("cpu")?;
     // A CPU the cgroup or the affinity refuses is reported, not fatal:
     // the report says the figures were not taken there.
-    let _ = crate::rt::join_cgroup_holding(&a.path("sys")?, &cpus);
+    let _ = controller::rt::join_cgroup_holding(&a.path("sys")?, &cpus);
     if rt::pin_to_set(&cpus).is_ok() {
         ctl.timer_pinned.fetch_or(1 << slot, Ordering::SeqCst);
     }
@@ -767,7 +767,7 @@ fn timer(a: &Args) -> Result<(), String> {
     let h = shared.timer_hist(slot);
     // Relaxed: stop requests; the engine reads the histogram after this
     // process exited (waitpid orders it).
-    super::timer::measure(h, a.u64("period_ns")?, || {
+    crate::timer::measure(h, a.u64("period_ns")?, || {
         ctl.timer_stop.load(Ordering::Relaxed) != 0 || ctl.stop_all.load(Ordering::Relaxed) != 0
     });
     Ok(())

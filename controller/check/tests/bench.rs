@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use controller::bench::{self, Mechanism, WakeOptions};
+use check::bench::{self, Mechanism, WakeOptions};
 
 #[test]
 fn wake_bench_measures_every_mechanism() {

@@ -7,16 +7,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use controller::check::hist::{Histogram, LINEAR_US};
-use controller::check::host::read_host_facts;
-use controller::check::output::{cyclictest_histogram, svg_plot};
-use controller::check::report::{
-    seq_ranges, CheckReport, DeliveryAccount, Realtime, ScenarioFacts,
-};
-use controller::check::timer::measure;
-use controller::check::{
-    evaluate_budgets, CheckInputs, Measurement, MeasurementKind, Mechanism, NamedBudget,
-};
+use check::hist::{Histogram, LINEAR_US};
+use check::host::read_host_facts;
+use check::output::{cyclictest_histogram, svg_plot};
+use check::report::{seq_ranges, CheckReport, DeliveryAccount, Realtime, ScenarioFacts};
+use check::timer::measure;
+use check::{evaluate_budgets, CheckInputs, Measurement, MeasurementKind, Mechanism, NamedBudget};
 use controller::config::{CheckSection, Dur};
 
 fn write(root: &Path, rel: &str, content: &[u8]) {
@@ -144,7 +140,7 @@ fn report_of(
 ) -> CheckReport {
     let budgets = evaluate_budgets(inputs, &mechanisms, &measurements);
     let mut r = CheckReport {
-        schema_version: controller::check::CHECK_SCHEMA_VERSION,
+        schema_version: check::CHECK_SCHEMA_VERSION,
         started_unix: 0,
         host: read_host_facts(Path::new("/nonexistent")),
         realtime: Realtime {

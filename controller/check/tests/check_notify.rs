@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use controller::notify::{Address, Notifier, NotifyKind, Waiter};
+use check::notify::{Address, Notifier, NotifyKind, Waiter};
 
 const NOTIFICATIONS: u64 = 50;
 
@@ -67,7 +67,7 @@ fn receive_all(w: &Waiter, n: u64) -> u64 {
 
 #[test]
 fn a_forked_process_wakes_an_eventfd_waiter_through_pidfd_getfd() {
-    if let Err(e) = controller::notify::probe_pidfd_getfd() {
+    if let Err(e) = check::notify::probe_pidfd_getfd() {
         eprintln!("skipped: {e}");
         return;
     }

@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+use check::bench::{self, Mechanism, WakeOptions};
 use clap::{Args, Subcommand};
-use controller::bench::{self, Mechanism, WakeOptions};
 
 use crate::ctx::{Ctx, Exit};
 

@@ -1,6 +1,6 @@
 //! `deploy check`: timing validation of this board against the budgets of
 //! robot.yaml, under the load the scenario describes (the engine is
-//! `controller::check`; this module parses, composes and prints).
+//! the `check` crate; this module parses, composes and prints).
 //!
 //! Exit: 0 every budget met, 1 a budget failed (named in the output),
 //! 2 could not run.
@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use check::{self, CheckEnv, CheckInputs, Mechanism, NamedBudget, Progress};
 use clap::Args;
-use controller::check::{self, CheckEnv, CheckInputs, Mechanism, NamedBudget, Progress};
 use controller::config::Dur;
 use cpusets::verify::{self, VerifyOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};

@@ -185,8 +185,8 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
             ))
         }
     };
-    let path = controller::check::boot_report_path(&ctx.prefix);
-    match controller::check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe) {
+    let path = check::boot_report_path(&ctx.prefix);
+    match check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe) {
         Ok(r) if r.passed() => BootCheckOutcome::Passed(format!("report {}", path.display())),
         Ok(r) => BootCheckOutcome::Failed(format!(
             "over budget: {} (report {})",
