@@ -4,25 +4,29 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
 use image::{build, Format};
 
-fn which(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .chain([Path::new("/usr/sbin").into(), Path::new("/sbin").into()])
-                .any(|d| d.join(tool).is_file())
-        })
-        .unwrap_or(false)
+/// Where `tool` is: on PATH or in /usr/sbin or /sbin, where e2fsprogs
+/// installs and which a user's PATH often lacks (Debian's does).
+fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
 }
 
 fn build_twice(format: Format) -> Option<(String, String, std::path::PathBuf, tempfile::TempDir)> {
-    if format == Format::Ext4 && !(which("mke2fs") && which("debugfs")) {
-        eprintln!("skipping ext4: mke2fs/debugfs not installed (Debian package e2fsprogs)");
+    if format == Format::Ext4
+        && ["mke2fs", "debugfs", "e2fsck"]
+            .iter()
+            .any(|t| which(t).is_none())
+    {
+        eprintln!("skipping ext4: mke2fs/debugfs/e2fsck not installed (Debian package e2fsprogs)");
         return None;
     }
     let a = tempfile::tempdir().unwrap();
@@ -78,7 +82,8 @@ fn ext4_is_byte_identical_and_clean() {
         return;
     };
     assert_eq!(a, b);
-    let fsck = Command::new("e2fsck")
+    let debugfs = which("debugfs").unwrap();
+    let fsck = Command::new(which("e2fsck").unwrap())
         .args(["-f", "-n"])
         .arg(&img)
         .output()
@@ -89,7 +94,7 @@ fn ext4_is_byte_identical_and_clean() {
         String::from_utf8_lossy(&fsck.stdout)
     );
     let stat = |path: &str| {
-        let o = Command::new("debugfs")
+        let o = Command::new(&debugfs)
             .arg("-R")
             .arg(format!("stat {path}"))
             .arg(&img)
@@ -117,7 +122,7 @@ fn ext4_is_byte_identical_and_clean() {
         let null = stat("/dev/null");
         assert!(null.contains("Type: character special"), "{null}");
     }
-    let link = Command::new("debugfs")
+    let link = Command::new(&debugfs)
         .args(["-R", "stat /bin"])
         .arg(&img)
         .output()
