@@ -16,6 +16,17 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// Whether capability `bit` (capabilities(7)) is in the effective set.
+pub fn has_cap(bit: u32) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap() & (1 << bit) != 0
+}
+
 /// A process config from JSON (the same shape as robot.yaml).
 pub fn process(v: serde_json::Value) -> ProcessConfig {
     serde_json::from_value(v).expect("valid process config")
