@@ -157,8 +157,61 @@ fn main() -> ExitCode {
     match result {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(err) => {
-            eprintln!("deploy: {err:#}");
+            eprintln!("deploy: {}", chain_message(&err));
             ExitCode::from(Exit::Error.code())
         }
+    }
+}
+
+/// `<what failed>: <why>`, each link of the chain once. A library error
+/// whose message already shows its source (and also returns it from
+/// `source()`) would otherwise print that cause twice, as `{err:#}` does;
+/// a link whose text is already in the message is left out.
+fn chain_message(err: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for link in err.chain() {
+        let text = link.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain_message;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read {path}: {source}")]
+    struct ShowsItsSource {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let err = anyhow::Error::new(ShowsItsSource {
+            path: "a",
+            source: io,
+        })
+        .context("cannot build b");
+        assert_eq!(
+            chain_message(&err),
+            "cannot build b: cannot read a: No such file or directory (os error 2)"
+        );
+        // A source its parent does not show is still printed.
+        let err = anyhow::Error::new(std::io::Error::from_raw_os_error(13))
+            .context("cannot open c")
+            .context("cannot install d");
+        assert_eq!(
+            chain_message(&err),
+            "cannot install d: cannot open c: Permission denied (os error 13)"
+        );
     }
 }
