@@ -49,5 +49,5 @@ pub use quote::{quoted, quoted_bytes, SHOWN_CHARS};
 pub use read::{
     BundleReadError, BundleReader, VerifiedManifest, MAX_MANIFEST, MAX_SIGNATURE, WINDOW_LOG_MAX,
 };
-pub use store::{sync_dir, Receiver, Staging, Store, StoreError};
+pub use store::{sync_dir, Receiver, Staging, Store, StoreError, MAX_PARTIALS};
 pub use write::{write_bundle, BundleSpec, BundleWriteError, BundleWritten};
