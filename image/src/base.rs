@@ -5,17 +5,22 @@
 //! walked with `lstat`, tar member names with `..` are refused, and a tar is
 //! never held in memory (a compressed one is decompressed to a temporary file
 //! next to the output, then read by offset).
+//!
+//! Holes are kept: a file of a directory base with holes, and a sparse
+//! member of a tar base (GNU `S` or pax 1.0, each map bounded), is mapped
+//! on the same 4 KiB grid (`entry::HOLE_BLOCK`), so a base gives the same
+//! image whether it is a directory or a tar made from it.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::entry::{disk_data, Data, Entry, Kind, Tree};
+use crate::entry::{canonical_map, disk_data, read_sparse_at, Data, Entry, Kind, SparseMap, Tree};
 use crate::error::ImageBuildError;
 
 /// What the image starts from.
@@ -309,8 +314,8 @@ fn read_tar(
         Compression::None => {
             // One sequential pass hashes the file and indexes its members;
             // their data is read later by offset from the same file.
-            let tree = index_tar(path, &mut hashing)?;
             let data_file = File::open(path).map_err(io_err("open base"))?;
+            let tree = index_tar(path, &mut hashing, &data_file)?;
             (tree, data_file)
         }
         Compression::Gzip | Compression::Zstd => {
@@ -332,7 +337,7 @@ fn read_tar(
                 .map_err(io_err("reopen the decompressed base"))?;
             let mut reader = reader;
             io::Seek::rewind(&mut reader).map_err(io_err("rewind the decompressed base"))?;
-            let tree = index_tar(path, BufReader::with_capacity(1 << 20, reader))?;
+            let tree = index_tar(path, BufReader::with_capacity(1 << 20, reader), &spool)?;
             (tree, spool)
         }
     };
@@ -349,8 +354,9 @@ fn read_tar(
 }
 
 /// Reads every member header of a tar stream; data stays where it is,
-/// recorded by offset.
-fn index_tar(path: &Path, reader: impl Read) -> Result<Tree, ImageBuildError> {
+/// recorded by offset. `data` is the same tar (decompressed), read by
+/// offset for the maps of sparse members.
+fn index_tar(path: &Path, reader: impl Read, data: &File) -> Result<Tree, ImageBuildError> {
     let bad = |reason: String| ImageBuildError::BadBase {
         path: path.to_path_buf(),
         reason,
@@ -361,12 +367,25 @@ fn index_tar(path: &Path, reader: impl Read) -> Result<Tree, ImageBuildError> {
         .entries()
         .map_err(|e| bad(format!("cannot read tar: {e}")))?;
     for member in entries {
-        let member = member.map_err(|e| bad(format!("cannot read tar: {e}")))?;
-        let name = member
-            .path()
-            .map_err(|e| bad(format!("bad member name: {e}")))?
-            .into_owned();
+        let mut member = member.map_err(|e| bad(format!("cannot read tar: {e}")))?;
+        let pax_sparse = pax_sparse(&mut member).map_err(|reason| {
+            bad(format!(
+                "member `{}`: {reason}",
+                member.path_bytes().escape_ascii()
+            ))
+        })?;
+        let name = match &pax_sparse {
+            Some(p) => PathBuf::from(&p.name),
+            None => member
+                .path()
+                .map_err(|e| bad(format!("bad member name: {e}")))?
+                .into_owned(),
+        };
         let key = member_key(path, &name)?;
+        let sparse_err = |e: SparseError| match e {
+            SparseError::Io(e) => ImageBuildError::io("read base", path)(e),
+            SparseError::Bad(reason) => bad(format!("member `{}`: {reason}", name.display())),
+        };
         let h = member.header();
         let num = |r: io::Result<u64>, what: &str| {
             r.map_err(|e| bad(format!("member `{}`: bad {what}: {e}", name.display())))
@@ -413,13 +432,34 @@ fn index_tar(path: &Path, reader: impl Read) -> Result<Tree, ImageBuildError> {
             }
         };
         let kind = match h.entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File {
-                size: member.size(),
-                data: Data::TarAt {
-                    offset: member.raw_file_position(),
+            tar::EntryType::Regular | tar::EntryType::Continuous => match &pax_sparse {
+                Some(p) => {
+                    let (offset, stored) =
+                        pax_sparse_map(data, member.raw_file_position(), member.size(), p.size)
+                            .map_err(sparse_err)?;
+                    Kind::File {
+                        size: p.size,
+                        data: sparse_tar_data(data, offset, stored, p.size).map_err(sparse_err)?,
+                        link_group: None,
+                    }
+                }
+                None => Kind::File {
+                    size: member.size(),
+                    data: Data::TarAt {
+                        offset: member.raw_file_position(),
+                    },
+                    link_group: None,
                 },
-                link_group: None,
             },
+            tar::EntryType::GNUSparse => {
+                let (offset, stored) = gnu_sparse_map(data, &member).map_err(sparse_err)?;
+                let size = member.size();
+                Kind::File {
+                    size,
+                    data: sparse_tar_data(data, offset, stored, size).map_err(sparse_err)?,
+                    link_group: None,
+                }
+            }
             tar::EntryType::Directory => Kind::Dir,
             tar::EntryType::Symlink => Kind::Symlink(link_target()?),
             tar::EntryType::Link => {
@@ -480,6 +520,226 @@ fn index_tar(path: &Path, reader: impl Read) -> Result<Tree, ImageBuildError> {
     Ok(tree)
 }
 
+/// Most data runs a sparse member of a tar base may list: 16 MiB of map
+/// in memory. A real file with more runs than that is better given as a
+/// directory base; a tar that claims more is refused before the map is
+/// read whole.
+const MAX_SPARSE_RUNS: usize = 1 << 20;
+
+enum SparseError {
+    Io(io::Error),
+    Bad(String),
+}
+
+impl From<io::Error> for SparseError {
+    fn from(e: io::Error) -> Self {
+        SparseError::Io(e)
+    }
+}
+
+/// A member in the pax sparse format 1.0 (GNU tar `--format=posix
+/// --sparse`, bsdtar): its real name and size from the pax header; the map
+/// is at the start of its data.
+struct PaxSparse {
+    name: String,
+    size: u64,
+}
+
+/// The pax sparse keys of a member, if any. Versions 0.0 and 0.1 (the map
+/// in the pax header) are refused by name rather than read as a plain file
+/// called `GNUSparseFile.N/...` holding a map and packed data.
+fn pax_sparse<R: Read>(member: &mut tar::Entry<R>) -> Result<Option<PaxSparse>, String> {
+    let Some(extensions) = member
+        .pax_extensions()
+        .map_err(|e| format!("cannot read its pax header: {e}"))?
+    else {
+        return Ok(None);
+    };
+    let (mut major, mut minor, mut name, mut size) = (None, None, None, None);
+    let (mut any, mut map) = (false, false);
+    for ext in extensions {
+        let ext = ext.map_err(|e| format!("bad pax header: {e}"))?;
+        let Ok(key) = ext.key() else { continue };
+        if !key.starts_with("GNU.sparse.") {
+            continue;
+        }
+        any = true;
+        let value = ext.value().ok().map(str::to_string);
+        match key {
+            "GNU.sparse.major" => major = value,
+            "GNU.sparse.minor" => minor = value,
+            "GNU.sparse.name" => name = value,
+            "GNU.sparse.realsize" => size = value.and_then(|v| v.parse::<u64>().ok()),
+            "GNU.sparse.map" => map = true,
+            _ => {}
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    match (major.as_deref(), minor.as_deref(), name, size) {
+        (Some("1"), Some("0"), Some(name), Some(size)) => Ok(Some(PaxSparse { name, size })),
+        (Some("1"), Some("0"), ..) => {
+            Err("pax sparse 1.0 header without a valid GNU.sparse.name and GNU.sparse.realsize".into())
+        }
+        _ => Err(format!(
+            "is in pax sparse format {}.{}, which rtdeploy does not read (only 1.0, the one GNU tar --format=posix --sparse writes)",
+            major.as_deref().unwrap_or("0"),
+            // 0.1 names its map in one key, 0.0 in a key per run.
+            minor
+                .as_deref()
+                .unwrap_or(if map { "1" } else { "0" })
+        )),
+    }
+}
+
+/// Checks a list of data runs: in order, not overlapping, inside `size`,
+/// and adding up to `stored` bytes; zero-length runs (GNU tar marks the
+/// end of a file ending in a hole with one) are dropped.
+fn checked_runs(runs: Vec<(u64, u64)>, size: u64, stored: u64) -> Result<SparseMap, SparseError> {
+    let mut segments: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+    let mut end = 0;
+    let mut total = 0u64;
+    for (offset, len) in runs {
+        let bad = |why: &str| {
+            SparseError::Bad(format!("sparse map: run at {offset} of {len} bytes {why}"))
+        };
+        if offset < end {
+            return Err(bad("overlaps the one before"));
+        }
+        let run_end = offset
+            .checked_add(len)
+            .filter(|&e| e <= size)
+            .ok_or_else(|| bad(&format!("goes past the file's {size} bytes")))?;
+        end = run_end;
+        total += len;
+        if len > 0 {
+            segments.push((offset, len));
+        }
+    }
+    if total != stored {
+        return Err(SparseError::Bad(format!(
+            "sparse map lists {total} bytes of data, the member holds {stored}"
+        )));
+    }
+    Ok(SparseMap { segments })
+}
+
+/// The runs of a GNU sparse member (type `S`): four in its header, then
+/// 21 in each extension block after it, read from the tar by offset.
+/// Returns where the runs' data starts, and the runs.
+fn gnu_sparse_map<R: Read>(
+    data: &File,
+    member: &tar::Entry<R>,
+) -> Result<(u64, SparseMap), SparseError> {
+    let bad = |s: &str| SparseError::Bad(s.to_string());
+    let h = member.header();
+    let gnu = h
+        .as_gnu()
+        .ok_or_else(|| bad("GNU sparse member without a GNU header"))?;
+    let stored = h.entry_size()?;
+    let mut runs = Vec::new();
+    let mut add = |block: &tar::GnuSparseHeader| -> Result<(), SparseError> {
+        if !block.is_empty() {
+            if runs.len() >= MAX_SPARSE_RUNS {
+                return Err(bad(&format!("more than {MAX_SPARSE_RUNS} sparse runs")));
+            }
+            runs.push((block.offset()?, block.length()?));
+        }
+        Ok(())
+    };
+    for block in &gnu.sparse {
+        add(block)?;
+    }
+    // The extension blocks follow the header, the data follows them (the
+    // `tar` crate's file position is that of the first extension block).
+    // Their number is bounded by the runs they hold and the tar's end.
+    let mut at = member.raw_header_position() + 512;
+    let mut extended = gnu.is_extended();
+    while extended {
+        let mut ext = tar::GnuExtSparseHeader::new();
+        data.read_exact_at(ext.as_mut_bytes(), at)?;
+        for block in &ext.sparse {
+            add(block)?;
+        }
+        extended = ext.is_extended();
+        at += 512;
+    }
+    Ok((at, checked_runs(runs, member.size(), stored)?))
+}
+
+/// The map at the start of a pax 1.0 sparse member's data: decimal lines,
+/// the number of runs, then offset and length of each; padded to a 512
+/// byte block, after which the runs' data follows. Returns where that data
+/// starts and the runs.
+fn pax_sparse_map(
+    data: &File,
+    start: u64,
+    member_size: u64,
+    size: u64,
+) -> Result<(u64, SparseMap), SparseError> {
+    let bad = |s: String| SparseError::Bad(s);
+    let mut numbers = Vec::new();
+    let mut want = None;
+    let mut digits = String::new();
+    let mut block = [0u8; 512];
+    let mut at = 0u64;
+    while want.is_none_or(|n| numbers.len() < n) {
+        if at + 512 > member_size {
+            return Err(bad("pax sparse map runs past the member's data".into()));
+        }
+        data.read_exact_at(&mut block, start + at)?;
+        at += 512;
+        for &b in &block {
+            if want.is_some_and(|n| numbers.len() >= n) {
+                break;
+            }
+            match b {
+                b'0'..=b'9' if digits.len() < 20 => digits.push(b as char),
+                b'\n' => {
+                    let n: u64 = digits
+                        .parse()
+                        .map_err(|_| bad(format!("bad number `{digits}` in the pax sparse map")))?;
+                    digits.clear();
+                    match want {
+                        None => {
+                            if n > MAX_SPARSE_RUNS as u64 {
+                                return Err(bad(format!(
+                                    "pax sparse map of {n} runs (at most {MAX_SPARSE_RUNS})"
+                                )));
+                            }
+                            want = Some(2 * n as usize);
+                        }
+                        Some(_) => numbers.push(n),
+                    }
+                }
+                _ => return Err(bad("pax sparse map is not decimal lines".into())),
+            }
+        }
+    }
+    let runs = numbers.chunks(2).map(|p| (p[0], p[1])).collect();
+    Ok((start + at, checked_runs(runs, size, member_size - at)?))
+}
+
+/// `Data` for a sparse tar member: its runs, and its map on the grid
+/// (read for zeros as a directory base's file would be).
+fn sparse_tar_data(
+    data: &File,
+    offset: u64,
+    stored: SparseMap,
+    size: u64,
+) -> Result<Data, SparseError> {
+    let regions: Vec<(u64, u64)> = stored.segments.iter().map(|&(o, l)| (o, o + l)).collect();
+    let map = canonical_map(&regions, size, &mut |buf, at| {
+        read_sparse_at(data, offset, &stored, buf, at)
+    })?;
+    Ok(Data::SparseTarAt {
+        offset,
+        stored: Arc::new(stored),
+        map: map.map(Arc::new),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,6 +759,65 @@ mod tests {
         assert!(e.contains("bzip2"), "{e}");
         let e = detect(p, &[0u8; 512]).unwrap_err().to_string();
         assert!(e.contains("not a tar"), "{e}");
+    }
+
+    #[test]
+    fn sparse_maps_are_checked() {
+        let runs = |r: &[(u64, u64)], size, stored| match checked_runs(r.to_vec(), size, stored) {
+            Ok(m) => Ok(m.segments),
+            Err(SparseError::Bad(why)) => Err(why),
+            Err(SparseError::Io(e)) => panic!("{e}"),
+        };
+        assert_eq!(
+            runs(&[(0, 512), (8192, 10), (9000, 0)], 9000, 522),
+            Ok(vec![(0, 512), (8192, 10)])
+        );
+        let e = runs(&[(4096, 512), (4000, 10)], 9000, 522).unwrap_err();
+        assert!(e.contains("overlaps"), "{e}");
+        let e = runs(&[(8990, 20)], 9000, 20).unwrap_err();
+        assert!(e.contains("goes past the file's 9000 bytes"), "{e}");
+        let e = runs(&[(0, 512)], 9000, 1024).unwrap_err();
+        assert!(
+            e.contains("lists 512 bytes of data, the member holds 1024"),
+            "{e}"
+        );
+        let e = runs(&[(u64::MAX, 2)], 9000, 2).unwrap_err();
+        assert!(e.contains("goes past"), "{e}");
+    }
+
+    #[test]
+    fn pax_sparse_maps_are_read_and_bounded() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        let mut map = b"2\n0\n4\n8192\n3\n".to_vec();
+        map.resize(512, 0);
+        f.write_all(&map).unwrap();
+        f.write_all(b"abcdxyz").unwrap();
+        let (at, m) = pax_sparse_map(&f, 0, 512 + 7, 8195).ok().unwrap();
+        assert_eq!(at, 512);
+        assert_eq!(m.segments, [(0, 4), (8192, 3)]);
+        let mut buf = vec![1u8; 8195];
+        read_sparse_at(&f, at, &m, &mut buf, 0).unwrap();
+        assert_eq!(&buf[..4], b"abcd");
+        assert!(buf[4..8192].iter().all(|&b| b == 0));
+        assert_eq!(&buf[8192..], b"xyz");
+
+        let bad = |text: &[u8], member_size| {
+            let mut f = tempfile::tempfile().unwrap();
+            let mut t = text.to_vec();
+            t.resize(1024, 0);
+            f.write_all(&t).unwrap();
+            match pax_sparse_map(&f, 0, member_size, 1 << 30) {
+                Err(SparseError::Bad(why)) => why,
+                Err(SparseError::Io(e)) => panic!("{e}"),
+                Ok(_) => panic!("accepted"),
+            }
+        };
+        assert!(bad(b"99999999\n", 1024).contains("at most 1048576"));
+        // 300 runs announced, 254 numbers in the one block the member has.
+        let long = [&b"300\n"[..], &b"1\n".repeat(254)].concat();
+        assert!(bad(&long, 512).contains("runs past the member's data"));
+        assert!(bad(b"1\nx\n", 1024).contains("not decimal lines"));
     }
 
     #[test]

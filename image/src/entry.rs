@@ -23,6 +23,16 @@ pub enum Data {
     /// read as zeros); the writers that keep holes check that they still
     /// are zeros.
     SparseDisk { path: PathBuf, map: Arc<SparseMap> },
+    /// A sparse member of the tar base (GNU or pax 1.0 sparse): the data
+    /// runs `stored` lists lie one after another from `offset` in the
+    /// tree's tar file, the rest of the file is zeros. `map` is the same
+    /// file on the `HOLE_BLOCK` grid, as a directory base would give it, or
+    /// `None` when no whole block of it is a hole.
+    SparseTarAt {
+        offset: u64,
+        stored: Arc<SparseMap>,
+        map: Option<Arc<SparseMap>>,
+    },
     /// `len` bytes at `offset` of the tree's tar file (the base tar, or its
     /// decompressed copy).
     TarAt { offset: u64 },
@@ -35,6 +45,7 @@ impl Data {
     pub fn sparse_map(&self) -> Option<&SparseMap> {
         match self {
             Data::SparseDisk { map, .. } => Some(map),
+            Data::SparseTarAt { map, .. } => map.as_deref(),
             _ => None,
         }
     }
@@ -104,11 +115,23 @@ pub fn map_holes(path: &Path, size: u64) -> io::Result<Option<SparseMap>> {
     if regions == [(0, size)] || size == 0 {
         return Ok(None);
     }
-    // The grid blocks the data regions touch, read for zeros.
+    canonical_map(&regions, size, &mut |buf, at| file.read_exact_at(buf, at))
+}
+
+/// The map on the `HOLE_BLOCK` grid of a file of `size` bytes whose bytes
+/// outside `regions` (`[start, end)`, in order) are known to be zeros:
+/// the grid blocks the regions touch are read with `read_at` and those
+/// that hold anything but zeros are the data. `None` when that is all of
+/// the file.
+pub(crate) fn canonical_map(
+    regions: &[(u64, u64)],
+    size: u64,
+    read_at: &mut dyn FnMut(&mut [u8], u64) -> io::Result<()>,
+) -> io::Result<Option<SparseMap>> {
     let mut segments: Vec<(u64, u64)> = Vec::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0; // grid-aligned end of what was read
-    for (start, end) in regions {
+    for &(start, end) in regions {
         let mut at = (start / HOLE_BLOCK * HOLE_BLOCK).max(done);
         let stop = end
             .div_ceil(HOLE_BLOCK)
@@ -116,7 +139,7 @@ pub fn map_holes(path: &Path, size: u64) -> io::Result<Option<SparseMap>> {
             .min(size);
         while at < stop {
             let want = (stop - at).min(buf.len() as u64) as usize;
-            file.read_exact_at(&mut buf[..want], at)?;
+            read_at(&mut buf[..want], at)?;
             for (i, block) in buf[..want].chunks(HOLE_BLOCK as usize).enumerate() {
                 if is_zero(block) {
                     continue;
@@ -130,12 +153,38 @@ pub fn map_holes(path: &Path, size: u64) -> io::Result<Option<SparseMap>> {
             }
             at += want as u64;
         }
-        done = stop;
+        done = done.max(stop);
     }
     if segments == [(0, size)] {
         return Ok(None);
     }
     Ok(Some(SparseMap { segments }))
+}
+
+/// Reads `buf.len()` bytes at `at` of a sparse tar member whose `stored`
+/// runs lie one after another from `offset` in `file`.
+pub(crate) fn read_sparse_at(
+    file: &File,
+    offset: u64,
+    stored: &SparseMap,
+    buf: &mut [u8],
+    at: u64,
+) -> io::Result<()> {
+    buf.fill(0);
+    let end = at + buf.len() as u64;
+    let mut packed = offset;
+    for &(o, l) in &stored.segments {
+        if o >= end {
+            break;
+        }
+        let (from, to) = (o.max(at), (o + l).min(end));
+        if from < to {
+            let dst = &mut buf[(from - at) as usize..(to - at) as usize];
+            file.read_exact_at(dst, packed + (from - o))?;
+        }
+        packed += l;
+    }
+    Ok(())
 }
 
 /// `Data` for a file on the build host: `SparseDisk` when it has holes.
@@ -293,24 +342,32 @@ impl Tree {
         Ok(match data {
             Data::Disk(p) | Data::SparseDisk { path: p, .. } => Box::new(File::open(p)?.take(size)),
             Data::Bytes(b) => Box::new(io::Cursor::new(b.as_slice())),
-            Data::TarAt { offset } => {
-                let file = self.tar_file.as_ref().ok_or_else(|| {
-                    io::Error::other(format!("{path}: no tar file open for its data"))
-                })?;
-                Box::new(ReadAt {
-                    file,
-                    pos: *offset,
-                    left: size,
-                })
-            }
+            Data::TarAt { offset } => Box::new(ReadAt {
+                file: self.tar_file(path)?,
+                pos: *offset,
+                left: size,
+            }),
+            Data::SparseTarAt { offset, stored, .. } => Box::new(SparseReadAt {
+                file: self.tar_file(path)?,
+                offset: *offset,
+                stored,
+                pos: 0,
+                size,
+            }),
         })
+    }
+
+    fn tar_file(&self, path: &str) -> io::Result<&File> {
+        self.tar_file
+            .as_deref()
+            .ok_or_else(|| io::Error::other(format!("{path}: no tar file open for its data")))
     }
 
     /// Where a regular file's bytes are read from, for error messages.
     pub fn source_of(&self, path: &str, data: &Data) -> PathBuf {
         match data {
             Data::Disk(p) | Data::SparseDisk { path: p, .. } => p.clone(),
-            Data::TarAt { .. } => self.tar_path.join(path),
+            Data::TarAt { .. } | Data::SparseTarAt { .. } => self.tar_path.join(path),
             Data::Bytes(_) => PathBuf::from(format!("(generated) /{path}")),
         }
     }
@@ -374,6 +431,34 @@ impl Read for ReadAt<'_> {
         }
         self.pos += n as u64;
         self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// The whole content of a sparse tar member, holes as zeros.
+struct SparseReadAt<'a> {
+    file: &'a File,
+    offset: u64,
+    stored: &'a SparseMap,
+    pos: u64,
+    size: u64,
+}
+
+impl Read for SparseReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = buf
+            .len()
+            .min((self.size - self.pos).min(usize::MAX as u64) as usize);
+        read_sparse_at(self.file, self.offset, self.stored, &mut buf[..n], self.pos).map_err(
+            |e| match e.kind() {
+                io::ErrorKind::UnexpectedEof => io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "tar file ends inside an entry",
+                ),
+                _ => e,
+            },
+        )?;
+        self.pos += n as u64;
         Ok(n)
     }
 }

@@ -642,6 +642,112 @@ fn a_sparse_file_stays_sparse_in_ext4() {
     assert!(same_content(&t.path().join("base").join(DISK), &dumped));
 }
 
+/// Sparse members of a tar base (GNU `S`, as `tar --sparse` writes;
+/// pax 1.0, as `tar --format=posix --sparse` and bsdtar write) give the
+/// same image as the directory they were made from; the pax formats 0.x
+/// are refused by name, not read as a file holding a map.
+#[test]
+fn sparse_tar_bases_give_the_same_image_as_the_directory() {
+    if !which("tar") {
+        eprintln!("skipping: GNU tar not installed");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    let base = t.path().join("base");
+    let many: Vec<(u64, &[u8])> = (0..40u64).map(|i| (i * 65536 + 100, &b"run"[..])).collect();
+    let sparse = sparse_file(&base, DISK, 8 << 20, &[(4 << 20, &[0xa5; 5000]), (0, b"head")])
+        && sparse_file(&base, TAIL, (1 << 20) + 100, &[((1 << 20) + 90, b"0123456789")])
+        // Over the 4 runs of a GNU header: extension blocks.
+        && sparse_file(&base, "var/lib/many.img", 40 * 65536, &many)
+        && sparse_file(&base, "var/lib/empty.img", 1 << 20, &[]);
+    if !sparse {
+        eprintln!("skipping: the temporary directory's filesystem keeps no holes");
+        return;
+    }
+    let from_dir = t.path().join("dir.tar");
+    build(&inputs.spec(), &from_dir, Format::Tar, &mut no_progress()).unwrap();
+    let want = sha256_file(&from_dir);
+    assert!(fs::metadata(&from_dir).unwrap().len() < 5 << 20);
+    let make = |name: &str, tool: &str, args: &[&str]| {
+        let out = t.path().join(name);
+        let st = std::process::Command::new(tool)
+            .args(args)
+            .arg("-cf")
+            .arg(&out)
+            .arg("-C")
+            .arg(&base)
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(st.success(), "{tool} {args:?}");
+        out
+    };
+    let mut bases = vec![
+        make(
+            "gnu.tar",
+            "tar",
+            &["--sort=name", "--numeric-owner", "--sparse"],
+        ),
+        make(
+            "pax.tar",
+            "tar",
+            &[
+                "--sort=name",
+                "--numeric-owner",
+                "--sparse",
+                "--format=posix",
+            ],
+        ),
+    ];
+    if which("bsdtar") {
+        bases.push(make(
+            "bsd.tar",
+            "bsdtar",
+            &["--numeric-owner", "--read-sparse"],
+        ));
+    } else {
+        eprintln!("skipping the bsdtar base: bsdtar not installed");
+    }
+    for base_tar in &bases {
+        let mut spec = inputs.spec();
+        spec.base = Base::Tar(base_tar.clone());
+        let out = base_tar.with_extension("image.tar");
+        build(&spec, &out, Format::Tar, &mut no_progress()).unwrap();
+        assert_eq!(
+            sha256_file(&out),
+            want,
+            "image from {} differs from the directory's",
+            base_tar.display()
+        );
+    }
+
+    let old = make(
+        "pax01.tar",
+        "tar",
+        &[
+            "--numeric-owner",
+            "--sparse",
+            "--format=posix",
+            "--sparse-version=0.1",
+        ],
+    );
+    let mut spec = inputs.spec();
+    spec.base = Base::Tar(old);
+    let e = build(
+        &spec,
+        &t.path().join("x.tar"),
+        Format::Tar,
+        &mut no_progress(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("is in pax sparse format 0.1, which rtdeploy does not read"),
+        "{e}"
+    );
+}
+
 /// cpio cannot say a run is a hole: the file is written whole and the
 /// build says so.
 #[test]
