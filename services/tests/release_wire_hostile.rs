@@ -256,6 +256,22 @@ fn a_blob_with_wrong_content_is_refused_and_discarded() {
         "{text}"
     );
     assert_eq!(partials(&prefix), vec![]);
+    // a zstd frame asking for a 64 MiB window (zstd's default limit would
+    // allocate it)
+    let (served, mut s) = robot_session(&prefix);
+    start(&mut s, &b1);
+    send(&mut s, kind::BLOB_START, &start_blob);
+    send(
+        &mut s,
+        kind::BLOB_DATA,
+        &hostile::zstd_frame_with_window(&[Piece::Run(0, 10)], 16),
+    );
+    let (text, _) = refused(&mut s, served);
+    assert!(
+        text.contains("is not a valid zstd stream (") && text.contains("memory"),
+        "{text}"
+    );
+    assert_eq!(partials(&prefix), vec![]);
     legit_session(&prefix, &b1);
     assert_eq!(current_version(&prefix), "1");
 }

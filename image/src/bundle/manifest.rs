@@ -316,6 +316,28 @@ mod tests {
     }
 
     #[test]
+    fn values_in_errors_are_cut_and_escaped() {
+        let long = format!("bin/\x1b[2J{}", "x".repeat(5000));
+        let e = m(vec![f(&long, 0o644)]).validate().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "file path `bin/\\u{{1b}}[2J{}`... (5008 bytes) is empty or longer than 1024 bytes",
+                "x".repeat(92)
+            )
+        );
+        let mut x = m(vec![]);
+        x.robot = format!("\n{}", "r".repeat(300));
+        let e = x.validate().unwrap_err().to_string();
+        assert!(e.starts_with("robot `\\nrrr"), "{e}");
+        assert!(e.len() < 200, "{e}");
+        // a JSON parser's message that quotes a long value is cut too
+        let bad = format!("{{\"format\": \"{}\"}}", "9".repeat(100_000));
+        let e = Manifest::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(e.len() < 400, "{} bytes: {e}", e.len());
+    }
+
+    #[test]
     fn compat_names_both_sides() {
         let e = m(vec![])
             .check_compat(&Compat {
