@@ -124,7 +124,9 @@ impl<R: Read> Archive<R> {
         if self.ended {
             return Ok(None);
         }
-        self.skip(self.left + self.pad)?;
+        // Apart: a size near 2^64 plus its padding would overflow.
+        self.skip(self.left)?;
+        self.skip(self.pad)?;
         self.left = 0;
         self.pad = 0;
         let mut long_name: Option<Vec<u8>> = None;
@@ -506,6 +508,22 @@ mod tests {
         assert!(
             matches!(Archive::new(&t[..]).next(), Err(ArchiveError::Format { why, .. }) if why.contains("second GNU long name"))
         );
+    }
+
+    #[test]
+    fn a_size_near_two_to_the_64_is_an_error_not_an_overflow() {
+        let mut t = Vec::new();
+        entry(
+            &mut t,
+            "pax",
+            b'x',
+            &pax(&[("size", &u64::MAX.to_string())]),
+        );
+        entry(&mut t, "a", b'0', b"");
+        let mut ar = Archive::new(&t[..]);
+        assert_eq!(ar.next().unwrap().unwrap().size, u64::MAX);
+        // skipping it finds the end of the stream
+        assert!(matches!(ar.next(), Err(ArchiveError::Io(_))));
     }
 
     #[test]
