@@ -210,9 +210,11 @@ impl Client {
         let written = self.writer.write_all(format!("{line}\n").as_bytes());
         if let Err(e) = written {
             // A refused connection gets its reply before the supervisor
-            // stops reading: show that reply rather than the broken pipe.
+            // stops reading: show that reply (or that it is busy) rather
+            // than the broken pipe.
             return match self.next_reply() {
                 Ok(Some(r)) => Ok(r),
+                Err(busy @ ControlRequestError::Busy { .. }) => Err(busy),
                 _ => Err(io(e)),
             };
         }
