@@ -2,7 +2,9 @@
 //! NAME [-f]`: requests on the supervisor's control socket.
 //!
 //! Exit codes: 0 done; 1 the supervisor refused (unknown process, already
-//! running, start failed); 2 the supervisor does not answer.
+//! running, start failed); 2 the supervisor does not answer, or answers
+//! that it is busy (every control connection taken; the message says so
+//! and trying again later may succeed).
 
 use clap::Args;
 use services::control::{self, Client, Reply, Request};

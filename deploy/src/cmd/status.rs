@@ -3,7 +3,9 @@
 //!
 //! Exit codes: 0 every process is running (or exited as its policy
 //! allows) and within budget; 1 a process is failed, refused or degraded;
-//! 2 the supervisor does not answer.
+//! 2 the supervisor does not answer, or answers that it is busy (every
+//! control connection taken; the message says so and trying again later
+//! may succeed).
 
 use anyhow::Context as _;
 use clap::Args;
