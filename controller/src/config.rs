@@ -244,11 +244,24 @@ pub const SLOT_HEADER_BYTES: u64 = 64;
 
 impl ChannelConfig {
     /// Queue length: rate x retention, plus headroom for one period of
-    /// jitter and a reader mid-copy, rounded up to a power of two.
+    /// jitter and a reader mid-copy, rounded up to a power of two; `None`
+    /// when that length does not fit in 64 bits.
+    ///
+    /// The product is taken in 128 bits (a u32 rate times a retention of
+    /// at most 2^64 ns cannot overflow them) and every later step is
+    /// checked: a length that wraps would come out as a small queue that
+    /// validates.
+    pub fn checked_queue_len(&self) -> Option<u64> {
+        let needed = (u128::from(self.rate) * self.retention.0.as_nanos()).div_ceil(1_000_000_000);
+        let len = needed.checked_add(2)?.checked_next_power_of_two()?.max(4);
+        u64::try_from(len).ok()
+    }
+
+    /// [`Self::checked_queue_len`], or `u64::MAX` (beyond
+    /// [`MAX_QUEUE_LEN`], so refused by [`Self::validate`]) when it does not
+    /// fit.
     pub fn queue_len(&self) -> u64 {
-        let needed =
-            (self.rate as u128 * self.retention.0.as_nanos()).div_ceil(1_000_000_000) as u64;
-        (needed + 2).next_power_of_two().max(4)
+        self.checked_queue_len().unwrap_or(u64::MAX)
     }
 
     /// Bytes of one slot: header plus payload, rounded to a cache line.
@@ -299,12 +312,16 @@ impl ChannelConfig {
             }
         }
         if self.rate > 0 && !self.retention.is_zero() {
-            let len = self.queue_len();
-            if len > MAX_QUEUE_LEN {
+            let len = self.checked_queue_len();
+            if len.is_none_or(|len| len > MAX_QUEUE_LEN) {
+                let needs = match len {
+                    Some(len) => format!("{len} slots"),
+                    None => "more than 2^64 slots".into(),
+                };
                 out.push((
                     format!("{path}.retention"),
                     format!(
-                        "rate {} x retention {} needs {len} slots (at most {MAX_QUEUE_LEN}; lower the rate or the retention)",
+                        "rate {} x retention {} needs {needs} (at most {MAX_QUEUE_LEN}; lower the rate or the retention)",
                         self.rate, self.retention
                     ),
                 ));
@@ -575,6 +592,47 @@ mod tests {
         let mut out = vec![];
         c.validate("channels[0]", &mut out);
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_queue_length_beyond_64_bits_is_refused_not_wrapped() {
+        // 2e9/s x 2^63 ns is 2^64 slots: wrapped to 64 bits it was 0,
+        // a 4-slot queue that validated.
+        let c = ChannelConfig {
+            name: "/imu".into(),
+            max_size: ByteSize(64),
+            rate: 2_000_000_000,
+            retention: Dur(Duration::from_nanos(1 << 63)),
+            budget: None,
+        };
+        assert_eq!(c.checked_queue_len(), None);
+        assert!(c.queue_len() > MAX_QUEUE_LEN);
+        let mut out = vec![];
+        c.validate("channels[0]", &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].0, "channels[0].retention");
+        assert!(
+            out[0].1.contains("needs more than 2^64 slots"),
+            "{}",
+            out[0].1
+        );
+        // The largest rate and retention there are: still no overflow.
+        let c = ChannelConfig {
+            rate: u32::MAX,
+            retention: Dur(Duration::from_nanos(u64::MAX)),
+            ..c
+        };
+        assert_eq!(c.checked_queue_len(), None);
+        // Just within 64 bits: a length, refused as too long.
+        let c = ChannelConfig {
+            rate: 1,
+            retention: Dur::from_secs(1 << 33),
+            ..c
+        };
+        assert_eq!(c.checked_queue_len(), Some(1 << 34));
+        let mut out = vec![];
+        c.validate("channels[0]", &mut out);
+        assert!(out[0].1.contains("needs 17179869184 slots"), "{out:?}");
     }
 
     #[test]
