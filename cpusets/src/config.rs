@@ -15,6 +15,10 @@ use crate::cpuset::CpuSet;
 /// A validation problem: the field path and what is wrong with it.
 pub type Problem = (String, String);
 
+/// The most CPUs a board may have: every CPU number up to
+/// [`crate::cpuset::MAX_CPU`], the largest a CPU list accepts.
+pub const MAX_CPUS: u32 = crate::cpuset::MAX_CPU + 1;
+
 /// `board:`
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -33,13 +37,16 @@ impl BoardSection {
         board::find(&self.model)
     }
 
-    /// The number of CPUs, when it is known.
+    /// The number of CPUs, when it is known and within 1 to [`MAX_CPUS`]
+    /// (a count out of range is refused by [`Self::validate`], and never
+    /// turned into a set of billions of CPUs).
     pub fn cpu_count(&self) -> Option<u32> {
-        match self.board() {
+        let n = match self.board() {
             Some(b) if b.model == "qemu-x86_64" => self.cpus.or(b.cpus),
             Some(b) => b.cpus.or(self.cpus),
             None => None,
-        }
+        };
+        n.filter(|n| (1..=MAX_CPUS).contains(n))
     }
 
     /// Every CPU of the board.
@@ -74,13 +81,10 @@ impl BoardSection {
             Some(_) => {}
         }
         if let Some(n) = self.cpus {
-            if n == 0 || n > crate::cpuset::MAX_CPU + 1 {
+            if !(1..=MAX_CPUS).contains(&n) {
                 out.push((
                     "board.cpus".into(),
-                    format!(
-                        "{n} CPUs is out of range (expected 1 to {})",
-                        crate::cpuset::MAX_CPU + 1
-                    ),
+                    format!("{n} CPUs is out of range (expected 1 to {MAX_CPUS})"),
                 ));
             }
         }
@@ -539,5 +543,44 @@ impl<'de> Deserialize<'de> for Micros {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(cpus: u32) -> BoardSection {
+        BoardSection {
+            model: "generic".into(),
+            cpus: Some(cpus),
+        }
+    }
+
+    #[test]
+    fn cpu_counts_out_of_range_are_refused_and_build_no_set() {
+        for n in [0, MAX_CPUS + 1, u32::MAX] {
+            let board = generic(n);
+            // No set of n CPUs is built (u32::MAX would be 4 billion
+            // inserts and 512 MiB).
+            assert_eq!(board.cpu_count(), None, "{n} CPUs");
+            assert!(board.all_cpus().is_none(), "{n} CPUs");
+            let mut out = Vec::new();
+            board.validate(&mut out);
+            assert_eq!(out.len(), 1, "{n} CPUs: {out:?}");
+            assert_eq!(out[0].0, "board.cpus");
+            assert!(
+                out[0]
+                    .1
+                    .contains(&format!("{n} CPUs is out of range (expected 1 to 1024)")),
+                "{}",
+                out[0].1
+            );
+        }
+        let board = generic(MAX_CPUS);
+        assert_eq!(board.all_cpus().map(|s| s.len()), Some(1024));
+        let mut out = Vec::new();
+        board.validate(&mut out);
+        assert!(out.is_empty(), "{out:?}");
     }
 }
