@@ -4,9 +4,18 @@
 //!
 //! Each case is a whole file; the line marked `#!` is where the error must
 //! be reported.
+//!
+//! Hostile files (alias bombs, huge numbers, endless or huge input) are run
+//! in a child whose peak memory is read with wait4 and which a watchdog
+//! kills if it does not end: each must be refused at its place, within
+//! bounds.
 
+use std::fs::File;
+use std::io::Read;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 const BASE: &str = "\
 robot:
@@ -125,6 +134,27 @@ fn cases() -> Vec<Case> {
         c("not a mapping", "- robot  #!\n".into(), "", "must be a mapping of sections"),
         c("empty file", "#!\n".into(), "", "empty"),
         c("cpus wrong type", edit("  isolated: 2-3\n", "  isolated: [2, 3]  #!\n"), "cpus.isolated", "CPU list"),
+        // Limits: numbers.
+        c("cpu count beyond u32 CPUs", edit("  cpus: 4\n", "  cpus: 4294967295  #!\n"), "board.cpus", "4294967295 CPUs is out of range (expected 1 to 1024)"),
+        c("cpu count zero", edit("  cpus: 4\n", "  cpus: 0  #!\n"), "board.cpus", "0 CPUs is out of range (expected 1 to 1024)"),
+        c("cpu count beyond u32", edit("  cpus: 4\n", "  cpus: 4294967296  #!\n"), "board.cpus", "expected u32"),
+        c("cpu range to u32 max", edit("  isolated: 2-3\n", "  isolated: 2-4294967295  #!\n"), "cpus.isolated", "CPU 4294967295 is beyond the largest supported CPU number 1023"),
+        c("cpu number beyond the largest", edit("  isolated: 2-3\n", "  isolated: 1024  #!\n"), "cpus.isolated", "CPU 1024 is beyond the largest supported CPU number 1023"),
+        c("queue length beyond 64 bits", edit("    rate: 1000\n", "    rate: 2000000000\n    retention: 9223372036854775808ns  #!\n"), "channels[0].retention", "needs more than 2^64 slots (at most 1048576"),
+        c("largest rate and retention", edit("    rate: 1000\n", "    rate: 4294967295\n    retention: 18446744073s  #!\n"), "channels[0].retention", "needs more than 2^64 slots"),
+        c("integer beyond 128 bits", edit("    rate: 1000\n", "    rate: 1234567890123456789012345678901234567890  #!\n"), "channels[0].rate", "is out of range (a 40-digit number"),
+        // Limits: aliases and nesting.
+        c("too many aliases", add(&format!("sysctl:\n  kernel.x: &a 1\n  kernel.y: [{}]  #!\n", vec!["*a"; 1025].join(", "))), "", "more than 1024 aliases (the limit for robot.yaml)"),
+        c("aliases of aliases", add(&format!("sysctl:\n  a0: &a0 [{}]\n  a1: &a1 [{}]\n  a2: &a2 [{}]  #!\n", vec!["x"; 100].join(","), vec!["*a0"; 100].join(","), vec!["*a1"; 100].join(","))), "", "aliases expand to more than 100000 values (the limit for robot.yaml)"),
+        c("alias copies of long text", add(&format!("sysctl:\n  a: &a {}\n  b: [*a, *a, *a, *a, *a]  #!\n", "x".repeat(300_000))), "", "aliases copy more than 1024 KiB of text (the limit for robot.yaml)"),
+        c("nested too deep", add(&format!("sysctl:\n  x: {}1{}  #!\n", "[".repeat(70), "]".repeat(70))), "", "nested deeper than 64 levels (the limit for robot.yaml)"),
+        // The 65th mapping (the file's, `sysctl:`'s, then those of k1 to k63)
+        // starts at k64.
+        c("nested too deep in blocks", add(&format!("sysctl:\n{}\n", (1..=70).map(|i| format!("{}k{i}:{}", " ".repeat(2 * i), if i == 64 { "  #!" } else { "" })).collect::<Vec<_>>().join("\n"))), "", "nested deeper than 64 levels (the limit for robot.yaml)"),
+        c("nested too deep by an alias", add(&format!("sysctl:\n  a: &a {}1{}\n  b: [[[[*a]]]]  #!\n", "[".repeat(60), "]".repeat(60))), "", "this alias nests the document 66 levels deep (the limit is 64)"),
+        // Echoed values are escaped and cut.
+        c("control characters echoed", edit("  name: t\n", "  name: \"a\\e[2Jb\\nc\"  #!\n"), "robot.name", "`a\\u{1b}[2Jb\\nc` is not a valid robot name"),
+        c("long key echoed", add(&format!("? {}  #!\n: 1\n", "k".repeat(5000))), "", "(4952 more characters)` (expected one of: robot, board"),
     ]
 }
 
@@ -280,4 +310,449 @@ fn json_report_lists_diagnostics() {
     assert_eq!(doc["valid"], false);
     assert_eq!(doc["diagnostics"][0]["field"], "channels[0].rate");
     assert_eq!(doc["diagnostics"][0]["line"], 12);
+}
+
+#[test]
+fn a_file_that_is_not_utf8_is_refused_at_its_first_bad_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    // Columns count characters: `µ` is two bytes, one column.
+    let mut bytes = BASE
+        .replacen("  name: t\n", "  name: tµ\u{0}\n", 1)
+        .into_bytes();
+    let at = bytes.iter().position(|&b| b == 0).unwrap();
+    bytes[at] = 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    let out = deploy(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:2:11: error: byte 0xff is not UTF-8 (robot.yaml must be UTF-8 text)",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}
+
+/// Peak memory a refused file may cost `deploy config check` (it needs
+/// about 15 MiB for a valid one).
+const MAX_RSS_KIB: i64 = 200 * 1024;
+
+/// A run still going after this has hung or gone quadratic: it is killed
+/// and the test fails. A safety net, not a timing assertion: every run
+/// below ends in well under a second.
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// The child's peak memory counts this process's pages at the fork (see
+/// [`process::fork_exec`]), so bounded runs go one at a time, each test
+/// building and dropping its large file's text under this lock.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How a bounded run of `deploy config check` ended.
+struct Bounded {
+    code: Option<i32>,
+    stderr: String,
+    /// Peak resident memory, from wait4's rusage.
+    peak_rss_kib: i64,
+}
+
+/// This process's resident memory, from /proc/self/status.
+fn own_rss_kib() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Runs `deploy config check -c <config>` in a child whose peak memory is
+/// read with wait4; a watchdog kills it after [`WATCHDOG`] and fails the
+/// test. The output goes to files (a pipe nobody reads would block it).
+/// The caller holds [`one_at_a_time`].
+fn deploy_bounded(dir: &Path, config: &Path) -> Bounded {
+    // The peak read below is at least this process's size at the fork: it
+    // must be small for the bound to say anything about `deploy`.
+    let own = own_rss_kib();
+    assert!(
+        own < MAX_RSS_KIB / 4,
+        "the test process holds {own} KiB: too much to measure a child's peak"
+    );
+    let stderr_path = dir.join("stderr");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_deploy"));
+    command
+        .args(["config", "check", "-c"])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(File::create(dir.join("stdout")).unwrap())
+        .stderr(File::create(&stderr_path).unwrap());
+    process::fork_exec(&mut command);
+    // Reaped below by wait4, for its rusage (Child::wait drops it).
+    #[allow(clippy::zombie_processes)]
+    let pid = command.spawn().expect("run deploy").id() as libc::pid_t;
+    let exited = Arc::new((Mutex::new(false), Condvar::new()));
+    let watchdog = {
+        let exited = Arc::clone(&exited);
+        std::thread::spawn(move || {
+            let (lock, cv) = &*exited;
+            let done = lock.lock().unwrap();
+            let (done, _) = cv.wait_timeout_while(done, WATCHDOG, |e| !*e).unwrap();
+            // Under the lock, before the main thread marks the exit: the
+            // child is running or a zombie, so the pid is still its own.
+            if !*done {
+                process::kill(pid);
+                return true;
+            }
+            false
+        })
+    };
+    process::wait_exit(pid);
+    {
+        let (lock, cv) = &*exited;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    let (status, peak_rss_kib) = process::reap(pid);
+    let killed = watchdog.join().unwrap();
+    let mut stderr = String::new();
+    File::open(&stderr_path)
+        .unwrap()
+        .take(1 << 20)
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        !killed,
+        "deploy config check -c {} still ran after {WATCHDOG:?} and was killed; stderr:\n{}",
+        config.display(),
+        &stderr[..stderr.len().min(2000)]
+    );
+    Bounded {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        stderr,
+        peak_rss_kib,
+    }
+}
+
+/// The few process calls std does not offer: waiting for an exit without
+/// reaping it, reaping with the child's resource usage, and a kill by pid.
+#[allow(unsafe_code)]
+mod process {
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+
+    /// Makes `command` start with fork and exec, not posix_spawn.
+    ///
+    /// A posix_spawn child shares this process's memory until it execs,
+    /// and exec records the high-water mark of the memory it leaves: the
+    /// child's ru_maxrss would be this test process's own peak. A forked
+    /// child's mark is this process's size at the fork instead (which the
+    /// caller keeps small), and then its own.
+    pub fn fork_exec(command: &mut Command) {
+        // SAFETY: the closure does nothing, so it is async-signal-safe and
+        // touches no state shared with the parent; it only makes std fork.
+        unsafe { command.pre_exec(|| Ok(())) };
+    }
+    /// Blocks until `pid` exits, leaving it a zombie: until it is reaped,
+    /// its pid cannot be given to another process.
+    pub fn wait_exit(pid: libc::pid_t) {
+        loop {
+            // SAFETY: all-zero bytes are a valid siginfo_t (plain integers
+            // and unions of them).
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `info` is a valid, writable siginfo_t for the call's
+            // duration; P_PID with a pid of our own child.
+            let r = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT,
+                )
+            };
+            if r == 0 {
+                return;
+            }
+            let err = std::io::Error::last_os_error();
+            assert_eq!(err.kind(), std::io::ErrorKind::Interrupted, "waitid: {err}");
+        }
+    }
+
+    /// Reaps `pid`: its wait status and peak resident memory in KiB.
+    pub fn reap(pid: libc::pid_t) -> (libc::c_int, i64) {
+        let mut status = 0;
+        // SAFETY: all-zero bytes are a valid rusage (integers and timevals).
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `status` and `usage` are valid and writable for the
+        // call's duration; `pid` is our own child, exited, not yet reaped.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+        (status, usage.ru_maxrss)
+    }
+
+    /// SIGKILL to `pid`, which the caller knows is not yet reaped.
+    pub fn kill(pid: libc::pid_t) {
+        // SAFETY: kill has no memory-safety conditions; the caller
+        // guarantees the pid is still our child's.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Checks a bounded run: refused (exit 2) with `error` at `place`
+/// (`line:col`), a short report, within [`MAX_RSS_KIB`].
+fn assert_refused_within_bounds(run: &Bounded, config: &Path, place: &str, error: &str) {
+    let want = format!("{}:{place}: error: {error}", config.display());
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.lines().any(|l| l.starts_with(&want)),
+        "wanted a line starting with\n{want}\ngot:\n{}",
+        &run.stderr[..run.stderr.len().min(4000)]
+    );
+    assert!(
+        run.stderr.len() < 64 << 10,
+        "{} bytes of report",
+        run.stderr.len()
+    );
+    assert!(
+        run.peak_rss_kib < MAX_RSS_KIB,
+        "peak RSS {} KiB (at most {MAX_RSS_KIB} KiB)",
+        run.peak_rss_kib
+    );
+    eprintln!(
+        "{}: refused at {place}, peak RSS {} KiB",
+        config.display(),
+        run.peak_rss_kib
+    );
+}
+
+#[test]
+fn billion_laughs_is_refused_at_the_alias_past_the_limit() {
+    let _serial = one_at_a_time();
+    // Ten levels of ten aliases of the level below: 10^10 strings once
+    // expanded, in about 1.8 KB.
+    let mut yaml = String::from("robot:\n  name: t\nsysctl:\n");
+    yaml += &format!("  l0: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
+    for level in 1..10 {
+        let below = format!("*l{}", level - 1);
+        yaml += &format!(
+            "  l{level}: &l{level} [{}]\n",
+            [below.as_str(); 10].join(", ")
+        );
+    }
+    assert!(yaml.len() < 2000, "{} bytes", yaml.len());
+    // Where the expansion first passes the limit, counted here
+    // independently: an alias of level k copies the list and what is
+    // under it.
+    let nodes = |level: u32| (0..=level + 1).map(|k| 10usize.pow(k)).sum::<usize>();
+    let mut total = 0;
+    let mut place = None;
+    'lines: for (i, line) in yaml.lines().enumerate() {
+        let mut from = 0;
+        while let Some(at) = line[from..].find("*l") {
+            let col = from + at;
+            let level: u32 = line[col + 2..col + 3].parse().unwrap();
+            total += nodes(level);
+            if total > deploy::config::MAX_ALIAS_NODES {
+                place = Some(format!("{}:{}", i + 1, col + 1));
+                break 'lines;
+            }
+            from = col + 2;
+        }
+    }
+    let place = place.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let run = deploy_bounded(dir.path(), &path);
+    assert_refused_within_bounds(
+        &run,
+        &path,
+        &place,
+        "aliases expand to more than 100000 values (the limit for robot.yaml)",
+    );
+}
+
+#[test]
+fn a_cpu_count_of_u32_max_is_refused_without_building_the_set() {
+    let _serial = one_at_a_time();
+    // It was 4 billion single-CPU inserts into a 512 MiB set.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    std::fs::write(&path, edit("  cpus: 4\n", "  cpus: 4294967295\n")).unwrap();
+    let run = deploy_bounded(dir.path(), &path);
+    assert_refused_within_bounds(
+        &run,
+        &path,
+        "5:9",
+        "board.cpus: 4294967295 CPUs is out of range (expected 1 to 1024)",
+    );
+    // And no follow-on error measuring the processes against no CPUs.
+    assert_eq!(run.stderr.matches(": error: ").count(), 1, "{}", run.stderr);
+}
+
+#[test]
+fn an_endless_file_is_read_only_up_to_the_limit() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let path = Path::new("/dev/zero");
+    let run = deploy_bounded(dir.path(), path);
+    assert_refused_within_bounds(
+        &run,
+        path,
+        &format!("1:{}", deploy::config::MAX_FILE_BYTES + 1),
+        "the file is larger than 512 KiB (the limit for robot.yaml)",
+    );
+}
+
+#[test]
+fn a_50_mb_value_is_refused_by_the_size_limit_and_not_echoed() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    let name = "x".repeat(50_000_000);
+    let yaml = BASE.replacen("  name: t\n", &format!("  name: {name}\n"), 1);
+    std::fs::write(&path, yaml).unwrap();
+    // Freed before the run (see `one_at_a_time`).
+    drop(name);
+    let run = deploy_bounded(dir.path(), &path);
+    // The limit falls on line 2, after `robot:\n` (7 bytes).
+    assert_refused_within_bounds(
+        &run,
+        &path,
+        &format!("2:{}", deploy::config::MAX_FILE_BYTES - 7 + 1),
+        "the file is larger than 512 KiB (the limit for robot.yaml)",
+    );
+    assert!(!run.stderr.contains(&"x".repeat(100)), "value echoed");
+}
+
+#[test]
+fn a_long_value_is_echoed_cut_short() {
+    let _serial = one_at_a_time();
+    // Just within the size limit, so that the validator quotes it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    let name = "X".repeat(500_000);
+    std::fs::write(
+        &path,
+        BASE.replacen("  name: t\n", &format!("  name: {name}\n"), 1),
+    )
+    .unwrap();
+    let run = deploy_bounded(dir.path(), &path);
+    assert_refused_within_bounds(&run, &path, "2:9", "robot.name: `XXXX");
+    let line = run.stderr.lines().next().unwrap();
+    assert!(line.len() < 1000, "{} bytes: {line}", line.len());
+    assert!(line.contains("characters cut"), "{line}");
+    // What would be accepted, at the end of the message, is kept.
+    assert!(line.ends_with("at most 64 characters)"), "{line}");
+}
+
+#[test]
+fn duplicate_keys_are_found_in_linear_time() {
+    let _serial = one_at_a_time();
+    // As many keys as fit in the size limit (131 000 keys of three
+    // characters, in a flow mapping), the last one a duplicate of the
+    // first. Compared pairwise, that is 8.6e9 comparisons (50 000 keys took
+    // 36 s): minutes, and the watchdog fails the test long before.
+    let digits: Vec<char> = ('a'..='z').chain('A'..='Z').chain('0'..='9').collect();
+    let key = |i: usize| -> String {
+        [i / 3844, i / 62 % 62, i % 62]
+            .iter()
+            .map(|&d| digits[d])
+            .collect()
+    };
+    let mut yaml = String::from("robot:\n  name: t\nsysctl: {");
+    let mut keys = 0;
+    while yaml.len() < deploy::config::MAX_FILE_BYTES - 16 {
+        yaml += &key(keys);
+        yaml.push(',');
+        keys += 1;
+    }
+    let col = yaml.len() - "robot:\n  name: t\n".len() + 1;
+    yaml += &key(0);
+    yaml += "}\n";
+    assert!(keys > 130_000, "{keys} keys");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let run = deploy_bounded(dir.path(), &path);
+    assert_refused_within_bounds(
+        &run,
+        &path,
+        &format!("3:{col}"),
+        "duplicate key `aaa` (first written on line 3)",
+    );
+}
+
+#[test]
+fn aliases_of_a_long_value_are_refused_within_bounds() {
+    let _serial = one_at_a_time();
+    // 400 KB of text aliased a thousand times would be 400 MB of strings.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    let yaml = format!(
+        "robot:\n  name: t\nsysctl:\n  a: &a {}\n  b: [*a, *a, *a]\n  c: [{}]\n",
+        "v".repeat(400_000),
+        vec!["*a"; 1000].join(", ")
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let run = deploy_bounded(dir.path(), &path);
+    // The third copy passes 1 MiB.
+    assert_refused_within_bounds(
+        &run,
+        &path,
+        "5:15",
+        "aliases copy more than 1024 KiB of text (the limit for robot.yaml)",
+    );
+}
+
+#[test]
+fn nesting_by_anchors_of_anchors_costs_no_copies() {
+    let _serial = one_at_a_time();
+    // Every list here is anchored, each inside the next: copying each
+    // anchored list would keep 60 copies of the 250 000 values inside.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    let mut inner = vec!["1"; 250_000].join(",");
+    for i in 0..60 {
+        inner = format!("&a{i} [{inner}]");
+    }
+    let yaml = format!("robot:\n  name: t\nsysctl:\n  x: {inner}\n  y: bad value\n");
+    assert!(yaml.len() < deploy::config::MAX_FILE_BYTES);
+    std::fs::write(&path, yaml).unwrap();
+    let run = deploy_bounded(dir.path(), &path);
+    assert_refused_within_bounds(&run, &path, "1:1", "board: missing section `board`");
+}
+
+#[test]
+fn a_flood_of_problems_is_cut_at_the_limit() {
+    let _serial = one_at_a_time();
+    // 80 000 bad list elements, one problem each.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    let yaml = format!(
+        "{BASE}kernel:\n  cmdline: [{}]\n",
+        vec!["\"a b\""; 80_000].join(",")
+    );
+    assert!(yaml.len() < deploy::config::MAX_FILE_BYTES);
+    std::fs::write(&path, yaml).unwrap();
+    let run = deploy_bounded(dir.path(), &path);
+    assert_refused_within_bounds(
+        &run,
+        &path,
+        "21:13",
+        "kernel.cmdline[0]: `a b` is not one command line token",
+    );
+    let max = deploy::config::MAX_DIAGNOSTICS;
+    let listed = run.stderr.matches(": error: ").count();
+    assert_eq!(listed, max + 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            ": error: {} more problems, the first here, not listed (at most {max} are reported)",
+            80_000 - max
+        )),
+        "{}",
+        run.stderr
+    );
 }

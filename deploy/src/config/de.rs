@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, Visitor};
 
+use super::echo;
 use super::yaml::{Kind, Node, Pos};
 
 /// A deserialisation error: what, where in the file, and at which field.
@@ -59,6 +60,8 @@ enum Resolved<'a> {
     Null,
     Bool(bool),
     Int(i128),
+    /// An integer written with more digits than any field takes.
+    TooLong,
     Float(f64),
     Str(&'a str),
 }
@@ -79,25 +82,23 @@ fn resolve(text: &str, plain: bool) -> Resolved<'_> {
         _ => {}
     }
     let digits = |s: &str, radix: u32| !s.is_empty() && s.chars().all(|c| c.is_digit(radix));
+    // An integer that does not fit in i128 is no less an integer: it is
+    // refused as out of range, not taken for a string.
     if let Some(hex) = text.strip_prefix("0x") {
         if digits(hex, 16) {
-            if let Ok(v) = i128::from_str_radix(hex, 16) {
-                return Resolved::Int(v);
-            }
+            return i128::from_str_radix(hex, 16).map_or(Resolved::TooLong, Resolved::Int);
         }
     }
     if let Some(oct) = text.strip_prefix("0o") {
         if digits(oct, 8) {
-            if let Ok(v) = i128::from_str_radix(oct, 8) {
-                return Resolved::Int(v);
-            }
+            return i128::from_str_radix(oct, 8).map_or(Resolved::TooLong, Resolved::Int);
         }
     }
     let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
     if digits(unsigned, 10) {
-        if let Ok(v) = text.parse::<i128>() {
-            return Resolved::Int(v);
-        }
+        return text
+            .parse::<i128>()
+            .map_or(Resolved::TooLong, Resolved::Int);
     }
     let is_float = {
         let (mantissa, exp) = match unsigned.find(['e', 'E']) {
@@ -180,6 +181,11 @@ impl<'a> NodeDe<'a> {
                 Resolved::Int(v) if v >= 0 && v <= u64::MAX as i128 => visitor.visit_u64(v as u64),
                 Resolved::Int(v) if v < 0 && v >= i64::MIN as i128 => visitor.visit_i64(v as i64),
                 Resolved::Int(v) => Err(de::Error::custom(format!("{v} is out of range"))),
+                Resolved::TooLong => Err(de::Error::custom(format!(
+                    "`{}` is out of range (a {}-digit number; no field takes more than 64 bits)",
+                    echo::value(text),
+                    text.trim_start_matches(['-', '+']).len()
+                ))),
                 Resolved::Float(f) => visitor.visit_f64(f),
                 Resolved::Str(s) => visitor.visit_str(s),
             },
@@ -445,5 +451,12 @@ mod tests {
         assert!(matches!(resolve("4-5", true), Resolved::Str(_)));
         assert!(matches!(resolve("~", true), Resolved::Null));
         assert!(matches!(resolve(".", true), Resolved::Str(_)));
+        let huge = "9".repeat(100);
+        assert!(matches!(resolve(&huge, true), Resolved::TooLong));
+        assert!(matches!(
+            resolve(&format!("0x{huge}"), true),
+            Resolved::TooLong
+        ));
+        assert!(matches!(resolve(&huge, false), Resolved::Str(_)));
     }
 }

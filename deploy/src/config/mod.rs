@@ -1,10 +1,18 @@
 //! `robot.yaml`: the whole robot description, composed from the sections
 //! each crate owns, with the checks that cross sections.
+//!
+//! The file may come from anywhere (a bundle, a hand edit, a broken disk),
+//! so reading it is bounded: its size ([`MAX_FILE_BYTES`]), its nesting and
+//! aliases (see `yaml`), its numbers (each section's validation) and the
+//! number of problems reported ([`MAX_DIAGNOSTICS`]). Every refusal is a
+//! diagnostic with the file, line and column, naming the limit.
 
 mod de;
+mod echo;
 mod validate;
 mod yaml;
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use controller::config::{BootCheckSection, ChannelConfig, CheckSection};
@@ -15,7 +23,16 @@ use cpusets::cpuset::CpuSet;
 use serde::Serialize;
 use services::config::{ProcessConfig, RobotSection, UpdateSection};
 
-pub use validate::{Diagnostic, Severity};
+pub use echo::MAX_MESSAGE_CHARS;
+pub use validate::{Diagnostic, Severity, MAX_DIAGNOSTICS};
+pub use yaml::{MAX_ALIASES, MAX_ALIAS_BYTES, MAX_ALIAS_NODES, MAX_DEPTH};
+
+/// The largest robot.yaml read: 512 KiB. The bundled examples are under
+/// 5 KB, so this leaves a hundred times the room. It bounds everything
+/// after it: the tree, and the parser's own buffer, which holds a flow
+/// list nested in a flow list whole until it ends (about 450 bytes for a
+/// two-byte value like `1,`: the worst file costs about 120 MiB).
+pub const MAX_FILE_BYTES: usize = 512 << 10;
 
 /// The validated robot description.
 #[derive(Debug, Clone, Serialize)]
@@ -89,17 +106,52 @@ pub enum ConfigLoadError {
     },
 }
 
-/// Reads, parses and validates `robot.yaml`.
+/// Reads, parses and validates `robot.yaml`. At most one byte past
+/// [`MAX_FILE_BYTES`] is read, whatever the path names (`/dev/zero`, a
+/// pipe, a growing file).
 pub fn load(path: &Path) -> Result<Loaded, ConfigLoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigLoadError::Read {
+    let read = || {
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)?
+            .take(MAX_FILE_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    let bytes = read().map_err(|source| ConfigLoadError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    load_str(path, text)
+    load_bytes(path, bytes)
+}
+
+/// Parses and validates `bytes` as if read from `path`: refused when
+/// larger than [`MAX_FILE_BYTES`] or not UTF-8, at the place it goes wrong.
+pub fn load_bytes(path: &Path, bytes: Vec<u8>) -> Result<Loaded, ConfigLoadError> {
+    if let Some(refused) = too_large(path, &bytes) {
+        return Err(refused);
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => load_str(path, text),
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            let bytes = e.as_bytes();
+            Err(invalid(
+                path,
+                yaml::pos_at(bytes, at),
+                format!(
+                    "byte 0x{:02x} is not UTF-8 (robot.yaml must be UTF-8 text)",
+                    bytes[at]
+                ),
+            ))
+        }
+    }
 }
 
 /// Parses and validates `text` as if read from `path`.
 pub fn load_str(path: &Path, text: String) -> Result<Loaded, ConfigLoadError> {
+    if let Some(refused) = too_large(path, text.as_bytes()) {
+        return Err(refused);
+    }
     let (robot, diagnostics) = validate::parse_and_validate(path, &text);
     match robot {
         Some(robot) if !diagnostics.iter().any(|d| d.severity == Severity::Error) => Ok(Loaded {
@@ -112,5 +164,28 @@ pub fn load_str(path: &Path, text: String) -> Result<Loaded, ConfigLoadError> {
             path: path.to_path_buf(),
             diagnostics,
         }),
+    }
+}
+
+/// The refusal of a text over [`MAX_FILE_BYTES`], at its first byte past
+/// the limit.
+fn too_large(path: &Path, bytes: &[u8]) -> Option<ConfigLoadError> {
+    (bytes.len() > MAX_FILE_BYTES).then(|| {
+        invalid(
+            path,
+            yaml::pos_at(bytes, MAX_FILE_BYTES),
+            format!(
+                "the file is larger than {} KiB (the limit for robot.yaml)",
+                MAX_FILE_BYTES >> 10
+            ),
+        )
+    })
+}
+
+/// A refusal of the whole file with one error.
+fn invalid(path: &Path, pos: yaml::Pos, message: String) -> ConfigLoadError {
+    ConfigLoadError::Invalid {
+        path: path.to_path_buf(),
+        diagnostics: vec![Diagnostic::new(Severity::Error, path, pos, "", &message)],
     }
 }

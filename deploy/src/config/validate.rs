@@ -5,12 +5,19 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use cpusets::cpuset::CpuSet;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::de::from_node;
+use super::echo;
 use super::yaml::{self, Kind, Node, Pos};
 use super::Robot;
+
+/// The most diagnostics reported for one file; the rest are counted in a
+/// last one. A file of a hundred thousand bad list elements would
+/// otherwise print (and hold) a hundred thousand messages.
+pub const MAX_DIAGNOSTICS: usize = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -29,6 +36,21 @@ pub struct Diagnostic {
     /// The field path, like `processes[2].priority`.
     pub field: String,
     pub message: String,
+}
+
+impl Diagnostic {
+    /// A diagnostic whose field and message are escaped and cut to a
+    /// readable length (they may quote the file).
+    pub fn new(severity: Severity, file: &Path, pos: Pos, field: &str, message: &str) -> Self {
+        Diagnostic {
+            severity,
+            file: file.to_path_buf(),
+            line: pos.line,
+            column: pos.col,
+            field: echo::message(field),
+            message: echo::message(message),
+        }
+    }
 }
 
 impl fmt::Display for Diagnostic {
@@ -74,24 +96,76 @@ struct Checker<'a> {
     file: &'a Path,
     root: &'a Node,
     out: Vec<Diagnostic>,
+    /// Problems found past [`MAX_DIAGNOSTICS`]: how many, whether one is
+    /// an error, and where the first is.
+    omitted: usize,
+    omitted_error: bool,
+    omitted_from: Pos,
 }
 
-impl Checker<'_> {
+impl<'a> Checker<'a> {
+    fn new(file: &'a Path, root: &'a Node) -> Self {
+        Checker {
+            file,
+            root,
+            out: Vec::new(),
+            omitted: 0,
+            omitted_error: false,
+            omitted_from: Pos::default(),
+        }
+    }
+
     fn push(&mut self, severity: Severity, pos: Pos, field: &str, message: String) {
-        self.out.push(Diagnostic {
-            severity,
-            file: self.file.to_path_buf(),
-            line: pos.line,
-            column: pos.col,
-            field: field.to_string(),
-            message,
-        });
+        if self.out.len() >= MAX_DIAGNOSTICS {
+            self.omit(severity, pos);
+            return;
+        }
+        self.out
+            .push(Diagnostic::new(severity, self.file, pos, field, &message));
+    }
+
+    /// Counts a problem past [`MAX_DIAGNOSTICS`].
+    fn omit(&mut self, severity: Severity, pos: Pos) {
+        if self.omitted == 0 {
+            self.omitted_from = pos;
+        }
+        self.omitted += 1;
+        self.omitted_error |= severity == Severity::Error;
     }
 
     /// A problem at the node its field path names.
     fn at(&mut self, severity: Severity, field: &str, message: String) {
+        if self.out.len() >= MAX_DIAGNOSTICS && self.omitted > 0 {
+            // Only counted: its place is not needed.
+            self.omit(severity, Pos::default());
+            return;
+        }
         let pos = self.root.locate(field).pos;
         self.push(severity, pos, field, message);
+    }
+
+    /// The diagnostics, with one for those past [`MAX_DIAGNOSTICS`].
+    fn finish(mut self) -> Vec<Diagnostic> {
+        if self.omitted > 0 {
+            let severity = if self.omitted_error {
+                Severity::Error
+            } else {
+                Severity::Warning
+            };
+            let message = format!(
+                "{} more problem{}, the first here, not listed (at most {MAX_DIAGNOSTICS} are reported)",
+                self.omitted,
+                if self.omitted == 1 { "" } else { "s" }
+            );
+            self.out.push(Diagnostic::new(
+                severity,
+                self.file,
+                self.omitted_from,
+                "",
+                &message,
+            ));
+        }
+        self.out
     }
 
     fn error(&mut self, field: &str, message: String) {
@@ -192,22 +266,24 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
         Err(e) => {
             return (
                 None,
-                vec![Diagnostic {
-                    severity: Severity::Error,
-                    file: file.to_path_buf(),
-                    line: e.pos.line,
-                    column: e.pos.col,
-                    field: String::new(),
-                    message: format!("not valid YAML: {}", e.message),
-                }],
-            )
+                vec![Diagnostic::new(
+                    Severity::Error,
+                    file,
+                    e.pos,
+                    "",
+                    &e.message,
+                )],
+            );
         }
     };
-    let mut c = Checker {
-        file,
-        root: &root,
-        out: Vec::new(),
-    };
+    let mut c = Checker::new(file, &root);
+    let robot = check_sections(&mut c);
+    (robot, c.finish())
+}
+
+/// Deserialises and checks every section, then the rules across them.
+fn check_sections(c: &mut Checker) -> Option<Robot> {
+    let root = c.root;
     let Kind::Map(entries) = &root.kind else {
         c.push(
             Severity::Error,
@@ -215,9 +291,9 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
             "",
             "the file must be a mapping of sections (`robot:`, `board:`, `cpus:`, ...)".into(),
         );
-        return (None, c.out);
+        return None;
     };
-    for (key, _) in entries {
+    for (key, _) in entries.iter() {
         let name = key.as_str().unwrap_or("");
         if !SECTIONS.contains(&name) {
             c.push(
@@ -225,7 +301,8 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
                 key.pos,
                 name,
                 format!(
-                    "unknown section `{name}` (expected one of: {})",
+                    "unknown section `{}` (expected one of: {})",
+                    echo::value(name),
                     SECTIONS.join(", ")
                 ),
             );
@@ -306,11 +383,9 @@ pub fn parse_and_validate(file: &Path, text: &str) -> (Option<Robot>, Vec<Diagno
             update: update?,
         })
     })();
-    let Some(r) = parsed else {
-        return (None, c.out);
-    };
-    cross_check(&mut c, &r);
-    (Some(r), c.out)
+    let r = parsed?;
+    cross_check(c, &r);
+    Some(r)
 }
 
 /// The elements of a list section, when every one of them parsed.
@@ -320,7 +395,10 @@ fn whole<T>(all_parsed: bool, items: Vec<(usize, T)>) -> Option<Vec<T>> {
 
 /// The rules that span sections.
 fn cross_check(c: &mut Checker, r: &Robot) {
-    let all = r.all_cpus();
+    // Unknown when `board:` was refused: that error is reported, not one
+    // more for each CPU set measured against no CPUs.
+    let board_cpus = r.board.all_cpus();
+    let all = board_cpus.clone().unwrap_or_default();
     let isolated = &r.cpus.isolated;
     let housekeeping = r.housekeeping();
 
@@ -332,14 +410,14 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                 &format!("channels[{i}].name"),
                 format!(
                     "channel `{}` is already defined at channels[{first}] (names must be unique)",
-                    ch.name
+                    echo::value(&ch.name)
                 ),
             );
         }
         if ch.name.starts_with(RESERVED_CHANNEL_PREFIX) {
             c.error(
                 &format!("channels[{i}].name"),
-                format!("`{}` is under `{RESERVED_CHANNEL_PREFIX}`, which the runtime keeps for its timing reports (choose another name)", ch.name),
+                format!("`{}` is under `{RESERVED_CHANNEL_PREFIX}`, which the runtime keeps for its timing reports (choose another name)", echo::value(&ch.name)),
             );
         }
     }
@@ -351,7 +429,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                 &format!("processes[{i}].name"),
                 format!(
                     "process `{}` is already defined at processes[{first}] (names must be unique)",
-                    p.name
+                    echo::value(&p.name)
                 ),
             );
         }
@@ -362,7 +440,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
         let base = format!("processes[{i}]");
         // Placement.
         let cpus = r.process_cpus(p);
-        let beyond = cpus.difference(&all);
+        let beyond = match &board_cpus {
+            Some(all) => cpus.difference(all),
+            None => CpuSet::new(),
+        };
         if !beyond.is_empty() {
             c.error(
                 &format!("{base}.cpus"),
@@ -378,7 +459,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                     &format!("{base}.cpus"),
                     format!(
                         "real-time process `{}` ({} {}) would run on non-isolated CPUs {outside} (expected CPUs within the isolated set {isolated}, or `allow_housekeeping: true` to allow it)",
-                        p.name,
+                        echo::value(&p.name),
                         p.policy,
                         p.priority.unwrap_or(0)
                     ),
@@ -389,7 +470,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                     &base,
                     format!(
                         "real-time process `{}` has no `memlock`: mlockall fails beyond the default RLIMIT_MEMLOCK (set e.g. `memlock: 256MiB` or `unlimited`)",
-                        p.name
+                        echo::value(&p.name)
                     ),
                 );
             }
@@ -406,7 +487,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                     &format!("{base}.cpus"),
                     format!(
                         "non-real-time process `{}` runs on isolated CPUs {on_isolated}, where it competes with the real-time processes",
-                        p.name
+                        echo::value(&p.name)
                     ),
                 );
             }
@@ -421,16 +502,12 @@ fn cross_check(c: &mut Checker, r: &Robot) {
         for (field, list) in [("publishes", &p.publishes), ("subscribes", &p.subscribes)] {
             for (j, name) in list.iter().enumerate() {
                 if !channel_names.contains(name.as_str()) {
-                    let known: Vec<&str> = r.channels.iter().map(|c| c.name.as_str()).collect();
                     c.error(
                         &format!("{base}.{field}[{j}]"),
                         format!(
-                            "no channel `{name}` (expected one of the names under `channels:`: {})",
-                            if known.is_empty() {
-                                "none defined".to_string()
-                            } else {
-                                known.join(", ")
-                            }
+                            "no channel `{}` (expected one of the names under `channels:`: {})",
+                            echo::value(name),
+                            channel_list(&r.channels)
                         ),
                     );
                 }
@@ -442,12 +519,15 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             if dep == &p.name {
                 c.error(
                     &format!("{base}.after[{j}]"),
-                    format!("process `{dep}` cannot start after itself"),
+                    format!("process `{}` cannot start after itself", echo::value(dep)),
                 );
             } else if !procs.contains_key(dep.as_str()) {
                 c.error(
                     &format!("{base}.after[{j}]"),
-                    format!("no process `{dep}` (expected a name under `processes:`)"),
+                    format!(
+                        "no process `{}` (expected a name under `processes:`)",
+                        echo::value(dep)
+                    ),
                 );
             }
         }
@@ -457,7 +537,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             if channel_names.contains(name.as_str()) && !published.contains(name.as_str()) {
                 c.warn(
                     &format!("processes[{i}].subscribes[{j}]"),
-                    format!("no process publishes on `{name}`"),
+                    format!("no process publishes on `{}`", echo::value(name)),
                 );
             }
         }
@@ -468,7 +548,11 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             &format!("processes[{i}].after"),
             format!(
                 "start order has a cycle: {} (expected `after:` to form no loop)",
-                cycle.join(" -> ")
+                cycle
+                    .iter()
+                    .map(|n| echo::value(n))
+                    .collect::<Vec<_>>()
+                    .join(" -> ")
             ),
         );
     }
@@ -484,7 +568,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             let Some(&pi) = procs.get(fed.as_str()) else {
                 c.error(
                     &format!("{field}.feeds[{j}]"),
-                    format!("no process `{fed}` (expected a name under `processes:`)"),
+                    format!(
+                        "no process `{}` (expected a name under `processes:`)",
+                        echo::value(fed)
+                    ),
                 );
                 continue;
             };
@@ -500,7 +587,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                     &format!("{field}.priority"),
                     format!(
                         "process `{}` ({} {pp}) runs above the IRQ threads `{}` ({} {rp}) that feed it on CPUs {shared}: while it runs, its own input waits",
-                        p.name, p.policy, rule.pattern, rule.policy
+                        echo::value(&p.name),
+                        p.policy,
+                        echo::value(&rule.pattern),
+                        rule.policy
                     ),
                 );
             }
@@ -526,6 +616,24 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             );
         }
     }
+}
+
+/// The channel names a reference may use, for a message: the first few,
+/// each cut short, and how many more there are.
+fn channel_list(channels: &[controller::config::ChannelConfig]) -> String {
+    const SHOWN: usize = 8;
+    if channels.is_empty() {
+        return "none defined".into();
+    }
+    let mut list: Vec<String> = channels
+        .iter()
+        .take(SHOWN)
+        .map(|c| echo::value(&c.name))
+        .collect();
+    if channels.len() > SHOWN {
+        list.push(format!("and {} more", channels.len() - SHOWN));
+    }
+    list.join(", ")
 }
 
 /// A cycle in the `after:` graph, as a list of names ending where it began.
