@@ -598,10 +598,10 @@ fn sparse_maps_follow_the_content_not_the_disk_layout() {
 /// file in it has only its data blocks.
 #[test]
 fn a_sparse_file_stays_sparse_in_ext4() {
-    if !(which("mke2fs") && which("debugfs")) {
+    let (true, Some(debugfs)) = (which("mke2fs"), tool_path("debugfs")) else {
         eprintln!("skipping: mke2fs/debugfs not installed (Debian package e2fsprogs)");
         return;
-    }
+    };
     let t = tempfile::tempdir().unwrap();
     let Some(inputs) = sparse_inputs(t.path()) else {
         return;
@@ -615,7 +615,7 @@ fn a_sparse_file_stays_sparse_in_ext4() {
         "file system of {} bytes",
         s.bytes
     );
-    let stat = std::process::Command::new("debugfs")
+    let stat = std::process::Command::new(&debugfs)
         .arg("-R")
         .arg(format!("stat /{DISK}"))
         .arg(&out)
@@ -632,7 +632,7 @@ fn a_sparse_file_stays_sparse_in_ext4() {
     // 512-byte units: two 4 KiB data blocks (and maybe an extent block).
     assert!(blocks * 512 <= 3 * 4096, "{blocks} blocks: {stat}");
     let dumped = t.path().join("disk.img");
-    let st = std::process::Command::new("debugfs")
+    let st = std::process::Command::new(&debugfs)
         .arg("-R")
         .arg(format!("dump /{DISK} {}", dumped.display()))
         .arg(&out)
@@ -785,14 +785,18 @@ fn write_raw(dir: &Path, raw: &[u8]) -> std::path::PathBuf {
     p
 }
 
+/// Where `tool` is: on PATH or in /usr/sbin or /sbin, where e2fsprogs
+/// installs and which a user's PATH often lacks (Debian's does).
+pub fn tool_path(tool: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([Path::new("/usr/sbin").into(), Path::new("/sbin").into()])
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
 pub fn which(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .chain([Path::new("/usr/sbin").into(), Path::new("/sbin").into()])
-                .any(|d| d.join(tool).is_file())
-        })
-        .unwrap_or(false)
+    tool_path(tool).is_some()
 }
 
 /// The member names of a newc archive.
