@@ -176,13 +176,21 @@ pub fn parse(text: &str) -> Result<Node, YamlError> {
         match event {
             Ok((event, span)) => builder.on_event(event, span),
             Err(e) => {
+                // At the end of a text without a final line break, the
+                // scanner places the error on a line after the last.
+                let end = pos_at(text.as_bytes(), text.len());
+                let pos = Pos {
+                    line: e.marker().line(),
+                    col: e.marker().col() + 1,
+                };
                 return Err(YamlError {
-                    pos: Pos {
-                        line: e.marker().line(),
-                        col: e.marker().col() + 1,
+                    pos: if (pos.line, pos.col) > (end.line, end.col) {
+                        end
+                    } else {
+                        pos
                     },
                     message: format!("not valid YAML: {}", e.info()),
-                })
+                });
             }
         }
         if let Some(err) = builder.error.take() {
@@ -464,6 +472,9 @@ mod tests {
         assert!(parse("").unwrap_err().message.contains("empty"));
         let e = parse("a: [1, 2\n").unwrap_err();
         assert!(e.pos.line >= 1);
+        // An error at the end of the text is placed within it.
+        let e = parse("a:\n  b: x\n  c:d e").unwrap_err();
+        assert_eq!(e.pos, Pos { line: 3, col: 8 }, "{}", e.message);
     }
 
     #[test]
