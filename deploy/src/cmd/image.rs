@@ -29,7 +29,9 @@ pub struct ImageArgs {
     /// The `deploy` binary built for the board (installed as /usr/bin/deploy).
     #[arg(long, value_name = "P")]
     pub deploy_binary: PathBuf,
-    /// The image to write (refused if it exists, unless --force).
+    /// The image to write (refused if it exists, unless --force; always
+    /// refused inside the base or release directory, which it would be
+    /// made from).
     #[arg(long, value_name = "F")]
     pub out: PathBuf,
     /// tar, tar.zst, ext4 or cpio.gz [default: from the --out extension]
@@ -38,7 +40,7 @@ pub struct ImageArgs {
     /// ext4 size, e.g. `8GiB` [default: content plus 20% and 96 MiB]
     #[arg(long, value_name = "S", value_parser = parse_size)]
     pub size: Option<u64>,
-    /// Replace an existing output.
+    /// Replace an existing output (and its sidecars).
     #[arg(long)]
     pub force: bool,
     /// fsync the image before renaming it into place (survives a power cut
