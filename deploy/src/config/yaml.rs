@@ -170,25 +170,17 @@ pub fn pos_at(bytes: &[u8], offset: usize) -> Pos {
 /// The parser is driven event by event and stopped at the first problem,
 /// so a refused document costs no more than the part read up to it.
 pub fn parse(text: &str) -> Result<Node, YamlError> {
-    let mut builder = Builder::default();
+    let mut builder = Builder {
+        end: pos_at(text.as_bytes(), text.len()),
+        ..Builder::default()
+    };
     let parser = Parser::new_from_str(text);
     for event in parser {
         match event {
             Ok((event, span)) => builder.on_event(event, span),
             Err(e) => {
-                // At the end of a text without a final line break, the
-                // scanner places the error on a line after the last.
-                let end = pos_at(text.as_bytes(), text.len());
-                let pos = Pos {
-                    line: e.marker().line(),
-                    col: e.marker().col() + 1,
-                };
                 return Err(YamlError {
-                    pos: if (pos.line, pos.col) > (end.line, end.col) {
-                        end
-                    } else {
-                        pos
-                    },
+                    pos: builder.within(e.marker().line(), e.marker().col()),
                     message: format!("not valid YAML: {}", e.info()),
                 });
             }
@@ -266,6 +258,8 @@ enum Body {
 
 #[derive(Default)]
 struct Builder {
+    /// Where the text ends.
+    end: Pos,
     stack: Vec<Open>,
     docs: Vec<Node>,
     anchors: HashMap<usize, (Node, Cost)>,
@@ -276,6 +270,18 @@ struct Builder {
 }
 
 impl Builder {
+    /// The place of a parser marker (1-based line, 0-based column), within
+    /// the text: at its end, when there is no final line break, the scanner
+    /// puts errors and empty values on a line after the last.
+    fn within(&self, line: usize, col: usize) -> Pos {
+        let pos = Pos { line, col: col + 1 };
+        if (pos.line, pos.col) > (self.end.line, self.end.col) {
+            self.end
+        } else {
+            pos
+        }
+    }
+
     fn fail(&mut self, pos: Pos, message: String) {
         if self.error.is_none() {
             self.error = Some(YamlError { pos, message });
@@ -364,10 +370,7 @@ impl<'input> SpannedEventReceiver<'input> for Builder {
         if self.error.is_some() {
             return;
         }
-        let pos = Pos {
-            line: span.start.line(),
-            col: span.start.col() + 1,
-        };
+        let pos = self.within(span.start.line(), span.start.col());
         match ev {
             Event::Scalar(text, style, anchor, tag) => {
                 let plain = matches!(style, ScalarStyle::Plain) && tag.is_none();
@@ -472,9 +475,15 @@ mod tests {
         assert!(parse("").unwrap_err().message.contains("empty"));
         let e = parse("a: [1, 2\n").unwrap_err();
         assert!(e.pos.line >= 1);
-        // An error at the end of the text is placed within it.
+        // An error, or an empty value, at the end of the text is placed
+        // within it.
         let e = parse("a:\n  b: x\n  c:d e").unwrap_err();
         assert_eq!(e.pos, Pos { line: 3, col: 8 }, "{}", e.message);
+        let doc = parse("? ").unwrap();
+        let Kind::Map(entries) = &doc.kind else {
+            panic!("{doc:?}")
+        };
+        assert_eq!(entries[0].0.pos, Pos { line: 1, col: 3 });
     }
 
     #[test]
