@@ -1,18 +1,27 @@
 //! robot.yaml parsing and validation never panic, whatever the bytes, and
-//! every refusal names a place in the file.
+//! every refusal names a place in the file, in a bounded report: at most
+//! `MAX_DIAGNOSTICS` (and one line counting the rest), each one line of
+//! bounded length without control characters.
 #![no_main]
 
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 
+/// The most characters of a diagnostic's field or message: cut to
+/// `MAX_MESSAGE_CHARS` and a marker, each character escaped in at most 10
+/// (`\u{10ffff}`).
+const MAX_SHOWN_CHARS: usize = 10 * deploy::config::MAX_MESSAGE_CHARS + 64;
+
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
     // YAML breaks lines at LF, CRLF and a lone CR.
-    let lines = text.replace("\r\n", "\n").replace('\r', "\n").lines().count().max(1);
-    match deploy::config::load_str(Path::new("robot.yaml"), text.to_string()) {
+    let breaks = data
+        .iter()
+        .enumerate()
+        .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && data.get(i + 1) != Some(&b'\n')))
+        .count();
+    let lines = breaks + 1;
+    match deploy::config::load_bytes(Path::new("robot.yaml"), data.to_vec()) {
         Ok(loaded) => {
             // A valid description plans without panicking.
             let _ = deploy::cmd::plan::plan(&loaded.robot);
@@ -20,9 +29,18 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(deploy::config::ConfigLoadError::Invalid { diagnostics, .. }) => {
             assert!(!diagnostics.is_empty());
+            assert!(diagnostics.len() <= deploy::config::MAX_DIAGNOSTICS + 1);
             for d in diagnostics {
-                assert!(d.line >= 1 && d.line <= lines + 1, "line {} of {lines}: {d}", d.line);
+                assert!(
+                    d.line >= 1 && d.line <= lines,
+                    "line {} of {lines}: {d}",
+                    d.line
+                );
                 assert!(d.column >= 1);
+                for text in [&d.field, &d.message] {
+                    assert!(!text.chars().any(char::is_control), "{d}");
+                    assert!(text.chars().count() <= MAX_SHOWN_CHARS, "{d}");
+                }
             }
         }
         Err(e) => panic!("unexpected error kind: {e}"),
