@@ -19,28 +19,28 @@
 
 mod common;
 
-use common::{die, Example};
+use common::{die, Chatter, Example};
 
 fn main() {
     let ex = Example::setup("listener");
-    let (channel, process, every, count, ch, mut lp) = (
+    let (channel, process, every, count, mut lp) = (
         ex.channel_name,
         ex.process,
         ex.every,
         ex.count,
-        ex.channel,
         ex.event_loop,
     );
     let backend = lp.backend();
     println!("listener: process {process}, channel {channel}, backend {backend}");
-    let (mut got, mut lost, mut worst) = (0u64, 0u64, 0u64);
+    let (mut got, mut worst) = (0u64, 0u64);
     let watched = channel.clone();
-    let r = lp.watch(&ch, move |ctx, m| {
+    let mut lost = 0u64;
+    let r = lp.watch::<Chatter>(&channel, move |ctx, m| {
         got += 1;
-        lost += m.lost_before;
+        lost += ctx.lost_before();
+        let seq = m.seq;
         worst = worst.max(ctx.latency_ns());
         if got % every == 0 {
-            let seq = m.value::<[u64; 2]>().map_or(0, |v| v[0]);
             println!(
                 "listener: received {got} messages on {watched} (last seq {seq}, lost {lost}, worst latency {:.1}us, backend {backend})",
                 worst as f64 / 1000.0

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{arg, die, Example};
+use common::{arg, die, Chatter, Example};
 
 fn main() {
     let ex = Example::setup("talker");
@@ -27,19 +27,20 @@ fn main() {
     let period_us: u64 = arg(&args, "--period-us")
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let (channel, process, every, count, ch, mut lp) = (
+    let (channel, process, every, count, mut lp) = (
         ex.channel_name,
         ex.process,
         ex.every,
         ex.count,
-        ex.channel,
         ex.event_loop,
     );
     let backend = lp.backend();
     println!(
         "talker: process {process}, channel {channel}, backend {backend}, period {period_us}us"
     );
-    let mut sender = lp.make_sender(&ch).unwrap_or_else(|e| die("talker", e, 2));
+    let mut sender = lp
+        .make_sender::<Chatter>(&channel)
+        .unwrap_or_else(|e| die("talker", e, 2));
     let mut seq = 0u64;
     let mut errors = 0u64;
     lp.add_phased_loop(
@@ -47,8 +48,13 @@ fn main() {
         Duration::from_micros(period_us),
         Duration::ZERO,
         move |ctx| {
-            // Payload: sequence number and the deadline this send belongs to.
-            match sender.send_value(&[seq, ctx.event_time_ns()]) {
+            // Written in place in the channel's slot: no copy on send.
+            let sent = sender.loan().and_then(|mut m| {
+                m.seq = seq;
+                m.deadline_ns = ctx.event_time().as_nanos();
+                m.send()
+            });
+            match sent {
                 Ok(_) => seq += 1,
                 Err(_) => errors += 1,
             }

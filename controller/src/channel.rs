@@ -1,7 +1,7 @@
 //! Shared-memory publish/subscribe channels.
 //!
 //! One file per channel, `<shm_dir>/<name without its leading />.v<LAYOUT_VERSION>`
-//! (so `/imu/raw` is `<shm_dir>/imu/raw.v1`), mode 0660 and an optional
+//! (so `/imu/raw` is `<shm_dir>/imu/raw.v2`), mode 0660 and an optional
 //! group. The file holds, in order:
 //!
 //! ```text
@@ -73,11 +73,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{validate_channel_name, ChannelConfig, SLOT_HEADER_BYTES};
-use crate::shm::{Mapping, ShmSafe};
+use crate::shm::{Mapping, ShmAtomic, ShmSafe, TypeName};
 use crate::sys;
 
 /// Version of the file layout; part of the file name and the header.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// `RTDCHAN1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RTDCHAN1");
 /// Bytes of the header page.
@@ -150,10 +150,19 @@ struct Header {
     /// Waits armed on the futex word, all subscribers together.
     waiters: AtomicU64,
     _pad2: [AtomicU64; 7],
+    /// The message type, recorded by the first process that opens the
+    /// channel with one ([`Channel::bind_type`]): its layout hash (0 while
+    /// none is recorded; never 0 once one is), then size, alignment and
+    /// name (informational, written after the hash).
+    type_hash: AtomicU64,
+    type_size: AtomicU64,
+    type_align: AtomicU64,
+    type_name: [AtomicU64; 8],
+    _pad3: [AtomicU64; 5],
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays of them: no padding, no
 // pointers, no Drop, valid for every bit pattern.
-unsafe impl ShmSafe for Header {}
+unsafe impl ShmAtomic for Header {}
 
 #[repr(C)]
 struct PubEntry {
@@ -166,7 +175,7 @@ struct PubEntry {
     _pad: [AtomicU64; 3],
 }
 // SAFETY: as for Header.
-unsafe impl ShmSafe for PubEntry {}
+unsafe impl ShmAtomic for PubEntry {}
 
 #[repr(C)]
 struct SubEntry {
@@ -175,7 +184,7 @@ struct SubEntry {
     _pad: [AtomicU64; 6],
 }
 // SAFETY: as for Header.
-unsafe impl ShmSafe for SubEntry {}
+unsafe impl ShmAtomic for SubEntry {}
 
 #[repr(C)]
 struct SlotHeader {
@@ -187,7 +196,7 @@ struct SlotHeader {
     _pad: [AtomicU64; 4],
 }
 // SAFETY: as for Header.
-unsafe impl ShmSafe for SlotHeader {}
+unsafe impl ShmAtomic for SlotHeader {}
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES as usize);
 const _: () = assert!(std::mem::size_of::<PubEntry>() == 64);
@@ -380,6 +389,29 @@ pub enum ChannelAttachError {
     Proc { path: PathBuf },
     #[error("channel {path}: {fault}")]
     Fault { path: PathBuf, fault: ChannelFault },
+    #[error("channel {path} carries {recorded}; this process opened it as {wanted}")]
+    WrongType {
+        path: PathBuf,
+        recorded: String,
+        wanted: String,
+    },
+    #[error("channel {path} carries messages of at most {max} bytes; {wanted} needs {size}")]
+    TooSmall {
+        path: PathBuf,
+        max: u64,
+        wanted: String,
+        size: usize,
+    },
+}
+
+/// `` `Name` (24 bytes, align 8, layout 0x…) ``.
+fn describe_type(name: &TypeName, size: u64, align: u64, hash: u64) -> String {
+    let name = if name.as_bytes().is_empty() {
+        "(name not yet recorded)"
+    } else {
+        name.as_str()
+    };
+    format!("`{name}` ({size} bytes, align {align}, layout {hash:#018x})")
 }
 
 /// A state of a channel's shared memory that no correct writer produces,
@@ -564,7 +596,9 @@ impl Channel {
                 std::os::unix::fs::fchown(&file, None, Some(g))?;
             }
             file.set_len(geom.total_bytes())?;
-            let map = Mapping::map(&file, geom.total_bytes() as usize)?;
+            // SAFETY: this module touches channel memory only through
+            // ShmAtomic types and atomic word copies (see the module docs).
+            let map = unsafe { Mapping::map(&file, geom.total_bytes() as usize)? };
             Channel::init(&map, geom, name, proc_root);
             drop(map);
             file.sync_all()?;
@@ -759,7 +793,8 @@ impl Channel {
                 expected: HEADER_BYTES,
             });
         }
-        let head = Mapping::map_lazy(&file, HEADER_BYTES as usize).map_err(io_err)?;
+        // SAFETY: as in `create`.
+        let head = unsafe { Mapping::map_lazy(&file, HEADER_BYTES as usize) }.map_err(io_err)?;
         let h: &Header = head.at(0);
         let a = Ordering::Acquire; // pairs with the Release store of the magic in init
         let magic = h.magic.load(a);
@@ -844,10 +879,13 @@ impl Channel {
                 expected: total,
             });
         }
-        let map = if populate {
-            Mapping::map(&file, total as usize)
-        } else {
-            Mapping::map_lazy(&file, total as usize)
+        // SAFETY: as in `create`.
+        let map = unsafe {
+            if populate {
+                Mapping::map(&file, total as usize)
+            } else {
+                Mapping::map_lazy(&file, total as usize)
+            }
         }
         .map_err(io_err)?;
         Ok(Channel::from_map(map, geom, path.into(), name.into()))
@@ -887,7 +925,7 @@ impl Channel {
     }
 
     /// The futex word: the low 32 bits of the queue index, in the mapping.
-    pub fn futex_word(&self) -> *const u32 {
+    pub(crate) fn futex_word(&self) -> *const u32 {
         sys::low_word_ptr(&self.inner.header().next_index)
     }
 
@@ -918,7 +956,7 @@ impl Channel {
     /// Test instrumentation: checks, at a quiescent moment, that every slot
     /// is in exactly one place (the ring or one publisher's scratch) and
     /// that no publisher entry is mid-swap.
-    #[doc(hidden)]
+    #[cfg(feature = "fault-injection")]
     pub fn check_slot_ownership(&self) -> Result<(), String> {
         let inner = &self.inner;
         let mut seen = vec![0u32; inner.geom.slots() as usize];
@@ -956,6 +994,79 @@ impl Channel {
             .header()
             .recovered_mid_swap
             .load(Ordering::Relaxed)
+    }
+
+    /// Records `T` as this channel's message type, or checks it against
+    /// the type recorded by the first process that bound one: a process
+    /// opening a channel with another type (another name, size, alignment
+    /// or field layout) is refused with both types named. Channels opened
+    /// through the byte API (tools that handle any channel) bind nothing.
+    pub fn bind_type<T: ShmSafe>(&self) -> Result<(), ChannelAttachError> {
+        let inner = &self.inner;
+        let size = std::mem::size_of::<T>();
+        let align = std::mem::align_of::<T>() as u64;
+        let max = inner.geom.max_payload();
+        if size as u64 > max {
+            return Err(ChannelAttachError::TooSmall {
+                path: inner.path.clone(),
+                max,
+                wanted: format!("`{}`", T::TYPE_NAME),
+                size,
+            });
+        }
+        // 0 means "none recorded".
+        let want = T::LAYOUT_HASH.max(1);
+        let h = inner.header();
+        // SeqCst: one recorder among processes racing to bind.
+        match h
+            .type_hash
+            .compare_exchange(0, want, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => {
+                // Informational, after the hash: a loser of the race may
+                // read an empty name, never a wrong verdict.
+                h.type_size.store(size as u64, Ordering::Relaxed);
+                h.type_align.store(align, Ordering::Relaxed);
+                let mut nb = [0u8; 64];
+                let b = T::TYPE_NAME;
+                let b = b.as_bytes();
+                nb[..b.len()].copy_from_slice(b);
+                for (i, w) in h.type_name.iter().enumerate() {
+                    let word = u64::from_le_bytes(nb[i * 8..i * 8 + 8].try_into().unwrap());
+                    w.store(word, Ordering::Release);
+                }
+                Ok(())
+            }
+            Err(found) if found == want => Ok(()),
+            Err(found) => Err(ChannelAttachError::WrongType {
+                path: inner.path.clone(),
+                recorded: self
+                    .recorded_type()
+                    .map(|(n, s, a, _)| describe_type(&n, s, a, found))
+                    .unwrap_or_else(|| describe_type(&TypeName::new(""), 0, 0, found)),
+                wanted: describe_type(&T::TYPE_NAME, size as u64, align, want),
+            }),
+        }
+    }
+
+    /// The message type recorded in the header, if any: name, size,
+    /// alignment, layout hash.
+    pub fn recorded_type(&self) -> Option<(TypeName, u64, u64, u64)> {
+        let h = self.inner.header();
+        let hash = h.type_hash.load(Ordering::Acquire);
+        if hash == 0 {
+            return None;
+        }
+        let mut nb = [0u8; 64];
+        for (i, w) in h.type_name.iter().enumerate() {
+            nb[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
+        }
+        Some((
+            TypeName::from_bytes(&nb),
+            h.type_size.load(Ordering::Relaxed),
+            h.type_align.load(Ordering::Relaxed),
+            hash,
+        ))
     }
 
     /// Attaches a publisher: claims a free publisher entry, or reclaims one
@@ -1028,6 +1139,7 @@ impl Channel {
             wakes: 0,
             published: 0,
             errors: 0,
+            staging: Vec::new(),
         })
     }
 
@@ -1087,6 +1199,8 @@ impl Channel {
 
     fn make_reader(&self, entry: Option<u32>) -> Subscriber {
         let words = (self.inner.geom.max_payload() / 8) as usize;
+        // Register this thread's hazard entry now, not on the first read.
+        hazard::touch();
         Subscriber {
             ch: self.clone(),
             entry,
@@ -1304,7 +1418,7 @@ pub struct Published {
 
 /// Where [`Publisher::publish_stopping_after`] stops (test instrumentation
 /// for the crash-recovery paths).
-#[doc(hidden)]
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublishStep {
     /// Payload written and stamped with the target index.
@@ -1330,6 +1444,65 @@ pub struct Publisher {
     wakes: u64,
     published: u64,
     errors: u64,
+    /// Where a loan writes when an in-process reader still copies the
+    /// scratch slot (see `hazard`); sized by [`Publisher::reserve_loans`].
+    staging: Vec<u64>,
+}
+
+/// What [`Publisher::publish_inner`] publishes.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    /// Bytes to copy into the scratch slot.
+    Copy(&'a [u8]),
+    /// This many bytes already written in place by a loan.
+    InPlace(usize),
+}
+
+/// A message of type `T` being written in place in a publisher's scratch
+/// slot ([`Publisher::loan`]); [`Loan::send`] publishes it, dropping it
+/// publishes nothing.
+pub struct Loan<'a, T: ShmSafe> {
+    publisher: &'a mut Publisher,
+    /// Into the slot, or into the staging buffer.
+    ptr: *mut T,
+    in_place: bool,
+}
+
+impl<T: ShmSafe> std::ops::Deref for Loan<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: `ptr` points at a T-sized, 8-aligned region (the scratch
+        // slot's payload, at least size_of::<T>() bytes as checked by
+        // `loan`, or the staging buffer) that only this loan accesses in
+        // this process (see `hazard`), and any bit pattern is a valid T.
+        unsafe { &*self.ptr }
+    }
+}
+
+impl<T: ShmSafe> std::ops::DerefMut for Loan<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as for `deref`; the loan borrows the publisher mutably,
+        // so there is one `&mut` at a time.
+        unsafe { &mut *self.ptr }
+    }
+}
+
+impl<T: ShmSafe> Loan<'_, T> {
+    /// Whether the message is written in place (no copy on send), or
+    /// staged because a reader of this process was still copying the slot.
+    pub fn in_place(&self) -> bool {
+        self.in_place
+    }
+
+    /// Publishes the message (see [`Publisher::publish`]).
+    pub fn send(self) -> Result<Published, PublishError> {
+        let size = std::mem::size_of::<T>();
+        if self.in_place {
+            self.publisher.publish_inner(Payload::InPlace(size), None)
+        } else {
+            self.publisher.publish_staged(size)
+        }
+    }
 }
 
 impl std::fmt::Debug for Publisher {
@@ -1368,27 +1541,92 @@ impl Publisher {
     /// Publishes `payload`: lock-free, allocation-free, and a futex wake
     /// syscall only when some subscriber has a wait armed.
     pub fn publish(&mut self, payload: &[u8]) -> Result<Published, PublishError> {
-        self.publish_inner(payload, None)
+        self.publish_inner(Payload::Copy(payload), None)
+    }
+
+    /// Sizes the staging buffer a loan of `T` falls back to, so that no
+    /// loan allocates (call it when setting up, off the real-time path).
+    pub fn reserve_loans<T: ShmSafe>(&mut self) {
+        let words = std::mem::size_of::<T>().div_ceil(8);
+        if self.staging.len() < words {
+            self.staging = vec![0u64; words];
+        }
+    }
+
+    /// Lends the scratch slot for writing one `T` in place: no copy on
+    /// send. When a thread of this process may still be copying the slot
+    /// (a slow reader of the message that last left it), the loan writes
+    /// into a staging buffer instead and send copies it (see `hazard`,
+    /// and [`Loan::in_place`]). Fails when `T` does not fit the channel.
+    ///
+    /// The loan's contents start as whatever the slot held (any bit
+    /// pattern is a valid `T`): write every field.
+    pub fn loan<T: ShmSafe>(&mut self) -> Result<Loan<'_, T>, PublishError> {
+        const {
+            assert!(
+                std::mem::align_of::<T>() <= 8,
+                "loaned types are at most 8-aligned"
+            )
+        };
+        let inner = &*self.ch.inner;
+        let size = std::mem::size_of::<T>();
+        let max = inner.geom.max_payload();
+        if size as u64 > max {
+            return Err(PublishError::TooLarge { len: size, max });
+        }
+        let s = self.scratch;
+        let sh = inner.slot(s);
+        // SeqCst, then the scan (SeqCst): see `hazard`.
+        sh.qi.store(INVALID, Ordering::SeqCst);
+        let slot_addr = sh as *const SlotHeader as usize;
+        if !hazard::in_use(slot_addr) {
+            let ptr = inner.payload(s).as_ptr() as *mut T;
+            return Ok(Loan {
+                publisher: self,
+                ptr,
+                in_place: true,
+            });
+        }
+        self.reserve_loans::<T>();
+        let ptr = self.staging.as_mut_ptr() as *mut T;
+        Ok(Loan {
+            publisher: self,
+            ptr,
+            in_place: false,
+        })
+    }
+
+    /// Publishes the first `size` bytes of the staging buffer.
+    fn publish_staged(&mut self, size: usize) -> Result<Published, PublishError> {
+        // The buffer is this publisher's own: take it out for the call
+        // (no allocation: an empty Vec takes its place).
+        let staging = std::mem::take(&mut self.staging);
+        // SAFETY: the buffer holds staging.len() * 8 >= size initialised
+        // bytes (zeroed at reservation, then written through the loan).
+        let bytes = unsafe { std::slice::from_raw_parts(staging.as_ptr() as *const u8, size) };
+        let r = self.publish_inner(Payload::Copy(bytes), None);
+        self.staging = staging;
+        r
     }
 
     /// Test instrumentation: publishes like [`Publisher::publish`] but
     /// stops dead after `step`, as a publisher killed there would, and
     /// returns `Ok(None)` when it stopped.
-    #[doc(hidden)]
+    #[cfg(feature = "fault-injection")]
     pub fn publish_stopping_after(
         &mut self,
         payload: &[u8],
         step: PublishStep,
     ) -> Result<Option<Published>, PublishError> {
         let before = self.published;
-        let r = self.publish_inner(payload, Some(step))?;
+        let r = self.publish_inner(Payload::Copy(payload), Some(step))?;
         Ok((self.published > before).then_some(r))
     }
 
     /// Test instrumentation: leaves this publisher's entry owned by a
     /// process that does not exist (`pid`, start time 1), as a killed
     /// publisher leaves it, without running any cleanup.
-    #[doc(hidden)]
+    #[cfg(feature = "fault-injection")]
     pub fn abandon_as_dead(self, pid: u32) {
         self.ch
             .inner
@@ -1413,46 +1651,50 @@ impl Publisher {
     #[inline(always)]
     fn publish_inner(
         &mut self,
-        payload: &[u8],
+        payload: Payload,
         stop: Option<PublishStep>,
     ) -> Result<Published, PublishError> {
         let stopped = |at: PublishStep| stop == Some(at);
         let inner = &*self.ch.inner;
         let max = inner.geom.max_payload();
-        if payload.len() as u64 > max {
+        let len = match payload {
+            Payload::Copy(p) => p.len(),
+            Payload::InPlace(n) => n,
+        };
+        if len as u64 > max {
             self.errors += 1;
             inner
                 .pub_entry(self.entry)
                 .errors
                 .fetch_add(1, Ordering::Relaxed); // a statistic
-            return Err(PublishError::TooLarge {
-                len: payload.len(),
-                max,
-            });
+            return Err(PublishError::TooLarge { len, max });
         }
         let s = self.scratch;
         let sh = inner.slot(s);
-        // Seqlock write side: invalidate the stamp, then a Release fence,
-        // then the data. A reader that sees any of the new data and then
-        // fences (Acquire) sees the INVALID stamp (or later), so it never
-        // accepts a slot we are rewriting.
-        sh.qi.store(INVALID, Ordering::Relaxed);
-        fence(Ordering::Release);
-        let words = inner.payload(s);
-        let mut chunks = payload.chunks_exact(8);
-        let mut w = 0;
-        for c in &mut chunks {
-            // Relaxed: ordered before the stamp by its Release store below.
-            words[w].store(u64::from_ne_bytes(c.try_into().unwrap()), Ordering::Relaxed);
-            w += 1;
+        if let Payload::Copy(payload) = payload {
+            // Seqlock write side: invalidate the stamp, then a Release
+            // fence, then the data. A reader that sees any of the new data
+            // and then fences (Acquire) sees the INVALID stamp (or later),
+            // so it never accepts a slot we are rewriting. (A loan did the
+            // same before handing out the slot.)
+            sh.qi.store(INVALID, Ordering::Relaxed);
+            fence(Ordering::Release);
+            let words = inner.payload(s);
+            let mut chunks = payload.chunks_exact(8);
+            let mut w = 0;
+            for c in &mut chunks {
+                // Relaxed: ordered before the stamp by its Release store below.
+                words[w].store(u64::from_ne_bytes(c.try_into().unwrap()), Ordering::Relaxed);
+                w += 1;
+            }
+            let rest = chunks.remainder();
+            if !rest.is_empty() {
+                let mut b = [0u8; 8];
+                b[..rest.len()].copy_from_slice(rest);
+                words[w].store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            }
         }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            words[w].store(u64::from_ne_bytes(b), Ordering::Relaxed);
-        }
-        sh.size.store(payload.len() as u64, Ordering::Relaxed);
+        sh.size.store(len as u64, Ordering::Relaxed);
         sh.pid.store(self.pid, Ordering::Relaxed);
         let h = inner.header();
         let pe = inner.pub_entry(self.entry);
@@ -1658,10 +1900,31 @@ pub struct Message<'a> {
     pub data: &'a [u8],
 }
 
-impl Message<'_> {
-    /// The payload as a typed value, when its size matches.
-    pub fn value<T: ShmSafe + Copy>(&self) -> Option<T> {
+impl<'a> Message<'a> {
+    /// The payload as a typed value (a copy), when its size matches.
+    pub fn value<T: ShmSafe>(&self) -> Option<T> {
         crate::shm::from_bytes(self.data)
+    }
+
+    /// The payload viewed as a `T` in place (no copy: it is the reader's
+    /// own copy of the message), when its size matches and it is aligned
+    /// for `T` (a subscriber's buffer is 8-aligned).
+    pub fn get<T: ShmSafe>(&self) -> Option<&'a T> {
+        let p = self.data.as_ptr();
+        if self.data.len() != std::mem::size_of::<T>()
+            || (p as usize) % std::mem::align_of::<T>() != 0
+        {
+            return None;
+        }
+        // SAFETY: size and alignment checked; the bytes are initialised
+        // (a subscriber's own buffer) and any bit pattern is a valid T
+        // (ShmSafe); the reference borrows the buffer for 'a.
+        Some(unsafe { &*(p as *const T) })
+    }
+
+    /// The send time as a [`crate::Monotonic`] instant.
+    pub fn send_time(&self) -> crate::Monotonic {
+        crate::Monotonic::from_nanos(self.send_time_ns)
     }
 }
 
@@ -1735,12 +1998,16 @@ impl Subscriber {
         }
         let x = entry_slot(e);
         let sh = inner.slot(x);
-        // Seqlock read side: Acquire on the stamp pairs with the
-        // publisher's Release store of it (data visible); after the copy an
-        // Acquire fence, then the stamp again: if any word we read came from
-        // a later rewrite, the fence makes that writer's INVALID store
-        // visible to this second load.
-        if sh.qi.load(Ordering::Acquire) != i {
+        // Announce the slot before looking at its stamp (see `hazard`): a
+        // loan of this slot in this process either sees the announcement
+        // or has made the stamp INVALID before our SeqCst load below.
+        let _reading = hazard::Reading::announce(sh as *const SlotHeader as usize);
+        // Seqlock read side: the stamp load (SeqCst, so also Acquire)
+        // pairs with the publisher's Release store of it (data visible);
+        // after the copy an Acquire fence, then the stamp again: if any
+        // word we read came from a later rewrite, the fence makes that
+        // writer's INVALID store visible to this second load.
+        if sh.qi.load(Ordering::SeqCst) != i {
             return ReadOne::Gone;
         }
         let time = sh.send_time_ns.load(Ordering::Relaxed);
@@ -1851,7 +2118,7 @@ impl Subscriber {
 
     /// The message last read by [`Subscriber::next_meta`] or
     /// [`Subscriber::latest_meta`], described by `meta`.
-    pub fn staged(&self, meta: &MessageMeta) -> Message<'_> {
+    pub(crate) fn staged(&self, meta: &MessageMeta) -> Message<'_> {
         let size = meta.size.min(self.buf.len() * 8);
         // SAFETY: `buf` holds buf.len() * 8 initialised bytes and `size` is
         // clamped to that; u8 has no alignment requirement.
@@ -1910,7 +2177,7 @@ impl Subscriber {
 
     /// The value to arm a futex wait with: the low 32 bits of the next
     /// index this subscriber expects.
-    pub fn wait_value(&self) -> u32 {
+    pub(crate) fn wait_value(&self) -> u32 {
         self.next as u32
     }
 
@@ -1922,7 +2189,7 @@ impl Subscriber {
     /// load of the index (see the matching comment in
     /// [`Publisher::publish`]): a publisher either sees our count or we see
     /// its message.
-    pub fn begin_wait(&mut self) -> bool {
+    pub(crate) fn begin_wait(&mut self) -> bool {
         let inner = &*self.ch.inner;
         if inner.map.is_broken() {
             return false; // the next read reports the truncation
@@ -1943,7 +2210,7 @@ impl Subscriber {
     }
 
     /// Counts an armed wait as finished (its completion arrived).
-    pub fn end_wait(&mut self) {
+    pub(crate) fn end_wait(&mut self) {
         if self.armed == 0 {
             return;
         }
@@ -1985,4 +2252,149 @@ pub fn file_mode(path: &Path) -> io::Result<(u32, u32)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path)?;
     Ok((m.mode() & 0o7777, m.gid()))
+}
+
+/// Slots being copied by readers of this process.
+///
+/// A loan ([`Publisher::loan`]) hands out a plain `&mut` to the publisher's
+/// scratch slot, so that a message is written in place once instead of
+/// being built elsewhere and copied. The slot is the publisher's alone
+/// (in no ring position, its entry held), but a reader *of this process*
+/// that took the slot from the ring before it was evicted may still be
+/// copying it; its atomic loads against our plain stores would be a data
+/// race. So each reading thread announces the slot it copies here before
+/// it checks the slot's stamp, and clears it after its last load; a loan
+/// first makes the stamp INVALID, then scans the announcements, both
+/// SeqCst (the store-buffer pattern: either the loan sees the reader, or
+/// the reader sees INVALID and copies nothing). A loan that finds its slot
+/// announced writes into a staging buffer instead, copied on send.
+///
+/// Readers in other processes are outside this process's memory model:
+/// their copies are validated by the seqlock and discarded when torn, and
+/// what they store into the slot (a hostile peer) only changes the bytes
+/// of a value that is valid for every bit pattern.
+mod hazard {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// Reading threads one process may have at once with loans still
+    /// zero-copy (more make every loan of the process stage).
+    const ENTRIES: usize = 256;
+    static READING: [AtomicUsize; ENTRIES] = [const { AtomicUsize::new(0) }; ENTRIES];
+    static CLAIMED: [AtomicBool; ENTRIES] = [const { AtomicBool::new(false) }; ENTRIES];
+    /// A reading thread found no free entry (or no thread-local storage):
+    /// loans can no longer know every reader, so they all stage.
+    static OVERFLOW: AtomicBool = AtomicBool::new(false);
+
+    struct Entry(Cell<Option<usize>>);
+
+    impl Entry {
+        fn claim() -> Entry {
+            for (i, c) in CLAIMED.iter().enumerate() {
+                // SeqCst: a claim among threads.
+                if c.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    return Entry(Cell::new(Some(i)));
+                }
+            }
+            OVERFLOW.store(true, Ordering::SeqCst);
+            Entry(Cell::new(None))
+        }
+    }
+
+    impl Drop for Entry {
+        fn drop(&mut self) {
+            if let Some(i) = self.0.take() {
+                READING[i].store(0, Ordering::SeqCst);
+                CLAIMED[i].store(false, Ordering::SeqCst);
+            }
+        }
+    }
+
+    thread_local! {
+        static ENTRY: Entry = Entry::claim();
+    }
+
+    /// Registers the calling thread (once per thread).
+    pub(super) fn touch() {
+        if ENTRY.try_with(|_| ()).is_err() {
+            OVERFLOW.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The announcement of one copy; cleared on drop.
+    pub(super) struct Reading(Option<usize>);
+
+    impl Reading {
+        #[inline]
+        pub(super) fn announce(slot: usize) -> Reading {
+            let i = ENTRY.try_with(|e| e.0.get()).ok().flatten();
+            match i {
+                // SeqCst: ordered before the reader's SeqCst stamp load.
+                Some(i) => READING[i].store(slot, Ordering::SeqCst),
+                None => OVERFLOW.store(true, Ordering::SeqCst),
+            }
+            Reading(i)
+        }
+    }
+
+    impl Drop for Reading {
+        #[inline]
+        fn drop(&mut self) {
+            if let Some(i) = self.0 {
+                // Release: after the reader's last load of the slot.
+                READING[i].store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether a thread of this process may be copying `slot` (call after
+    /// making its stamp INVALID with a SeqCst store).
+    pub(super) fn in_use(slot: usize) -> bool {
+        OVERFLOW.load(Ordering::SeqCst) || READING.iter().any(|r| r.load(Ordering::SeqCst) == slot)
+    }
+}
+
+#[cfg(test)]
+mod loan_tests {
+    use super::*;
+
+    #[test]
+    fn a_loan_stages_while_a_reader_of_this_process_copies_its_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = ChannelGeometry::new(64, 4, 1);
+        let proc_root = Path::new("/proc");
+        let (ch, _) = Channel::create(dir.path(), "/l", &g, None, proc_root).unwrap();
+        let mut p = ch.publisher(proc_root).unwrap();
+        let mut sub = ch.subscriber(proc_root).unwrap();
+        p.reserve_loans::<[u64; 8]>();
+        // A reader (another thread here) is still copying the slot that is
+        // now the publisher's scratch.
+        let slot = ch.inner.slot(p.scratch) as *const SlotHeader as usize;
+        let reading = std::thread::spawn(move || {
+            let r = hazard::Reading::announce(slot);
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(r);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut loan = p.loan::<[u64; 8]>().unwrap();
+        assert!(!loan.in_place(), "the loan wrote into a slot being copied");
+        *loan = [7; 8];
+        loan.send().unwrap();
+        reading.join().unwrap();
+        assert_eq!(
+            sub.next_message().unwrap().unwrap().value::<[u64; 8]>(),
+            Some([7; 8])
+        );
+        // With the reader gone, the next loan is in place.
+        let mut loan = p.loan::<[u64; 8]>().unwrap();
+        assert!(loan.in_place());
+        *loan = [9; 8];
+        loan.send().unwrap();
+        assert_eq!(
+            sub.next_message().unwrap().unwrap().value::<[u64; 8]>(),
+            Some([9; 8])
+        );
+    }
 }

@@ -32,6 +32,7 @@
 
 use std::cell::Cell;
 use std::io;
+use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
@@ -40,11 +41,12 @@ use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 
 use crate::channel::{
-    Channel, ChannelAttachError, ChannelFault, Message, MessageMeta, PublishError, Published,
-    Publisher, Subscriber,
+    Channel, ChannelAttachError, ChannelFault, ChannelOpenError, Loan, Message, MessageMeta,
+    PublishError, Published, Publisher, Subscriber,
 };
 use crate::shm::ShmSafe;
 use crate::sys::{self, FutexWaitv, WaitvResult};
+use crate::time::Monotonic;
 use crate::timing_report::{self, EntryKind, EntryStats, RawReport};
 
 /// How the loop sleeps.
@@ -166,6 +168,15 @@ pub enum EventLoopRunError {
     },
 }
 
+/// Opening a channel by name for a loop failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopChannelError {
+    #[error(transparent)]
+    Open(#[from] ChannelOpenError),
+    #[error(transparent)]
+    Attach(#[from] ChannelAttachError),
+}
+
 /// How often a loop looks at its watched channels' indexes itself unless
 /// told otherwise (see [`LoopOptions::wake_check`]).
 pub const DEFAULT_WAKE_CHECK: Duration = Duration::from_millis(50);
@@ -189,6 +200,8 @@ pub struct LoopOptions {
     pub timing: Option<TimingOptions>,
     /// `/proc`, for publisher/subscriber ownership.
     pub proc_root: PathBuf,
+    /// Where channels opened by name live (`<prefix>/dev/shm/rtdeploy`).
+    pub shm_dir: PathBuf,
     /// How often the loop looks at the index of each watched channel
     /// itself, so that a message whose wake was lost (a corrupted waiter
     /// count, a publisher killed before its wake) is handled at most this
@@ -203,6 +216,7 @@ impl Default for LoopOptions {
             backend: None,
             timing: None,
             proc_root: PathBuf::from("/proc"),
+            shm_dir: PathBuf::from("/dev/shm/rtdeploy"),
             wake_check: Some(DEFAULT_WAKE_CHECK),
         }
     }
@@ -210,12 +224,15 @@ impl Default for LoopOptions {
 
 impl LoopOptions {
     /// Options from the environment the supervisor sets:
-    /// `RTDEPLOY_SHM_DIR` and `RTDEPLOY_PROCESS` (timing reports are
-    /// published when both are set), `RTDEPLOY_BACKEND` (`io_uring-futex`
+    /// `RTDEPLOY_SHM_DIR` (where channels are) and `RTDEPLOY_PROCESS`
+    /// (timing reports are published when both are set), `RTDEPLOY_BACKEND` (`io_uring-futex`
     /// or `futex_waitv`) to force a backend, `RTDEPLOY_WAKE_CHECK`
     /// (microseconds, 0 for none) for [`LoopOptions::wake_check`].
     pub fn from_env() -> LoopOptions {
         let mut o = LoopOptions::default();
+        if let Ok(dir) = std::env::var("RTDEPLOY_SHM_DIR") {
+            o.shm_dir = dir.into();
+        }
         if let (Ok(dir), Ok(process)) = (
             std::env::var("RTDEPLOY_SHM_DIR"),
             std::env::var("RTDEPLOY_PROCESS"),
@@ -245,10 +262,35 @@ impl LoopOptions {
 pub struct Ctx<'a> {
     now_ns: u64,
     event_ns: u64,
+    missed: u64,
+    lost: u64,
     exit: &'a mut bool,
 }
 
 impl Ctx<'_> {
+    /// When the handler started.
+    pub fn now(&self) -> Monotonic {
+        Monotonic::from_nanos(self.now_ns)
+    }
+    /// The event's time: the message's send time or the timer's deadline.
+    pub fn event_time(&self) -> Monotonic {
+        Monotonic::from_nanos(self.event_ns)
+    }
+    /// Wakeup latency: event time to handler start.
+    pub fn latency(&self) -> Duration {
+        Duration::from_nanos(self.latency_ns())
+    }
+    /// For a timer or phased loop: the periods skipped since its previous
+    /// run because the loop was late (their deadlines passed unhandled);
+    /// 0 for messages.
+    pub fn missed_cycles(&self) -> u64 {
+        self.missed
+    }
+    /// For a message: how many messages of its channel were overwritten
+    /// before this loop read them, just before this one; 0 for timers.
+    pub fn lost_before(&self) -> u64 {
+        self.lost
+    }
     /// `CLOCK_MONOTONIC` when the handler started.
     pub fn now_ns(&self) -> u64 {
         self.now_ns
@@ -282,6 +324,9 @@ struct Watcher {
     staged: Option<MessageMeta>,
     /// The channel was truncated: no longer watched.
     failed: Option<ChannelFault>,
+    /// A typed watcher's message size: other sizes are counted as errors
+    /// and not handled.
+    expect_size: Option<usize>,
     stats: EntryStats,
     total: u64,
 }
@@ -295,8 +340,44 @@ struct Timer {
     armed: bool,
     due: bool,
     active: bool,
+    /// Bumped when the timer is rescheduled or disabled, so that the
+    /// completion of a timeout armed before is recognised as stale.
+    gen: u32,
+    /// Periods skipped before the next run (told to the handler).
+    missed: u64,
+    control: Rc<Cell<TimerCommand>>,
     stats: EntryStats,
     total: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimerCommand {
+    None,
+    Disable,
+    Schedule { deadline: u64, period: u64 },
+}
+
+/// A timer of a loop: disable it or reschedule it, from its own handler,
+/// another handler or the code that set up the loop (not `Send`: the loop
+/// lives on one thread). The change applies before the loop next waits.
+#[derive(Clone)]
+pub struct TimerHandle {
+    control: Rc<Cell<TimerCommand>>,
+}
+
+impl TimerHandle {
+    /// Stops the timer: no more firings until it is scheduled again.
+    pub fn disable(&self) {
+        self.control.set(TimerCommand::Disable);
+    }
+
+    /// Next due at `deadline`, then every `period` if given.
+    pub fn schedule(&self, deadline: Monotonic, period: Option<Duration>) {
+        self.control.set(TimerCommand::Schedule {
+            deadline: deadline.as_nanos(),
+            period: period.map_or(0, |p| p.as_nanos().clamp(1, u64::MAX as u128) as u64),
+        });
+    }
 }
 
 #[derive(Default)]
@@ -313,22 +394,23 @@ pub struct Sender {
     counters: Rc<SenderCounters>,
 }
 
+impl SenderCounters {
+    fn sent(&self) {
+        self.count.set(self.count.get() + 1);
+        self.window_count.set(self.window_count.get() + 1);
+    }
+    fn error(&self) {
+        self.errors.set(self.errors.get() + 1);
+        self.window_errors.set(self.window_errors.get() + 1);
+    }
+}
+
 impl Sender {
     pub fn send(&mut self, payload: &[u8]) -> Result<Published, PublishError> {
         let r = self.publisher.publish(payload);
         match r {
-            Ok(_) => {
-                self.counters.count.set(self.counters.count.get() + 1);
-                self.counters
-                    .window_count
-                    .set(self.counters.window_count.get() + 1);
-            }
-            Err(_) => {
-                self.counters.errors.set(self.counters.errors.get() + 1);
-                self.counters
-                    .window_errors
-                    .set(self.counters.window_errors.get() + 1);
-            }
+            Ok(_) => self.counters.sent(),
+            Err(_) => self.counters.error(),
         }
         r
     }
@@ -337,6 +419,96 @@ impl Sender {
     }
     pub fn publisher(&self) -> &Publisher {
         &self.publisher
+    }
+}
+
+/// A sender of `T` messages made by a loop ([`EventLoop::make_sender`]).
+pub struct TypedSender<T: ShmSafe> {
+    sender: Sender,
+    _type: PhantomData<fn(&T)>,
+}
+
+impl<T: ShmSafe> TypedSender<T> {
+    /// Publishes a copy of `v`.
+    pub fn send(&mut self, v: &T) -> Result<Published, PublishError> {
+        self.sender.send(crate::shm::as_bytes(v))
+    }
+
+    /// Lends the channel's next slot to write a `T` in place, with no copy
+    /// on send (see [`Publisher::loan`]).
+    pub fn loan(&mut self) -> Result<SenderLoan<'_, T>, PublishError> {
+        let counters = self.sender.counters.clone();
+        match self.sender.publisher.loan::<T>() {
+            Ok(loan) => Ok(SenderLoan { loan, counters }),
+            Err(e) => {
+                counters.error();
+                Err(e)
+            }
+        }
+    }
+
+    pub fn publisher(&self) -> &Publisher {
+        &self.sender.publisher
+    }
+}
+
+/// A loaned message of a [`TypedSender`]: write it through `*loan`, then
+/// [`SenderLoan::send`].
+pub struct SenderLoan<'a, T: ShmSafe> {
+    loan: Loan<'a, T>,
+    counters: Rc<SenderCounters>,
+}
+
+impl<T: ShmSafe> std::ops::Deref for SenderLoan<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.loan
+    }
+}
+
+impl<T: ShmSafe> std::ops::DerefMut for SenderLoan<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.loan
+    }
+}
+
+impl<T: ShmSafe> SenderLoan<'_, T> {
+    /// Whether the message is written in place (see [`Loan::in_place`]).
+    pub fn in_place(&self) -> bool {
+        self.loan.in_place()
+    }
+
+    pub fn send(self) -> Result<Published, PublishError> {
+        let r = self.loan.send();
+        match r {
+            Ok(_) => self.counters.sent(),
+            Err(_) => self.counters.error(),
+        }
+        r
+    }
+}
+
+/// A reader of `T` messages that never wakes the loop
+/// ([`EventLoop::make_fetcher`]).
+pub struct TypedFetcher<T: ShmSafe> {
+    reader: Subscriber,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T: ShmSafe> TypedFetcher<T> {
+    /// The newest message not fetched yet; `Ok(None)` when there is none
+    /// or it is not a `T` (another size: a byte-API publisher's).
+    pub fn fetch_latest(&mut self) -> Result<Option<&T>, ChannelFault> {
+        Ok(self.reader.latest()?.and_then(|m| m.get::<T>()))
+    }
+
+    /// The next message in order (see [`Subscriber::next_message`]).
+    pub fn fetch_next(&mut self) -> Result<Option<&T>, ChannelFault> {
+        Ok(self.reader.next_message()?.and_then(|m| m.get::<T>()))
+    }
+
+    pub fn lost(&self) -> u64 {
+        self.reader.lost()
     }
 }
 
@@ -360,10 +532,16 @@ impl Fetcher {
     }
 }
 
+// user_data: kind in the top byte, a timer's generation in bits 24..56,
+// the watcher's or timer's index in the low 24 bits.
 const KIND_SHIFT: u32 = 56;
 const KIND_WATCH: u64 = 1 << KIND_SHIFT;
 const KIND_TIMER: u64 = 2 << KIND_SHIFT;
-const INDEX_MASK: u64 = (1 << KIND_SHIFT) - 1;
+/// A timeout removal (its completion carries nothing).
+const KIND_CANCEL: u64 = 3 << KIND_SHIFT;
+const INDEX_MASK: u64 = (1 << 24) - 1;
+const GEN_SHIFT: u32 = 24;
+const GEN_MASK: u64 = (1 << 32) - 1;
 /// `FUTEX_BITSET_MATCH_ANY`.
 const MATCH_ANY: u64 = 0xffff_ffff;
 
@@ -387,6 +565,7 @@ pub struct EventLoop {
     waitv_owner: Vec<usize>,
     exit: bool,
     proc_root: PathBuf,
+    shm_dir: PathBuf,
     reporting: Option<Reporting>,
     report_timer: Option<usize>,
     wake_check: Option<Duration>,
@@ -430,6 +609,7 @@ impl EventLoop {
             waitv_owner: Vec::new(),
             exit: false,
             proc_root: opts.proc_root.clone(),
+            shm_dir: opts.shm_dir.clone(),
             reporting: None,
             report_timer: None,
             wake_check: opts.wake_check,
@@ -490,9 +670,74 @@ impl EventLoop {
         self.backend
     }
 
+    /// Opens channel `name` in the loop's shm directory (the supervisor
+    /// created it from robot.yaml).
+    pub fn open_channel(&self, name: &str) -> Result<Channel, ChannelOpenError> {
+        Channel::open(&self.shm_dir, name)
+    }
+
+    /// Calls `handler` with every `T` published on channel `name` from now
+    /// on, in order, woken by a futex wait kept armed on the channel. The
+    /// channel records `T` ([`Channel::bind_type`]): a channel carrying
+    /// another type is refused here, naming both. The `&T` is the loop's
+    /// own copy of the message.
+    pub fn watch<T: ShmSafe>(
+        &mut self,
+        name: &str,
+        mut handler: impl FnMut(&mut Ctx, &T) + 'static,
+    ) -> Result<(), LoopChannelError> {
+        const {
+            assert!(
+                std::mem::align_of::<T>() <= 8,
+                "channel types are at most 8-aligned"
+            )
+        };
+        let ch = self.open_channel(name)?;
+        ch.bind_type::<T>()?;
+        self.watch_raw(&ch, move |ctx, m| {
+            if let Some(v) = m.get::<T>() {
+                handler(ctx, v)
+            }
+        })?;
+        if let Some(w) = self.watchers.last_mut() {
+            w.expect_size = Some(std::mem::size_of::<T>());
+        }
+        Ok(())
+    }
+
+    /// A sender of `T` on channel `name` (typed like [`EventLoop::watch`]);
+    /// its counts appear in this loop's reports.
+    pub fn make_sender<T: ShmSafe>(
+        &mut self,
+        name: &str,
+    ) -> Result<TypedSender<T>, LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_type::<T>()?;
+        let mut sender = self.make_raw_sender(&ch)?;
+        sender.publisher.reserve_loans::<T>();
+        Ok(TypedSender {
+            sender,
+            _type: PhantomData,
+        })
+    }
+
+    /// A reader of `T` on channel `name` that never wakes the loop.
+    pub fn make_fetcher<T: ShmSafe>(
+        &mut self,
+        name: &str,
+    ) -> Result<TypedFetcher<T>, LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_type::<T>()?;
+        Ok(TypedFetcher {
+            reader: ch.reader(),
+            _type: PhantomData,
+        })
+    }
+
     /// Calls `handler` for every message published on `channel` from now
-    /// on, in order, woken by a futex wait kept armed on the channel.
-    pub fn watch(
+    /// on, in order, as bytes: the API for tools that handle any channel
+    /// (loggers, bridges). Controllers use [`EventLoop::watch`].
+    pub fn watch_raw(
         &mut self,
         channel: &Channel,
         handler: impl FnMut(&mut Ctx, &Message) + 'static,
@@ -506,14 +751,16 @@ impl EventLoop {
             ready: false,
             staged: None,
             failed: None,
+            expect_size: None,
             stats: EntryStats::default(),
             total: 0,
         });
         Ok(())
     }
 
-    /// A publisher whose counts appear in this loop's reports.
-    pub fn make_sender(&mut self, channel: &Channel) -> Result<Sender, ChannelAttachError> {
+    /// A byte publisher whose counts appear in this loop's reports (see
+    /// [`EventLoop::watch_raw`]).
+    pub fn make_raw_sender(&mut self, channel: &Channel) -> Result<Sender, ChannelAttachError> {
         let publisher = channel.publisher(&self.proc_root)?;
         let counters = Rc::new(SenderCounters::default());
         self.senders
@@ -524,8 +771,8 @@ impl EventLoop {
         })
     }
 
-    /// A reader that never wakes the loop.
-    pub fn make_fetcher(&mut self, channel: &Channel) -> Fetcher {
+    /// A byte reader that never wakes the loop.
+    pub fn make_raw_fetcher(&mut self, channel: &Channel) -> Fetcher {
         Fetcher {
             reader: channel.reader(),
         }
@@ -547,44 +794,93 @@ impl EventLoop {
             armed: false,
             due: false,
             active: true,
+            gen: 0,
+            missed: 0,
+            control: Rc::new(Cell::new(TimerCommand::None)),
             stats: EntryStats::default(),
             total: 0,
         });
         self.timers.len() - 1
     }
 
+    fn handle(&self, i: usize) -> TimerHandle {
+        TimerHandle {
+            control: self.timers[i].control.clone(),
+        }
+    }
+
+    /// Applies what timer handles asked for since the last look: a
+    /// disabled or rescheduled timer's armed timeout is removed and its
+    /// completion, if it comes anyway, is stale (another generation).
+    fn apply_timer_commands(&mut self) -> Result<(), EventLoopRunError> {
+        for i in 0..self.timers.len() {
+            let cmd = self.timers[i].control.replace(TimerCommand::None);
+            if cmd == TimerCommand::None {
+                continue;
+            }
+            let t = &mut self.timers[i];
+            let was_armed = t.armed;
+            let old_ud = KIND_TIMER | (t.gen as u64) << GEN_SHIFT | i as u64;
+            t.gen = t.gen.wrapping_add(1);
+            t.armed = false;
+            t.due = false;
+            t.missed = 0;
+            match cmd {
+                TimerCommand::Disable => t.active = false,
+                TimerCommand::Schedule { deadline, period } => {
+                    t.active = true;
+                    t.deadline = deadline;
+                    t.period = period;
+                }
+                TimerCommand::None => {}
+            }
+            if was_armed && self.backend == Backend::IoUringFutex {
+                let sqe = opcode::TimeoutRemove::new(old_ud)
+                    .build()
+                    .user_data(KIND_CANCEL);
+                self.push(&sqe)?;
+            }
+            self.arm_timer(i)?;
+        }
+        Ok(())
+    }
+
     /// A timer first due at `first_deadline_ns` (CLOCK_MONOTONIC), then
-    /// every `period` if given.
+    /// every `period` if given. The handle disables or reschedules it.
     pub fn add_timer(
         &mut self,
         name: &str,
         first_deadline_ns: u64,
         period: Option<Duration>,
         handler: impl FnMut(&mut Ctx) + 'static,
-    ) {
+    ) -> TimerHandle {
         let period = period.map_or(0, |p| p.as_nanos().max(1) as u64);
-        self.push_timer(
+        let i = self.push_timer(
             name.into(),
             first_deadline_ns,
             period,
             Some(Box::new(handler)),
         );
+        self.handle(i)
     }
 
     /// A phased loop: due at every `k * period + offset` on CLOCK_MONOTONIC,
-    /// starting with the next such instant.
+    /// starting with the next such instant. A late loop skips the cycles
+    /// whose deadlines passed and tells the handler how many
+    /// ([`Ctx::missed_cycles`]).
     pub fn add_phased_loop(
         &mut self,
         name: &str,
         period: Duration,
         offset: Duration,
         handler: impl FnMut(&mut Ctx) + 'static,
-    ) {
+    ) -> TimerHandle {
         let p = period.as_nanos().max(1) as u64;
         let off = offset.as_nanos() as u64 % p;
         let now = sys::monotonic_ns();
         let k = now.saturating_sub(off) / p + 1;
-        self.push_timer(name.into(), k * p + off, p, Some(Box::new(handler)));
+        let i = self.push_timer(name.into(), k * p + off, p, Some(Box::new(handler)));
+        self.handle(i)
     }
 
     /// Runs `hook` each time [`EventLoop::run`] starts, after every wait is
@@ -596,7 +892,7 @@ impl EventLoop {
     /// Test instrumentation: called just before each futex wait is armed
     /// (after the index was checked), e.g. to publish into that window and
     /// force the `-EAGAIN` path.
-    #[doc(hidden)]
+    #[cfg(feature = "fault-injection")]
     pub fn set_before_arm_hook(&mut self, hook: impl FnMut() + 'static) {
         self.before_arm = Some(Box::new(hook));
     }
@@ -777,7 +1073,7 @@ impl EventLoop {
         let sqe = opcode::Timeout::new(&*t.ts as *const types::Timespec)
             .flags(types::TimeoutFlags::ABS)
             .build()
-            .user_data(KIND_TIMER | i as u64);
+            .user_data(KIND_TIMER | (t.gen as u64) << GEN_SHIFT | i as u64);
         self.push(&sqe)
     }
 
@@ -816,6 +1112,8 @@ impl EventLoop {
             let mut ctx = Ctx {
                 now_ns: now,
                 event_ns: now,
+                missed: 0,
+                lost: 0,
                 exit: &mut self.exit,
             };
             h(&mut ctx);
@@ -864,7 +1162,7 @@ impl EventLoop {
             let ud = cqe.user_data();
             let res = cqe.result();
             let idx = (ud & INDEX_MASK) as usize;
-            match ud & !INDEX_MASK {
+            match ud & (0xff << KIND_SHIFT) {
                 KIND_WATCH => {
                     let w = &mut self.watchers[idx];
                     w.armed = false;
@@ -884,8 +1182,12 @@ impl EventLoop {
                 }
                 KIND_TIMER => {
                     let t = &mut self.timers[idx];
-                    t.armed = false;
-                    t.due = true;
+                    // A timeout of an earlier generation (the timer was
+                    // rescheduled or disabled since) means nothing.
+                    if (ud >> GEN_SHIFT) & GEN_MASK == t.gen as u64 {
+                        t.armed = false;
+                        t.due = true;
+                    }
                 }
                 _ => {}
             }
@@ -1032,6 +1334,7 @@ impl EventLoop {
             if self.exit {
                 return Ok(());
             }
+            self.apply_timer_commands()?;
             let mut best: Option<(u64, bool, usize)> = None;
             for i in 0..self.watchers.len() {
                 self.refill(i)?;
@@ -1050,14 +1353,27 @@ impl EventLoop {
                 return Ok(());
             };
             let now = sys::monotonic_ns();
+            let (missed, lost) = if is_watch {
+                (0, self.watchers[i].staged.map_or(0, |m| m.lost_before))
+            } else {
+                (std::mem::take(&mut self.timers[i].missed), 0)
+            };
             let mut ctx = Ctx {
                 now_ns: now,
                 event_ns,
+                missed,
+                lost,
                 exit: &mut self.exit,
             };
             if is_watch {
                 let w = &mut self.watchers[i];
                 let meta = w.staged.take().expect("staged message picked");
+                if w.expect_size.is_some_and(|n| n != meta.size) {
+                    // Not a message of the watcher's type (a byte-API
+                    // publisher's): counted, not handled.
+                    w.stats.errors += 1;
+                    continue;
+                }
                 let msg = w.sub.staged(&meta);
                 (w.handler)(&mut ctx, &msg);
                 let end = sys::monotonic_ns();
@@ -1093,6 +1409,7 @@ impl EventLoop {
                     if next <= end {
                         let skipped = (end - next) / t.period + 1;
                         t.stats.missed += skipped;
+                        t.missed += skipped;
                         next += skipped * t.period;
                     }
                     t.deadline = next;

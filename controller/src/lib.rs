@@ -18,7 +18,9 @@ pub mod event_loop;
 pub mod rt;
 pub mod shm;
 pub mod sys;
+pub mod time;
 pub mod timing_report;
 
 pub use channel::{Channel, ChannelGeometry, Message, Publisher, Subscriber};
 pub use shm::ShmSafe;
+pub use time::Monotonic;

@@ -1,5 +1,74 @@
-//! Shared-memory mappings and the one trait every type placed in shared
-//! memory implements.
+//! Shared memory: the two traits that say what may be placed in it, and
+//! the mappings of channel files.
+//!
+//! Memory other processes write is touched in exactly two ways:
+//!
+//! - **in place**, only through types made of atomics ([`ShmAtomic`]):
+//!   headers, ring entries, counters. Every access is an atomic operation,
+//!   so a concurrent write by another thread or process is never a data
+//!   race, whatever it writes;
+//! - **by copy**, for plain data ([`ShmSafe`]): a message is copied into a
+//!   slot and out of it (word by word with atomic operations, checked by a
+//!   seqlock), never read in place while others may write it.
+//!
+//! [`ShmSafe`] types declare their layout with [`shm_struct!`], which checks
+//! at compile time that the struct has no padding and that every field is
+//! itself [`ShmSafe`], and records the type's name and a layout hash that
+//! a channel stores, so that a process opening a channel with another type
+//! is refused:
+//!
+//! ```
+//! controller::shm_struct! {
+//!     /// One IMU sample.
+//!     pub struct Imu {
+//!         pub time_ns: u64,
+//!         pub accel: [f32; 3],
+//!         pub gyro: [f32; 3],
+//!     }
+//! }
+//! # use controller::ShmSafe;
+//! assert_eq!(Imu::TYPE_NAME.as_str(), "Imu");
+//! ```
+//!
+//! A struct with padding does not compile:
+//!
+//! ```compile_fail
+//! controller::shm_struct! {
+//!     pub struct Padded {
+//!         pub flag: u8,
+//!         pub time_ns: u64,
+//!     }
+//! }
+//! ```
+//!
+//! while its twin without the padding does:
+//!
+//! ```
+//! controller::shm_struct! {
+//!     pub struct Padded {
+//!         pub flag: u64,
+//!         pub time_ns: u64,
+//!     }
+//! }
+//! ```
+//!
+//! Nor does a struct holding a pointer (here a `String`):
+//!
+//! ```compile_fail
+//! controller::shm_struct! {
+//!     pub struct Named {
+//!         pub name: String,
+//!     }
+//! }
+//! ```
+//!
+//! ```
+//! controller::shm_struct! {
+//!     pub struct Named {
+//!         pub name: [u8; 24],
+//!     }
+//! }
+//! ```
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -8,8 +77,123 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
 
-/// A type that may live in memory shared between processes, or be copied
-/// byte for byte through a channel.
+/// A type's name as a channel records it: at most [`TypeName::MAX`]
+/// bytes, built at compile time (also for arrays: `[f32; 3]`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TypeName {
+    bytes: [u8; TypeName::MAX],
+    len: usize,
+}
+
+impl TypeName {
+    /// Longest name kept (longer ones are cut).
+    pub const MAX: usize = 64;
+
+    pub const fn new(s: &str) -> TypeName {
+        let mut t = TypeName {
+            bytes: [0; TypeName::MAX],
+            len: 0,
+        };
+        t = t.push(s.as_bytes());
+        t
+    }
+
+    const fn push(mut self, s: &[u8]) -> TypeName {
+        let mut i = 0;
+        while i < s.len() && self.len < TypeName::MAX {
+            self.bytes[self.len] = s[i];
+            self.len += 1;
+            i += 1;
+        }
+        self
+    }
+
+    /// `[elem; n]`.
+    pub const fn array(elem: TypeName, n: usize) -> TypeName {
+        let mut t = TypeName::new("[");
+        let mut i = 0;
+        while i < elem.len {
+            t = t.push(&[elem.bytes[i]]);
+            i += 1;
+        }
+        t = t.push(b"; ");
+        let mut digits = [0u8; 20];
+        let mut d = 0;
+        let mut v = n;
+        loop {
+            digits[d] = b'0' + (v % 10) as u8;
+            d += 1;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        while d > 0 {
+            d -= 1;
+            t = t.push(&[digits[d]]);
+        }
+        t.push(b"]")
+    }
+
+    /// The bytes of a name read from a channel header (NUL padded).
+    pub fn from_bytes(b: &[u8]) -> TypeName {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        TypeName::new("").push(&b[..end.min(TypeName::MAX)])
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// The name, or its valid UTF-8 prefix.
+    pub fn as_str(&self) -> &str {
+        match std::str::from_utf8(self.as_bytes()) {
+            Ok(s) => s,
+            Err(e) => std::str::from_utf8(&self.bytes[..e.valid_up_to()]).unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for TypeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for TypeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// FNV-1a over `bytes`, from `h` (the layout hash's building block).
+pub const fn layout_hash_bytes(mut h: u64, bytes: &[u8]) -> u64 {
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+/// Mixes a field's or element's layout hash into `h`.
+pub const fn layout_hash_mix(h: u64, v: u64) -> u64 {
+    layout_hash_bytes(h, &v.to_le_bytes())
+}
+
+/// The FNV-1a offset basis: where every layout hash starts.
+pub const LAYOUT_HASH_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Plain data that may be copied byte for byte through a channel (or into
+/// and out of shared memory), and the identity a channel records for it.
+///
+/// Values are only ever *copied* in and out of shared memory, never read
+/// in place while another process may write them (see the module docs);
+/// types read in place are [`ShmAtomic`].
+///
+/// Declare structs with [`shm_struct!`], which checks the conditions below
+/// that the compiler can check and implements this trait.
 ///
 /// # Safety
 ///
@@ -18,26 +202,133 @@ use std::sync::Once;
 ///   possibly built by another compiler run, agree on);
 /// - free of pointers, references, file descriptors and anything whose
 ///   meaning is local to one process;
-/// - without `Drop` (shared memory is never dropped in place);
+/// - `Copy`, so without `Drop` (a copy out of shared memory is a value);
 /// - valid for every bit pattern, including all zeroes (another process,
 ///   or a crashed one, may have written anything);
 /// - free of padding bytes (they are copied as bytes and must be
-///   initialised).
-pub unsafe trait ShmSafe: Sized + 'static {}
+///   initialised);
+///
+/// and whose `LAYOUT_HASH` changes whenever the layout does (field names,
+/// order and types), so that two processes with different definitions of
+/// a type under the same name do not exchange it.
+pub unsafe trait ShmSafe: Copy + 'static {
+    /// The type's name, as recorded in a channel header.
+    const TYPE_NAME: TypeName;
+    /// A hash of the type's name and layout.
+    const LAYOUT_HASH: u64;
+}
 
-macro_rules! shm_safe {
+macro_rules! shm_safe_primitive {
     ($($t:ty),*) => { $(
-        // SAFETY: primitive integers and atomics are plain bits of fixed
+        // SAFETY: primitive integers and floats are plain bits of fixed
         // size with no padding, no pointers and no Drop, valid for every
-        // bit pattern.
-        unsafe impl ShmSafe for $t {}
+        // bit pattern; the hash covers the name, which fixes the layout.
+        unsafe impl ShmSafe for $t {
+            const TYPE_NAME: TypeName = TypeName::new(stringify!($t));
+            const LAYOUT_HASH: u64 = layout_hash_bytes(LAYOUT_HASH_START, stringify!($t).as_bytes());
+        }
     )* };
 }
-shm_safe!(u8, u16, u32, u64, i8, i16, i32, i64, AtomicU32, AtomicU64);
+shm_safe_primitive!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
 
 // SAFETY: an array of ShmSafe elements has no padding between them (each
-// element's size is a multiple of its alignment) and inherits the rest.
-unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
+// element's size is a multiple of its alignment) and inherits the rest; the
+// hash covers the element's hash and the length.
+unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {
+    const TYPE_NAME: TypeName = TypeName::array(T::TYPE_NAME, N);
+    const LAYOUT_HASH: u64 = layout_hash_mix(
+        layout_hash_mix(layout_hash_bytes(LAYOUT_HASH_START, b"[]"), T::LAYOUT_HASH),
+        N as u64,
+    );
+}
+
+/// Declares a `#[repr(C)]` struct of [`ShmSafe`] fields and implements
+/// [`ShmSafe`] for it, after checking at compile time that every field is
+/// `ShmSafe` and that the struct has no padding (its size is the sum of
+/// its fields'). The layout hash covers the struct's name and each field's
+/// name and type.
+///
+/// ```
+/// controller::shm_struct! {
+///     #[derive(Debug, Default, PartialEq)]
+///     pub struct Command {
+///         pub seq: u64,
+///         pub torque: [f32; 6],
+///         pub mode: u32,
+///         pub _reserved: u32,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! shm_struct {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $( $(#[$fmeta:meta])* $fvis:vis $field:ident : $fty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        $vis struct $name {
+            $( $(#[$fmeta])* $fvis $field : $fty ),*
+        }
+
+        const _: () = {
+            const fn field_is_shm_safe<T: $crate::shm::ShmSafe>() {}
+            $( field_is_shm_safe::<$fty>(); )*
+            assert!(
+                ::core::mem::size_of::<$name>() == 0 $( + ::core::mem::size_of::<$fty>() )*,
+                concat!("`", stringify!($name), "` has padding: order its fields by alignment or add explicit reserved fields"),
+            );
+        };
+
+        // SAFETY: repr(C); every field is ShmSafe (checked above), so the
+        // struct has no pointers, no Drop and is valid for every bit
+        // pattern; its size is the sum of its fields' (checked above), so
+        // it has no padding; the hash covers its name, field names and
+        // field types. (The macro's checks are what make this impl sound,
+        // so it is allowed where `unsafe_code` is otherwise denied.)
+        #[allow(unsafe_code)]
+        unsafe impl $crate::shm::ShmSafe for $name {
+            const TYPE_NAME: $crate::shm::TypeName = $crate::shm::TypeName::new(stringify!($name));
+            const LAYOUT_HASH: u64 = {
+                let h = $crate::shm::layout_hash_bytes(
+                    $crate::shm::LAYOUT_HASH_START,
+                    stringify!($name).as_bytes(),
+                );
+                $(
+                    let h = $crate::shm::layout_hash_bytes(h, stringify!($field).as_bytes());
+                    let h = $crate::shm::layout_hash_mix(
+                        h,
+                        <$fty as $crate::shm::ShmSafe>::LAYOUT_HASH,
+                    );
+                )*
+                h
+            };
+        }
+    };
+}
+
+/// A type that may be read and written *in place* in memory other
+/// processes write: made only of atomics.
+///
+/// # Safety
+///
+/// Implement it only for `#[repr(C)]` types whose every byte belongs to an
+/// atomic (`AtomicU64`, `AtomicU32` or arrays or [`ShmAtomic`] structs of
+/// them), with no padding, no pointers and no `Drop`, and for which all
+/// zeroes is a valid value: every access is then an atomic operation and
+/// any bit pattern another process stores is a valid value.
+pub unsafe trait ShmAtomic: Sync + 'static {}
+
+// SAFETY: atomics themselves.
+unsafe impl ShmAtomic for AtomicU64 {}
+// SAFETY: as above.
+unsafe impl ShmAtomic for AtomicU32 {}
+// SAFETY: an array of ShmAtomic elements is made of atomics with no
+// padding between them.
+unsafe impl<T: ShmAtomic, const N: usize> ShmAtomic for [T; N] {}
 
 /// The bytes of a value.
 pub fn as_bytes<T: ShmSafe>(v: &T) -> &[u8] {
@@ -47,7 +338,7 @@ pub fn as_bytes<T: ShmSafe>(v: &T) -> &[u8] {
 }
 
 /// A value read from bytes, or `None` when the length differs.
-pub fn from_bytes<T: ShmSafe + Copy>(bytes: &[u8]) -> Option<T> {
+pub fn from_bytes<T: ShmSafe>(bytes: &[u8]) -> Option<T> {
     if bytes.len() != std::mem::size_of::<T>() {
         return None;
     }
@@ -234,7 +525,16 @@ impl Mapping {
     /// Maps `len` bytes of `file` shared, read-write and prefaulted (no
     /// page fault later on the real-time path), protected against
     /// truncation (see [`Mapping`]).
-    pub fn map(file: &File, len: usize) -> io::Result<Mapping> {
+    ///
+    /// # Safety
+    ///
+    /// The file's memory must be accessed, in this process, only through
+    /// this mapping's [`Mapping::at`] (atomics) or through copies that use
+    /// atomic or otherwise race-free accesses (the channel module's): no
+    /// other mapping of the same file in this process may be read or
+    /// written with plain (non-atomic) accesses while this one is in use,
+    /// or those accesses race with ours.
+    pub unsafe fn map(file: &File, len: usize) -> io::Result<Mapping> {
         Mapping::map_with(file, len, true)
     }
 
@@ -242,7 +542,11 @@ impl Mapping {
     /// look at a few pages of a file they did not size (the supervisor
     /// reading other processes' channels), so a large sparse file costs
     /// them nothing.
-    pub fn map_lazy(file: &File, len: usize) -> io::Result<Mapping> {
+    ///
+    /// # Safety
+    ///
+    /// As for [`Mapping::map`].
+    pub unsafe fn map_lazy(file: &File, len: usize) -> io::Result<Mapping> {
         Mapping::map_with(file, len, false)
     }
 
@@ -317,17 +621,18 @@ impl Mapping {
         !self.is_broken()
     }
 
-    /// A shared reference to a `T` at byte `offset`.
+    /// A shared reference to the atomics of a `T` at byte `offset`.
     ///
     /// Panics when the range is out of the mapping or misaligned (a layout
     /// bug, checked when the channel is opened, never on the hot path).
-    pub fn at<T: ShmSafe>(&self, offset: usize) -> &T {
+    pub fn at<T: ShmAtomic>(&self, offset: usize) -> &T {
         assert!(offset + std::mem::size_of::<T>() <= self.len);
         assert!(offset % std::mem::align_of::<T>() == 0);
         // SAFETY: in bounds and aligned (checked above; the base is page
-        // aligned); T is valid for every bit pattern (ShmSafe); all
-        // mutation of shared memory goes through atomics in T, so a shared
-        // reference is sound for as long as the mapping lives (`&self`).
+        // aligned); T is made of atomics only and valid for every bit
+        // pattern (ShmAtomic), so every access through the reference is
+        // an atomic operation and a shared reference is sound for as long
+        // as the mapping lives (`&self`).
         unsafe { &*(self.ptr.add(offset) as *const T) }
     }
 }

@@ -6,15 +6,12 @@
 //! path) and, once per report period, folds each into a fixed-size binary
 //! entry ([`RawReport`], a [`ShmSafe`] type published as bytes). Readers
 //! turn it into the serde-serialisable [`TimingReport`].
-// Only to mark the binary report types as ShmSafe.
-#![allow(unsafe_code)]
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::channel::{Channel, ChannelFault, ChannelGeometry, ChannelOpenError};
-use crate::shm::ShmSafe;
 
 /// Sub-buckets per power of two (4: about 19% resolution).
 const SUB_BITS: u32 = 2;
@@ -148,9 +145,9 @@ pub const MAX_ENTRIES: usize = 32;
 const NAME_BYTES: usize = 48;
 const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"RTDTIME2");
 
+crate::shm_struct! {
 /// One entry in binary form.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct RawEntry {
     pub kind: u64,
     pub name: [u8; NAME_BYTES],
@@ -170,14 +167,11 @@ pub struct RawEntry {
     pub healed: u64,
     pub faults: u64,
 }
-// SAFETY: repr(C), u64 and u8-array fields laid out without padding (the
-// 48-byte name keeps every u64 8-aligned), no pointers, no Drop, valid for
-// all bit patterns.
-unsafe impl ShmSafe for RawEntry {}
+}
 
+crate::shm_struct! {
 /// A report in binary form, as published.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct RawReport {
     pub magic: u64,
     pub pid: u64,
@@ -190,8 +184,7 @@ pub struct RawReport {
     pub entries: u64,
     pub entry: [RawEntry; MAX_ENTRIES],
 }
-// SAFETY: as for RawEntry (the 64-byte name keeps alignment).
-unsafe impl ShmSafe for RawReport {}
+}
 
 impl Default for RawReport {
     fn default() -> Self {

@@ -42,7 +42,7 @@ fn create_open_publish_read() {
     let (ch, outcome) =
         Channel::create(dir.path(), "/imu/raw", &geom, None, Path::new(PROC)).unwrap();
     assert_eq!(outcome, CreateOutcome::Created);
-    let path = dir.path().join("imu/raw.v1");
+    let path = dir.path().join("imu/raw.v2");
     assert_eq!(ch.path(), path);
     let (mode, _) = controller::channel::file_mode(&path).unwrap();
     assert_eq!(mode, 0o660);
@@ -140,7 +140,7 @@ fn wrong_version_and_size_are_refused() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("layout version 7") && msg.contains("v.v1"),
+        msg.contains("layout version 7") && msg.contains("v.v2"),
         "{msg}"
     );
 
@@ -157,7 +157,7 @@ fn wrong_version_and_size_are_refused() {
     ));
 
     // A temporary left by a creator that died mid-create is swept.
-    let stale = dir.path().join(format!("v.v1.tmp.{}", (1u32 << 22) + 3));
+    let stale = dir.path().join(format!("v.v2.tmp.{}", (1u32 << 22) + 3));
     std::fs::write(&stale, b"half").unwrap();
 
     // create() replaces the damaged file and says why.

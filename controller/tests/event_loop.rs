@@ -69,7 +69,7 @@ fn watcher_gets_every_message_in_order_from_another_thread() {
         watchdog(&mut lp, 20);
         let got = Rc::new(RefCell::new(Vec::new()));
         let g = got.clone();
-        lp.watch(&ch, move |ctx, m| {
+        lp.watch_raw(&ch, move |ctx, m| {
             g.borrow_mut().push(m.value::<u64>().unwrap());
             assert!(ctx.now_ns() >= m.send_time_ns);
             if m.value::<u64>() == Some(N - 1) {
@@ -127,7 +127,7 @@ fn eagain_path_is_forced_and_counted() {
         });
         let got = Rc::new(RefCell::new(Vec::new()));
         let g = got.clone();
-        lp.watch(&ch, move |ctx, m| {
+        lp.watch_raw(&ch, move |ctx, m| {
             g.borrow_mut().push(m.value::<u64>().unwrap());
             if g.borrow().len() as u64 == K {
                 ctx.exit();
@@ -153,7 +153,7 @@ fn handlers_run_in_event_time_order_across_channels() {
         let seen = Rc::new(RefCell::new(Vec::new()));
         for (ch, tag) in [(&a, 0u8), (&c, 1u8)] {
             let s = seen.clone();
-            lp.watch(ch, move |ctx, m| {
+            lp.watch_raw(ch, move |ctx, m| {
                 s.borrow_mut()
                     .push((m.send_time_ns, tag, m.value::<u64>().unwrap()));
                 if s.borrow().len() == 20 {
@@ -248,8 +248,8 @@ fn timing_reports_are_published_and_read_back() {
     })
     .unwrap();
     watchdog(&mut lp, 20);
-    lp.watch(&ch, |_, _| {}).unwrap();
-    let mut s = lp.make_sender(&ch).unwrap();
+    lp.watch_raw(&ch, |_, _| {}).unwrap();
+    let mut s = lp.make_raw_sender(&ch).unwrap();
     let start = Instant::now();
     lp.add_timer(
         "tick",

@@ -79,10 +79,10 @@ fn event_loop_handle_path_allocates_nothing() {
         .unwrap();
         const WARMUP: u64 = 200;
         const N: u64 = 5_000;
-        let mut echo = lp.make_sender(&ch).unwrap();
+        let mut echo = lp.make_raw_sender(&ch).unwrap();
         let mut count = 0u64;
         let mut before = 0;
-        lp.watch(&ch, move |ctx, m| {
+        lp.watch_raw(&ch, move |ctx, m| {
             count += 1;
             // The loop's own echo messages are tagged; don't echo them.
             if m.data[0] == 1 {

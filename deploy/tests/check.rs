@@ -570,10 +570,11 @@ fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
                 let files = std::fs::read_dir(&shm)
                     .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
                     .unwrap_or_default();
-                for f in files
-                    .iter()
-                    .filter(|f| f.extension().is_some_and(|e| e == "v1"))
-                {
+                for f in files.iter().filter(|f| {
+                    f.extension().is_some_and(|e| {
+                        e == format!("v{}", controller::channel::LAYOUT_VERSION).as_str()
+                    })
+                }) {
                     if let Ok(file) = std::fs::OpenOptions::new().write(true).open(f) {
                         // The waiter count, 320 bytes into the header.
                         for _ in 0..1000 {

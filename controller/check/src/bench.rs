@@ -622,7 +622,7 @@ fn run_one(
             let samples = Rc::new(RefCell::new(Vec::with_capacity(total as usize)));
             let s2 = samples.clone();
             let mut got = 0u32;
-            lp.watch(&ch, move |ctx, msg| {
+            lp.watch_raw(&ch, move |ctx, msg| {
                 s2.borrow_mut().push(ctx.latency_ns());
                 if msg.lost_before > 0 {
                     got += msg.lost_before as u32;
@@ -980,7 +980,7 @@ fn publish_with_waiter(
             })
             .ok()?;
             let mut got = 0u64;
-            lp.watch(&ch2, move |ctx, _| {
+            lp.watch_raw(&ch2, move |ctx, _| {
                 got += 1;
                 if got >= n {
                     ctx.exit();

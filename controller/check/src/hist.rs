@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use controller::shm::ShmSafe;
+use controller::shm::ShmAtomic;
 
 /// Sub-buckets per power of two (a power of two itself).
 const SUB_BITS: u32 = 5;
@@ -85,7 +85,7 @@ pub struct Histogram {
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays of them: no padding, no
 // pointers, no Drop, valid for every bit pattern (all zero = empty).
-unsafe impl ShmSafe for Histogram {}
+unsafe impl ShmAtomic for Histogram {}
 
 impl Histogram {
     /// An empty histogram on the heap (allocated once, before measuring).

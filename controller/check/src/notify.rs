@@ -35,7 +35,7 @@ use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use controller::shm::ShmSafe;
+use controller::shm::ShmAtomic;
 
 /// Which mechanism a pair uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,7 +397,7 @@ pub struct AddressCell {
 }
 // SAFETY: repr(C), only AtomicU64 fields: no padding, no pointers, no
 // Drop, valid for every bit pattern (an unknown kind reads as empty).
-unsafe impl ShmSafe for AddressCell {}
+unsafe impl ShmAtomic for AddressCell {}
 
 impl AddressCell {
     /// Publishes `addr` (one writer per cell at a time); returns the

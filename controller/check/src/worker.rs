@@ -29,7 +29,7 @@ use crate::notify::{AddressCell, Peers, Waiter};
 use crate::{rt, Mechanism};
 use controller::channel::{Channel, Message};
 use controller::event_loop::{self, Backend, EventLoop, LoopOptions};
-use controller::shm::{Mapping, ShmSafe};
+use controller::shm::{Mapping, ShmAtomic};
 use controller::sys::monotonic_ns;
 
 /// Most lower-priority process slots.
@@ -99,7 +99,7 @@ pub(crate) struct Control {
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays: no padding, no
 // pointers, no Drop, valid for every bit pattern.
-unsafe impl ShmSafe for Control {}
+unsafe impl ShmAtomic for Control {}
 const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_BYTES);
 
 /// Timer-latency histograms: one per isolated CPU, at most this many.
@@ -139,7 +139,9 @@ impl Shared {
             .create_new(true)
             .open(path)?;
         f.set_len(shared_bytes() as u64)?;
-        let map = Mapping::map(&f, shared_bytes())?;
+        // SAFETY: the file is the engine's own; it and its workers touch
+        // it only through `at` (atomics: Control, Histogram, the marks).
+        let map = unsafe { Mapping::map(&f, shared_bytes())? };
         let s = Shared { map };
         // Release: a worker that reads the magic (Acquire) sees a fully
         // sized, zeroed file.
@@ -160,8 +162,9 @@ impl Shared {
                 shared_bytes()
             )));
         }
+        // SAFETY: as in `create`.
         let s = Shared {
-            map: Mapping::map(&f, len)?,
+            map: unsafe { Mapping::map(&f, len)? },
         };
         // Acquire: pairs with the Release store in `create`.
         if s.control().magic.load(Ordering::Acquire) != CONTROL_MAGIC {
@@ -545,7 +548,7 @@ fn receive(
             .map_err(|e| e.to_string())?;
             // No timer on the real-time loop: the engine publishes a
             // TAG_STOP message after raising a stop word.
-            lp.watch(ch, move |ctx, m| {
+            lp.watch_raw(ch, move |ctx, m| {
                 let tag = tag_of(m);
                 if tag == TAG_STOP {
                     if stop() {

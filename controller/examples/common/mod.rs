@@ -10,6 +10,17 @@ use std::time::Duration;
 use controller::event_loop::{EventLoop, LoopOptions, TimingOptions};
 use controller::{Channel, ChannelGeometry};
 
+controller::shm_struct! {
+    /// What the talker publishes and the listener receives.
+    #[derive(Debug)]
+    pub struct Chatter {
+        /// Counts from 0.
+        pub seq: u64,
+        /// The phased-loop deadline this message belongs to.
+        pub deadline_ns: u64,
+    }
+}
+
 /// A controller ready to run.
 pub struct Example {
     pub channel_name: String,
@@ -18,7 +29,6 @@ pub struct Example {
     pub every: u64,
     /// Stop after this many messages (0: run until killed).
     pub count: u64,
-    pub channel: Channel,
     pub event_loop: EventLoop,
 }
 
@@ -55,7 +65,8 @@ impl Example {
         if let Err(e) = controller::rt::lock_and_prefault(256 << 10, 4 << 20) {
             eprintln!("{role}: warning: {e}");
         }
-        let channel = if args.iter().any(|a| a == "--create") {
+        // The loop opens the channel by name; here it only has to exist.
+        if args.iter().any(|a| a == "--create") {
             Channel::create(
                 &shm,
                 &channel_name,
@@ -63,13 +74,10 @@ impl Example {
                 None,
                 Path::new("/proc"),
             )
-            .map(|(c, _)| c)
-            .map_err(|e| e.to_string())
-        } else {
-            Channel::open(&shm, &channel_name).map_err(|e| e.to_string())
+            .unwrap_or_else(|e| die(role, e, 2));
         }
-        .unwrap_or_else(|e| die(role, e, 2));
         let mut opts = LoopOptions::from_env();
+        opts.shm_dir = shm.clone();
         opts.timing = Some(TimingOptions {
             shm_dir: shm,
             process: process.clone(),
@@ -81,7 +89,6 @@ impl Example {
             process,
             every,
             count,
-            channel,
             event_loop,
         }
     }

@@ -1,0 +1,273 @@
+//! The typed API: channels opened by name with a message type that the
+//! channel records and checks, loans written in place, timer handles and
+//! phased loops told what they missed.
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+use controller::channel::ChannelAttachError;
+use controller::event_loop::{EventLoop, LoopChannelError, LoopOptions};
+use controller::{Channel, ChannelGeometry, Monotonic};
+
+const PROC: &str = "/proc";
+
+controller::shm_struct! {
+    #[derive(Debug, PartialEq)]
+    pub struct Imu {
+        pub time_ns: u64,
+        pub accel: [f32; 3],
+        pub gyro: [f32; 3],
+    }
+}
+
+controller::shm_struct! {
+    /// Same size and alignment as `Imu`, other fields.
+    #[derive(Debug)]
+    pub struct Odometry {
+        pub time_ns: u64,
+        pub pose: [f32; 6],
+    }
+}
+
+fn new_loop(dir: &Path) -> Option<EventLoop> {
+    let probe = controller::event_loop::probe();
+    if probe.backend.is_none() {
+        println!("skipped: no event-loop backend on kernel {}", probe.kernel);
+        return None;
+    }
+    Some(
+        EventLoop::new(LoopOptions {
+            shm_dir: dir.to_path_buf(),
+            ..LoopOptions::default()
+        })
+        .unwrap(),
+    )
+}
+
+/// Exits the loop after 20 s whatever happens (a hang fails, not blocks).
+fn watchdog(lp: &mut EventLoop) {
+    let at = Monotonic::now() + Duration::from_secs(20);
+    lp.add_timer("watchdog", at.as_nanos(), None, |_| {
+        panic!("test loop still running after 20 s")
+    });
+}
+
+fn channel(dir: &Path, name: &str, payload: u64) -> Channel {
+    let g = ChannelGeometry::new(payload, 16, 4);
+    Channel::create(dir, name, &g, None, Path::new(PROC))
+        .unwrap()
+        .0
+}
+
+#[test]
+fn typed_messages_round_trip_and_loans_write_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let ch = channel(dir.path(), "/imu", 64);
+    let Some(mut lp) = new_loop(dir.path()) else {
+        return;
+    };
+    watchdog(&mut lp);
+    let mut tx = lp.make_sender::<Imu>("/imu").unwrap();
+    let got = Rc::new(RefCell::new(vec![]));
+    let g = got.clone();
+    lp.watch::<Imu>("/imu", move |ctx, m| {
+        g.borrow_mut().push(*m);
+        if g.borrow().len() == 2 {
+            ctx.exit();
+        }
+    })
+    .unwrap();
+    let first = Imu {
+        time_ns: 1,
+        accel: [1.0, 2.0, 3.0],
+        gyro: [0.5; 3],
+    };
+    lp.on_run(move |_| {
+        tx.send(&first).unwrap();
+        let mut loan = tx.loan().unwrap();
+        // No reader of this process is copying the slot: written in place.
+        assert!(loan.in_place());
+        loan.time_ns = 2;
+        loan.accel = [4.0; 3];
+        loan.gyro = [-1.0; 3];
+        loan.send().unwrap();
+    });
+    lp.run().unwrap();
+    let got = got.borrow();
+    assert_eq!(got[0], first);
+    assert_eq!(
+        got[1],
+        Imu {
+            time_ns: 2,
+            accel: [4.0; 3],
+            gyro: [-1.0; 3]
+        }
+    );
+    let (name, size, align, _) = ch.recorded_type().unwrap();
+    assert_eq!(
+        (name.as_str(), size, align),
+        ("Imu", std::mem::size_of::<Imu>() as u64, 8)
+    );
+    // The loop's report counts the sender's two sends.
+    let rep = lp.report_now();
+    let sender = rep
+        .entries
+        .iter()
+        .find(|e| e.name == "/imu" && e.total == 2);
+    assert!(sender.is_some(), "{rep:?}");
+}
+
+#[test]
+fn a_watcher_of_another_type_is_refused_when_it_opens_the_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let _ch = channel(dir.path(), "/imu", 64);
+    let Some(mut lp) = new_loop(dir.path()) else {
+        return;
+    };
+    let _tx = lp.make_sender::<Imu>("/imu").unwrap();
+    // Another process of the robot, built with another type for the
+    // channel: same size, other layout.
+    let Some(mut other) = new_loop(dir.path()) else {
+        return;
+    };
+    assert_eq!(std::mem::size_of::<Imu>(), std::mem::size_of::<Odometry>());
+    let e = other
+        .watch::<Odometry>("/imu", |_, _| {})
+        .expect_err("a watcher of another type must be refused");
+    let text = e.to_string();
+    assert!(
+        matches!(
+            e,
+            LoopChannelError::Attach(ChannelAttachError::WrongType { .. })
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("carries `Imu` (32 bytes, align 8")
+            && text.contains("opened it as `Odometry` (32 bytes, align 8"),
+        "{text}"
+    );
+    // The right type still opens, and so does the byte API (tools).
+    other.watch::<Imu>("/imu", |_, _| {}).unwrap();
+    let ch = other.open_channel("/imu").unwrap();
+    other.watch_raw(&ch, |_, _| {}).unwrap();
+    // An array type is named as such.
+    let e = other.make_sender::<[u64; 4]>("/imu").err().unwrap();
+    assert!(e.to_string().contains("`[u64; 4]` (32 bytes"), "{e}");
+}
+
+#[test]
+fn a_type_larger_than_the_channel_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // Slots round up to 64-byte lines: this one carries 64 bytes.
+    let _ch = channel(dir.path(), "/small", 64);
+    let Some(mut lp) = new_loop(dir.path()) else {
+        return;
+    };
+    let e = lp.make_sender::<[u64; 16]>("/small").err().unwrap();
+    assert!(
+        e.to_string()
+            .contains("carries messages of at most 64 bytes; `[u64; 16]` needs 128"),
+        "{e}"
+    );
+    // A missing channel names its file.
+    let e = lp.watch::<Imu>("/absent", |_, _| {}).err().unwrap();
+    assert!(e.to_string().contains("absent.v2"), "{e}");
+}
+
+#[test]
+fn timer_handles_disable_and_reschedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut lp) = new_loop(dir.path()) else {
+        return;
+    };
+    watchdog(&mut lp);
+    let fired = Rc::new(Cell::new(0u32));
+    let f = fired.clone();
+    let period = Duration::from_millis(1);
+    let now = Monotonic::now();
+    let ticker = lp.add_timer(
+        "ticker",
+        (now + period).as_nanos(),
+        Some(period),
+        move |_| {
+            f.set(f.get() + 1);
+        },
+    );
+    // After 5 firings the ticker is disabled from another timer's handler,
+    // then rescheduled once more, one-shot.
+    let t = ticker.clone();
+    let f = fired.clone();
+    let stage = Rc::new(Cell::new(0u32));
+    let s = stage.clone();
+    let watcher_period = Duration::from_millis(2);
+    lp.add_timer(
+        "control",
+        (now + watcher_period).as_nanos(),
+        Some(watcher_period),
+        move |ctx| match s.get() {
+            0 if f.get() >= 5 => {
+                t.disable();
+                s.set(1);
+            }
+            // Disabled: no firing for ten periods of the controller.
+            1..=10 => {
+                if s.get() == 1 {
+                    f.set(100);
+                }
+                s.set(s.get() + 1);
+            }
+            11 => {
+                assert_eq!(f.get(), 100, "the disabled timer fired");
+                t.schedule(ctx.now() + Duration::from_millis(1), None);
+                s.set(12);
+            }
+            12..=20 => s.set(s.get() + 1),
+            21 => {
+                assert_eq!(
+                    f.get(),
+                    101,
+                    "the rescheduled one-shot fired {} times",
+                    f.get() - 100
+                );
+                ctx.exit();
+            }
+            _ => {}
+        },
+    );
+    lp.run().unwrap();
+    assert_eq!(stage.get(), 21);
+}
+
+#[test]
+fn a_phased_loop_is_told_how_many_cycles_it_missed() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut lp) = new_loop(dir.path()) else {
+        return;
+    };
+    watchdog(&mut lp);
+    let seen = Rc::new(RefCell::new(vec![]));
+    let s = seen.clone();
+    lp.add_phased_loop(
+        "control",
+        Duration::from_millis(2),
+        Duration::ZERO,
+        move |ctx| {
+            s.borrow_mut().push(ctx.missed_cycles());
+            match s.borrow().len() {
+                // Overrun: 7 ms in a 2 ms cycle.
+                2 => std::thread::sleep(Duration::from_millis(7)),
+                4 => ctx.exit(),
+                _ => {}
+            }
+        },
+    );
+    lp.run().unwrap();
+    let seen = seen.borrow();
+    // The run after the overrun knows that at least three deadlines
+    // passed unhandled (7 ms from a deadline: the next three are gone).
+    assert!(seen[2] >= 3, "{seen:?}");
+    assert_eq!(seen[0], 0, "{seen:?}");
+}
