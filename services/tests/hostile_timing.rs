@@ -66,7 +66,11 @@ fn a_garbage_timing_channel_does_not_freeze_the_supervisor() {
     let log = sup.log("scribbler");
     assert!(log.contains("corrupt shared memory"), "{log}");
     assert_eq!(log.matches("timing report unreadable").count(), 1, "{log}");
-    assert!(sup.log("big").contains("queue length"), "{}", sup.log("big"));
+    assert!(
+        sup.log("big").contains("queue length"),
+        "{}",
+        sup.log("big")
+    );
 
     // It still reaps and restarts.
     let pid = sup.process("victim").pid.unwrap();

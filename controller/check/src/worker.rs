@@ -163,9 +163,8 @@ impl Shared {
             )));
         }
         // SAFETY: as in `create`.
-        let s = Shared {
-            map: unsafe { Mapping::map(&f, len)? },
-        };
+        let map = unsafe { Mapping::map(&f, len)? };
+        let s = Shared { map };
         // Acquire: pairs with the Release store in `create`.
         if s.control().magic.load(Ordering::Acquire) != CONTROL_MAGIC {
             return Err(std::io::Error::other(format!(
