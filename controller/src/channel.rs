@@ -523,6 +523,17 @@ fn remove_stale_temporaries(path: &Path, proc_root: &Path) {
     }
 }
 
+/// Stores `bytes` into `words`, NUL padded, cut at the words' size.
+fn store_padded(words: &[AtomicU64], bytes: &[u8], order: Ordering) {
+    for (i, w) in words.iter().enumerate() {
+        let mut b = [0u8; 8];
+        let chunk = bytes.get(i * 8..).unwrap_or_default();
+        let n = chunk.len().min(8);
+        b[..n].copy_from_slice(&chunk[..n]);
+        w.store(u64::from_le_bytes(b), order);
+    }
+}
+
 fn owner_word(pid: u32, start: u64) -> u64 {
     ((pid as u64) << PID_SHIFT) | (start & START_MASK)
 }
@@ -668,15 +679,7 @@ impl Channel {
             owner_word(pid, sys::process_start_time(proc_root, pid).unwrap_or(0)),
             r,
         );
-        let mut nb = [0u8; 128];
-        let n = name.len().min(128);
-        nb[..n].copy_from_slice(&name.as_bytes()[..n]);
-        for (i, w) in h.name.iter().enumerate() {
-            w.store(
-                u64::from_le_bytes(nb[i * 8..i * 8 + 8].try_into().unwrap()),
-                r,
-            );
-        }
+        store_padded(&h.name, name.as_bytes(), r);
         h.next_index.store(0, r);
         h.waiters.store(0, r);
         let len = geom.queue_len;
@@ -1027,14 +1030,7 @@ impl Channel {
                 // read an empty name, never a wrong verdict.
                 h.type_size.store(size as u64, Ordering::Relaxed);
                 h.type_align.store(align, Ordering::Relaxed);
-                let mut nb = [0u8; 64];
-                let b = T::TYPE_NAME;
-                let b = b.as_bytes();
-                nb[..b.len()].copy_from_slice(b);
-                for (i, w) in h.type_name.iter().enumerate() {
-                    let word = u64::from_le_bytes(nb[i * 8..i * 8 + 8].try_into().unwrap());
-                    w.store(word, Ordering::Release);
-                }
+                store_padded(&h.type_name, T::TYPE_NAME.as_bytes(), Ordering::Release);
                 Ok(())
             }
             Err(found) if found == want => Ok(()),
