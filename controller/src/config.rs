@@ -34,7 +34,7 @@ impl Dur {
     }
 
     /// Parses `500us`, `2ms`, `1.5s`, `1m`, `1h`, `250ns`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, DurParseError> {
         let t = text.trim();
         let split = t
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -47,26 +47,36 @@ impl Dur {
             "s" => 1e9,
             "m" | "min" => 60e9,
             "h" => 3600e9,
-            "" => {
-                return Err(format!(
-                    "`{t}` has no unit (expected a duration like `500us`, `2ms` or `1s`)"
-                ))
-            }
+            "" => return Err(DurParseError::NoUnit { text: t.into() }),
             u => {
-                return Err(format!(
-                    "unknown unit `{u}` in `{t}` (expected ns, us, ms, s, m or h)"
-                ))
+                return Err(DurParseError::UnknownUnit {
+                    text: t.into(),
+                    unit: u.into(),
+                })
             }
         };
-        let value: f64 = num.parse().map_err(|_| {
-            format!("`{t}` is not a duration (expected like `500us`, `2ms` or `1s`)")
-        })?;
+        let value: f64 = num
+            .parse()
+            .map_err(|_| DurParseError::NotANumber { text: t.into() })?;
         let ns = value * unit_ns;
         if !ns.is_finite() || ns > u64::MAX as f64 {
-            return Err(format!("`{t}` is too long"));
+            return Err(DurParseError::TooLong { text: t.into() });
         }
         Ok(Dur(Duration::from_nanos(ns.round() as u64)))
     }
+}
+
+/// Why a text is not a [`Dur`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurParseError {
+    #[error("`{text}` has no unit (expected a duration like `500us`, `2ms` or `1s`)")]
+    NoUnit { text: String },
+    #[error("unknown unit `{unit}` in `{text}` (expected ns, us, ms, s, m or h)")]
+    UnknownUnit { text: String, unit: String },
+    #[error("`{text}` is not a duration (expected like `500us`, `2ms` or `1s`)")]
+    NotANumber { text: String },
+    #[error("`{text}` is too long")]
+    TooLong { text: String },
 }
 
 impl fmt::Display for Dur {
@@ -132,13 +142,13 @@ impl<'de> Deserialize<'de> for Dur {
     }
 }
 
-/// A size in bytes, written `256`, `4KiB`, `64MiB`, `1GiB` (or kB/MB/GB
-/// in powers of ten).
+/// A size in bytes, written `256`, `4KiB`, `64MiB`, `1GiB`, `1TiB` (or
+/// kB/MB/GB/TB in powers of ten).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, SizeParseError> {
         let t = text.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
@@ -147,22 +157,38 @@ impl ByteSize {
             "KiB" | "K" => 1 << 10,
             "MiB" | "M" => 1 << 20,
             "GiB" | "G" => 1 << 30,
+            "TiB" | "T" => 1 << 40,
             "kB" | "KB" => 1_000,
             "MB" => 1_000_000,
             "GB" => 1_000_000_000,
+            "TB" => 1_000_000_000_000,
             u => {
-                return Err(format!(
-                    "unknown size unit `{u}` in `{t}` (expected B, KiB, MiB, GiB, kB, MB or GB)"
-                ))
+                return Err(SizeParseError::UnknownUnit {
+                    text: t.into(),
+                    unit: u.into(),
+                })
             }
         };
-        let n: u64 = num.parse().map_err(|_| {
-            format!("`{t}` is not a size (expected bytes like `256`, `4KiB` or `64MiB`)")
-        })?;
+        let n: u64 = num
+            .parse()
+            .map_err(|_| SizeParseError::NotANumber { text: t.into() })?;
         n.checked_mul(mult)
             .map(ByteSize)
-            .ok_or_else(|| format!("`{t}` is too large"))
+            .ok_or_else(|| SizeParseError::TooLarge { text: t.into() })
     }
+}
+
+/// Why a text is not a [`ByteSize`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeParseError {
+    #[error(
+        "unknown size unit `{unit}` in `{text}` (expected B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)"
+    )]
+    UnknownUnit { text: String, unit: String },
+    #[error("`{text}` is not a size (expected bytes like `256`, `4KiB` or `64MiB`)")]
+    NotANumber { text: String },
+    #[error("`{text}` is too large (at most 2^64 - 1 bytes)")]
+    TooLarge { text: String },
 }
 
 impl fmt::Display for ByteSize {
@@ -562,9 +588,10 @@ mod tests {
         assert_eq!(Dur::parse("2ms").unwrap().to_string(), "2ms");
         assert_eq!(Dur::from_micros(1500).to_string(), "1500us");
         assert_eq!(Dur::parse("250ns").unwrap().to_string(), "250ns");
-        assert!(Dur::parse("5").unwrap_err().contains("no unit"));
+        assert!(Dur::parse("5").unwrap_err().to_string().contains("no unit"));
         assert!(Dur::parse("5 parsecs")
             .unwrap_err()
+            .to_string()
             .contains("unknown unit"));
         assert!(Dur::parse("x").is_err());
     }
@@ -575,6 +602,15 @@ mod tests {
         assert_eq!(ByteSize::parse("256").unwrap().0, 256);
         assert_eq!(ByteSize::parse("1MB").unwrap().0, 1_000_000);
         assert!(ByteSize::parse("1XB").is_err());
+        assert_eq!(ByteSize::parse("2TiB").unwrap().0, 2 << 40);
+        assert_eq!(
+            ByteSize::parse("GiB").unwrap_err(),
+            SizeParseError::NotANumber { text: "GiB".into() }
+        );
+        assert!(ByteSize::parse("20000000TiB")
+            .unwrap_err()
+            .to_string()
+            .contains("too large"));
         assert_eq!(ByteSize(65536).to_string(), "64KiB");
     }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use check::{self, CheckEnv, CheckInputs, Mechanism, NamedBudget, Progress};
 use clap::Args;
-use controller::config::Dur;
+use controller::config::{Dur, DurParseError};
 use cpusets::verify::{self, VerifyOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -59,21 +59,32 @@ pub struct CheckArgs {
     pub no_verify: bool,
 }
 
-fn parse_dur(s: &str) -> Result<Dur, String> {
+/// Why a `--duration` or `--mechanism` argument was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckArgError {
+    #[error(transparent)]
+    Duration(#[from] DurParseError),
+    #[error("duration 0 (expected a positive duration like `10s`)")]
+    ZeroDuration,
+    #[error("unknown mechanism `{given}` (expected one of {expected})")]
+    UnknownMechanism { given: String, expected: String },
+}
+
+fn parse_dur(s: &str) -> Result<Dur, CheckArgError> {
     let d = Dur::parse(s)?;
     if d.is_zero() {
-        return Err("duration 0 (expected a positive duration like `10s`)".into());
+        return Err(CheckArgError::ZeroDuration);
     }
     Ok(d)
 }
 
-fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
+fn parse_mechanism(s: &str) -> Result<Mechanism, CheckArgError> {
     Mechanism::parse(s).ok_or_else(|| {
         let names: Vec<&str> = Mechanism::ALL.iter().map(|m| m.short()).collect();
-        format!(
-            "unknown mechanism `{s}` (expected one of {})",
-            names.join(", ")
-        )
+        CheckArgError::UnknownMechanism {
+            given: s.into(),
+            expected: names.join(", "),
+        }
     })
 }
 
