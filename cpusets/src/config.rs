@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use controller::config::{Dur, DurParseError};
 use serde::{Deserialize, Serialize};
 
 use crate::board::{self, Board};
@@ -488,11 +489,48 @@ impl PowerSection {
     }
 }
 
-/// A latency in whole microseconds, written `0us`, `10us`, `1ms` or a bare
-/// number of microseconds; what /dev/cpu_dma_latency takes.
+/// A latency in whole microseconds that fits in 32 bits, written as a
+/// [`Dur`] (`0us`, `10us`, `1ms`) or a bare number of microseconds; what
+/// /dev/cpu_dma_latency takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(into = "String")]
 pub struct Micros(pub u32);
+
+impl Micros {
+    /// Parses a latency written as a duration: [`Dur::parse`], then
+    /// whole microseconds within 32 bits.
+    pub fn parse(text: &str) -> Result<Self, MicrosParseError> {
+        let text = text.trim();
+        let d = Dur::parse(text).map_err(|source| MicrosParseError::NotALatency {
+            text: text.into(),
+            source,
+        })?;
+        let ns = d.0.as_nanos();
+        if ns % 1000 != 0 {
+            return Err(MicrosParseError::NotWhole { text: text.into() });
+        }
+        u32::try_from(ns / 1000)
+            .map(Micros)
+            .map_err(|_| MicrosParseError::TooLarge { text: text.into() })
+    }
+}
+
+/// Why a text or number is not a [`Micros`].
+#[derive(Debug, thiserror::Error)]
+pub enum MicrosParseError {
+    #[error("`{text}` is not a latency (expected whole microseconds like `0us` or `1ms`)")]
+    NotALatency {
+        text: String,
+        #[source]
+        source: DurParseError,
+    },
+    #[error("`{text}` is not a whole number of microseconds (expected like `20us` or `1ms`)")]
+    NotWhole { text: String },
+    #[error("`{text}` is too large (expected at most {}us)", u32::MAX)]
+    TooLarge { text: String },
+    #[error("latency {value} is negative (expected 0us or more)")]
+    Negative { value: i64 },
+}
 
 impl From<Micros> for String {
     fn from(m: Micros) -> String {
@@ -509,37 +547,20 @@ impl<'de> Deserialize<'de> for Micros {
                 f.write_str("a latency in whole microseconds, like `0us`, `20us` or `1ms`")
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Micros, E> {
-                u32::try_from(v)
-                    .map(Micros)
-                    .map_err(|_| E::custom(format!("{v}us is too large")))
+                u32::try_from(v).map(Micros).map_err(|_| {
+                    E::custom(MicrosParseError::TooLarge {
+                        text: format!("{v}us"),
+                    })
+                })
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Micros, E> {
-                if v < 0 {
-                    return Err(E::custom(format!(
-                        "latency {v} is negative (expected 0us or more)"
-                    )));
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(MicrosParseError::Negative { value: v })),
                 }
-                self.visit_u64(v as u64)
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Micros, E> {
-                let v = v.trim();
-                let (num, mult) = if let Some(n) = v.strip_suffix("us") {
-                    (n, 1)
-                } else if let Some(n) = v.strip_suffix("ms") {
-                    (n, 1000)
-                } else {
-                    return Err(E::custom(format!(
-                        "`{v}` is not a latency (expected whole microseconds like `0us` or `1ms`)"
-                    )));
-                };
-                let n: u32 = num.trim().parse().map_err(|_| {
-                    E::custom(format!(
-                        "`{v}` is not a latency (expected whole microseconds like `0us` or `1ms`)"
-                    ))
-                })?;
-                n.checked_mul(mult)
-                    .map(Micros)
-                    .ok_or_else(|| E::custom(format!("`{v}` is too large")))
+                Micros::parse(v).map_err(E::custom)
             }
         }
         d.deserialize_any(V)
@@ -555,6 +576,30 @@ mod tests {
             model: "generic".into(),
             cpus: Some(cpus),
         }
+    }
+
+    #[test]
+    fn latencies_are_whole_microseconds_within_32_bits() {
+        for (text, us) in [("0us", 0), ("20us", 20), ("1ms", 1000), ("1.5ms", 1500)] {
+            assert_eq!(Micros::parse(text).unwrap(), Micros(us), "{text}");
+        }
+        for (text, why) in [
+            ("fast", "is not a latency (expected whole microseconds"),
+            ("20", "is not a latency"),
+            ("1500ns", "is not a whole number of microseconds"),
+            ("2h", "is too large (expected at most 4294967295us)"),
+        ] {
+            let e = Micros::parse(text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("`{text}` ")), "{text}: {e}");
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        let m: Micros = serde_json::from_str("20").unwrap();
+        assert_eq!(m, Micros(20));
+        let e = serde_json::from_str::<Micros>("-1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("latency -1 is negative"), "{e}");
+        assert_eq!(serde_json::to_string(&Micros(7)).unwrap(), "\"7us\"");
     }
 
     #[test]
