@@ -20,8 +20,10 @@ use serde::Serialize;
 
 use crate::config::Policy;
 use crate::cpuset::CpuSet;
-use crate::model::live::{read_opt, read_task, sys_path, task_dir, ModelReadError};
-use crate::model::{parse_mounts, status_with_cpus, TaskStat};
+use crate::model::live::{
+    find_cgroup_root, read_opt, read_task, sys_path, task_dir, ModelReadError,
+};
+use crate::model::{partition_invalid_reason, sched_text, status_with_cpus, CgroupRoot, TaskStat};
 use crate::plan::{RuntimePlan, Source, ThreadPlacement};
 
 /// How thread scheduling changes reach the kernel.
@@ -381,47 +383,6 @@ fn has_cpuset(old: &str) -> bool {
         .any(|w| w.trim_start_matches('+') == "cpuset")
 }
 
-/// Where the cpusets live.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CgroupRoot {
-    /// The cgroup v2 mount, with the cpuset controller available.
-    V2(String),
-    /// The cgroup v1 cpuset hierarchy.
-    V1(String),
-    None,
-}
-
-impl fmt::Display for CgroupRoot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CgroupRoot::V2(m) => write!(f, "v2 {m}"),
-            CgroupRoot::V1(m) => write!(f, "v1 {m}"),
-            CgroupRoot::None => f.write_str("none"),
-        }
-    }
-}
-
-/// Finds the cgroup hierarchy for cpusets from /proc/mounts: cgroup v2 when
-/// its root offers the cpuset controller, else the v1 cpuset hierarchy.
-pub fn find_cgroup_root(root: &Path) -> Result<CgroupRoot, ModelReadError> {
-    let Some(text) = read_opt(&sys_path(root, "/proc/mounts"))? else {
-        return Ok(CgroupRoot::None);
-    };
-    let mounts = parse_mounts(&text);
-    for m in mounts.iter().filter(|m| m.fstype == "cgroup2") {
-        let controllers = read_opt(&sys_path(root, &format!("{}/cgroup.controllers", m.target)))?;
-        if controllers.is_some_and(|c| c.split_whitespace().any(|w| w == "cpuset")) {
-            return Ok(CgroupRoot::V2(m.target.clone()));
-        }
-    }
-    for m in mounts.iter().filter(|m| m.fstype == "cgroup") {
-        if m.options.iter().any(|o| o == "cpuset") {
-            return Ok(CgroupRoot::V1(m.target.clone()));
-        }
-    }
-    Ok(CgroupRoot::None)
-}
-
 /// Writes `plan` under `sysroot` (or, with `dry_run`, reports what it
 /// would write).
 pub fn apply(
@@ -542,18 +503,6 @@ pub fn apply(
         cgroup: cgroup.to_string(),
         summary: ApplyReport::count(&a.actions),
         actions: a.actions,
-    })
-}
-
-/// The `invalid (...)` reason in a `cpuset.cpus.partition` value.
-pub fn partition_invalid_reason(value: &str) -> Option<String> {
-    let i = value.find("invalid")?;
-    let rest = value[i + "invalid".len()..].trim();
-    let reason = rest.trim_start_matches('(').trim_end_matches(')').trim();
-    Some(if reason.is_empty() {
-        value.trim().to_string()
-    } else {
-        reason.to_string()
     })
 }
 
@@ -739,27 +688,6 @@ fn rel<'p>(abs: &'p str, mount: &str) -> &'p str {
         .unwrap_or(abs)
 }
 
-fn policy_name(policy: u32) -> String {
-    match policy {
-        0 => "other".into(),
-        1 => "fifo".into(),
-        2 => "rr".into(),
-        3 => "batch".into(),
-        5 => "idle".into(),
-        6 => "deadline".into(),
-        n => format!("policy{n}"),
-    }
-}
-
-/// `fifo 50`, `other`.
-pub fn sched_text(policy: u32, prio: u32) -> String {
-    if policy == 1 || policy == 2 {
-        format!("{} {prio}", policy_name(policy))
-    } else {
-        policy_name(policy)
-    }
-}
-
 fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunError> {
     let dir = task_dir(a.root, t.pid, t.pid);
     let item = format!("thread {} {}", t.pid, t.comm);
@@ -866,22 +794,6 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_partition_reasons() {
-        assert_eq!(
-            partition_invalid_reason(
-                "isolated invalid (Invalid cpu list in cpuset.cpus.exclusive)"
-            )
-            .as_deref(),
-            Some("Invalid cpu list in cpuset.cpus.exclusive")
-        );
-        assert_eq!(partition_invalid_reason("isolated"), None);
-        assert_eq!(
-            partition_invalid_reason("root invalid").as_deref(),
-            Some("root invalid")
-        );
-    }
 
     #[test]
     fn classifies_write_errors() {

@@ -90,41 +90,41 @@ impl CpuSet {
         self.iter().last()
     }
 
+    /// A set from its words, without trailing zero words (so that equal
+    /// sets compare equal).
+    fn from_words(words: Vec<u64>) -> CpuSet {
+        let mut set = CpuSet { words };
+        set.trim();
+        set
+    }
+
     pub fn union(&self, other: &CpuSet) -> CpuSet {
         let n = self.words.len().max(other.words.len());
-        let mut words: Vec<u64> = (0..n)
-            .map(|i| self.words.get(i).unwrap_or(&0) | other.words.get(i).unwrap_or(&0))
-            .collect();
-        while words.last() == Some(&0) {
-            words.pop();
-        }
-        CpuSet { words }
+        CpuSet::from_words(
+            (0..n)
+                .map(|i| self.words.get(i).unwrap_or(&0) | other.words.get(i).unwrap_or(&0))
+                .collect(),
+        )
     }
 
     pub fn intersection(&self, other: &CpuSet) -> CpuSet {
-        let mut words: Vec<u64> = self
-            .words
-            .iter()
-            .zip(&other.words)
-            .map(|(a, b)| a & b)
-            .collect();
-        while words.last() == Some(&0) {
-            words.pop();
-        }
-        CpuSet { words }
+        CpuSet::from_words(
+            self.words
+                .iter()
+                .zip(&other.words)
+                .map(|(a, b)| a & b)
+                .collect(),
+        )
     }
 
     pub fn difference(&self, other: &CpuSet) -> CpuSet {
-        let mut words: Vec<u64> = self
-            .words
-            .iter()
-            .enumerate()
-            .map(|(i, a)| a & !other.words.get(i).unwrap_or(&0))
-            .collect();
-        while words.last() == Some(&0) {
-            words.pop();
-        }
-        CpuSet { words }
+        CpuSet::from_words(
+            self.words
+                .iter()
+                .enumerate()
+                .map(|(i, a)| a & !other.words.get(i).unwrap_or(&0))
+                .collect(),
+        )
     }
 
     pub fn is_subset(&self, other: &CpuSet) -> bool {

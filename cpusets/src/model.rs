@@ -7,6 +7,7 @@
 
 pub mod live;
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -309,6 +310,59 @@ fn unescape_mount(s: &str) -> String {
     out
 }
 
+/// Where the cpusets live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupRoot {
+    /// The cgroup v2 mount, with the cpuset controller available.
+    V2(String),
+    /// The cgroup v1 cpuset hierarchy.
+    V1(String),
+    None,
+}
+
+impl fmt::Display for CgroupRoot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CgroupRoot::V2(m) => write!(f, "v2 {m}"),
+            CgroupRoot::V1(m) => write!(f, "v1 {m}"),
+            CgroupRoot::None => f.write_str("none"),
+        }
+    }
+}
+
+/// The `invalid (...)` reason in a `cpuset.cpus.partition` value.
+pub fn partition_invalid_reason(value: &str) -> Option<String> {
+    let i = value.find("invalid")?;
+    let rest = value[i + "invalid".len()..].trim();
+    let reason = rest.trim_start_matches('(').trim_end_matches(')').trim();
+    Some(if reason.is_empty() {
+        value.trim().to_string()
+    } else {
+        reason.to_string()
+    })
+}
+
+fn policy_name(policy: u32) -> String {
+    match policy {
+        0 => "other".into(),
+        1 => "fifo".into(),
+        2 => "rr".into(),
+        3 => "batch".into(),
+        5 => "idle".into(),
+        6 => "deadline".into(),
+        n => format!("policy{n}"),
+    }
+}
+
+/// A scheduling policy number and priority as text: `fifo 50`, `other`.
+pub fn sched_text(policy: u32, prio: u32) -> String {
+    if policy == 1 || policy == 2 {
+        format!("{} {prio}", policy_name(policy))
+    } else {
+        policy_name(policy)
+    }
+}
+
 /// True when a kernel version string (`uname -v`, /proc/sys/kernel/version
 /// or /proc/version) names a PREEMPT_RT kernel.
 pub fn is_preempt_rt(version: &str) -> bool {
@@ -463,6 +517,22 @@ mod tests {
     use super::*;
 
     const X86: &str = "           CPU0       CPU1       \n 24:          1          0  IO-APIC   5-edge      ACPI:Ged\n 36:          0       7031 PCI-MSIX-0000:00:02.0   1-edge      virtio1-req.0\n 18:   9   0   IO-APIC  18-fasteoi   ehci_hcd:usb1, i801_smbus\nNMI:          0          0   Non-maskable interrupts\nLOC:      12886      13208   Local timer interrupts\nERR:          0\n";
+
+    #[test]
+    fn reads_partition_reasons() {
+        assert_eq!(
+            partition_invalid_reason(
+                "isolated invalid (Invalid cpu list in cpuset.cpus.exclusive)"
+            )
+            .as_deref(),
+            Some("Invalid cpu list in cpuset.cpus.exclusive")
+        );
+        assert_eq!(partition_invalid_reason("isolated"), None);
+        assert_eq!(
+            partition_invalid_reason("root invalid").as_deref(),
+            Some("root invalid")
+        );
+    }
 
     #[test]
     fn parses_interrupts() {

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use cpusets::apply::{self, sched, write_existing, ApplyOptions, ThreadControl};
 use cpusets::cpuset::CpuSet;
-use cpusets::model::live::{read_task, task_dir};
+use cpusets::model::live::{find_cgroup_root, read_task, task_dir};
+use cpusets::model::CgroupRoot;
 use cpusets::plan::RuntimePlan;
 use cpusets::verify::{self, Status, VerifyOptions};
 
@@ -62,9 +63,7 @@ impl Saved {
             })
             .collect();
         let mut new_dirs = Vec::new();
-        if let Ok(apply::CgroupRoot::V2(m) | apply::CgroupRoot::V1(m)) =
-            apply::find_cgroup_root(root)
-        {
+        if let Ok(CgroupRoot::V2(m) | CgroupRoot::V1(m)) = find_cgroup_root(root) {
             for d in ["rtdeploy", "rtdeploy/rt", "rtdeploy/housekeeping"] {
                 let p = Path::new(&m).join(d);
                 if !p.exists() {

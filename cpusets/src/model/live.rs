@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{
-    parse_cpus_allowed, Interrupts, Irq, ModelParseError, Task, TaskStat, PF_KTHREAD,
-    PF_NO_SETAFFINITY,
+    parse_cpus_allowed, parse_mounts, CgroupRoot, Interrupts, Irq, ModelParseError, Task, TaskStat,
+    PF_KTHREAD, PF_NO_SETAFFINITY,
 };
 use crate::cpuset::CpuSet;
 
@@ -233,6 +233,27 @@ fn gone_is_none(path: &Path) -> Result<Option<String>, ModelReadError> {
             err,
         }),
     }
+}
+
+/// Finds the cgroup hierarchy for cpusets from /proc/mounts: cgroup v2 when
+/// its root offers the cpuset controller, else the v1 cpuset hierarchy.
+pub fn find_cgroup_root(root: &Path) -> Result<CgroupRoot, ModelReadError> {
+    let Some(text) = read_opt(&sys_path(root, "/proc/mounts"))? else {
+        return Ok(CgroupRoot::None);
+    };
+    let mounts = parse_mounts(&text);
+    for m in mounts.iter().filter(|m| m.fstype == "cgroup2") {
+        let controllers = read_opt(&sys_path(root, &format!("{}/cgroup.controllers", m.target)))?;
+        if controllers.is_some_and(|c| c.split_whitespace().any(|w| w == "cpuset")) {
+            return Ok(CgroupRoot::V2(m.target.clone()));
+        }
+    }
+    for m in mounts.iter().filter(|m| m.fstype == "cgroup") {
+        if m.options.iter().any(|o| o == "cpuset") {
+            return Ok(CgroupRoot::V1(m.target.clone()));
+        }
+    }
+    Ok(CgroupRoot::None)
 }
 
 /// The directory of a task in /proc: `/proc/PID/task/TID` when it exists,
