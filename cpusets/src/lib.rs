@@ -18,16 +18,26 @@
 //! found; [`apply::apply`] writes it (read before write, so a second run
 //! changes nothing; no `O_CREAT`, so a wrong path fails as on the kernel) and
 //! reports each write's outcome; [`verify::verify`] reads everything back
-//! and reports each check as ok, drift, unmovable or unsupported.
+//! and reports each check as ok, drift, unmovable or unsupported. Apply and
+//! verify share what they know of the system through [`model`] (the cgroup
+//! hierarchy, partition states, scheduling policies), never through each
+//! other; what apply could not change reaches a later verify in the
+//! [`apply_state`] file. [`cmdline`] and [`conf_files`] render the kernel
+//! command line and the /etc files an image carries.
 //!
 //! Dependencies: `libc` for `sched_setscheduler(2)` and
 //! `sched_setaffinity(2)` on kernel threads (std wraps neither; the calls
-//! live in `apply::sched`, the crate's only unsafe code). Globs on thread
-//! and interrupt names use a small matcher in [`model`].
+//! live in `apply::sched`, the crate's only unsafe code); `controller` for
+//! the duration type every section of robot.yaml writes (the runtime crate
+//! alone: libc, io-uring, serde, thiserror); `serde_json` for the
+//! apply-state file. Globs on thread and interrupt names use a small
+//! matcher in [`model`].
 
 pub mod apply;
+pub mod apply_state;
 pub mod board;
 pub mod cmdline;
+pub mod conf_files;
 pub mod config;
 pub mod cpuset;
 pub mod model;

@@ -197,6 +197,34 @@ pub const DEFAULT_SYSCTLS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The sysctls to set: the planned defaults ([`DEFAULT_SYSCTLS`]), then
+/// robot.yaml's `sysctl:` (overriding a default in its place), each with
+/// its reason.
+pub fn plan_sysctls(section: &SysctlSection) -> Vec<SysctlSetting> {
+    let mut sysctls: Vec<SysctlSetting> = DEFAULT_SYSCTLS
+        .iter()
+        .map(|(k, v, why)| SysctlSetting {
+            key: k.to_string(),
+            value: v.to_string(),
+            source: Source::Planned,
+            reason: why.to_string(),
+        })
+        .collect();
+    for (key, value) in section {
+        let setting = SysctlSetting {
+            key: key.clone(),
+            value: value.to_string(),
+            source: Source::RobotYaml,
+            reason: "from sysctl in robot.yaml".into(),
+        };
+        match sysctls.iter_mut().find(|s| &s.key == key) {
+            Some(s) => *s = setting,
+            None => sysctls.push(setting),
+        }
+    }
+    sysctls
+}
+
 /// Per-CPU kernel threads that exist on every CPU by design, run only
 /// when their CPU asks for them, and cannot move.
 pub const PER_CPU_KTHREADS: &[&str] = &[
@@ -393,28 +421,7 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
         }
     }
 
-    // Sysctls: the planned defaults, then robot.yaml (overriding).
-    let mut sysctls: Vec<SysctlSetting> = DEFAULT_SYSCTLS
-        .iter()
-        .map(|(k, v, why)| SysctlSetting {
-            key: k.to_string(),
-            value: v.to_string(),
-            source: Source::Planned,
-            reason: why.to_string(),
-        })
-        .collect();
-    for (key, value) in iso.sysctl {
-        let setting = SysctlSetting {
-            key: key.clone(),
-            value: value.to_string(),
-            source: Source::RobotYaml,
-            reason: "from sysctl in robot.yaml".into(),
-        };
-        match sysctls.iter_mut().find(|s| &s.key == key) {
-            Some(s) => *s = setting,
-            None => sysctls.push(setting),
-        }
-    }
+    let sysctls = plan_sysctls(iso.sysctl);
 
     let cpufreq = CpufreqPlan {
         governor: iso.power.governor.clone(),

@@ -8,12 +8,12 @@
 use anyhow::Context;
 use clap::Args;
 use cpusets::apply::{self, ApplyOptions, ApplyReport};
-use cpusets::model::live::Live;
-use cpusets::plan::{self, Isolation, RuntimePlan};
+use cpusets::plan::RuntimePlan;
 use serde::Serialize;
 
-use crate::config::Robot;
+pub use super::plan::live_plan;
 use crate::ctx::{Ctx, Exit};
+pub use cpusets::apply_state::ApplyState;
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -23,31 +23,8 @@ pub struct ApplyArgs {
     pub dry_run: bool,
 }
 
-/// The robot.yaml sections the cpusets plan reads.
-pub fn isolation(r: &Robot) -> Isolation<'_> {
-    Isolation {
-        board: &r.board,
-        cpus: &r.cpus,
-        kernel: &r.kernel,
-        irqs: &r.irqs,
-        sysctl: &r.sysctl,
-        power: &r.power,
-    }
-}
-
-/// Reads the live system under --sysroot and plans against it.
-pub fn live_plan(ctx: &Ctx, r: &Robot) -> anyhow::Result<RuntimePlan> {
-    let live = Live::read(&ctx.sysroot).context("reading the live system")?;
-    Ok(plan::plan(&isolation(r), &live.inventory())?)
-}
-
 /// Where `apply` leaves the interrupts it could not move, for `verify`.
 pub const STATE_FILE: &str = "/var/lib/rtdeploy/cpusets-apply.json";
-
-#[derive(Debug, Serialize, serde::Deserialize)]
-pub struct ApplyState {
-    pub unmovable_irqs: Vec<u32>,
-}
 
 #[derive(Serialize)]
 struct Doc<'a> {
@@ -64,18 +41,8 @@ pub fn run(ctx: &Ctx, args: ApplyArgs) -> anyhow::Result<Exit> {
     let opts = ApplyOptions::for_sysroot(&ctx.sysroot, args.dry_run);
     let report = apply::apply(&plan, &ctx.sysroot, &opts).context("applying the CPU plan")?;
     if !args.dry_run {
-        let state = ApplyState {
-            unmovable_irqs: report.unmovable_irqs(),
-        };
-        let path = ctx.root(STATE_FILE);
-        let saved = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| {
-                std::fs::write(&path, serde_json::to_string(&state).unwrap_or_default())
-            });
-        if let Err(e) = saved {
-            ctx.note(format!("note: cannot save {}: {e}", path.display()));
+        if let Err(e) = ApplyState::from_report(&report).write(&ctx.root(STATE_FILE)) {
+            ctx.note(format!("note: {:#}", anyhow::Error::new(e)));
         }
     }
     if ctx.json {

@@ -139,7 +139,7 @@ pub fn inputs_from_robot(r: &Robot) -> CheckInputs {
 fn verify_summary(ctx: &Ctx, r: &Robot) -> String {
     let result =
         (|| -> anyhow::Result<String> {
-            let plan = super::apply::live_plan(ctx, r)?;
+            let plan = super::plan::live_plan(ctx, r)?;
             let opts = VerifyOptions {
                 sample_window: Duration::from_millis(200),
                 interrupts_after: None,

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use controller::config::ByteSize;
 use cpusets::board::BootLoader;
+use cpusets::conf_files::{limits_conf, sysctl_conf, MemlockLimit, ProcessLimits};
 use image::{build, Base, Format, ImageSpec, Phase, Progress};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -38,8 +40,8 @@ pub struct ImageArgs {
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<Format>,
     /// ext4 size, e.g. `8GiB` [default: content plus 20% and 96 MiB]
-    #[arg(long, value_name = "S", value_parser = parse_size)]
-    pub size: Option<u64>,
+    #[arg(long, value_name = "S", value_parser = ByteSize::parse)]
+    pub size: Option<ByteSize>,
     /// Replace an existing output (and its sidecars).
     #[arg(long)]
     pub force: bool,
@@ -74,30 +76,6 @@ pub struct FlashArgs {
     pub dry_run: bool,
 }
 
-/// `8GiB`, `512M`, `1073741824`.
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (expected e.g. 8GiB, 512MiB)"))?;
-    let mult: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" | "k" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        u => {
-            return Err(format!(
-                "unknown size unit `{u}` in `{s}` (expected KiB, MiB, GiB or TiB)"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("`{s}` is too large"))
-}
-
 /// The format from the output's name, when it says.
 fn format_from_name(out: &Path) -> Option<Format> {
     let name = out.file_name()?.to_str()?;
@@ -114,68 +92,22 @@ fn format_from_name(out: &Path) -> Option<Format> {
     .map(|(_, f)| f)
 }
 
-/// `/etc/sysctl.d/90-rtdeploy.conf`: rtdeploy's real-time defaults, then
-/// robot.yaml's `sysctl:` (overriding), each with its reason.
-pub fn render_sysctl(robot: &Robot) -> String {
-    let mut out = String::from(
-        "# Written by `deploy image` from robot.yaml; `deploy apply` sets the same values.\n",
-    );
-    for (key, value, why) in cpusets::plan::DEFAULT_SYSCTLS {
-        if robot.sysctl.contains_key(*key) {
-            continue;
-        }
-        out.push_str(&format!("# {why}\n{key} = {value}\n"));
-    }
-    for (key, value) in &robot.sysctl {
-        out.push_str(&format!("# from sysctl in robot.yaml\n{key} = {value}\n"));
-    }
-    out
-}
-
-/// `/etc/security/limits.d/90-rtdeploy.conf`: real-time priority and
-/// memory locking for the robot's group and each process's user, for
-/// programs started by hand (the supervisor sets its children's limits
-/// itself).
-pub fn render_limits(robot: &Robot) -> String {
-    let mut out = String::from(
-        "# Written by `deploy image` from robot.yaml.\n# <domain> <type> <item> <value>\n",
-    );
-    if let Some(g) = &robot.robot.group {
-        out.push_str(&format!("@{g} - rtprio 99\n@{g} - memlock unlimited\n"));
-    }
-    let mut seen = std::collections::BTreeMap::new();
-    for p in &robot.processes {
-        let Some(user) = &p.user else { continue };
-        let e = seen.entry(user.clone()).or_insert((0u32, None::<String>));
-        if p.policy.is_realtime() {
-            e.0 = e.0.max(p.priority.unwrap_or(0));
-        }
-        let memlock = match p.memlock {
-            Some(services::config::Memlock::Unlimited) => Some("unlimited".to_string()),
-            Some(services::config::Memlock::Bytes(b)) => Some(b.0.div_ceil(1024).to_string()),
-            None => None,
-        };
-        if let Some(m) = memlock {
-            e.1 = Some(match &e.1 {
-                Some(old) if old == "unlimited" || m == "unlimited" => "unlimited".into(),
-                Some(old) => old
-                    .parse::<u64>()
-                    .unwrap_or(0)
-                    .max(m.parse().unwrap_or(0))
-                    .to_string(),
-                None => m,
-            });
-        }
-    }
-    for (user, (prio, memlock)) in seen {
-        if prio > 0 {
-            out.push_str(&format!("{user} - rtprio {prio}\n"));
-        }
-        if let Some(m) = memlock {
-            out.push_str(&format!("{user} - memlock {m}\n"));
-        }
-    }
-    out
+/// What each process started under its own user needs from limits.conf.
+fn process_limits(robot: &Robot) -> impl Iterator<Item = ProcessLimits<'_>> {
+    robot.processes.iter().filter_map(|p| {
+        Some(ProcessLimits {
+            user: p.user.as_deref()?,
+            rtprio: if p.policy.is_realtime() {
+                p.priority.unwrap_or(0)
+            } else {
+                0
+            },
+            memlock: p.memlock.map(|m| match m {
+                services::config::Memlock::Unlimited => MemlockLimit::Unlimited,
+                services::config::Memlock::Bytes(b) => MemlockLimit::Bytes(b.0),
+            }),
+        })
+    })
 }
 
 fn progress_bar(ctx: &Ctx) -> ProgressBar {
@@ -221,10 +153,10 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
         cmdline,
         boot,
         unit,
-        sysctl: render_sysctl(robot),
-        limits: render_limits(robot),
+        sysctl: sysctl_conf(&robot.sysctl),
+        limits: limits_conf(robot.robot.group.as_deref(), process_limits(robot)),
         programs: robot.processes.iter().map(|p| p.exec.clone()).collect(),
-        size: args.size,
+        size: args.size.map(|s| s.0),
         force: args.force,
         sync: args.sync,
     };
@@ -300,9 +232,10 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(parse_size("8GiB").unwrap(), 8 << 30);
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
+        let parse_size = ByteSize::parse;
+        assert_eq!(parse_size("8GiB").unwrap().0, 8 << 30);
+        assert_eq!(parse_size("512M").unwrap().0, 512 << 20);
+        assert_eq!(parse_size("4096").unwrap().0, 4096);
         assert!(parse_size("8 parsecs").is_err());
         assert!(parse_size("GiB").is_err());
     }

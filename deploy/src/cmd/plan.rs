@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use anyhow::Context as _;
 use clap::Args;
 use cpusets::board::BootLoader;
 use cpusets::cmdline::{self, Token};
@@ -9,10 +10,18 @@ use cpusets::config::{IrqOverride, ThreadRule};
 use cpusets::cpuset::CpuSet;
 use serde::Serialize;
 
+use cpusets::model::live::Live;
 use cpusets::plan::{Inventory, RuntimePlan};
 
 use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};
+
+/// The cpusets runtime plan against the live system under --sysroot (what
+/// `apply` writes, `verify` checks and `check` verifies first).
+pub fn live_plan(ctx: &Ctx, r: &Robot) -> anyhow::Result<RuntimePlan> {
+    let live = Live::read(&ctx.sysroot).context("reading the live system")?;
+    Ok(cpusets::plan::plan(&r.isolation(), &live.inventory())?)
+}
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {}
@@ -101,7 +110,7 @@ pub struct ChannelPlan {
 
 /// The plan of a valid robot.
 pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
-    let runtime = cpusets::plan::plan(&super::apply::isolation(r), &Inventory::default())?;
+    let runtime = cpusets::plan::plan(&r.isolation(), &Inventory::default())?;
     let all = r.all_cpus();
     let board = r.board.board().expect("validated board");
     let housekeeping = r.housekeeping();

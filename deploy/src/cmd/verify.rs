@@ -9,9 +9,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use cpusets::apply_state::ApplyState;
 use cpusets::verify::{self, VerifyOptions};
 
-use super::apply::{live_plan, ApplyState, STATE_FILE};
+use super::apply::STATE_FILE;
+use super::plan::live_plan;
 use crate::ctx::{Ctx, Exit};
 
 #[derive(Debug, Args)]
@@ -42,11 +44,16 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
         .filter(|p| !r.process_cpus(p).is_disjoint(&r.cpus.isolated))
         .map(|p| p.name.chars().take(15).collect())
         .collect();
-    let unmovable_irqs = std::fs::read_to_string(ctx.root(STATE_FILE))
-        .ok()
-        .and_then(|s| serde_json::from_str::<ApplyState>(&s).ok())
-        .map(|s| s.unmovable_irqs)
-        .unwrap_or_default();
+    let unmovable_irqs = match ApplyState::read(&ctx.root(STATE_FILE)) {
+        Ok(state) => state.unwrap_or_default().unmovable_irqs,
+        Err(e) => {
+            ctx.note(format!(
+                "warning: {:#} (every interrupt that is not where the plan puts it counts as drift)",
+                anyhow::Error::new(e)
+            ));
+            Vec::new()
+        }
+    };
     let opts = VerifyOptions {
         sample_window: Duration::from_millis(args.window_ms),
         interrupts_after: args.interrupts_after,

@@ -20,6 +20,7 @@ use cpusets::config::{
     BoardSection, CpusSection, IrqsSection, KernelSection, PowerSection, SysctlSection,
 };
 use cpusets::cpuset::CpuSet;
+use cpusets::plan::Isolation;
 use serde::Serialize;
 use services::config::{ProcessConfig, RobotSection, UpdateSection};
 
@@ -52,6 +53,18 @@ pub struct Robot {
 }
 
 impl Robot {
+    /// The sections the cpusets plan reads.
+    pub fn isolation(&self) -> Isolation<'_> {
+        Isolation {
+            board: &self.board,
+            cpus: &self.cpus,
+            kernel: &self.kernel,
+            irqs: &self.irqs,
+            sysctl: &self.sysctl,
+            power: &self.power,
+        }
+    }
+
     /// Every CPU of the board (validation guarantees the count is known).
     pub fn all_cpus(&self) -> CpuSet {
         self.board.all_cpus().unwrap_or_default()
