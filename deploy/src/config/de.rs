@@ -124,6 +124,16 @@ fn resolve(text: &str, plain: bool) -> Resolved<'_> {
     Resolved::Str(text)
 }
 
+/// `e`, placed at `pos` and `path` unless it has a place already (an
+/// error from deeper in the tree knows better).
+fn placed(mut e: DeError, pos: Pos, path: &str) -> DeError {
+    if e.pos.is_none() {
+        e.pos = Some(pos);
+        e.path = path.to_string();
+    }
+    e
+}
+
 impl<'a> NodeDe<'a> {
     fn child(&self, node: &'a Node, segment: &str) -> NodeDe<'a> {
         let path = if self.path.is_empty() {
@@ -138,13 +148,14 @@ impl<'a> NodeDe<'a> {
 
     /// Gives an error without a place this node's place.
     fn at<T>(&self, r: Result<T, DeError>) -> Result<T, DeError> {
-        r.map_err(|mut e| {
-            if e.pos.is_none() {
-                e.pos = Some(self.node.pos);
-                e.path = self.path.clone();
-            }
-            e
-        })
+        r.map_err(|e| placed(e, self.node.pos, &self.path))
+    }
+
+    /// Deserialises `seed` from this node; an error without a place gets
+    /// this node's.
+    fn deserialize_placed<T: DeserializeSeed<'a>>(self, seed: T) -> Result<T::Value, DeError> {
+        let (pos, path) = (self.node.pos, self.path.clone());
+        seed.deserialize(self).map_err(|e| placed(e, pos, &path))
     }
 
     fn what(&self) -> &'static str {
@@ -315,15 +326,7 @@ impl<'de> de::SeqAccess<'de> for Seq<'_, 'de> {
         };
         let child = self.parent.child(item, &format!("[{}]", self.next));
         self.next += 1;
-        let pos = child.node.pos;
-        let path = child.path.clone();
-        seed.deserialize(child).map(Some).map_err(|mut e| {
-            if e.pos.is_none() {
-                e.pos = Some(pos);
-                e.path = path;
-            }
-            e
-        })
+        child.deserialize_placed(seed).map(Some)
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -352,14 +355,7 @@ impl<'de> de::MapAccess<'de> for Map<'_, 'de> {
         let name = key.as_str().unwrap_or("?");
         let key_de = self.parent.child(key, name);
         self.value = Some(self.parent.child(value, name));
-        let (pos, path) = (key.pos, key_de.path.clone());
-        seed.deserialize(key_de).map(Some).map_err(|mut e| {
-            if e.pos.is_none() {
-                e.pos = Some(pos);
-                e.path = path;
-            }
-            e
-        })
+        key_de.deserialize_placed(seed).map(Some)
     }
 
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, DeError> {
@@ -367,14 +363,7 @@ impl<'de> de::MapAccess<'de> for Map<'_, 'de> {
             .value
             .take()
             .ok_or_else(|| <DeError as de::Error>::custom("value without a key"))?;
-        let (pos, path) = (value.node.pos, value.path.clone());
-        seed.deserialize(value).map_err(|mut e| {
-            if e.pos.is_none() {
-                e.pos = Some(pos);
-                e.path = path;
-            }
-            e
-        })
+        value.deserialize_placed(seed)
     }
 
     fn size_hint(&self) -> Option<usize> {

@@ -393,6 +393,27 @@ fn whole<T>(all_parsed: bool, items: Vec<(usize, T)>) -> Option<Vec<T>> {
     all_parsed.then(|| items.into_iter().map(|(_, v)| v).collect())
 }
 
+/// Adds `name`, element `i` of the list `list` (whose elements are each a
+/// `kind`), to `index`, refusing it when an earlier element has the same
+/// name.
+fn index_name<'r>(
+    c: &mut Checker,
+    index: &mut HashMap<&'r str, usize>,
+    (list, kind): (&str, &str),
+    i: usize,
+    name: &'r str,
+) {
+    if let Some(first) = index.insert(name, i) {
+        c.error(
+            &format!("{list}[{i}].name"),
+            format!(
+                "{kind} `{}` is already defined at {list}[{first}] (names must be unique)",
+                echo::value(name)
+            ),
+        );
+    }
+}
+
 /// The rules that span sections.
 fn cross_check(c: &mut Checker, r: &Robot) {
     // Unknown when `board:` was refused: that error is reported, not one
@@ -405,15 +426,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
     // Names are unique.
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, ch) in r.channels.iter().enumerate() {
-        if let Some(first) = seen.insert(&ch.name, i) {
-            c.error(
-                &format!("channels[{i}].name"),
-                format!(
-                    "channel `{}` is already defined at channels[{first}] (names must be unique)",
-                    echo::value(&ch.name)
-                ),
-            );
-        }
+        index_name(c, &mut seen, ("channels", "channel"), i, &ch.name);
         if ch.name.starts_with(RESERVED_CHANNEL_PREFIX) {
             c.error(
                 &format!("channels[{i}].name"),
@@ -424,15 +437,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
     let channel_names: HashSet<&str> = r.channels.iter().map(|c| c.name.as_str()).collect();
     let mut procs: HashMap<&str, usize> = HashMap::new();
     for (i, p) in r.processes.iter().enumerate() {
-        if let Some(first) = procs.insert(&p.name, i) {
-            c.error(
-                &format!("processes[{i}].name"),
-                format!(
-                    "process `{}` is already defined at processes[{first}] (names must be unique)",
-                    echo::value(&p.name)
-                ),
-            );
-        }
+        index_name(c, &mut procs, ("processes", "process"), i, &p.name);
     }
 
     let mut published: HashSet<&str> = HashSet::new();
