@@ -1231,16 +1231,7 @@ impl EventLoop {
             .min();
         let r = if self.waitv.is_empty() {
             if let Some(d) = deadline {
-                let ts = sys::timespec_of(d);
-                // SAFETY: `ts` is a valid timespec for the call.
-                unsafe {
-                    libc::clock_nanosleep(
-                        libc::CLOCK_MONOTONIC,
-                        libc::TIMER_ABSTIME,
-                        &ts,
-                        std::ptr::null_mut(),
-                    )
-                };
+                crate::time::sleep_until(Monotonic::from_nanos(d));
             }
             WaitvResult::TimedOut
         } else {

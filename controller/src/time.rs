@@ -1,6 +1,8 @@
 //! Monotonic time: `CLOCK_MONOTONIC` as a type, so a message's send time,
 //! a timer's deadline and "now" are not confused with other nanosecond
-//! counts (durations, wall-clock times).
+//! counts (durations, wall-clock times), and the one absolute sleep every
+//! periodic thread of the runtime and of the check uses.
+#![allow(unsafe_code)]
 
 use std::time::Duration;
 
@@ -53,6 +55,36 @@ impl std::ops::Sub for Monotonic {
     }
 }
 
+/// Sleeps until `deadline` on `CLOCK_MONOTONIC`: an absolute
+/// [`clock_nanosleep(2)`](https://man7.org/linux/man-pages/man2/clock_nanosleep.2.html)
+/// (`TIMER_ABSTIME`), so a periodic thread does not drift by the time it
+/// took to get here. A signal handler that interrupts the sleep (`EINTR`)
+/// does not end it: the same deadline is slept to again. A deadline in the
+/// past returns at once.
+///
+/// One syscall, no allocation, async-signal-safe: a forked child may call
+/// it before it `exec`s or `_exit`s.
+#[inline]
+pub fn sleep_until(deadline: Monotonic) {
+    let ts = crate::sys::timespec_of(deadline.0);
+    loop {
+        // SAFETY: `ts` is a valid timespec for the call; with TIMER_ABSTIME
+        // no remainder is written, so the null pointer is allowed.
+        let r = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        // clock_nanosleep returns the error number (not -1 and errno).
+        if r != libc::EINTR {
+            return;
+        }
+    }
+}
+
 impl std::fmt::Display for Monotonic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -86,5 +118,46 @@ mod tests {
         );
         assert_eq!(t.to_string(), "1.500000000");
         assert!(Monotonic::now() > Monotonic::from_nanos(0));
+    }
+
+    #[test]
+    fn sleep_until_does_not_return_before_its_deadline() {
+        let deadline = Monotonic::now() + Duration::from_millis(2);
+        sleep_until(deadline);
+        assert!(Monotonic::now() >= deadline);
+        // A deadline in the past returns at once (not asserted in time:
+        // it returns at all).
+        sleep_until(Monotonic::from_nanos(1));
+    }
+
+    #[test]
+    fn sleep_until_sleeps_on_through_a_signal() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static HANDLED: AtomicBool = AtomicBool::new(false);
+        extern "C" fn on_signal(_: libc::c_int) {
+            HANDLED.store(true, Ordering::SeqCst);
+        }
+        // SAFETY: installs an async-signal-safe handler (one atomic store)
+        // for SIGRTMAX - 1, which nothing else in this test binary uses;
+        // no SA_RESTART, so the sleep sees EINTR.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGRTMAX() - 1, &sa, std::ptr::null_mut());
+        }
+        let deadline = Monotonic::now() + Duration::from_millis(50);
+        // SAFETY: pthread_self is always valid for the calling thread.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let poker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            // SAFETY: `me` is the sleeping test thread, alive until this
+            // thread is joined.
+            unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGRTMAX() - 1) };
+        });
+        sleep_until(deadline);
+        poker.join().unwrap();
+        assert!(HANDLED.load(Ordering::SeqCst), "the signal was handled");
+        assert!(Monotonic::now() >= deadline, "the sleep went on after it");
     }
 }
