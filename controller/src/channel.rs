@@ -281,45 +281,62 @@ impl ChannelGeometry {
     }
 
     /// Why this geometry cannot be laid out, if it cannot.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ChannelGeometryError> {
         if !self.queue_len.is_power_of_two() || self.queue_len < 2 || self.queue_len > 1 << 20 {
-            return Err(format!(
-                "queue length {} is not a power of two from 2 to 1048576",
-                self.queue_len
-            ));
+            return Err(ChannelGeometryError::QueueLength {
+                queue_len: self.queue_len,
+            });
         }
         if self.slot_bytes % 64 != 0
             || self.slot_bytes < SLOT_HEADER_BYTES + 8
             || self.slot_bytes > (16 << 20) + SLOT_HEADER_BYTES
         {
-            return Err(format!(
-                "slot size {} is not a multiple of 64 from 72 to 16MiB+64",
-                self.slot_bytes
-            ));
+            return Err(ChannelGeometryError::SlotSize {
+                slot_bytes: self.slot_bytes,
+            });
         }
         if self.publishers == 0 || self.publishers > MAX_ENTRIES {
-            return Err(format!(
-                "{} publishers (expected 1 to {MAX_ENTRIES})",
-                self.publishers
-            ));
+            return Err(ChannelGeometryError::Publishers {
+                publishers: self.publishers,
+            });
         }
         if self.subscribers > MAX_ENTRIES {
-            return Err(format!(
-                "{} subscribers (expected at most {MAX_ENTRIES})",
-                self.subscribers
-            ));
+            return Err(ChannelGeometryError::Subscribers {
+                subscribers: self.subscribers,
+            });
         }
         if self.slots() > SLOT_MASK {
-            return Err(format!("{} slots (at most {SLOT_MASK})", self.slots()));
+            return Err(ChannelGeometryError::Slots {
+                slots: self.slots(),
+            });
         }
         if self.total_bytes() > 1 << 32 {
-            return Err(format!(
-                "channel of {} bytes is larger than 4GiB",
-                self.total_bytes()
-            ));
+            return Err(ChannelGeometryError::TooLarge {
+                bytes: self.total_bytes(),
+            });
         }
         Ok(())
     }
+}
+
+/// Why a channel geometry cannot be laid out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChannelGeometryError {
+    #[error("queue length {queue_len} is not a power of two from 2 to 1048576")]
+    QueueLength { queue_len: u64 },
+    #[error("slot size {slot_bytes} is not a multiple of 64 from 72 to 16MiB+64")]
+    SlotSize { slot_bytes: u64 },
+    #[error("{publishers} publishers (expected 1 to {MAX_ENTRIES})")]
+    Publishers { publishers: u32 },
+    #[error("{subscribers} subscribers (expected at most {MAX_ENTRIES})")]
+    Subscribers { subscribers: u32 },
+    #[error("{slots} slots (at most {SLOT_MASK})")]
+    Slots { slots: u64 },
+    #[error("channel of {bytes} bytes is larger than 4GiB")]
+    TooLarge { bytes: u64 },
+    /// A file's header records a total size its own geometry does not give.
+    #[error("header total size {header} does not match its geometry ({computed})")]
+    TotalSize { header: u64, computed: u64 },
 }
 
 /// The file of channel `name` under `shm_dir`.
@@ -341,8 +358,11 @@ pub enum ChannelCreateError {
     #[error("{0}")]
     InvalidName(String),
     #[error("channel `{name}`: {reason}")]
-    Geometry { name: String, reason: String },
-    #[error("cannot create channel file {path}: {source}")]
+    Geometry {
+        name: String,
+        reason: ChannelGeometryError,
+    },
+    #[error("cannot create channel file {path}")]
     Io { path: PathBuf, source: io::Error },
 }
 
@@ -353,8 +373,10 @@ pub enum ChannelOpenError {
     InvalidName(String),
     #[error("channel file {path} does not exist (the supervisor creates channels at start)")]
     NotFound { path: PathBuf },
-    #[error("cannot open channel file {path}: {source}")]
+    #[error("cannot open channel file {path}")]
     Io { path: PathBuf, source: io::Error },
+    #[error("{path} is {what}, not a channel file")]
+    NotAFile { path: PathBuf, what: &'static str },
     #[error("{path} is not a channel file (magic {found:#018x}, expected {MAGIC:#018x})")]
     BadMagic { path: PathBuf, found: u64 },
     #[error("channel file {path} has layout version {found}, this runtime reads version {LAYOUT_VERSION} only")]
@@ -366,7 +388,10 @@ pub enum ChannelOpenError {
         expected: u64,
     },
     #[error("channel file {path} has an invalid layout: {reason}")]
-    BadGeometry { path: PathBuf, reason: String },
+    BadGeometry {
+        path: PathBuf,
+        reason: ChannelGeometryError,
+    },
     #[error("channel file {path} has {field} {found}, expected {expected}")]
     Mismatch {
         path: PathBuf,
@@ -449,6 +474,25 @@ pub enum PublishError {
     },
     #[error("{0}")]
     Fault(ChannelFault),
+}
+
+/// What [`Channel::check_slot_ownership`] found out of place (test
+/// instrumentation).
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SlotOwnershipError {
+    #[error("ring position {position} holds slot {slot} of {slots}")]
+    RingSlot {
+        position: u64,
+        slot: u64,
+        slots: u64,
+    },
+    #[error("publisher entry {entry} is mid-swap")]
+    MidSwap { entry: u32 },
+    #[error("publisher entry {entry} holds scratch slot {slot} of {slots}")]
+    ScratchSlot { entry: u32, slot: u64, slots: u64 },
+    #[error("slot {slot} is held {times} times")]
+    HeldTimes { slot: u64, times: u32 },
 }
 
 /// What [`Channel::create`] found and did.
@@ -585,7 +629,7 @@ impl Channel {
                 return Ok((ch, CreateOutcome::Reused { recovered }));
             }
             Err(ChannelOpenError::NotFound { .. }) => None,
-            Err(e) => Some(e.to_string()),
+            Err(e) => Some(crate::error::Chain(&e).to_string()),
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io_err)?;
@@ -626,7 +670,7 @@ impl Channel {
                 let ch = Channel::open_expect(shm_dir, name, geom).map_err(|e| {
                     ChannelCreateError::Io {
                         path: path.clone(),
-                        source: io::Error::other(e.to_string()),
+                        source: io::Error::other(e),
                     }
                 })?;
                 let recovered = ch.recover(proc_root);
@@ -636,7 +680,7 @@ impl Channel {
         }
         let ch = Channel::open_expect(shm_dir, name, geom).map_err(|e| ChannelCreateError::Io {
             path: path.clone(),
-            source: io::Error::other(e.to_string()),
+            source: io::Error::other(e),
         })?;
         let outcome = match replace_reason {
             None => CreateOutcome::Created,
@@ -780,12 +824,14 @@ impl Channel {
                 "a device"
             } else if ft.is_socket() {
                 "a socket"
+            } else if ft.is_dir() {
+                "a directory"
             } else {
-                "not a regular file"
+                "a special file"
             };
-            return Err(ChannelOpenError::Io {
+            return Err(ChannelOpenError::NotAFile {
                 path: path.into(),
-                source: io::Error::other(format!("{what}, not a channel file")),
+                what,
             });
         }
         let file_len = meta.len();
@@ -839,10 +885,10 @@ impl Channel {
         if total != geom.total_bytes() {
             return Err(ChannelOpenError::BadGeometry {
                 path: path.into(),
-                reason: format!(
-                    "header total size {total} does not match its geometry ({})",
-                    geom.total_bytes()
-                ),
+                reason: ChannelGeometryError::TotalSize {
+                    header: total,
+                    computed: geom.total_bytes(),
+                },
             });
         }
         if let Some(expect) = expect {
@@ -960,7 +1006,7 @@ impl Channel {
     /// is in exactly one place (the ring or one publisher's scratch) and
     /// that no publisher entry is mid-swap.
     #[cfg(feature = "fault-injection")]
-    pub fn check_slot_ownership(&self) -> Result<(), String> {
+    pub fn check_slot_ownership(&self) -> Result<(), SlotOwnershipError> {
         let inner = &self.inner;
         let mut seen = vec![0u32; inner.geom.slots() as usize];
         let slots = inner.geom.slots();
@@ -968,26 +1014,35 @@ impl Channel {
             let e = inner.ring_entry(p).load(Ordering::SeqCst);
             let s = entry_slot(e);
             if s >= slots {
-                return Err(format!("ring position {p} holds slot {s} of {slots}"));
+                return Err(SlotOwnershipError::RingSlot {
+                    position: p,
+                    slot: s,
+                    slots,
+                });
             }
             seen[s as usize] += 1;
         }
         for i in 0..inner.geom.publishers {
             let pe = inner.pub_entry(i);
             if pe.swapping.load(Ordering::SeqCst) != NONE {
-                return Err(format!("publisher entry {i} is mid-swap"));
+                return Err(SlotOwnershipError::MidSwap { entry: i });
             }
             let s = pe.scratch.load(Ordering::SeqCst);
             if s >= slots {
-                return Err(format!(
-                    "publisher entry {i} holds scratch slot {s} of {slots}"
-                ));
+                return Err(SlotOwnershipError::ScratchSlot {
+                    entry: i,
+                    slot: s,
+                    slots,
+                });
             }
             seen[s as usize] += 1;
         }
         match seen.iter().position(|&n| n != 1) {
             None => Ok(()),
-            Some(slot) => Err(format!("slot {slot} is held {} times", seen[slot])),
+            Some(slot) => Err(SlotOwnershipError::HeldTimes {
+                slot: slot as u64,
+                times: seen[slot],
+            }),
         }
     }
 

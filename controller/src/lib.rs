@@ -10,10 +10,13 @@
 //!   a lock a lower-priority task could hold;
 //! - every path to the live system (`/dev/shm`, `/proc`) is a parameter;
 //! - `unsafe` lives only in the modules that map shared memory or issue
-//!   syscalls, each block with its `SAFETY:` argument.
+//!   syscalls, each block with its `SAFETY:` argument;
+//! - an error says what failed and keeps the underlying error as its
+//!   `source()` without repeating it ([`error::Chain`] prints the chain).
 
 pub mod channel;
 pub mod config;
+pub mod error;
 pub mod event_loop;
 pub mod rt;
 pub mod shm;

@@ -1,12 +1,14 @@
 //! Real-time process setup: locked and prefaulted memory, an allocation
-//! trap for real-time sections, the `RLIMIT_RTTIME` guard, and a check that
+//! trap for real-time sections, the `RLIMIT_RTTIME` guard, a check that
 //! the process runs with the scheduling policy, priority and CPUs it was
-//! given (read back from the kernel, not assumed).
+//! given (read back from the kernel, not assumed), and a held
+//! `/dev/cpu_dma_latency` request.
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
-use std::io;
+use std::fs::File;
+use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,19 +19,19 @@ use serde::{Deserialize, Serialize};
 pub enum RtSetupError {
     #[error("mlockall(MCL_CURRENT | MCL_FUTURE) failed: {0} (raise RLIMIT_MEMLOCK, `memlock:` in robot.yaml, or run with CAP_IPC_LOCK)")]
     Mlock(io::Error),
-    #[error("setrlimit(RLIMIT_RTTIME, soft {soft_us}us, hard {hard_us}us) failed: {source}")]
+    #[error("setrlimit(RLIMIT_RTTIME, soft {soft_us}us, hard {hard_us}us) failed")]
     RtTime {
         soft_us: u64,
         hard_us: u64,
         source: io::Error,
     },
-    #[error("cannot set scheduling policy {policy:?} priority {priority}: {source}")]
+    #[error("cannot set scheduling policy {policy:?} priority {priority}")]
     Sched {
         policy: Policy,
         priority: u32,
         source: io::Error,
     },
-    #[error("cannot pin to CPUs {cpus:?}: {source}")]
+    #[error("cannot pin to CPUs {cpus:?}")]
     Affinity { cpus: Vec<usize>, source: io::Error },
 }
 
@@ -386,6 +388,71 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrapAlloc<A> {
     }
 }
 
+/// A request to the kernel's PM QoS interface that no CPU take longer than
+/// `value_us` to leave an idle state, held while this value lives: the
+/// kernel drops the request when the file is closed
+/// ([PM QoS](https://docs.kernel.org/power/pm_qos_interface.html)). The
+/// supervisor holds `power.cpu_dma_latency` for its lifetime, the check
+/// and the benchmarks hold one while they measure, and a controller may
+/// hold its own.
+#[derive(Debug)]
+pub struct DmaLatencyHold {
+    _file: File,
+    path: PathBuf,
+    value_us: u32,
+}
+
+/// A `/dev/cpu_dma_latency` request could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum DmaLatencyHoldError {
+    #[error("cannot open {path}")]
+    Open { path: PathBuf, source: io::Error },
+    #[error("cannot write {value_us}us to {path}")]
+    Write {
+        path: PathBuf,
+        value_us: u32,
+        source: io::Error,
+    },
+}
+
+impl DmaLatencyHold {
+    /// Opens `path` (`<dev root>/cpu_dma_latency`, normally
+    /// `/dev/cpu_dma_latency`; never created) and writes `value_us` as
+    /// the binary `s32` the interface takes; values beyond `i32::MAX` are
+    /// held as `i32::MAX`.
+    pub fn hold(path: &Path, value_us: u32) -> Result<DmaLatencyHold, DmaLatencyHoldError> {
+        let value_us = value_us.min(i32::MAX as u32);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| DmaLatencyHoldError::Open {
+                path: path.into(),
+                source,
+            })?;
+        file.write_all(&(value_us as i32).to_ne_bytes())
+            .map_err(|source| DmaLatencyHoldError::Write {
+                path: path.into(),
+                value_us,
+                source,
+            })?;
+        Ok(DmaLatencyHold {
+            _file: file,
+            path: path.into(),
+            value_us,
+        })
+    }
+
+    /// The value held, in microseconds.
+    pub fn value_us(&self) -> u32 {
+        self.value_us
+    }
+
+    /// The file the request is held on.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// The first `cgroup.procs` that exists among the places the CPU plan
 /// creates the `rtdeploy/<leaf>` cgroup (`rt` or `housekeeping`): the
 /// cgroup2 root, the hybrid `unified` mount, the cpuset v1 hierarchy, all
@@ -527,6 +594,23 @@ mod tests {
         };
         // SAFETY: `lim` is valid for the call.
         unsafe { libc::setrlimit(libc::RLIMIT_RTTIME, &lim) };
+    }
+
+    #[test]
+    fn dma_latency_is_written_as_an_s32_and_refused_without_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cpu_dma_latency");
+        let e = DmaLatencyHold::hold(&path, 0).unwrap_err();
+        assert!(matches!(e, DmaLatencyHoldError::Open { .. }), "{e:?}");
+        assert_eq!(e.to_string(), format!("cannot open {}", path.display()));
+        assert!(!path.exists(), "the device file is never created");
+        std::fs::write(&path, b"").unwrap();
+        let h = DmaLatencyHold::hold(&path, 20).unwrap();
+        assert_eq!((h.value_us(), h.path()), (20, path.as_path()));
+        assert_eq!(std::fs::read(&path).unwrap(), 20i32.to_ne_bytes());
+        drop(h);
+        let h = DmaLatencyHold::hold(&path, u32::MAX).unwrap();
+        assert_eq!(h.value_us(), i32::MAX as u32);
     }
 
     #[test]

@@ -39,9 +39,9 @@ pub fn arg(args: &[String], name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
-/// Prints `role: error` and exits with `code`.
-pub fn die(role: &str, e: impl std::fmt::Display, code: i32) -> ! {
-    eprintln!("{role}: {e}");
+/// Prints `role: error: its causes` and exits with `code`.
+pub fn die(role: &str, e: impl std::error::Error + 'static, code: i32) -> ! {
+    eprintln!("{role}: {}", controller::error::Chain(&e));
     std::process::exit(code);
 }
 
