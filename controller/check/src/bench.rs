@@ -25,55 +25,21 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::notify::{Notifier, Waiter};
-use controller::channel::{Channel, ChannelGeometry};
-use controller::event_loop::{probe, Backend, EventLoop, LoopOptions};
-use controller::rt::{self, Policy};
+use crate::tempdir::TempDir;
+use controller::channel::{
+    Channel, ChannelAttachError, ChannelCreateError, ChannelGeometry, PublishError,
+};
+use controller::error::Chain;
+use controller::event_loop::{
+    probe, Backend, EventLoop, EventLoopCreateError, EventLoopRunError, LoopOptions,
+};
+use controller::rt::{self, DmaLatencyHold, Policy};
 use controller::sys;
+use controller::time::{sleep_until, Monotonic};
 
-/// A wake mechanism measured by [`wake`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Mechanism {
-    /// This runtime's event loop on its io_uring armed futex wait.
-    #[serde(rename = "io_uring-futex")]
-    IoUringFutex,
-    /// This runtime's event loop on its futex_waitv fallback.
-    #[serde(rename = "futex_waitv")]
-    FutexWaitv,
-    /// A bare FUTEX_WAIT / FUTEX_WAKE pair: the floor.
-    #[serde(rename = "futex")]
-    RawFutex,
-    #[serde(rename = "eventfd")]
-    Eventfd,
-    #[serde(rename = "pipe")]
-    Pipe,
-    /// An RT signal read from a signalfd.
-    #[serde(rename = "signalfd")]
-    SignalFd,
-}
-
-impl Mechanism {
-    pub const ALL: [Mechanism; 6] = [
-        Mechanism::IoUringFutex,
-        Mechanism::FutexWaitv,
-        Mechanism::RawFutex,
-        Mechanism::Eventfd,
-        Mechanism::Pipe,
-        Mechanism::SignalFd,
-    ];
-    pub fn name(self) -> &'static str {
-        match self {
-            Mechanism::IoUringFutex => "io_uring-futex",
-            Mechanism::FutexWaitv => "futex_waitv",
-            Mechanism::RawFutex => "futex",
-            Mechanism::Eventfd => "eventfd",
-            Mechanism::Pipe => "pipe",
-            Mechanism::SignalFd => "signalfd",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Mechanism> {
-        Mechanism::ALL.into_iter().find(|m| m.name() == s)
-    }
-}
+/// The wake mechanisms [`wake`] measures: the check's, one enum with one
+/// name each on the command line and in JSON.
+pub use crate::Mechanism;
 
 /// Settings of the wake benchmark.
 #[derive(Debug, Clone)]
@@ -212,7 +178,11 @@ impl WakeReport {
         );
         let _ = writeln!(
             out,
-            "{:<16} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>9}",
+            "(io_uring futex (armed) and futex_waitv are this runtime's event loop on its io_uring-futex and futex_waitv backends; futex is a bare FUTEX_WAIT/FUTEX_WAKE pair, the floor; microseconds)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<22} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>9}",
             "mechanism",
             "count",
             "min",
@@ -225,14 +195,15 @@ impl WakeReport {
             "coalesced"
         );
         for r in &self.results {
+            let label = Mechanism::parse(&r.mechanism).map_or(r.mechanism.as_str(), |m| m.label());
             if let Some(why) = &r.skipped {
-                let _ = writeln!(out, "{:<16} skipped: {why}", r.mechanism);
+                let _ = writeln!(out, "{label:<22} skipped: {why}");
                 continue;
             }
             let _ = writeln!(
                 out,
-                "{:<16} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>9}",
-                r.mechanism,
+                "{:<22} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>9}",
+                label,
                 r.count,
                 us(r.min_ns),
                 us(r.p50_ns),
@@ -251,15 +222,35 @@ impl WakeReport {
 /// A benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchRunError {
-    #[error("cannot set up the benchmark channel in {dir}: {reason}")]
-    Channel { dir: PathBuf, reason: String },
-    #[error("{what} failed: {source}")]
+    #[error("cannot create a benchmark directory under {dir}")]
+    Dir { dir: PathBuf, source: io::Error },
+    #[error("cannot create the benchmark channel in {dir}")]
+    ChannelCreate {
+        dir: PathBuf,
+        source: ChannelCreateError,
+    },
+    #[error("cannot attach to the benchmark channel in {dir}")]
+    ChannelAttach {
+        dir: PathBuf,
+        source: ChannelAttachError,
+    },
+    #[error("{what} failed")]
     Sys {
         what: &'static str,
         source: io::Error,
     },
-    #[error("event loop: {0}")]
-    Loop(String),
+    #[error("cannot create the benchmark's event loop")]
+    LoopCreate(#[source] EventLoopCreateError),
+    #[error("the benchmark's event loop cannot watch its channel")]
+    LoopWatch(#[source] ChannelAttachError),
+    #[error("the benchmark's event loop failed")]
+    LoopRun(#[source] EventLoopRunError),
+    #[error("{what} of a {bytes}-byte message failed")]
+    Publish {
+        what: &'static str,
+        bytes: usize,
+        source: PublishError,
+    },
     #[error("the sender process for {mechanism} failed (status {status})")]
     Child {
         mechanism: &'static str,
@@ -360,41 +351,13 @@ impl Drop for SharedMap {
     }
 }
 
-/// Holds `/dev/cpu_dma_latency` at 0 while alive.
-struct DmaLatency {
-    _file: Option<std::fs::File>,
-}
-
-impl DmaLatency {
-    fn hold(path: &Path) -> (DmaLatency, String) {
-        use std::io::Write;
-        match std::fs::OpenOptions::new().write(true).open(path) {
-            Ok(mut f) => match f.write_all(&0i32.to_ne_bytes()) {
-                Ok(()) => (DmaLatency { _file: Some(f) }, "held at 0us".into()),
-                Err(e) => (
-                    DmaLatency { _file: None },
-                    format!("not held: writing {}: {e}", path.display()),
-                ),
-            },
-            Err(e) => (
-                DmaLatency { _file: None },
-                format!("not held: opening {}: {e}", path.display()),
-            ),
-        }
+/// Holds `path` (normally `/dev/cpu_dma_latency`) at 0 for a run, and
+/// says what was in force: `held at 0us`, or `not held: <why>`.
+fn hold_dma_latency(path: &Path) -> (Option<DmaLatencyHold>, String) {
+    match DmaLatencyHold::hold(path, 0) {
+        Ok(h) => (Some(h), "held at 0us".into()),
+        Err(e) => (None, format!("not held: {}", Chain(&e))),
     }
-}
-
-fn sleep_until(ns: u64) {
-    let ts = sys::timespec_of(ns);
-    // SAFETY: `ts` is valid for the call; EINTR just ends the sleep early.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -437,7 +400,7 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     let scheduling = match opts.priority {
         Some(p) => match rt::set_sched(Policy::Fifo, p) {
             Ok(()) => format!("SCHED_FIFO {p}"),
-            Err(e) => format!("SCHED_OTHER (SCHED_FIFO refused: {e})"),
+            Err(e) => format!("SCHED_OTHER (SCHED_FIFO refused: {})", Chain(&e)),
         },
         None => "inherited policy".into(),
     };
@@ -445,7 +408,7 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     if let Some(c) = receiver_cpu {
         let _ = rt::pin_cpus(&[c]);
     }
-    let (_dma, dma_text) = DmaLatency::hold(&opts.dma_latency);
+    let (_dma, dma_text) = hold_dma_latency(&opts.dma_latency);
     let p = probe();
     let settings = BenchSettings {
         kernel: p.kernel.clone(),
@@ -494,8 +457,8 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
         .iter()
         .zip(all)
         .map(|(m, (v, c, skip))| match skip {
-            Some(why) => LatencySummary::skipped(m.name(), why),
-            None => LatencySummary::from_samples(m.name(), v, c),
+            Some(why) => LatencySummary::skipped(m.short(), why),
+            None => LatencySummary::from_samples(m.short(), v, c),
         })
         .collect();
     Ok(WakeReport { settings, results })
@@ -553,7 +516,7 @@ fn fork_sender(
     let mut next = sys::monotonic_ns() + 2_000_000; // let the receiver go to sleep
     let mut i = 0u64;
     while shared.done.load(Ordering::Acquire) == 0 && i < cap {
-        sleep_until(next);
+        sleep_until(Monotonic::from_nanos(next));
         next += period;
         send(i);
         i += 1;
@@ -571,7 +534,7 @@ fn reap(pid: libc::pid_t, m: Mechanism) -> Result<(), BenchRunError> {
         Ok(())
     } else {
         Err(BenchRunError::Child {
-            mechanism: m.name(),
+            mechanism: m.short(),
             status,
         })
     }
@@ -593,19 +556,10 @@ fn run_one(
     };
     match m {
         Mechanism::IoUringFutex | Mechanism::FutexWaitv => {
-            let dir = tempdir_in(&opts.shm_dir)?;
+            let dir = bench_dir(&opts.shm_dir)?;
             let geom = ChannelGeometry::new(64, 1024, 2);
-            let (ch, _) = Channel::create(&dir.0, "/bench/wake", &geom, None, &opts.proc_root)
-                .map_err(|e| BenchRunError::Channel {
-                    dir: dir.0.clone(),
-                    reason: e.to_string(),
-                })?;
-            let mut publisher =
-                ch.publisher(&opts.proc_root)
-                    .map_err(|e| BenchRunError::Channel {
-                        dir: dir.0.clone(),
-                        reason: e.to_string(),
-                    })?;
+            let ch = channel_for(dir.path(), "/bench/wake", &geom, &opts.proc_root)?;
+            let mut publisher = publisher_for(&ch, dir.path(), &opts.proc_root)?;
             let backend = if m == Mechanism::IoUringFutex {
                 Backend::IoUringFutex
             } else {
@@ -616,7 +570,7 @@ fn run_one(
                 proc_root: opts.proc_root.clone(),
                 ..LoopOptions::default()
             })
-            .map_err(|e| BenchRunError::Loop(e.to_string()))?;
+            .map_err(BenchRunError::LoopCreate)?;
             // Every message counts, each from its own send time (a late
             // wake that finds several is charged for all of them).
             let samples = Rc::new(RefCell::new(Vec::with_capacity(total as usize)));
@@ -632,11 +586,11 @@ fn run_one(
                     ctx.exit();
                 }
             })
-            .map_err(|e| BenchRunError::Loop(e.to_string()))?;
+            .map_err(BenchRunError::LoopWatch)?;
             let pid = fork_sender(shared, opts, *sched, n, |i| {
                 let _ = publisher.publish(&i.to_ne_bytes());
             })?;
-            let r = lp.run().map_err(|e| BenchRunError::Loop(e.to_string()));
+            let r = lp.run().map_err(BenchRunError::LoopRun);
             shared.done.store(1, Ordering::Release);
             reap(pid, m)?;
             r?;
@@ -651,7 +605,7 @@ fn run_one(
                 0,
             ));
         }
-        Mechanism::RawFutex => {
+        Mechanism::Futex => {
             let pid = fork_sender(shared, opts, *sched, n, |i| {
                 shared.stamp(i + 1);
                 shared.word.fetch_add(1, Ordering::SeqCst);
@@ -729,7 +683,7 @@ fn run_one(
             drop(rfd);
             reap(pid, m)?;
         }
-        Mechanism::SignalFd => {
+        Mechanism::Signalfd => {
             // Blocked in this thread only; the sender queues the signal at
             // this thread, so no other thread ever gets it.
             let waiter =
@@ -762,26 +716,13 @@ fn run_one(
     Ok((lat, coalesced))
 }
 
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-fn tempdir_in(base: &Path) -> Result<TempDir, BenchRunError> {
-    let dir = base.join(format!(
-        "bench-{}-{}",
-        std::process::id(),
-        sys::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&dir).map_err(|source| BenchRunError::Sys {
-        what: "creating the benchmark directory",
+/// A fresh directory under `base` for a benchmark's channel files,
+/// removed with them when the benchmark ends.
+fn bench_dir(base: &Path) -> Result<TempDir, BenchRunError> {
+    TempDir::unique(base, "bench").map_err(|source| BenchRunError::Dir {
+        dir: base.into(),
         source,
-    })?;
-    Ok(TempDir(dir))
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    })
 }
 
 /// Publish cost figures.
@@ -866,9 +807,21 @@ fn channel_for(
 ) -> Result<Channel, BenchRunError> {
     Channel::create(dir, name, geom, None, proc_root)
         .map(|(c, _)| c)
-        .map_err(|e| BenchRunError::Channel {
+        .map_err(|source| BenchRunError::ChannelCreate {
             dir: dir.into(),
-            reason: e.to_string(),
+            source,
+        })
+}
+
+fn publisher_for(
+    ch: &Channel,
+    dir: &Path,
+    proc_root: &Path,
+) -> Result<controller::channel::Publisher, BenchRunError> {
+    ch.publisher(proc_root)
+        .map_err(|source| BenchRunError::ChannelAttach {
+            dir: dir.into(),
+            source,
         })
 }
 
@@ -882,15 +835,10 @@ pub fn publish(
     count: u64,
     waited: u64,
 ) -> Result<PublishReport, BenchRunError> {
-    let dir = tempdir_in(shm_dir)?;
+    let dir = bench_dir(shm_dir)?;
     let geom = ChannelGeometry::new(payload_bytes as u64, 4096, 2);
-    let ch = channel_for(&dir.0, "/bench/publish", &geom, proc_root)?;
-    let mut p = ch
-        .publisher(proc_root)
-        .map_err(|e| BenchRunError::Channel {
-            dir: dir.0.clone(),
-            reason: e.to_string(),
-        })?;
+    let ch = channel_for(dir.path(), "/bench/publish", &geom, proc_root)?;
+    let mut p = publisher_for(&ch, dir.path(), proc_root)?;
     let payload = vec![0x5au8; payload_bytes];
     // Warm up.
     for _ in 0..10_000 {
@@ -1003,7 +951,7 @@ fn publish_with_waiter(
     let mut next = sys::monotonic_ns();
     for _ in 0..n {
         next += 200_000;
-        sleep_until(next);
+        sleep_until(Monotonic::from_nanos(next));
         let a = sys::monotonic_ns();
         let _ = p.publish(payload);
         v.push(sys::monotonic_ns() - a);
@@ -1077,19 +1025,14 @@ pub fn throughput(
     duration: Duration,
     fifo_priority: Option<u32>,
 ) -> Result<ThroughputReport, BenchRunError> {
-    let dir = tempdir_in(shm_dir)?;
+    let dir = bench_dir(shm_dir)?;
     let geom = ChannelGeometry::new(payload_bytes as u64, 4096, publishers.max(1));
-    let ch = channel_for(&dir.0, "/bench/throughput", &geom, proc_root)?;
+    let ch = channel_for(dir.path(), "/bench/throughput", &geom, proc_root)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut handles = Vec::new();
     let start = sys::monotonic_ns();
     for _ in 0..publishers.max(1) {
-        let mut p = ch
-            .publisher(proc_root)
-            .map_err(|e| BenchRunError::Channel {
-                dir: dir.0.clone(),
-                reason: e.to_string(),
-            })?;
+        let mut p = publisher_for(&ch, dir.path(), proc_root)?;
         let stop = stop.clone();
         let payload = vec![0xa5u8; payload_bytes];
         handles.push(std::thread::spawn(move || {

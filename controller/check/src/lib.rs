@@ -51,6 +51,7 @@ pub mod output;
 pub mod report;
 pub mod rt;
 mod scenario;
+mod tempdir;
 pub mod timer;
 pub mod worker;
 
@@ -64,17 +65,22 @@ use controller::config::{CheckSection, Dur};
 pub use report::{BudgetResult, CheckReport, Measurement, MeasurementKind, CHECK_SCHEMA_VERSION};
 pub use scenario::evaluate_budgets;
 
-/// How the real-time receiver is woken.
+/// How a receiver is woken: the runtime's own mechanism and those it is
+/// compared with, by the check (`--compare`, `--mechanism`) and by
+/// `bench wake`. Each has one name, [`Mechanism::short`], on the command
+/// line and in JSON, and one [`Mechanism::label`] in the tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Mechanism {
     /// The runtime's own: an io_uring `IORING_OP_FUTEX_WAIT` kept armed on
-    /// the channel's queue index (the event loop).
+    /// the channel's queue index (the event loop on its `io_uring-futex`
+    /// backend).
     #[serde(rename = "io_uring")]
     IoUringFutex,
     /// `futex_waitv(2)` on the queue index (the event loop's fallback).
     #[serde(rename = "futex_waitv")]
     FutexWaitv,
-    /// A plain `FUTEX_WAIT` on the queue index.
+    /// A plain `FUTEX_WAIT` / `FUTEX_WAKE` pair on the queue index: the
+    /// floor the others are measured against.
     #[serde(rename = "futex")]
     Futex,
     /// An eventfd per subscriber (created by it, fetched by every
@@ -87,11 +93,26 @@ pub enum Mechanism {
     /// a signalfd; see [`crate::notify`].
     #[serde(rename = "signalfd")]
     Signalfd,
+    /// A pipe written by the publisher and read by the receiver (measured
+    /// by `bench wake` only; the check does not drive it).
+    #[serde(rename = "pipe")]
+    Pipe,
 }
 
 impl Mechanism {
-    /// Every mechanism, in the order `--compare` runs them.
-    pub const ALL: [Mechanism; 5] = [
+    /// Every mechanism, in the order `bench wake` measures them.
+    pub const ALL: [Mechanism; 6] = [
+        Mechanism::IoUringFutex,
+        Mechanism::FutexWaitv,
+        Mechanism::Futex,
+        Mechanism::Eventfd,
+        Mechanism::Signalfd,
+        Mechanism::Pipe,
+    ];
+
+    /// The mechanisms the check drives, in the order `--compare` runs
+    /// them.
+    pub const CHECKED: [Mechanism; 5] = [
         Mechanism::IoUringFutex,
         Mechanism::FutexWaitv,
         Mechanism::Futex,
@@ -107,6 +128,7 @@ impl Mechanism {
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "signalfd",
+            Mechanism::Pipe => "pipe",
         }
     }
 
@@ -118,27 +140,85 @@ impl Mechanism {
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "RT signal + signalfd",
+            Mechanism::Pipe => "pipe",
         }
     }
 
+    /// The mechanism `s` names ([`Mechanism::short`]).
     pub fn parse(s: &str) -> Option<Mechanism> {
         Mechanism::ALL.into_iter().find(|m| m.short() == s)
+    }
+
+    /// The names [`Mechanism::parse`] takes, for a message that lists them.
+    pub fn names(set: &[Mechanism]) -> String {
+        set.iter().map(|m| m.short()).collect::<Vec<_>>().join(", ")
     }
 
     pub(crate) fn index(self) -> usize {
         Mechanism::ALL.iter().position(|&m| m == self).unwrap_or(0)
     }
 
-    /// Whether this build of the check can drive the mechanism, and why
+    /// Whether the check can drive the mechanism on this kernel, and why
     /// not when it cannot.
-    pub fn availability(self) -> Result<(), String> {
+    pub fn availability(self) -> Result<(), MechanismUnavailableError> {
         worker::mechanism_availability(self)
     }
+}
+
+/// Why the check cannot drive a mechanism here.
+#[derive(Debug, thiserror::Error)]
+pub enum MechanismUnavailableError {
+    #[error("kernel {kernel} has no io_uring futex wait: {problem}")]
+    NoIoUringFutex { kernel: String, problem: String },
+    #[error("kernel {kernel} has no futex_waitv (needs 5.16 or later)")]
+    NoFutexWaitv { kernel: String },
+    #[error("kernel {kernel} cannot fetch a subscriber's eventfd")]
+    NoPidfdGetfd {
+        kernel: String,
+        source: std::io::Error,
+    },
+    #[error("the check does not drive {mechanism} wakes (`deploy bench wake` measures them)")]
+    NotDriven { mechanism: Mechanism },
 }
 
 impl std::fmt::Display for Mechanism {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.short())
+    }
+}
+
+#[cfg(test)]
+mod mechanism_tests {
+    use super::*;
+
+    #[test]
+    fn one_name_each_on_the_command_line_and_in_json() {
+        for m in Mechanism::ALL {
+            assert_eq!(Mechanism::parse(m.short()), Some(m));
+            assert_eq!(
+                serde_json::to_value(m).unwrap(),
+                serde_json::Value::from(m.short())
+            );
+        }
+        assert_eq!(Mechanism::IoUringFutex.short(), "io_uring");
+        assert_eq!(Mechanism::parse("io_uring-futex"), None);
+        assert_eq!(
+            Mechanism::names(&Mechanism::CHECKED),
+            "io_uring, futex_waitv, futex, eventfd, signalfd"
+        );
+        assert!(Mechanism::CHECKED
+            .iter()
+            .all(|m| Mechanism::ALL.contains(m)));
+    }
+
+    #[test]
+    fn the_check_says_it_does_not_drive_pipe() {
+        let e = Mechanism::Pipe.availability().unwrap_err();
+        assert!(
+            matches!(e, MechanismUnavailableError::NotDriven { .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("bench wake"), "{e}");
     }
 }
 
@@ -245,19 +325,22 @@ pub enum CheckRunError {
     NoHousekeepingCpus,
     #[error("cpu {cpu} is not on this machine ({online} CPUs online)")]
     NoSuchCpu { cpu: usize, online: usize },
-    #[error("mechanism {mechanism} cannot run here: {reason}")]
+    #[error("mechanism {mechanism} cannot run here")]
     Mechanism {
         mechanism: Mechanism,
-        reason: String,
+        #[source]
+        reason: MechanismUnavailableError,
     },
-    #[error("cannot set up {path}: {source}")]
+    #[error("cannot set up {path}")]
     Setup {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot create the check channel: {0}")]
-    Channel(String),
-    #[error("cannot start worker `{role}` from {exe}: {source}")]
+    #[error("cannot create the check channel")]
+    Channel(#[source] controller::channel::ChannelCreateError),
+    #[error("cannot publish on the check channel")]
+    Attach(#[source] controller::channel::ChannelAttachError),
+    #[error("cannot start worker `{role}` from {exe}")]
     Spawn {
         role: String,
         exe: PathBuf,
@@ -269,9 +352,9 @@ pub enum CheckRunError {
         status: String,
         stderr: String,
     },
-    #[error("cannot start the timer threads: {0}")]
-    Timer(std::io::Error),
-    #[error("cannot write {path}: {source}")]
+    #[error("{count} isolated CPUs; the timer phase measures at most {max}")]
+    TooManyIsolated { count: usize, max: usize },
+    #[error("cannot write {path}")]
     Write {
         path: PathBuf,
         source: std::io::Error,

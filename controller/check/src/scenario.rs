@@ -12,6 +12,7 @@ use crate::report::{
     seq_ranges, BudgetResult, CheckReport, DeliveryAccount, Measurement, MeasurementKind, Realtime,
     ScenarioFacts, Statistic,
 };
+use crate::tempdir::TempDir;
 use crate::timer::TimerThreadSetup;
 use crate::worker::{
     Shared, ACCOUNTED_SEQS, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, MAX_TIMERS,
@@ -19,6 +20,8 @@ use crate::worker::{
 };
 use crate::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
 use controller::channel::{Channel, ChannelGeometry, Publisher};
+use controller::error::Chain;
+use controller::rt::DmaLatencyHold;
 
 /// A started worker process; killed and reaped if dropped while running.
 struct Worker {
@@ -45,7 +48,7 @@ struct Run<'a> {
     shared_path: PathBuf,
     channel_name: String,
     channel_path: PathBuf,
-    io_dir: Option<tempfile_dir::TempDir>,
+    io_dir: Option<TempDir>,
     loads: Vec<Worker>,
     low: Vec<Option<Worker>>,
     retired: Vec<Worker>,
@@ -53,28 +56,6 @@ struct Run<'a> {
     low_flip: Vec<usize>,
     /// Publishes TAG_STOP after a stop word changes.
     stopper: Publisher,
-}
-
-/// A tiny owned temporary directory (removed on drop), so the library
-/// needs no extra dependency for it.
-mod tempfile_dir {
-    use std::path::{Path, PathBuf};
-    pub struct TempDir(PathBuf);
-    impl TempDir {
-        pub fn new(parent: &Path, name: &str) -> std::io::Result<TempDir> {
-            let p = parent.join(name);
-            std::fs::create_dir_all(&p)?;
-            Ok(TempDir(p))
-        }
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }
 
 fn cpu_list(cpus: &[usize]) -> String {
@@ -312,7 +293,7 @@ pub(crate) fn run(
                     reason,
                 })
             }
-            Err(reason) => skipped.push(format!("{} not run: {reason}", m.label())),
+            Err(reason) => skipped.push(format!("{} not run: {}", m.label(), Chain(&reason))),
         }
     }
     let started_unix = std::time::SystemTime::now()
@@ -327,12 +308,12 @@ pub(crate) fn run(
 
     // Hold the PM QoS latency request and lock memory for the whole run.
     let dma_value = inputs.cpu_dma_latency_us.unwrap_or(0);
-    let dma = match rt::hold_dma_latency(&env.sysroot, dma_value) {
+    let dma = match DmaLatencyHold::hold(&env.sysroot.join("dev/cpu_dma_latency"), dma_value) {
         Ok(h) => Some(h),
         Err(e) => {
             notes.push(format!(
-                "could not hold {} at {dma_value}us: {e}",
-                env.sysroot.join("dev/cpu_dma_latency").display()
+                "cpu_dma_latency not held at {dma_value}us: {}",
+                Chain(&e)
             ));
             None
         }
@@ -360,7 +341,7 @@ pub(crate) fn run(
         Ok(x) => x,
         Err(e) => {
             let _ = std::fs::remove_file(&shared_path);
-            return Err(CheckRunError::Channel(e.to_string()));
+            return Err(CheckRunError::Channel(e));
         }
     };
     let channel_path = channel.path().to_path_buf();
@@ -369,7 +350,7 @@ pub(crate) fn run(
         Err(e) => {
             let _ = std::fs::remove_file(&shared_path);
             let _ = std::fs::remove_file(&channel_path);
-            return Err(CheckRunError::Channel(e.to_string()));
+            return Err(CheckRunError::Attach(e));
         }
     };
     drop(channel);
@@ -409,8 +390,7 @@ pub(crate) fn run(
     }
     if c.io_load > 0 {
         let base = env.prefix.join("var/tmp");
-        let d = tempfile_dir::TempDir::new(&base, &format!("rtdeploy-check-{pid}"))
-            .map_err(setup_err(&base))?;
+        let d = TempDir::new(&base, &format!("rtdeploy-check-{pid}")).map_err(setup_err(&base))?;
         for _ in 0..c.io_load {
             let w = run.spawn(
                 "io",
@@ -429,10 +409,10 @@ pub(crate) fn run(
     // Timer phase (with the loads, without the real-time pair): one worker
     // process per isolated CPU, each in the cgroup of its CPU.
     if inputs.isolated.len() > MAX_TIMERS {
-        return Err(CheckRunError::Timer(std::io::Error::other(format!(
-            "{} isolated CPUs; the timer phase measures at most {MAX_TIMERS}",
-            inputs.isolated.len()
-        ))));
+        return Err(CheckRunError::TooManyIsolated {
+            count: inputs.isolated.len(),
+            max: MAX_TIMERS,
+        });
     }
     let mut timers = vec![];
     for (slot, &cpu) in inputs.isolated.iter().enumerate() {
@@ -698,7 +678,7 @@ pub(crate) fn run(
     let realtime = Realtime {
         sched_fifo,
         memory_locked: parent_locked && mlock_failed == 0,
-        cpu_dma_latency_held_us: dma.as_ref().map(|d| d.value_us),
+        cpu_dma_latency_held_us: dma.as_ref().map(|d| d.value_us()),
         warning: (!sched_fifo).then(|| {
             "SCHED_FIFO was refused (run as root or with CAP_SYS_NICE and an RLIMIT_RTPRIO): the measuring threads ran at normal priority, so these figures are NOT real-time figures".to_string()
         }),

@@ -4,8 +4,8 @@
 //! latency of each wake is the time read on waking minus the deadline.
 
 use crate::hist::Histogram;
-use crate::rt;
 use controller::sys::monotonic_ns;
+use controller::time::{sleep_until, Monotonic};
 
 /// What one timer worker found about its own setup.
 #[derive(Debug, Clone, Copy, Default)]
@@ -22,7 +22,7 @@ pub fn measure(h: &Histogram, period_ns: u64, stop: impl Fn() -> bool) {
     let period_ns = period_ns.max(1);
     let mut next = monotonic_ns() + period_ns;
     while !stop() {
-        rt::sleep_until(next);
+        sleep_until(Monotonic::from_nanos(next));
         let now = monotonic_ns();
         h.record(now.saturating_sub(next));
         next += period_ns;

@@ -26,11 +26,102 @@ use std::time::Duration;
 
 use crate::hist::Histogram;
 use crate::notify::{AddressCell, Peers, Waiter};
-use crate::{rt, Mechanism};
-use controller::channel::{Channel, Message};
-use controller::event_loop::{self, Backend, EventLoop, LoopOptions};
+use crate::{rt, Mechanism, MechanismUnavailableError};
+use controller::channel::{Channel, ChannelAttachError, ChannelOpenError, Message};
+use controller::error::Chain;
+use controller::event_loop::{
+    self, Backend, EventLoop, EventLoopCreateError, EventLoopRunError, LoopOptions,
+};
+use controller::rt::RtSetupError;
 use controller::shm::{Mapping, ShmAtomic};
 use controller::sys::monotonic_ns;
+use controller::time::{sleep_until, Monotonic};
+
+/// Why a worker role could not run (printed on its stderr, which the
+/// engine puts in its report).
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerRunError {
+    #[error("argument `{arg}` is not key=value")]
+    NotKeyValue { arg: String },
+    #[error("missing argument {key}=")]
+    Missing { key: &'static str },
+    #[error("{key}={value} is not a number")]
+    NotANumber { key: &'static str, value: String },
+    #[error("{key}: `{value}` is not a CPU number")]
+    NotACpu { key: &'static str, value: String },
+    #[error("mech={value} is not a mechanism (expected one of {expected})")]
+    NotAMechanism { value: String, expected: String },
+    #[error("unknown role `{role}`")]
+    UnknownRole { role: String },
+    #[error("{key}={value} is out of range (at most {max})")]
+    OutOfRange {
+        key: &'static str,
+        value: usize,
+        max: usize,
+    },
+    #[error("mechanism {mechanism} cannot run here")]
+    Unavailable {
+        mechanism: Mechanism,
+        #[source]
+        reason: MechanismUnavailableError,
+    },
+    #[error("cannot open the check's shared file {path}")]
+    Shared {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot join the cgroup of cpus {cpus:?}")]
+    Cgroup {
+        cpus: Vec<usize>,
+        source: std::io::Error,
+    },
+    #[error("cannot pin to cpus {cpus:?} ({cgroup})")]
+    Pin {
+        cpus: Vec<usize>,
+        cgroup: String,
+        source: RtSetupError,
+    },
+    #[error("cannot run SCHED_FIFO at priority {priority}")]
+    Fifo { priority: u32, source: RtSetupError },
+    #[error("cannot open the check channel")]
+    Channel(#[source] ChannelOpenError),
+    #[error("cannot attach to the check channel")]
+    Attach(#[source] ChannelAttachError),
+    #[error("cannot start the {mechanism} receive loop")]
+    Loop {
+        mechanism: Mechanism,
+        source: EventLoopCreateError,
+    },
+    #[error("cannot watch the check channel")]
+    Watch(#[source] ChannelAttachError),
+    #[error("the {mechanism} receive loop failed")]
+    LoopRun {
+        mechanism: Mechanism,
+        source: EventLoopRunError,
+    },
+    #[error("cannot create the {mechanism} waiter")]
+    Waiter {
+        mechanism: Mechanism,
+        source: std::io::Error,
+    },
+    #[error("{mechanism} wait failed")]
+    Wait {
+        mechanism: Mechanism,
+        source: std::io::Error,
+    },
+    #[error(
+        "the {mechanism} receive loop returned before the run ended (its wait was not re-armed)"
+    )]
+    StoppedEarly { mechanism: Mechanism },
+    #[error("cannot start the publisher thread")]
+    Thread(#[source] std::io::Error),
+    #[error("cannot {what} {path}")]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
 
 /// Most lower-priority process slots.
 pub const MAX_LOW: usize = 32;
@@ -157,8 +248,7 @@ impl Shared {
         let len = f.metadata()?.len() as usize;
         if len != shared_bytes() {
             return Err(std::io::Error::other(format!(
-                "{} is {len} bytes, expected {} (a worker of another version?)",
-                path.display(),
+                "{len} bytes, expected {} (a worker of another version?)",
                 shared_bytes()
             )));
         }
@@ -167,10 +257,7 @@ impl Shared {
         let s = Shared { map };
         // Acquire: pairs with the Release store in `create`.
         if s.control().magic.load(Ordering::Acquire) != CONTROL_MAGIC {
-            return Err(std::io::Error::other(format!(
-                "{} is not a check control file",
-                path.display()
-            )));
+            return Err(std::io::Error::other("not a check control file"));
         }
         Ok(s)
     }
@@ -241,7 +328,7 @@ impl Shared {
 
 /// Whether the check can drive `m` on this kernel and in this build, and
 /// why not.
-pub fn mechanism_availability(m: Mechanism) -> Result<(), String> {
+pub fn mechanism_availability(m: Mechanism) -> Result<(), MechanismUnavailableError> {
     match m {
         Mechanism::Futex => Ok(()),
         Mechanism::FutexWaitv => {
@@ -249,10 +336,7 @@ pub fn mechanism_availability(m: Mechanism) -> Result<(), String> {
             if p.futex_waitv {
                 Ok(())
             } else {
-                Err(format!(
-                    "kernel {} has no futex_waitv (needs 5.16 or later)",
-                    p.kernel
-                ))
+                Err(MechanismUnavailableError::NoFutexWaitv { kernel: p.kernel })
             }
         }
         Mechanism::IoUringFutex => {
@@ -260,17 +344,20 @@ pub fn mechanism_availability(m: Mechanism) -> Result<(), String> {
             if p.io_uring_futex {
                 Ok(())
             } else {
-                Err(format!(
-                    "kernel {}: {}",
-                    p.kernel,
-                    p.io_uring_problem
-                        .unwrap_or_else(|| "no io_uring futex wait".into())
-                ))
+                Err(MechanismUnavailableError::NoIoUringFutex {
+                    kernel: p.kernel,
+                    problem: p.io_uring_problem.unwrap_or_else(|| "not supported".into()),
+                })
             }
         }
-        Mechanism::Eventfd => crate::notify::probe_pidfd_getfd()
-            .map_err(|e| format!("kernel {}: {e}", controller::sys::kernel_release())),
+        Mechanism::Eventfd => crate::notify::probe_pidfd_getfd().map_err(|source| {
+            MechanismUnavailableError::NoPidfdGetfd {
+                kernel: controller::sys::kernel_release(),
+                source,
+            }
+        }),
         Mechanism::Signalfd => Ok(()),
+        Mechanism::Pipe => Err(MechanismUnavailableError::NotDriven { mechanism: m }),
     }
 }
 
@@ -296,42 +383,67 @@ struct Args {
 }
 
 impl Args {
-    fn parse(args: &[String]) -> Result<Args, String> {
+    fn parse(args: &[String]) -> Result<Args, WorkerRunError> {
         let mut map = HashMap::new();
         for a in args {
             let (k, v) = a
                 .split_once('=')
-                .ok_or_else(|| format!("argument `{a}` is not key=value"))?;
+                .ok_or_else(|| WorkerRunError::NotKeyValue { arg: a.clone() })?;
             map.insert(k.to_string(), v.to_string());
         }
         Ok(Args { map })
     }
-    fn str(&self, k: &str) -> Result<&str, String> {
+    fn str(&self, k: &'static str) -> Result<&str, WorkerRunError> {
         self.map
             .get(k)
             .map(|s| s.as_str())
-            .ok_or_else(|| format!("missing argument {k}="))
+            .ok_or(WorkerRunError::Missing { key: k })
     }
-    fn u64(&self, k: &str) -> Result<u64, String> {
+    fn u64(&self, k: &'static str) -> Result<u64, WorkerRunError> {
         let v = self.str(k)?;
-        v.parse().map_err(|_| format!("{k}={v} is not a number"))
+        v.parse().map_err(|_| WorkerRunError::NotANumber {
+            key: k,
+            value: v.into(),
+        })
     }
-    fn path(&self, k: &str) -> Result<PathBuf, String> {
+    fn path(&self, k: &'static str) -> Result<PathBuf, WorkerRunError> {
         self.str(k).map(PathBuf::from)
     }
-    fn cpus(&self, k: &str) -> Result<Vec<usize>, String> {
+    fn cpus(&self, k: &'static str) -> Result<Vec<usize>, WorkerRunError> {
         self.str(k)?
             .split(',')
             .filter(|s| !s.is_empty())
             .map(|c| {
-                c.parse()
-                    .map_err(|_| format!("{k}: `{c}` is not a CPU number"))
+                c.parse().map_err(|_| WorkerRunError::NotACpu {
+                    key: k,
+                    value: c.into(),
+                })
             })
             .collect()
     }
-    fn mech(&self) -> Result<Mechanism, String> {
+    fn mech(&self) -> Result<Mechanism, WorkerRunError> {
         let v = self.str("mech")?;
-        Mechanism::parse(v).ok_or_else(|| format!("mech={v} is not a mechanism"))
+        Mechanism::parse(v).ok_or_else(|| WorkerRunError::NotAMechanism {
+            value: v.into(),
+            expected: Mechanism::names(&Mechanism::ALL),
+        })
+    }
+    /// `key` as an index below `max`.
+    fn index(&self, k: &'static str, max: usize) -> Result<usize, WorkerRunError> {
+        let v = self.u64(k)?.min(usize::MAX as u64) as usize;
+        if v >= max {
+            return Err(WorkerRunError::OutOfRange {
+                key: k,
+                value: v,
+                max: max - 1,
+            });
+        }
+        Ok(v)
+    }
+    /// Opens the shared file named by `shared=`.
+    fn shared(&self) -> Result<Shared, WorkerRunError> {
+        let path = self.path("shared")?;
+        Shared::open(&path).map_err(|source| WorkerRunError::Shared { path, source })
     }
 }
 
@@ -351,12 +463,12 @@ pub fn main(args: &[String]) -> i32 {
         "timer" => timer(&a),
         "hog" => hog(&a),
         "io" => io_writer(&a),
-        r => Err(format!("unknown role `{r}`")),
+        r => Err(WorkerRunError::UnknownRole { role: r.into() }),
     });
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("check worker {role}: {e}");
+            eprintln!("check worker {role}: {}", Chain(&e));
             let _ = std::io::stderr().flush();
             2
         }
@@ -365,47 +477,57 @@ pub fn main(args: &[String]) -> i32 {
 
 /// Common real-time setup: pin, memory lock, SCHED_FIFO (counted in the
 /// control words when refused).
-fn rt_setup(ctl: &Control, a: &Args, priority: Option<u32>) -> Result<(), String> {
+fn rt_setup(ctl: &Control, a: &Args, priority: Option<u32>) -> Result<(), WorkerRunError> {
     let cpus = a.cpus("cpu")?;
     let cpus = &cpus[..];
     // Join the rtdeploy cgroup that holds these CPUs first: an isolated
     // partition takes them away from the cgroup this process starts in.
-    let joined = controller::rt::join_cgroup_holding(&a.path("sys")?, cpus)
-        .map_err(|e| format!("cannot join the cgroup of cpus {cpus:?}: {e}"))?;
-    rt::pin_to_set(cpus).map_err(|e| {
-        let cg = joined.map_or_else(
+    let joined = controller::rt::join_cgroup_holding(&a.path("sys")?, cpus).map_err(|source| {
+        WorkerRunError::Cgroup {
+            cpus: cpus.to_vec(),
+            source,
+        }
+    })?;
+    rt::pin_to_set(cpus).map_err(|source| WorkerRunError::Pin {
+        cpus: cpus.to_vec(),
+        cgroup: joined.map_or_else(
             || "no rtdeploy cgroup holds them".to_string(),
             |p| format!("in {}", p.display()),
-        );
-        format!("cannot pin to cpus {cpus:?} ({cg}): {e}")
+        ),
+        source,
     })?;
     if priority.is_some() && !rt::lock_memory() {
         ctl.mlock_failed.fetch_add(1, Ordering::Relaxed); // a statistic
     }
     if let Some(p) = priority {
-        if !rt::set_fifo(p).map_err(|e| format!("sched_setscheduler(SCHED_FIFO, {p}): {e}"))? {
+        if !rt::set_fifo(p).map_err(|source| WorkerRunError::Fifo {
+            priority: p,
+            source,
+        })? {
             ctl.fifo_refused.fetch_add(1, Ordering::Relaxed); // a statistic
         }
     }
     Ok(())
 }
 
-fn open_channel(a: &Args) -> Result<Channel, String> {
+fn open_channel(a: &Args) -> Result<Channel, WorkerRunError> {
     let dir = a.path("shm")?;
     let name = a.str("channel")?;
-    Channel::open(&dir, name).map_err(|e| e.to_string())
+    Channel::open(&dir, name).map_err(WorkerRunError::Channel)
 }
 
 /// Stop polling interval for waits (bounded so a stop request is seen).
 const WAIT_SLICE_NS: u64 = 20_000_000;
 
-fn rt_send(a: &Args) -> Result<(), String> {
-    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+fn rt_send(a: &Args) -> Result<(), WorkerRunError> {
+    let shared = a.shared()?;
     let ctl = shared.control();
     let mech = a.mech()?;
     rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
     let ch = open_channel(a)?;
-    let mut publisher = ch.publisher(&a.path("proc")?).map_err(|e| e.to_string())?;
+    let mut publisher = ch
+        .publisher(&a.path("proc")?)
+        .map_err(WorkerRunError::Attach)?;
     let period = a.u64("period_ns")?.max(1);
     let send_h = shared.hist(mech, H_SEND);
     let mut peers = notified(mech).then(|| Peers::new(CELLS));
@@ -422,7 +544,7 @@ fn rt_send(a: &Args) -> Result<(), String> {
     // Relaxed: a stop request; the engine reaps this process before it
     // reads the histograms.
     while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
-        rt::sleep_until(next);
+        sleep_until(Monotonic::from_nanos(next));
         // New or gone receivers are (dis)connected outside the timed call.
         if let Some(p) = peers.as_mut() {
             p.refresh(&ctl.cells);
@@ -528,7 +650,7 @@ fn receive(
     seen: Seen,
     stop: impl Fn() -> bool + 'static,
     ready: impl FnOnce() + 'static,
-) -> Result<(), String> {
+) -> Result<(), WorkerRunError> {
     match mech {
         Mechanism::IoUringFutex | Mechanism::FutexWaitv => {
             let backend = if mech == Mechanism::IoUringFutex {
@@ -544,7 +666,10 @@ fn receive(
                 wake_check: LoopOptions::from_env().wake_check,
                 ..LoopOptions::default()
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|source| WorkerRunError::Loop {
+                mechanism: mech,
+                source,
+            })?;
             // No timer on the real-time loop: the engine publishes a
             // TAG_STOP message after raising a stop word.
             lp.watch_raw(ch, move |ctx, m| {
@@ -557,17 +682,20 @@ fn receive(
                 }
                 record_message(h, ctx.latency_ns(), m, only, seen)
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(WorkerRunError::Watch)?;
             let mut ready = Some(ready);
             lp.on_run(move |_| {
                 if let Some(r) = ready.take() {
                     r();
                 }
             });
-            lp.run().map_err(|e| e.to_string())
+            lp.run().map_err(|source| WorkerRunError::LoopRun {
+                mechanism: mech,
+                source,
+            })
         }
         Mechanism::Futex => {
-            let mut sub = ch.subscriber(proc_root).map_err(|e| e.to_string())?;
+            let mut sub = ch.subscriber(proc_root).map_err(WorkerRunError::Attach)?;
             sub.skip_to_end();
             ready();
             while !stop() {
@@ -579,13 +707,16 @@ fn receive(
             Ok(())
         }
         Mechanism::Eventfd | Mechanism::Signalfd => {
-            let mut sub = ch.subscriber(proc_root).map_err(|e| e.to_string())?;
+            let mut sub = ch.subscriber(proc_root).map_err(WorkerRunError::Attach)?;
             let waiter = if mech == Mechanism::Eventfd {
                 Waiter::eventfd()
             } else {
                 Waiter::signal(check_signal())
             }
-            .map_err(|e| e.to_string())?;
+            .map_err(|source| WorkerRunError::Waiter {
+                mechanism: mech,
+                source,
+            })?;
             // No futex wait is ever armed (`begin_wait` is not called), so
             // publishers make no futex wake: the mechanism is the only wake.
             sub.skip_to_end();
@@ -600,31 +731,39 @@ fn receive(
                     drain(&mut sub, h, only, seen);
                     break Ok(());
                 }
-                if let Err(e) = waiter.wait() {
-                    break Err(format!("{} wait: {e}", mech.short()));
+                if let Err(source) = waiter.wait() {
+                    break Err(WorkerRunError::Wait {
+                        mechanism: mech,
+                        source,
+                    });
                 }
                 drain(&mut sub, h, only, seen);
             };
             cell.clear(gen);
             r
         }
+        Mechanism::Pipe => Err(WorkerRunError::Unavailable {
+            mechanism: mech,
+            reason: MechanismUnavailableError::NotDriven { mechanism: mech },
+        }),
     }
 }
 
 /// Opens the shared file for the life of the process (handlers of the
 /// event loop need `'static` references into it; the process exits when
 /// the role ends).
-fn shared_static(a: &Args) -> Result<&'static Shared, String> {
-    let path = a.path("shared")?;
-    let s = Shared::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(Box::leak(Box::new(s)))
+fn shared_static(a: &Args) -> Result<&'static Shared, WorkerRunError> {
+    Ok(Box::leak(Box::new(a.shared()?)))
 }
 
-fn rt_recv(a: &Args) -> Result<(), String> {
+fn rt_recv(a: &Args) -> Result<(), WorkerRunError> {
     let shared = shared_static(a)?;
     let ctl = shared.control();
     let mech = a.mech()?;
-    mechanism_availability(mech)?;
+    mechanism_availability(mech).map_err(|reason| WorkerRunError::Unavailable {
+        mechanism: mech,
+        reason,
+    })?;
     rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
     let ch = open_channel(a)?;
     let h = shared.hist(mech, H_DELIVERY);
@@ -644,25 +783,19 @@ fn rt_recv(a: &Args) -> Result<(), String> {
         move || ctl.receiver_ready.store(1, Ordering::Release),
     )?;
     if ctl.rt_recv_stop.load(Ordering::SeqCst) == 0 {
-        return Err(format!(
-            "the {} receive loop returned before the run ended (its wait was not re-armed)",
-            mech.short()
-        ));
+        return Err(WorkerRunError::StoppedEarly { mechanism: mech });
     }
     // SeqCst: read by the engine after it reaped this process.
     ctl.rt_recv_done.store(1, Ordering::SeqCst);
     Ok(())
 }
 
-fn low(a: &Args) -> Result<(), String> {
+fn low(a: &Args) -> Result<(), WorkerRunError> {
     let shared = shared_static(a)?;
     let ctl = shared.control();
     let mech = a.mech()?;
-    let slot = a.u64("slot")? as usize;
+    let slot = a.index("slot", MAX_LOW)?;
     let gen = a.u64("gen")?;
-    if slot >= MAX_LOW {
-        return Err(format!("slot {slot} is out of range (at most {MAX_LOW})"));
-    }
     rt_setup(ctl, a, None)?;
     ctl.low_started.fetch_add(1, Ordering::Relaxed); // a statistic
     let ch = open_channel(a)?;
@@ -673,11 +806,8 @@ fn low(a: &Args) -> Result<(), String> {
         ctl.stop_all.load(Ordering::Relaxed) == 0
             && ctl.low_gen[slot].load(Ordering::Relaxed) == gen
     };
-    let cell = a.u64("cell")? as usize;
-    if cell >= CELLS {
-        return Err(format!("cell {cell} is out of range (at most {CELLS})"));
-    }
-    let mut publisher = ch.publisher(&proc_root).map_err(|e| e.to_string())?;
+    let cell = a.index("cell", CELLS)?;
+    let mut publisher = ch.publisher(&proc_root).map_err(WorkerRunError::Attach)?;
     let mut peers = notified(mech).then(|| Peers::new(CELLS));
     let publisher_thread = std::thread::Builder::new()
         .name("check-low-pub".into())
@@ -685,7 +815,7 @@ fn low(a: &Args) -> Result<(), String> {
             let mut seq = 0u64;
             let mut next = monotonic_ns() + period;
             while running() {
-                rt::sleep_until(next);
+                sleep_until(Monotonic::from_nanos(next));
                 if let Some(p) = peers.as_mut() {
                     p.refresh(&ctl.cells);
                     let before = p.failed();
@@ -703,7 +833,7 @@ fn low(a: &Args) -> Result<(), String> {
                 }
             }
         })
-        .map_err(|e| format!("cannot start the publisher thread: {e}"))?;
+        .map_err(WorkerRunError::Thread)?;
     let h = shared.hist(mech, H_LOW_DELIVERY);
     let r = receive(
         mech,
@@ -746,15 +876,10 @@ impl Rng {
 /// Timer latency on one isolated CPU, cyclictest-style, in a process of
 /// its own: it can join the cgroup of its CPU, which a thread of the
 /// engine (a supervisor pinned to housekeeping CPUs) cannot.
-fn timer(a: &Args) -> Result<(), String> {
-    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+fn timer(a: &Args) -> Result<(), WorkerRunError> {
+    let shared = a.shared()?;
     let ctl = shared.control();
-    let slot = a.u64("slot")? as usize;
-    if slot >= MAX_TIMERS {
-        return Err(format!(
-            "slot={slot} is beyond the {MAX_TIMERS} timer slots"
-        ));
-    }
+    let slot = a.index("slot", MAX_TIMERS)?;
     let cpus = a.cpus("cpu")?;
     // A CPU the cgroup or the affinity refuses is reported, not fatal:
     // the report says the figures were not taken there.
@@ -775,8 +900,8 @@ fn timer(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
-fn burst(a: &Args) -> Result<(), String> {
-    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+fn burst(a: &Args) -> Result<(), WorkerRunError> {
+    let shared = a.shared()?;
     let ctl = shared.control();
     rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
     let (lo, hi) = (a.u64("min_ns")?, a.u64("max_ns")?);
@@ -790,13 +915,13 @@ fn burst(a: &Args) -> Result<(), String> {
         }
         // An idle gap of the same distribution: about half the CPU.
         let gap = rng.log_between(lo, hi);
-        rt::sleep_until(monotonic_ns() + gap);
+        sleep_until(Monotonic::now() + Duration::from_nanos(gap));
     }
     Ok(())
 }
 
-fn hog(a: &Args) -> Result<(), String> {
-    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+fn hog(a: &Args) -> Result<(), WorkerRunError> {
+    let shared = a.shared()?;
     let ctl = shared.control();
     rt_setup(ctl, a, None)?;
     let mut x = 1u64;
@@ -809,33 +934,87 @@ fn hog(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
-fn io_writer(a: &Args) -> Result<(), String> {
-    let shared = Shared::open(&a.path("shared")?).map_err(|e| e.to_string())?;
+fn io_writer(a: &Args) -> Result<(), WorkerRunError> {
+    let shared = a.shared()?;
     let ctl = shared.control();
     rt_setup(ctl, a, None)?;
     let dir = a.path("dir")?;
     let path = dir.join(format!("io-{}", std::process::id()));
+    let file_err = |what: &'static str| {
+        let path = path.clone();
+        move |source| WorkerRunError::File { what, path, source }
+    };
     let buf = vec![0x5au8; 64 << 10];
-    let mut f = std::fs::File::create(&path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let mut f = std::fs::File::create(&path).map_err(file_err("create"))?;
     let mut written = 0u64;
     // Relaxed: a stop request, see rt_send.
     while ctl.stop_all.load(Ordering::Relaxed) == 0 {
-        f.write_all(&buf)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        f.sync_data()
-            .map_err(|e| format!("cannot fsync {}: {e}", path.display()))?;
+        f.write_all(&buf).map_err(file_err("write"))?;
+        f.sync_data().map_err(file_err("fsync"))?;
         written += buf.len() as u64;
         if written >= 16 << 20 {
-            f.set_len(0)
-                .map_err(|e| format!("cannot truncate {}: {e}", path.display()))?;
+            f.set_len(0).map_err(file_err("truncate"))?;
             use std::io::Seek;
-            f.rewind()
-                .map_err(|e| format!("cannot rewind {}: {e}", path.display()))?;
+            f.rewind().map_err(file_err("rewind"))?;
             written = 0;
         }
     }
     drop(f);
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Result<Args, WorkerRunError> {
+        Args::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn bad_arguments_are_typed_errors_naming_the_value() {
+        let e = args(&["period"]).err().unwrap();
+        assert_eq!(e.to_string(), "argument `period` is not key=value");
+        let a = args(&["period_ns=ten", "cpu=1,x", "mech=pipes", "slot=40"]).unwrap();
+        assert_eq!(
+            a.u64("period_ns").unwrap_err().to_string(),
+            "period_ns=ten is not a number"
+        );
+        assert_eq!(
+            a.u64("priority").unwrap_err().to_string(),
+            "missing argument priority="
+        );
+        assert_eq!(
+            a.cpus("cpu").unwrap_err().to_string(),
+            "cpu: `x` is not a CPU number"
+        );
+        let m = a.mech().unwrap_err().to_string();
+        assert!(
+            m.starts_with("mech=pipes is not a mechanism (expected one of io_uring, "),
+            "{m}"
+        );
+        assert_eq!(
+            a.index("slot", MAX_LOW).unwrap_err().to_string(),
+            format!("slot=40 is out of range (at most {})", MAX_LOW - 1)
+        );
+    }
+
+    #[test]
+    fn a_missing_shared_file_names_it_and_says_why_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p1.ctl");
+        let a = args(&[&format!("shared={}", path.display())]).unwrap();
+        let e = a.shared().err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            format!("cannot open the check's shared file {}", path.display())
+        );
+        let chain = Chain(&e).to_string();
+        assert!(
+            chain.ends_with("No such file or directory (os error 2)"),
+            "{chain}"
+        );
+        assert_eq!(chain.matches("os error").count(), 1, "{chain}");
+    }
 }

@@ -22,7 +22,7 @@ fn wake_bench_measures_every_mechanism() {
     );
     assert_eq!(r.results.len(), Mechanism::ALL.len());
     for (res, m) in r.results.iter().zip(Mechanism::ALL) {
-        assert_eq!(res.mechanism, m.name());
+        assert_eq!(res.mechanism, m.short());
         if let Some(why) = &res.skipped {
             println!("{} skipped: {why}", res.mechanism);
             continue;

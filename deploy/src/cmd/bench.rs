@@ -40,8 +40,8 @@ pub struct WakeArgs {
     /// Interleaved rounds over the mechanisms.
     #[arg(long, default_value_t = 5)]
     pub rounds: u32,
-    /// Only these mechanisms (io_uring-futex, futex_waitv, futex, eventfd,
-    /// pipe, signalfd); repeatable.
+    /// Only these mechanisms (io_uring, futex_waitv, futex, eventfd,
+    /// signalfd, pipe); repeatable.
     #[arg(long = "mechanism")]
     pub mechanisms: Vec<String>,
     /// SCHED_FIFO priority of sender and receiver.
@@ -106,7 +106,10 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
                     .iter()
                     .map(|m| {
                         Mechanism::parse(m).with_context(|| {
-                            format!("unknown mechanism `{m}` (expected io_uring-futex, futex_waitv, futex, eventfd, pipe or signalfd)")
+                            format!(
+                                "unknown mechanism `{m}` (expected one of {})",
+                                Mechanism::names(&Mechanism::ALL)
+                            )
                         })
                     })
                     .collect::<anyhow::Result<_>>()?;

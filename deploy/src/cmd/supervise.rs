@@ -193,6 +193,9 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
             r.failed.join(", "),
             path.display()
         )),
-        Err(e) => BootCheckOutcome::Failed(format!("could not run: {e}")),
+        Err(e) => BootCheckOutcome::Failed(format!(
+            "could not run: {}",
+            controller::error::Chain(&e)
+        )),
     }
 }
