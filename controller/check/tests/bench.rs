@@ -59,3 +59,51 @@ fn publish_and_throughput_benches_count() {
     assert!(t.messages > 0 && t.messages_per_second > 0.0);
     println!("{}{}", p.table(), t.table());
 }
+
+#[test]
+fn copy_and_loan_send_and_receive_every_message_of_both_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = bench::CopyLoanOptions {
+        rounds: 2,
+        samples: 3,
+    };
+    let r = bench::copy_and_loan(dir.path(), Path::new("/proc"), &opts).unwrap();
+    let sizes: Vec<usize> = r.sizes.iter().map(|s| s.bytes).collect();
+    assert_eq!(sizes, bench::COPY_LOAN_SIZES);
+    assert_eq!(sizes, [64, 1 << 20]);
+    for s in &r.sizes {
+        assert_eq!(s.samples, 6, "{} B: rounds x samples", s.bytes);
+        assert!(s.per_sample >= 1);
+        assert_eq!(
+            s.bad_reads, 0,
+            "{} B: every message read back as sent",
+            s.bytes
+        );
+        assert_eq!(s.loans_staged, 0, "{} B: no reader in the way", s.bytes);
+        for t in [
+            s.memcpy,
+            s.write,
+            s.copy_send,
+            s.copy_receive,
+            s.loan_send,
+            s.loan_receive,
+        ] {
+            assert!(
+                t.median_ns > 0.0 && t.median_ns <= t.p90_ns,
+                "{} B: {t:?}",
+                s.bytes
+            );
+        }
+    }
+    // The channel directory is gone with the benchmark.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let table = r.table();
+    assert!(
+        table.contains("1 MiB message") && table.contains("loan: send"),
+        "{table}"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["sizes"][1]["bytes"], 1 << 20);
+    assert!(json["sizes"][0]["loan_receive_per_memcpy"].is_number());
+    println!("{table}");
+}

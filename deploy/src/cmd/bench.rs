@@ -5,7 +5,9 @@
 //!   eventfd, pipe, RT signal into signalfd), with the settings in force
 //!   (SCHED_FIFO, CPUs, /dev/cpu_dma_latency) printed alongside.
 //! - `publish`: the cost of one publish, without and with a waiting
-//!   subscriber, and the futex wake syscalls it made.
+//!   subscriber, and the futex wake syscalls it made; then a 64 B and a
+//!   1 MiB message published by copy and by loan, send and receive timed
+//!   apart, against a memcpy and a plain write timed in the same run.
 //! - `throughput`: messages per second a publisher reaches.
 //!
 //! Channel files go to a temporary directory under
@@ -23,7 +25,8 @@ use crate::ctx::{Ctx, Exit};
 pub enum BenchCommand {
     /// One-way wake latency per mechanism, side by side.
     Wake(WakeArgs),
-    /// Cost of one publish (no waiter; one waiting subscriber).
+    /// Cost of one publish (no waiter; one waiting subscriber); publishing
+    /// 64 B and 1 MiB by copy and by loan against memcpy.
     Publish(PublishArgs),
     /// Publish throughput without waiters.
     Throughput(ThroughputArgs),
@@ -64,9 +67,16 @@ pub struct PublishArgs {
     /// Publishes (one per 200us) to a waiting subscriber process.
     #[arg(long, default_value_t = 5_000)]
     pub waited: u64,
-    /// Payload bytes.
+    /// Payload bytes of the publish cost (the copy and loan comparison
+    /// always takes 64 B and 1 MiB).
     #[arg(long, default_value_t = 64)]
     pub size: usize,
+    /// Interleaved rounds of the copy and loan comparison.
+    #[arg(long, default_value_t = 20)]
+    pub rounds: u32,
+    /// Timed samples of each copy and loan case per round.
+    #[arg(long, default_value_t = 100)]
+    pub samples: u32,
 }
 
 #[derive(Debug, Args)]
@@ -129,7 +139,15 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
             }
         }
         BenchCommand::Publish(a) => {
-            let r = bench::publish(&shm, &proc_root, a.size, a.count, a.waited)?;
+            let cost = bench::publish(&shm, &proc_root, a.size, a.count, a.waited)?;
+            let opts = bench::CopyLoanOptions {
+                rounds: a.rounds.max(1),
+                samples: a.samples.max(1),
+            };
+            let r = bench::PublishBenchReport {
+                cost,
+                copy_and_loan: bench::copy_and_loan(&shm, &proc_root, &opts)?,
+            };
             if ctx.json {
                 ctx.print_json(&r)?;
             } else {
