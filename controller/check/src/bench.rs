@@ -1091,9 +1091,12 @@ impl CopyLoanReport {
         for s in &self.sizes {
             let _ = writeln!(
                 out,
-                "\n{} message ({} messages per timed sample):",
+                "\n{} message ({} per timed sample):",
                 size_text(s.bytes),
-                s.per_sample
+                match s.per_sample {
+                    1 => "one message".to_string(),
+                    n => format!("{n} messages"),
+                }
             );
             let row = |out: &mut String, name: &str, t: &CaseTime, note: String| {
                 let _ = writeln!(
