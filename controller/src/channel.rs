@@ -1,7 +1,7 @@
 //! Shared-memory publish/subscribe channels.
 //!
 //! One file per channel, `<shm_dir>/<name without its leading />.v<LAYOUT_VERSION>`
-//! (so `/imu/raw` is `<shm_dir>/imu/raw.v2`), mode 0660 and an optional
+//! (so `/imu/raw` is `<shm_dir>/imu/raw.v3`), mode 0660 and an optional
 //! group. The file holds, in order:
 //!
 //! ```text
@@ -73,17 +73,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{validate_channel_name, ChannelConfig, SLOT_HEADER_BYTES};
+use crate::doorbell::{Bell, BellTable};
 use crate::shm::{Mapping, ShmAtomic, ShmSafe, TypeName};
 use crate::sys;
 
 /// Version of the file layout; part of the file name and the header.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// `RTDCHAN1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RTDCHAN1");
 /// Bytes of the header page.
 pub const HEADER_BYTES: u64 = 4096;
 /// Subscriber entries a channel gets unless told otherwise.
 pub const DEFAULT_SUBSCRIBERS: u32 = 32;
+/// Event loops on the doorbell backend one channel lists (see
+/// [`crate::doorbell`]).
+pub const BELL_ENTRIES: usize = 32;
 /// Most publisher (and subscriber) entries one channel may have.
 pub const MAX_ENTRIES: u32 = 4096;
 
@@ -159,6 +163,13 @@ struct Header {
     type_align: AtomicU64,
     type_name: [AtomicU64; 8],
     _pad3: [AtomicU64; 5],
+    /// Listings in `bells` (a hint: publishers skip the listings while it
+    /// is 0; a wrong value costs a scan or a wake the wake check heals).
+    bell_count: AtomicU64,
+    _pad4: [AtomicU64; 7],
+    /// The bells of event loops on the doorbell backend watching this
+    /// channel ([`crate::doorbell::Bell::listing`]; 0: empty).
+    bells: [AtomicU64; BELL_ENTRIES],
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays of them: no padding, no
 // pointers, no Drop, valid for every bit pattern.
@@ -199,6 +210,10 @@ struct SlotHeader {
 unsafe impl ShmAtomic for SlotHeader {}
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES as usize);
+// Offsets tools and tests scribble at (controller/tests/hostile.rs).
+const _: () = assert!(std::mem::offset_of!(Header, next_index) == 256);
+const _: () = assert!(std::mem::offset_of!(Header, waiters) == 320);
+const _: () = assert!(std::mem::offset_of!(Header, bell_count) == 512);
 const _: () = assert!(std::mem::size_of::<PubEntry>() == 64);
 const _: () = assert!(std::mem::size_of::<SubEntry>() == 64);
 const _: () = assert!(std::mem::size_of::<SlotHeader>() as u64 == SLOT_HEADER_BYTES);
@@ -412,6 +427,20 @@ pub enum ChannelAttachError {
     },
     #[error("cannot read own start time from {path}")]
     Proc { path: PathBuf },
+    #[error("channel {path}: all {BELL_ENTRIES} doorbell listings belong to live event loops")]
+    BellsFull { path: PathBuf },
+    #[error("channel {path} rings the doorbells of {channel_table}, this loop's bell is in {bell_table}: a loop on the doorbell backend watches channels of one directory")]
+    BellElsewhere {
+        path: PathBuf,
+        channel_table: PathBuf,
+        bell_table: PathBuf,
+    },
+    #[error("channel {path}: doorbell table")]
+    Bells {
+        path: PathBuf,
+        #[source]
+        source: crate::doorbell::BellError,
+    },
     #[error("channel {path}: {fault}")]
     Fault { path: PathBuf, fault: ChannelFault },
     #[error("channel {path} carries {recorded}; this process opened it as {wanted}")]
@@ -520,6 +549,8 @@ struct Inner {
     map: Mapping,
     geom: ChannelGeometry,
     path: PathBuf,
+    /// The directory the channel's name is under (its doorbell table).
+    shm_dir: PathBuf,
     name: String,
     mask: u64,
     // Byte offsets, validated at open.
@@ -583,7 +614,7 @@ fn owner_word(pid: u32, start: u64) -> u64 {
 }
 
 /// Whether the process an owner word names is still alive.
-fn owner_alive(proc_root: &Path, owner: u64) -> bool {
+pub(crate) fn owner_alive(proc_root: &Path, owner: u64) -> bool {
     let pid = (owner >> PID_SHIFT) as u32;
     match sys::process_start_time(proc_root, pid) {
         Some(start) => start & START_MASK == owner & START_MASK,
@@ -591,7 +622,7 @@ fn owner_alive(proc_root: &Path, owner: u64) -> bool {
     }
 }
 
-fn my_owner_word(proc_root: &Path) -> Result<u64, ChannelAttachError> {
+pub(crate) fn my_owner_word(proc_root: &Path) -> Result<u64, ChannelAttachError> {
     let pid = sys::getpid();
     let start =
         sys::process_start_time(proc_root, pid).ok_or_else(|| ChannelAttachError::Proc {
@@ -623,6 +654,12 @@ impl Channel {
             path: path.clone(),
             source,
         };
+        // The directory's doorbell table, with the channel's group (the
+        // supervisor creates the channels before any controller starts).
+        // A damaged one is replaced: no process can be using it. A failure
+        // here only costs loops on the doorbell backend their wakes: they
+        // run on the wake check, and `Publisher::rings_doorbells` says so.
+        let _ = BellTable::open(shm_dir, gid, true);
         let replace_reason = match Channel::open_expect(shm_dir, name, geom) {
             Ok(ch) => {
                 let recovered = ch.recover(proc_root);
@@ -941,8 +978,17 @@ impl Channel {
     }
 
     fn from_map(map: Mapping, geom: ChannelGeometry, path: PathBuf, name: String) -> Channel {
+        // `<shm_dir>/a/b.vN` for `/a/b`: up one directory per name part.
+        let parts = name.trim_start_matches('/').split('/').count();
+        let shm_dir = path
+            .ancestors()
+            .nth(parts)
+            .or_else(|| path.parent())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
         Channel {
             inner: Arc::new(Inner {
+                shm_dir,
                 mask: geom.queue_len - 1,
                 pubs: geom.pub_table_offset() as usize,
                 subs: geom.sub_table_offset() as usize,
@@ -995,6 +1041,69 @@ impl Channel {
     /// Waits armed on this channel, all subscribers together.
     pub fn waiters(&self) -> u64 {
         self.inner.header().waiters.load(Ordering::SeqCst)
+    }
+
+    /// Doorbell listings in use (see [`crate::doorbell`]).
+    pub fn bell_listings(&self) -> u64 {
+        self.inner.header().bell_count.load(Ordering::SeqCst)
+    }
+
+    /// The directory whose doorbell table this channel's publishers ring.
+    pub fn shm_dir(&self) -> &Path {
+        &self.inner.shm_dir
+    }
+
+    /// Lists `bell` in this channel so that its publishers ring it: takes
+    /// an empty listing, or one whose loop is gone (dead, or its bell
+    /// claimed again). Bounded: two passes over the fixed listings. The
+    /// caller looks at the index after this and before sleeping (see
+    /// [`crate::doorbell`]).
+    pub(crate) fn list_bell(
+        &self,
+        bell: &Bell,
+        proc_root: &Path,
+    ) -> Result<BellListing, ChannelAttachError> {
+        let inner = &self.inner;
+        let mine = crate::doorbell::table_path(&inner.shm_dir);
+        if bell.table().path() != mine {
+            return Err(ChannelAttachError::BellElsewhere {
+                path: inner.path.clone(),
+                channel_table: mine,
+                bell_table: bell.table().path().into(),
+            });
+        }
+        let h = inner.header();
+        let listing = bell.listing();
+        for (slot, l) in h.bells.iter().enumerate() {
+            if l.compare_exchange(0, listing, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                h.bell_count.fetch_add(1, Ordering::SeqCst);
+                return Ok(BellListing {
+                    ch: self.clone(),
+                    slot,
+                    listing,
+                });
+            }
+        }
+        for (slot, l) in h.bells.iter().enumerate() {
+            let old = l.load(Ordering::SeqCst);
+            if old != listing
+                && bell.table().is_stale(old, proc_root)
+                && l.compare_exchange(old, listing, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                // Replaced, not added: the count stays.
+                return Ok(BellListing {
+                    ch: self.clone(),
+                    slot,
+                    listing,
+                });
+            }
+        }
+        Err(ChannelAttachError::BellsFull {
+            path: inner.path.clone(),
+        })
     }
 
     /// Publisher entries reclaimed from dead owners since creation.
@@ -1190,6 +1299,7 @@ impl Channel {
             wakes: 0,
             published: 0,
             errors: 0,
+            bells: BellTable::open(&self.inner.shm_dir, None, false).ok(),
             staging: Vec::new(),
         })
     }
@@ -1495,9 +1605,33 @@ pub struct Publisher {
     wakes: u64,
     published: u64,
     errors: u64,
+    /// The doorbell table of the channel's directory, to ring loops on the
+    /// doorbell backend; `None` when it could not be opened or created
+    /// (those loops then run on their wake check).
+    bells: Option<Arc<BellTable>>,
     /// Where a loan writes when an in-process reader still copies the
     /// scratch slot (see `hazard`); sized by [`Publisher::reserve_loans`].
     staging: Vec<u64>,
+}
+
+/// A bell listed in a channel ([`Channel::list_bell`]); unlisted on drop.
+#[derive(Debug)]
+pub(crate) struct BellListing {
+    ch: Channel,
+    slot: usize,
+    listing: u64,
+}
+
+impl Drop for BellListing {
+    fn drop(&mut self) {
+        let h = self.ch.inner.header();
+        if h.bells[self.slot]
+            .compare_exchange(self.listing, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            h.bell_count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// What [`Publisher::publish_inner`] publishes.
@@ -1568,6 +1702,11 @@ impl std::fmt::Debug for Publisher {
 impl Publisher {
     pub fn channel(&self) -> &Channel {
         &self.ch
+    }
+    /// Whether this publisher rings loops on the doorbell backend (it
+    /// could open its directory's doorbell table).
+    pub fn rings_doorbells(&self) -> bool {
+        self.bells.is_some()
     }
     /// Futex wake syscalls this publisher made.
     pub fn wake_syscalls(&self) -> u64 {
@@ -1903,13 +2042,27 @@ impl Publisher {
             // subscriber read the old index, its increment precedes our
             // load, we see waiters > 0 and wake; a wait not yet queued in
             // the kernel then finds the word changed and returns -EAGAIN.
-            let woke = if h.waiters.load(Ordering::SeqCst) != 0 {
+            let mut woke = if h.waiters.load(Ordering::SeqCst) != 0 {
                 let _ = sys::futex_wake_all(&h.next_index);
                 self.wakes += 1;
                 true
             } else {
                 false
             };
+            // Loops on the doorbell backend: ring each listed bell whose
+            // loop sleeps (the ordering argument is in `crate::doorbell`).
+            // Bounded by the fixed number of listings.
+            if h.bell_count.load(Ordering::SeqCst) != 0 {
+                if let Some(table) = &self.bells {
+                    for listing in &h.bells {
+                        let l = listing.load(Ordering::SeqCst);
+                        if l != 0 && table.ring(l) {
+                            self.wakes += 1;
+                            woke = true;
+                        }
+                    }
+                }
+            }
             if inner.map.is_broken() {
                 // Written into the zero pages that replaced the file.
                 return Err(self.fault(ChannelFault::Truncated));
@@ -2039,6 +2192,12 @@ impl Subscriber {
     /// Whether messages are waiting to be read.
     pub fn has_new(&self) -> bool {
         self.ch.next_index() > self.next
+    }
+
+    /// [`Subscriber::has_new`] with a SeqCst load, for the doorbell
+    /// backend's ordering argument (see [`crate::doorbell`]).
+    pub(crate) fn has_new_seqcst(&self) -> bool {
+        self.ch.inner.header().next_index.load(Ordering::SeqCst) > self.next
     }
 
     fn read_at(&mut self, i: u64) -> ReadOne {

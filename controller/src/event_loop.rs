@@ -27,7 +27,11 @@
 //!   truncated channel stops being watched, the rest of the loop runs on.
 //! - Kernels without io_uring futex ops (before 6.7) get the `futex_waitv`
 //!   backend (5.16+): one `futex_waitv` call over all watched words with
-//!   the next timer deadline as its timeout. Older kernels get a clear error.
+//!   the next timer deadline as its timeout. Kernels with neither (the 5.10
+//!   and 5.15 of JetPack 5 and 6), and systems where io_uring is switched
+//!   off, get the doorbell backend (any kernel): the loop sleeps in one
+//!   `FUTEX_WAIT_BITSET` on its own bell, which the publishers of every
+//!   channel it watches ring (see [`crate::doorbell`]).
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
@@ -41,9 +45,10 @@ use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 
 use crate::channel::{
-    Channel, ChannelAttachError, ChannelFault, ChannelOpenError, Loan, Message, MessageMeta,
-    PublishError, Published, Publisher, Subscriber,
+    BellListing, Channel, ChannelAttachError, ChannelFault, ChannelOpenError, Loan, Message,
+    MessageMeta, PublishError, Published, Publisher, Subscriber,
 };
+use crate::doorbell::{Bell, BellTable};
 use crate::shm::ShmSafe;
 use crate::sys::{self, FutexWaitv, WaitvResult};
 use crate::time::Monotonic;
@@ -58,6 +63,10 @@ pub enum Backend {
     /// One `futex_waitv` call per sleep (Linux 5.16+).
     #[serde(rename = "futex_waitv")]
     FutexWaitv,
+    /// One `FUTEX_WAIT_BITSET` on the loop's own bell per sleep (any
+    /// kernel; see [`crate::doorbell`]).
+    #[serde(rename = "doorbell")]
+    Doorbell,
 }
 
 impl Backend {
@@ -65,7 +74,34 @@ impl Backend {
         match self {
             Backend::IoUringFutex => "io_uring-futex",
             Backend::FutexWaitv => "futex_waitv",
+            Backend::Doorbell => "doorbell",
         }
+    }
+
+    /// Every backend, best first (the order the probe picks in).
+    pub const ALL: [Backend; 3] = [
+        Backend::IoUringFutex,
+        Backend::FutexWaitv,
+        Backend::Doorbell,
+    ];
+
+    /// The backend a name (as [`Backend::name`] spells it) stands for.
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// The code a timing report carries for it (0: unknown).
+    pub fn code(self) -> u64 {
+        match self {
+            Backend::IoUringFutex => 1,
+            Backend::FutexWaitv => 2,
+            Backend::Doorbell => 3,
+        }
+    }
+
+    /// The backend a timing report's code stands for.
+    pub fn from_code(code: u64) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.code() == code)
     }
 }
 
@@ -85,8 +121,83 @@ pub struct ProbeReport {
     /// Why not, when not.
     pub io_uring_problem: Option<String>,
     pub futex_waitv: bool,
+    /// The doorbell backend (plain futex waits: every kernel has them).
+    pub doorbell: bool,
     /// The backend a loop would use.
     pub backend: Option<Backend>,
+}
+
+impl ProbeReport {
+    /// Whether `b` is available.
+    pub fn has(&self, b: Backend) -> bool {
+        match b {
+            Backend::IoUringFutex => self.io_uring_futex,
+            Backend::FutexWaitv => self.futex_waitv,
+            Backend::Doorbell => self.doorbell,
+        }
+    }
+}
+
+/// Test instrumentation: makes [`probe`] report io_uring futex waits
+/// and/or `futex_waitv` missing, as a 5.10 or 5.15 kernel would (with
+/// io_uring itself still there, which a seccomp profile cannot show).
+#[cfg(feature = "fault-injection")]
+pub fn hide_backends_from_probe(io_uring_futex: bool, futex_waitv: bool) {
+    HIDE_IO_URING_FUTEX.store(io_uring_futex, std::sync::atomic::Ordering::SeqCst);
+    HIDE_FUTEX_WAITV.store(futex_waitv, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[cfg(feature = "fault-injection")]
+static HIDE_IO_URING_FUTEX: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+#[cfg(feature = "fault-injection")]
+static HIDE_FUTEX_WAITV: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Test instrumentation: the kernel profile `RTDEPLOY_TEST_KERNEL_PROFILE`
+/// asks for, applied to the whole process once, at the first probe:
+/// `jetpack6` (a 5.15 kernel: io_uring without futex waits, reported
+/// missing by the probe, and `futex_waitv` answering ENOSYS through
+/// seccomp) or `no-io_uring` (io_uring and `futex_waitv` answering ENOSYS,
+/// as with `kernel.io_uring_disabled` or a container's profile). Test
+/// binaries re-run themselves under each to run their suites on the
+/// doorbell backend.
+#[cfg(feature = "fault-injection")]
+fn apply_test_kernel_profile() {
+    use crate::seccomp::{Deniable, DenyFilter};
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(profile) = std::env::var("RTDEPLOY_TEST_KERNEL_PROFILE") else {
+            return;
+        };
+        let deny: &[Deniable] = match profile.as_str() {
+            "jetpack6" => {
+                hide_backends_from_probe(true, false);
+                &[Deniable::FutexWaitv]
+            }
+            "no-io_uring" => &[Deniable::IoUring, Deniable::FutexWaitv],
+            other => panic!("unknown RTDEPLOY_TEST_KERNEL_PROFILE {other:?}"),
+        };
+        DenyFilter::new(deny)
+            .install(true)
+            .expect("installing the test kernel profile's seccomp filter");
+    });
+}
+
+fn hidden(b: Backend) -> bool {
+    #[cfg(feature = "fault-injection")]
+    {
+        use std::sync::atomic::Ordering::SeqCst;
+        match b {
+            Backend::IoUringFutex => HIDE_IO_URING_FUTEX.load(SeqCst),
+            Backend::FutexWaitv => HIDE_FUTEX_WAITV.load(SeqCst),
+            Backend::Doorbell => false,
+        }
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    {
+        let _ = b;
+        false
+    }
 }
 
 fn build_ring(entries: u32) -> io::Result<IoUring> {
@@ -98,6 +209,8 @@ fn build_ring(entries: u32) -> io::Result<IoUring> {
 
 /// Probes the kernel for the loop's backends.
 pub fn probe() -> ProbeReport {
+    #[cfg(feature = "fault-injection")]
+    apply_test_kernel_profile();
     let kernel = sys::kernel_release();
     let (io_uring_futex, io_uring_problem) = match build_ring(8) {
         Err(e) => (
@@ -118,28 +231,30 @@ pub fn probe() -> ProbeReport {
             }
         }
     };
-    let futex_waitv = sys::has_futex_waitv();
-    let backend = if io_uring_futex {
-        Some(Backend::IoUringFutex)
-    } else if futex_waitv {
-        Some(Backend::FutexWaitv)
+    let (io_uring_futex, io_uring_problem) = if io_uring_futex && hidden(Backend::IoUringFutex) {
+        (
+            false,
+            Some("io_uring has no IORING_OP_FUTEX_WAIT (hidden from the probe for a test)".into()),
+        )
     } else {
-        None
+        (io_uring_futex, io_uring_problem)
     };
-    ProbeReport {
+    let futex_waitv = sys::has_futex_waitv() && !hidden(Backend::FutexWaitv);
+    let mut p = ProbeReport {
         kernel,
         io_uring_futex,
         io_uring_problem,
         futex_waitv,
-        backend,
-    }
+        doorbell: true,
+        backend: None,
+    };
+    p.backend = Backend::ALL.into_iter().find(|&b| p.has(b));
+    p
 }
 
 /// Creating an event loop failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EventLoopCreateError {
-    #[error("kernel {kernel} has neither io_uring futex waits (Linux 6.7 or later) nor futex_waitv (Linux 5.16 or later); the event loop needs one of them")]
-    Unsupported { kernel: String },
     #[error("backend {backend} is not available on kernel {kernel}: {reason}")]
     BackendUnavailable {
         backend: Backend,
@@ -157,8 +272,18 @@ pub enum EventLoopCreateError {
 pub enum EventLoopRunError {
     #[error("io_uring_enter failed: {0}")]
     Enter(io::Error),
-    #[error("futex_waitv failed: {0}")]
-    Waitv(io::Error),
+    #[error("futex_waitv failed")]
+    Waitv(#[source] io::Error),
+    #[error("the doorbell wait failed")]
+    Bell(#[source] io::Error),
+    #[error("cannot set up this loop's doorbell")]
+    Doorbell(#[source] crate::doorbell::BellError),
+    #[error("cannot list this loop's doorbell in channel {channel}")]
+    Listing {
+        channel: String,
+        #[source]
+        source: ChannelAttachError,
+    },
     #[error("a futex wait on channel {channel} failed: {errno}")]
     Wait { channel: String, errno: io::Error },
     #[error("nothing left to wait for: channel {channel} failed: {fault}")]
@@ -180,6 +305,11 @@ pub enum LoopChannelError {
 /// How often a loop looks at its watched channels' indexes itself unless
 /// told otherwise (see [`LoopOptions::wake_check`]).
 pub const DEFAULT_WAKE_CHECK: Duration = Duration::from_millis(50);
+
+/// Where channels live on a robot, as an absolute path; under `--prefix`
+/// it is `<prefix>/dev/shm/rtdeploy`. The one spelling of this directory:
+/// the on-robot layout and the loop's default both take it from here.
+pub const SHM_DIR: &str = "/dev/shm/rtdeploy";
 
 /// Where and how often the loop publishes its timing report.
 #[derive(Debug, Clone)]
@@ -216,7 +346,7 @@ impl Default for LoopOptions {
             backend: None,
             timing: None,
             proc_root: PathBuf::from("/proc"),
-            shm_dir: PathBuf::from("/dev/shm/rtdeploy"),
+            shm_dir: PathBuf::from(SHM_DIR),
             wake_check: Some(DEFAULT_WAKE_CHECK),
         }
     }
@@ -225,8 +355,9 @@ impl Default for LoopOptions {
 impl LoopOptions {
     /// Options from the environment the supervisor sets:
     /// `RTDEPLOY_SHM_DIR` (where channels are) and `RTDEPLOY_PROCESS`
-    /// (timing reports are published when both are set), `RTDEPLOY_BACKEND` (`io_uring-futex`
-    /// or `futex_waitv`) to force a backend, `RTDEPLOY_WAKE_CHECK`
+    /// (timing reports are published when both are set), `RTDEPLOY_BACKEND`
+    /// (`io_uring-futex`, `futex_waitv` or `doorbell`) to force a backend
+    /// (another value is said on stderr and the probe picks), `RTDEPLOY_WAKE_CHECK`
     /// (microseconds, 0 for none) for [`LoopOptions::wake_check`].
     pub fn from_env() -> LoopOptions {
         let mut o = LoopOptions::default();
@@ -243,9 +374,16 @@ impl LoopOptions {
                 period: Duration::from_secs(1),
             });
         }
-        o.backend = match std::env::var("RTDEPLOY_BACKEND").as_deref() {
-            Ok("futex_waitv") => Some(Backend::FutexWaitv),
-            Ok("io_uring-futex") => Some(Backend::IoUringFutex),
+        o.backend = match std::env::var("RTDEPLOY_BACKEND") {
+            Ok(name) if !name.is_empty() => {
+                let b = Backend::from_name(&name);
+                if b.is_none() {
+                    eprintln!(
+                        "rtdeploy: RTDEPLOY_BACKEND={name:?} is not a backend (io_uring-futex, futex_waitv, doorbell); taking the best the kernel has"
+                    );
+                }
+                b
+            }
             _ => None,
         };
         if let Some(us) = std::env::var("RTDEPLOY_WAKE_CHECK")
@@ -329,6 +467,8 @@ struct Watcher {
     expect_size: Option<usize>,
     stats: EntryStats,
     total: u64,
+    /// Doorbell backend: this loop's bell listed in the channel.
+    listing: Option<BellListing>,
 }
 
 struct Timer {
@@ -572,6 +712,8 @@ pub struct EventLoop {
     wake_check_timer: Option<usize>,
     before_arm: Option<Box<dyn FnMut()>>,
     pid: u32,
+    /// Doorbell backend: the loop's bell (claimed when it first runs).
+    bell: Option<Bell>,
 }
 
 impl EventLoop {
@@ -594,9 +736,8 @@ impl EventLoop {
                 })
             }
             Some(b) => b,
-            None => p.backend.ok_or(EventLoopCreateError::Unsupported {
-                kernel: p.kernel.clone(),
-            })?,
+            // The doorbell backend needs nothing beyond plain futexes.
+            None => p.backend.unwrap_or(Backend::Doorbell),
         };
         let mut lp = EventLoop {
             backend,
@@ -616,6 +757,7 @@ impl EventLoop {
             wake_check_timer: None,
             before_arm: None,
             pid: sys::getpid(),
+            bell: None,
         };
         if let Some(t) = opts.timing {
             lp.enable_reports(&t)?;
@@ -643,10 +785,7 @@ impl EventLoop {
         let mut raw = Box::<RawReport>::default();
         timing_report::fill_name(&mut raw.process, &t.process);
         raw.pid = self.pid as u64;
-        raw.backend = match self.backend {
-            Backend::IoUringFutex => 1,
-            Backend::FutexWaitv => 2,
-        };
+        raw.backend = self.backend.code();
         let period = t.period.as_nanos().max(1) as u64;
         raw.period_ns = period;
         let timer = self.push_timer(
@@ -754,6 +893,7 @@ impl EventLoop {
             expect_size: None,
             stats: EntryStats::default(),
             total: 0,
+            listing: None,
         });
         Ok(())
     }
@@ -909,10 +1049,7 @@ impl EventLoop {
         raw.seq = seq;
         raw.time_ns = sys::monotonic_ns();
         raw.pid = self.pid as u64;
-        raw.backend = match self.backend {
-            Backend::IoUringFutex => 1,
-            Backend::FutexWaitv => 2,
-        };
+        raw.backend = self.backend.code();
         let mut n = 0;
         for w in &self.watchers {
             if n < timing_report::MAX_ENTRIES {
@@ -1039,6 +1176,12 @@ impl EventLoop {
         if w.armed || w.ready || w.failed.is_some() {
             return Ok(());
         }
+        if self.backend == Backend::Doorbell {
+            // Waits on the loop's bell; the index is looked at in
+            // wait_doorbell, after the bell says the loop sleeps.
+            w.armed = true;
+            return Ok(());
+        }
         if !w.sub.begin_wait() {
             w.ready = true;
             return Ok(());
@@ -1064,8 +1207,8 @@ impl EventLoop {
             return Ok(());
         }
         t.armed = true;
-        if self.backend == Backend::FutexWaitv {
-            return Ok(());
+        if self.backend != Backend::IoUringFutex {
+            return Ok(()); // the deadline is the sleep's timeout
         }
         *t.ts = types::Timespec::new()
             .sec(t.deadline / 1_000_000_000)
@@ -1099,6 +1242,9 @@ impl EventLoop {
         }
         if self.backend == Backend::IoUringFutex {
             self.ring()?;
+        }
+        if self.backend == Backend::Doorbell {
+            self.list_bell()?;
         }
         for i in 0..self.watchers.len() {
             self.arm_watcher(i)?;
@@ -1145,6 +1291,7 @@ impl EventLoop {
             match self.backend {
                 Backend::IoUringFutex => self.wait_uring()?,
                 Backend::FutexWaitv => self.wait_waitv()?,
+                Backend::Doorbell => self.wait_doorbell()?,
             }
         }
         Ok(())
@@ -1231,7 +1378,7 @@ impl EventLoop {
             .min();
         let r = if self.waitv.is_empty() {
             if let Some(d) = deadline {
-                crate::time::sleep_until(Monotonic::from_nanos(d));
+                sleep_until_ns(d);
             }
             WaitvResult::TimedOut
         } else {
@@ -1283,6 +1430,113 @@ impl EventLoop {
             }
         }
         Ok(())
+    }
+
+    /// Doorbell backend: claims the loop's bell (in the doorbell table of
+    /// the first watched channel's directory) and lists it in every
+    /// watched channel not yet listing it. Each wait then looks at the
+    /// indexes after announcing the sleep, which covers messages published
+    /// before a listing was seen (see [`crate::doorbell`]).
+    fn list_bell(&mut self) -> Result<(), EventLoopRunError> {
+        let Some(first) = self.watchers.iter().find(|w| w.failed.is_none()) else {
+            return Ok(());
+        };
+        if self.bell.is_none() {
+            let table = BellTable::open(first.sub.channel().shm_dir(), None, false)
+                .map_err(EventLoopRunError::Doorbell)?;
+            let bell = Bell::claim(table, &self.proc_root).map_err(EventLoopRunError::Doorbell)?;
+            self.bell = Some(bell);
+        }
+        let bell = self.bell.as_ref().expect("claimed above");
+        for w in &mut self.watchers {
+            if w.listing.is_some() || w.failed.is_some() {
+                continue;
+            }
+            let listing = w
+                .sub
+                .channel()
+                .list_bell(bell, &self.proc_root)
+                .map_err(|source| EventLoopRunError::Listing {
+                    channel: w.name.clone(),
+                    source,
+                })?;
+            w.listing = Some(listing);
+        }
+        Ok(())
+    }
+
+    /// One sleep of the doorbell backend: announce it on the bell, look at
+    /// every watched index, sleep on the bell until rung or the next timer
+    /// deadline.
+    fn wait_doorbell(&mut self) -> Result<(), EventLoopRunError> {
+        for i in 0..self.watchers.len() {
+            self.arm_watcher(i)?;
+        }
+        let deadline = self
+            .timers
+            .iter()
+            .filter(|t| t.armed)
+            .map(|t| t.deadline)
+            .min();
+        let Some(bell) = self.bell.as_ref() else {
+            // Nothing watched: timers only.
+            if let Some(d) = deadline {
+                sleep_until_ns(d);
+            }
+            self.expire_timers();
+            return Ok(());
+        };
+        // SeqCst RMW on the bell, then SeqCst loads of the indexes.
+        let key = bell.prepare_sleep();
+        let mut ready = false;
+        for w in &mut self.watchers {
+            if w.armed && w.sub.has_new_seqcst() {
+                w.armed = false;
+                w.ready = true;
+                ready = true;
+            }
+        }
+        let result = if ready {
+            None
+        } else {
+            if let Some(h) = self.before_arm.as_mut() {
+                h();
+            }
+            Some(bell.sleep(key, deadline).map_err(EventLoopRunError::Bell)?)
+        };
+        bell.wake_up();
+        for w in &mut self.watchers {
+            if !w.armed {
+                continue;
+            }
+            if w.sub.has_new() {
+                w.armed = false;
+                w.ready = true;
+                match result {
+                    Some(sys::WaitResult::Again) => w.stats.eagain += 1,
+                    // No ring came although the data is there: counted
+                    // as the wake check would count it.
+                    Some(sys::WaitResult::TimedOut) => w.stats.healed += 1,
+                    _ => {}
+                }
+            } else if w.sub.channel().is_truncated() {
+                Self::fail_if_truncated(w);
+            }
+        }
+        self.expire_timers();
+        Ok(())
+    }
+
+    /// Marks every armed timer whose deadline passed as due (the backends
+    /// that sleep with a timeout instead of arming io_uring timeouts).
+    fn expire_timers(&mut self) {
+        let now = sys::monotonic_ns();
+        for t in &mut self.timers {
+            if t.armed && t.deadline <= now {
+                t.armed = false;
+                t.due = true;
+            }
+        }
     }
 
     /// Makes sure a ready watcher has a staged message, or re-arms it when
@@ -1411,17 +1665,35 @@ impl EventLoop {
     }
 }
 
+/// Sleeps until the absolute `CLOCK_MONOTONIC` time `deadline_ns` (the
+/// runtime's one absolute sleep, [`crate::time::sleep_until`]).
+fn sleep_until_ns(deadline_ns: u64) {
+    crate::time::sleep_until(Monotonic::from_nanos(deadline_ns));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn unsupported_kernel_error_names_kernel_and_needs() {
-        let e = EventLoopCreateError::Unsupported {
+    fn a_forced_backend_the_kernel_lacks_names_kernel_and_needs() {
+        let e = EventLoopCreateError::BackendUnavailable {
+            backend: Backend::FutexWaitv,
             kernel: "5.10.120-tegra".into(),
+            reason: "futex_waitv needs Linux 5.16 or later".into(),
         }
         .to_string();
         assert!(e.contains("kernel 5.10.120-tegra"), "{e}");
-        assert!(e.contains("Linux 6.7") && e.contains("Linux 5.16"), "{e}");
+        assert!(e.contains("futex_waitv") && e.contains("Linux 5.16"), "{e}");
+    }
+
+    #[test]
+    fn backend_names_and_codes_round_trip() {
+        for b in Backend::ALL {
+            assert_eq!(Backend::from_name(b.name()), Some(b));
+            assert_eq!(Backend::from_code(b.code()), Some(b));
+        }
+        assert_eq!(Backend::from_name("epoll"), None);
+        assert_eq!(Backend::from_code(0), None);
     }
 }

@@ -16,9 +16,11 @@
 
 pub mod channel;
 pub mod config;
+pub mod doorbell;
 pub mod error;
 pub mod event_loop;
 pub mod rt;
+pub mod seccomp;
 pub mod shm;
 pub mod sys;
 pub mod time;

@@ -106,6 +106,59 @@ pub fn futex_wait(index: &AtomicU64, expected: u32, timeout_ns: Option<u64>) -> 
     }
 }
 
+/// What a wait on one futex word ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitResult {
+    /// Woken by `FUTEX_WAKE` (or spuriously: the caller re-checks).
+    Woken,
+    /// The word did not hold the expected value when the kernel looked.
+    Again,
+    /// The absolute deadline passed.
+    TimedOut,
+    /// A signal interrupted the wait.
+    Interrupted,
+}
+
+/// `FUTEX_WAIT_BITSET` (shared: the word lives in a shared mapping) on the
+/// low word of `word` while it holds `expected`, until the absolute
+/// `CLOCK_MONOTONIC` deadline `deadline_ns` (none: until woken). Every
+/// kernel since 2.6.25 has it.
+pub fn futex_wait_until(
+    word: &AtomicU64,
+    expected: u32,
+    deadline_ns: Option<u64>,
+) -> io::Result<WaitResult> {
+    let ptr = low_word_ptr(word);
+    let ts = deadline_ns.map(timespec_of);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `ptr` points into `word`, alive for the call, 4-byte aligned;
+    // `tsp` is null or points to a timespec that outlives the call; the
+    // bitset (all ones) is passed by value.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            ptr,
+            libc::FUTEX_WAIT_BITSET,
+            expected,
+            tsp,
+            std::ptr::null::<u32>(),
+            u32::MAX,
+        )
+    };
+    if r >= 0 {
+        return Ok(WaitResult::Woken);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => Ok(WaitResult::Again),
+        Some(libc::ETIMEDOUT) => Ok(WaitResult::TimedOut),
+        Some(libc::EINTR) => Ok(WaitResult::Interrupted),
+        _ => Err(e),
+    }
+}
+
 /// `futex2` flag: the word is 32 bits.
 pub const FUTEX2_SIZE_U32: u32 = 0x02;
 

@@ -352,11 +352,9 @@ impl TimingReport {
             seq: r.seq,
             time_ns: r.time_ns,
             period_ns: r.period_ns,
-            backend: match r.backend {
-                1 => "io_uring-futex".into(),
-                2 => "futex_waitv".into(),
-                _ => "unknown".into(),
-            },
+            backend: crate::event_loop::Backend::from_code(r.backend)
+                .map_or("unknown", |b| b.name())
+                .into(),
             entries,
         })
     }
@@ -375,7 +373,7 @@ pub fn timing_geometry() -> ChannelGeometry {
 /// Reading a timing report failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TimingReadError {
-    #[error("cannot open the timing channel of process `{process}`: {source}")]
+    #[error("cannot open the timing channel of process `{process}`")]
     Open {
         process: String,
         source: ChannelOpenError,

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use controller::channel::{channel_path, ChannelOpenError, CreateOutcome, PublishError};
+use controller::channel::{
+    channel_path, ChannelOpenError, CreateOutcome, PublishError, LAYOUT_VERSION,
+};
 use controller::{Channel, ChannelGeometry};
 
 const PROC: &str = "/proc";
@@ -42,7 +44,7 @@ fn create_open_publish_read() {
     let (ch, outcome) =
         Channel::create(dir.path(), "/imu/raw", &geom, None, Path::new(PROC)).unwrap();
     assert_eq!(outcome, CreateOutcome::Created);
-    let path = dir.path().join("imu/raw.v2");
+    let path = dir.path().join(format!("imu/raw.v{LAYOUT_VERSION}"));
     assert_eq!(ch.path(), path);
     let (mode, _) = controller::channel::file_mode(&path).unwrap();
     assert_eq!(mode, 0o660);
@@ -140,7 +142,7 @@ fn wrong_version_and_size_are_refused() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("layout version 7") && msg.contains("v.v2"),
+        msg.contains("layout version 7") && msg.contains(&format!("v.v{LAYOUT_VERSION}")),
         "{msg}"
     );
 
@@ -157,7 +159,9 @@ fn wrong_version_and_size_are_refused() {
     ));
 
     // A temporary left by a creator that died mid-create is swept.
-    let stale = dir.path().join(format!("v.v2.tmp.{}", (1u32 << 22) + 3));
+    let stale = dir
+        .path()
+        .join(format!("v.v{LAYOUT_VERSION}.tmp.{}", (1u32 << 22) + 3));
     std::fs::write(&stale, b"half").unwrap();
 
     // create() replaces the damaged file and says why.

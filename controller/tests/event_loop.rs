@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use controller::event_loop::{probe, Backend, EventLoop, LoopOptions, TimingOptions};
 use controller::{Channel, ChannelGeometry};
 
+mod common;
+
 const PROC: &str = "/proc";
 
 fn backends() -> Vec<Backend> {
@@ -30,6 +32,8 @@ fn backends() -> Vec<Backend> {
             p.kernel
         );
     }
+    assert!(p.doorbell, "{p:?}");
+    v.push(Backend::Doorbell);
     v
 }
 
@@ -54,7 +58,16 @@ fn probe_reports_a_backend() {
     let p = probe();
     println!("{p:?}");
     assert!(!p.kernel.is_empty());
-    assert_eq!(p.backend.is_some(), p.io_uring_futex || p.futex_waitv);
+    // The best available, in the order io_uring-futex, futex_waitv,
+    // doorbell (which every kernel has).
+    let best = Backend::ALL.into_iter().find(|&b| p.has(b));
+    assert_eq!(p.backend, best);
+    assert!(p.doorbell);
+}
+
+#[test]
+fn suites_on_old_kernel_profiles() {
+    common::rerun_under_kernel_profiles(7);
 }
 
 #[test]

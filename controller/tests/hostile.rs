@@ -9,6 +9,8 @@
 //! asserted: the watchdog only turns a hang into a failure.
 #![allow(unsafe_code)] // wait4, kill and mkfifo of the harness
 
+mod common;
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -27,6 +29,8 @@ const PROC: &str = "/proc";
 /// Byte offsets in the header page (see the layout in `channel.rs`).
 const NEXT_INDEX: u64 = 256;
 const WAITERS: u64 = 320;
+/// The doorbell listings' count (see the channel header).
+const BELL_COUNT: u64 = 512;
 const HEADER_BYTES: u64 = 4096;
 /// The hang watchdog of a child case.
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -350,9 +354,11 @@ fn lost_wakeups_heal() {
         let mut skipped = 0;
         for i in 0..N {
             std::thread::sleep(Duration::from_millis(2));
-            // Another process scribbles the waiter count to zero before
-            // every publish: publishers then skip the wake.
+            // Another process scribbles the waiter count and the doorbell
+            // listings' count to zero before every publish: publishers
+            // then skip the wake.
             write_u64(&path, WAITERS, 0);
+            write_u64(&path, BELL_COUNT, 0);
             if !p.publish_value(&i).unwrap().woke {
                 skipped += 1;
             }
@@ -445,4 +451,11 @@ fn a_fifo_or_symlink_in_place_of_a_channel_is_refused_without_blocking() {
     let (ch, _) = Channel::create(dir.path(), "/link", &g, None, Path::new(PROC)).unwrap();
     assert!(std::fs::symlink_metadata(ch.path()).unwrap().is_file());
     println!("refused");
+}
+
+/// The suite again under the JetPack 6 and no-io_uring kernel profiles,
+/// where the probe must pick the doorbell backend.
+#[test]
+fn suites_on_old_kernel_profiles() {
+    common::rerun_under_kernel_profiles(8);
 }

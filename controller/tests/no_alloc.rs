@@ -1,6 +1,8 @@
 //! Zero heap allocations per message on the publish and handle paths after
 //! start-up, asserted with the runtime's own counting allocator.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -62,6 +64,7 @@ fn event_loop_handle_path_allocates_nothing() {
     if p.futex_waitv {
         backends.push(Backend::FutexWaitv);
     }
+    backends.push(Backend::Doorbell);
     for b in backends {
         let dir = tempfile::tempdir().unwrap();
         let geom = ChannelGeometry::new(64, 1024, 2);
@@ -120,4 +123,11 @@ fn event_loop_handle_path_allocates_nothing() {
             .unwrap();
         assert!(rep.seq >= 2, "seq {}", rep.seq);
     }
+}
+
+/// The suite again under the JetPack 6 and no-io_uring kernel profiles,
+/// where the probe must pick the doorbell backend.
+#[test]
+fn suites_on_old_kernel_profiles() {
+    common::rerun_under_kernel_profiles(4);
 }
