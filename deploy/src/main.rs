@@ -1,7 +1,8 @@
 //! `deploy`: one command for rtdeploy on the build host and on the robot.
 //!
 //! This binary only parses arguments, composes the library crates and
-//! prints; the work lives in `controller`, `cpusets`, `services` and `image`.
+//! prints; the work lives in `controller`, `check`, `cpusets`, `services`,
+//! `releases` and `rootfs`.
 //! Exit codes everywhere: 0 ok, 1 a check/verify/budget failed, 2 error.
 
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use deploy::cmd;
-use deploy::ctx::{self, Ctx, Exit};
+use deploy::ctx::{Ctx, Exit};
 
 /// Real-time robot controllers on embedded Linux, from one robot.yaml.
 #[derive(Debug, Parser)]
@@ -120,7 +121,7 @@ fn main() -> ExitCode {
     let config_path = cli
         .config
         .clone()
-        .unwrap_or_else(|| ctx::join_under(&cli.prefix, "/etc/rtdeploy/robot.yaml"));
+        .unwrap_or_else(|| releases::Layout::new(&cli.prefix).config_link());
     let ctx = Ctx {
         prefix: cli.prefix.clone(),
         sysroot: cli.sysroot.clone(),

@@ -1,8 +1,8 @@
 //! The body of the `bundle_read` fuzz target, shared with the test that
-//! runs its seed corpus (`image/tests/fuzz_seeds.rs`): whatever the bytes,
-//! the bundle reader returns (never panics), gives a sink no more of a
-//! blob than its signed manifest size, and refuses with an error that is
-//! one short line (names cut and escaped).
+//! runs its seed corpus (`services/releases/tests/fuzz_seeds.rs`):
+//! whatever the bytes, the bundle reader returns (never panics), gives a
+//! sink no more of a blob than its signed manifest size, and refuses with
+//! an error that is one short line (names cut and escaped).
 //!
 //! Input: the bytes of a bundle. The reader trusts the key made from
 //! [`KEY_SEED`] for robot `arm` on board `generic`, so a seed bundle signed
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::sync::OnceLock;
 
-use image::bundle::{load_trusted_keys, BundleReader, Compat, SecretKey, TrustedKeys};
+use releases::bundle::{load_trusted_keys, BundleReader, Compat, SecretKey, TrustedKeys};
 
 /// The signing key of the seed bundles (test material, not a real key).
 pub const KEY_SEED: [u8; 32] = [0x5e; 32];

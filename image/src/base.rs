@@ -545,20 +545,30 @@ struct PaxSparse {
     size: u64,
 }
 
+/// Why a member's pax sparse keys are refused.
+#[derive(Debug, thiserror::Error)]
+enum PaxSparseError {
+    #[error("cannot read its pax header: {0}")]
+    Read(io::Error),
+    #[error("bad pax header: {0}")]
+    Bad(io::Error),
+    #[error("pax sparse 1.0 header without a valid GNU.sparse.name and GNU.sparse.realsize")]
+    Incomplete,
+    #[error("is in pax sparse format {major}.{minor}, which rtdeploy does not read (only 1.0, the one GNU tar --format=posix --sparse writes)")]
+    Unsupported { major: String, minor: String },
+}
+
 /// The pax sparse keys of a member, if any. Versions 0.0 and 0.1 (the map
 /// in the pax header) are refused by name rather than read as a plain file
 /// called `GNUSparseFile.N/...` holding a map and packed data.
-fn pax_sparse<R: Read>(member: &mut tar::Entry<R>) -> Result<Option<PaxSparse>, String> {
-    let Some(extensions) = member
-        .pax_extensions()
-        .map_err(|e| format!("cannot read its pax header: {e}"))?
-    else {
+fn pax_sparse<R: Read>(member: &mut tar::Entry<R>) -> Result<Option<PaxSparse>, PaxSparseError> {
+    let Some(extensions) = member.pax_extensions().map_err(PaxSparseError::Read)? else {
         return Ok(None);
     };
     let (mut major, mut minor, mut name, mut size) = (None, None, None, None);
     let (mut any, mut map) = (false, false);
     for ext in extensions {
-        let ext = ext.map_err(|e| format!("bad pax header: {e}"))?;
+        let ext = ext.map_err(PaxSparseError::Bad)?;
         let Ok(key) = ext.key() else { continue };
         if !key.starts_with("GNU.sparse.") {
             continue;
@@ -579,17 +589,12 @@ fn pax_sparse<R: Read>(member: &mut tar::Entry<R>) -> Result<Option<PaxSparse>, 
     }
     match (major.as_deref(), minor.as_deref(), name, size) {
         (Some("1"), Some("0"), Some(name), Some(size)) => Ok(Some(PaxSparse { name, size })),
-        (Some("1"), Some("0"), ..) => {
-            Err("pax sparse 1.0 header without a valid GNU.sparse.name and GNU.sparse.realsize".into())
-        }
-        _ => Err(format!(
-            "is in pax sparse format {}.{}, which rtdeploy does not read (only 1.0, the one GNU tar --format=posix --sparse writes)",
-            major.as_deref().unwrap_or("0"),
+        (Some("1"), Some("0"), ..) => Err(PaxSparseError::Incomplete),
+        _ => Err(PaxSparseError::Unsupported {
+            major: major.unwrap_or_else(|| "0".into()),
             // 0.1 names its map in one key, 0.0 in a key per run.
-            minor
-                .as_deref()
-                .unwrap_or(if map { "1" } else { "0" })
-        )),
+            minor: minor.unwrap_or_else(|| if map { "1" } else { "0" }.into()),
+        }),
     }
 }
 

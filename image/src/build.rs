@@ -21,13 +21,20 @@ use crate::release::{self, exec_in_release};
 use crate::sbom;
 use crate::write::{cpio::CpioSink, ext4, tar::TarSink, CountingWriter, Format, Item, Sink};
 
-/// Where rtdeploy puts things in the image (DESIGN.md, "On the robot").
+/// Where rtdeploy puts things in the image (DESIGN.md, "On the robot");
+/// rtdeploy's own directories as the robot's release store lays them out
+/// ([`releases::layout::rel`]), the system's here.
 pub mod paths {
+    use releases::layout::rel;
+
     pub const EXTLINUX: &str = "boot/extlinux/extlinux.conf";
-    pub const CMDLINE: &str = "etc/rtdeploy/cmdline";
-    pub const ROBOT_YAML: &str = "etc/rtdeploy/robot.yaml";
-    pub const RELEASES: &str = "opt/rtdeploy/releases";
-    pub const CURRENT: &str = "opt/rtdeploy/current";
+    pub const CMDLINE: &str = rel::CMDLINE;
+    pub const ROBOT_YAML: &str = rel::CONFIG;
+    pub const RELEASES: &str = rel::RELEASES;
+    pub const CURRENT: &str = rel::CURRENT;
+    /// What the robot.yaml link points at: the current release's, from
+    /// the image's root.
+    pub const CURRENT_ROBOT_YAML: &str = rel::CURRENT_CONFIG;
     pub const DEPLOY: &str = "usr/bin/deploy";
     pub const UNIT_DIR: &str = "etc/systemd/system";
     pub const WANTS: &str = "etc/systemd/system/multi-user.target.wants";
@@ -202,7 +209,7 @@ pub fn build(
     );
     let rmanifest_bytes = rmanifest.to_bytes();
     let rmanifest_sha = hex::encode(Sha256::digest(&rmanifest_bytes));
-    let release_name = format!("{}-{}", spec.version, &rmanifest_sha[..8]);
+    let release_name = releases::release_name(&spec.version, &rmanifest_bytes);
     let release_dir = format!("{}/{release_name}", paths::RELEASES);
 
     // The base.
@@ -332,11 +339,11 @@ pub fn build(
     ));
     add.push((
         paths::CURRENT.into(),
-        Entry::symlink(&format!("releases/{release_name}"), epoch),
+        Entry::symlink(&releases::Layout::release_link(&release_name), epoch),
     ));
     add.push((
         paths::ROBOT_YAML.into(),
-        Entry::symlink("/opt/rtdeploy/current/robot.yaml", epoch),
+        Entry::symlink(&format!("/{}", paths::CURRENT_ROBOT_YAML), epoch),
     ));
     tree.entries
         .entry(String::new())

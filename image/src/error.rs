@@ -6,7 +6,7 @@ use std::path::PathBuf;
 /// value; nothing of the output is left behind when one is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageBuildError {
-    #[error("cannot {what} {}: {source}", path.display())]
+    #[error("cannot {what} {}", path.display())]
     Io {
         what: &'static str,
         path: PathBuf,

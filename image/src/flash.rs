@@ -25,19 +25,22 @@ pub enum Storage {
     Sd,
 }
 
+/// A `--storage` value that names no storage.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StorageParseError {
+    #[error("unknown storage `{0}` (expected nvme, usb, emmc or sd)")]
+    Unknown(String),
+}
+
 impl std::str::FromStr for Storage {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = StorageParseError;
+    fn from_str(s: &str) -> Result<Self, StorageParseError> {
         Ok(match s {
             "nvme" => Storage::Nvme,
             "usb" => Storage::Usb,
             "emmc" => Storage::Emmc,
             "sd" => Storage::Sd,
-            _ => {
-                return Err(format!(
-                    "unknown storage `{s}` (expected nvme, usb, emmc or sd)"
-                ))
-            }
+            _ => return Err(StorageParseError::Unknown(s.to_string())),
         })
     }
 }
@@ -49,7 +52,7 @@ pub enum FlashPlanError {
     NotFlashable(String),
     #[error("{} is not a Jetson Linux directory (no {})", dir.display(), missing)]
     NotL4t { dir: PathBuf, missing: &'static str },
-    #[error("cannot read image {}: {source}", path.display())]
+    #[error("cannot read image {}", path.display())]
     Image {
         path: PathBuf,
         source: std::io::Error,

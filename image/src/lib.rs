@@ -1,9 +1,13 @@
-//! Reproducible root filesystems and release bundles for rtdeploy.
+//! Reproducible root filesystem images for rtdeploy robots (the crate is
+//! `rootfs`; its folder is `image/`).
 //!
 //! Reads a base root filesystem as data (never as the host), overlays the
 //! supervisor, the controller release and the boot configuration, and writes
 //! tar, tar.zst, ext4 or cpio.gz images that are byte-identical for identical
-//! inputs.
+//! inputs. The release goes where the robot's release store expects it
+//! (`releases::Layout`), under the name the store would give it
+//! (`releases::release_name`); signed bundles and the store itself are the
+//! `releases` crate.
 //!
 //! Design rules:
 //! - the base is data: symlinks are entries (never followed), owners, modes
@@ -22,7 +26,6 @@
 
 pub mod base;
 pub mod build;
-pub mod bundle;
 pub mod entry;
 pub mod error;
 pub mod extlinux;

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 
 use common::*;
-use image::{build, Base, Format};
+use rootfs::{build, Base, Format};
 
 #[test]
 fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
@@ -28,7 +28,7 @@ fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
 
     // The APPEND line of the default label, token by token.
     let conf = String::from_utf8(m["boot/extlinux/extlinux.conf"].data.clone()).unwrap();
-    let append = image::extlinux::append_of(&conf, "primary").unwrap();
+    let append = rootfs::extlinux::append_of(&conf, "primary").unwrap();
     let tokens: Vec<&str> = append.split_whitespace().collect();
     assert_eq!(
         tokens,
@@ -63,13 +63,13 @@ fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
     assert_eq!(
         format!(
             "APPEND {}",
-            image::extlinux::append_of(&conf, image::extlinux::FALLBACK_LABEL).unwrap()
+            rootfs::extlinux::append_of(&conf, rootfs::extlinux::FALLBACK_LABEL).unwrap()
         ),
         original
     );
     assert!(conf.contains("# LABEL backup\n#    MENU LABEL backup kernel\n"));
     assert!(conf.starts_with("TIMEOUT 30\nDEFAULT primary\n"));
-    assert!(image::extlinux::lint(&conf).is_empty());
+    assert!(rootfs::extlinux::lint(&conf).is_empty());
     let cmdline = String::from_utf8(m["etc/rtdeploy/cmdline"].data.clone()).unwrap();
     assert_eq!(
         cmdline,

@@ -5,7 +5,7 @@ mod common;
 use std::fs;
 
 use common::*;
-use image::{build, Base, Format, ImageBuildError};
+use rootfs::{build, Base, Format, ImageBuildError};
 
 #[test]
 fn base_that_is_not_a_root_filesystem() {

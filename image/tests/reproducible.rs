@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
-use image::{build, Format};
+use rootfs::{build, Format};
 
 /// Where `tool` is: on PATH or in /usr/sbin or /sbin, where e2fsprogs
 /// installs and which a user's PATH often lacks (Debian's does).

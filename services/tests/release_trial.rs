@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use services::release::{self, install_bundle, ProcessHealth, ReleaseState, TrialOutcome};
+use releases::{install_bundle, ReleaseState};
+use services::trial::{self, ProcessHealth, TrialOutcome};
 use util::*;
 
 fn ctl_release(dir: &Path, name: &str, script: &str) -> std::path::PathBuf {
@@ -77,7 +78,7 @@ fn a_crashing_release_rolls_back_by_itself_and_a_healthy_one_commits() {
     );
     install_bundle(&prefix, &b2, &opts()).unwrap();
     let mut p = Proc::start(&prefix);
-    let out = release::watch_trial(
+    let out = trial::watch_trial(
         &prefix,
         Duration::from_millis(300),
         3,
@@ -97,7 +98,7 @@ fn a_crashing_release_rolls_back_by_itself_and_a_healthy_one_commits() {
     drop(p);
     assert_eq!(current_version(&prefix), "1");
     assert!(
-        matches!(release::read_state(&prefix).unwrap(), Some(ReleaseState::Committed { release }) if release.starts_with("1-"))
+        matches!(releases::read_state(&prefix).unwrap(), Some(ReleaseState::Committed { release }) if release.starts_with("1-"))
     );
     // after the rollback the old release runs again
     let mut p = Proc::start(&prefix);
@@ -113,7 +114,7 @@ fn a_crashing_release_rolls_back_by_itself_and_a_healthy_one_commits() {
     );
     install_bundle(&prefix, &b3, &opts()).unwrap();
     let mut p = Proc::start(&prefix);
-    let out = release::watch_trial(
+    let out = trial::watch_trial(
         &prefix,
         Duration::from_millis(300),
         3,
@@ -149,7 +150,7 @@ fn a_process_that_restarts_during_the_trial_fails_it() {
     // always found running, but the restart count gives it away
     let mut p = Proc::start(&prefix);
     let prefix2 = prefix.clone();
-    let out = release::watch_trial(
+    let out = trial::watch_trial(
         &prefix,
         Duration::from_secs(5),
         3,

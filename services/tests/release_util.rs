@@ -7,8 +7,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use image::bundle::{sha256_hex, write_bundle, BundleSpec, Compat, SecretKey};
-use services::release::InstallOptions;
+use releases::bundle::{sha256_hex, write_bundle, BundleSpec, Compat, SecretKey};
+use releases::InstallOptions;
 
 pub const ROBOT: &str = "arm";
 pub const BOARD: &str = "generic";
@@ -136,6 +136,6 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
 pub fn current_version(prefix: &Path) -> String {
     let cur = prefix.join("opt/rtdeploy/current");
     let dir = std::fs::canonicalize(&cur).unwrap();
-    let m = services::release::verify_release(&dir).unwrap();
+    let m = releases::verify_release(&dir).unwrap();
     m.version
 }

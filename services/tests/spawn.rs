@@ -24,6 +24,7 @@ fn ctx(prefix: &Path) -> SpawnContext {
         rt_cgroup: None,
         housekeeping_cgroup: None,
         base_env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+        deny: None,
     }
 }
 

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{process, Running};
+use releases::{install_bundle, ReleaseState};
 use serde_json::json;
 use services::control::{self, Request};
-use services::release::{self, install_bundle, ReleaseState};
 use services::status::SupervisorStatus;
 use services::supervisor::{Hooks, Options, Supervisor};
 use util::{bundle, current_version, key, opts, release};
@@ -174,7 +174,7 @@ fn a_crashing_release_is_rolled_back_and_the_old_one_runs_again() {
     let prefix = sup.stop_all();
     assert_eq!(current_version(prefix.path()), "1");
     assert_eq!(
-        release::read_state(prefix.path()).unwrap(),
+        releases::read_state(prefix.path()).unwrap(),
         Some(ReleaseState::Committed { release: a })
     );
 }
@@ -207,14 +207,14 @@ fn a_healthy_release_is_committed_after_the_window_then_a_manual_rollback_restar
         "{detail}"
     );
     assert_eq!(
-        release::read_state(sup.prefix.path()).unwrap(),
+        releases::read_state(sup.prefix.path()).unwrap(),
         Some(ReleaseState::Committed { release: b })
     );
     assert_eq!(current_version(sup.prefix.path()), "2");
 
     // `deploy rollback` of a committed release moves `current`: the
     // processes follow it.
-    release::rollback(sup.prefix.path()).unwrap();
+    releases::rollback(sup.prefix.path()).unwrap();
     sup.request(&Request::ReleaseChanged);
     let s = wait_running_from(&sup, "A");
     assert_eq!(
@@ -233,7 +233,7 @@ fn a_trial_found_at_start_is_rolled_back_before_any_process_starts() {
     // Installed and switched, then the power went: `state.json` says trial.
     let b = install(prefix.path(), src.path(), "B", "2", "exec sleep 60");
     assert!(matches!(
-        release::read_state(prefix.path()).unwrap(),
+        releases::read_state(prefix.path()).unwrap(),
         Some(ReleaseState::Trial { .. })
     ));
     assert_eq!(current_version(prefix.path()), "2");
@@ -326,7 +326,7 @@ fn an_install_killed_before_the_switch_is_undone_while_running() {
     assert_eq!(s.processes[0].pid, pid_a);
     assert_eq!(runs(&sup), ["A"]);
     assert_eq!(
-        release::read_state(sup.prefix.path()).unwrap(),
+        releases::read_state(sup.prefix.path()).unwrap(),
         Some(ReleaseState::Committed { release: a })
     );
     // The next install is not refused as "in trial", and commits.

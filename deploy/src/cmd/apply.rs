@@ -24,7 +24,7 @@ pub struct ApplyArgs {
 }
 
 /// Where `apply` leaves the interrupts it could not move, for `verify`.
-pub const STATE_FILE: &str = "/var/lib/rtdeploy/cpusets-apply.json";
+pub const STATE_FILE: &str = releases::layout::rel::CPUSETS_APPLY_STATE;
 
 #[derive(Serialize)]
 struct Doc<'a> {

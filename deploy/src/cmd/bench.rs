@@ -94,7 +94,7 @@ pub struct ThroughputArgs {
 }
 
 pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
-    let shm = ctx.root("/dev/shm/rtdeploy");
+    let shm = releases::Layout::new(&ctx.prefix).shm_dir();
     std::fs::create_dir_all(&shm).with_context(|| format!("creating {}", shm.display()))?;
     let proc_root = ctx.sys("/proc");
     match cmd {

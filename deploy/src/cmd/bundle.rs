@@ -1,5 +1,5 @@
 //! `deploy bundle --release DIR --version V --key KEY --out F`: a signed
-//! release bundle (see `image::bundle`), byte-identical for identical
+//! release bundle (see `releases::bundle`), byte-identical for identical
 //! inputs.
 //!
 //! The robot and board it is for come from DIR/robot.yaml, else from the
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use image::bundle::{self, BundleSpec};
+use releases::bundle::{self, BundleSpec};
 use serde::Serialize;
 
 use crate::ctx::{Ctx, Exit};

@@ -10,8 +10,8 @@ use anyhow::Context;
 use controller::config::ByteSize;
 use cpusets::board::BootLoader;
 use cpusets::conf_files::{limits_conf, sysctl_conf, MemlockLimit, ProcessLimits};
-use image::{build, Base, Format, ImageSpec, Phase, Progress};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rootfs::{build, Base, Format, ImageSpec, Phase, Progress};
 
 use crate::cmd::load_robot;
 use crate::config::Robot;
@@ -70,7 +70,7 @@ pub struct FlashArgs {
     /// Where the root filesystem goes: nvme, usb (l4t_initrd_flash.sh),
     /// emmc or sd (flash.sh).
     #[arg(long, value_name = "S", default_value = "nvme")]
-    pub storage: image::flash::Storage,
+    pub storage: rootfs::flash::Storage,
     /// Print the commands instead of running them.
     #[arg(long)]
     pub dry_run: bool,
@@ -209,7 +209,7 @@ pub fn run_flash(ctx: &Ctx, args: FlashArgs) -> anyhow::Result<Exit> {
         .board
         .board()
         .with_context(|| format!("unknown board `{}`", robot.board.model))?;
-    let plan = image::flash::plan(board, &args.image, &args.l4t, args.storage)?;
+    let plan = rootfs::flash::plan(board, &args.image, &args.l4t, args.storage)?;
     if args.dry_run {
         if ctx.json {
             ctx.print_json(&plan)?;
@@ -219,7 +219,7 @@ pub fn run_flash(ctx: &Ctx, args: FlashArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
     ctx.note(format!("flashing {} with {}", board.model, plan.config));
-    image::flash::run(&plan)?;
+    rootfs::flash::run(&plan)?;
     if ctx.json {
         ctx.print_json(&plan)?;
     }

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use image::bundle::Compat;
-use services::release::{self, InstallOptions, InstallReport};
+use releases::bundle::Compat;
+use releases::{InstallOptions, InstallReport, RobotYamlError};
 
 use crate::ctx::{Ctx, Exit};
 
@@ -33,11 +33,10 @@ pub struct ServeUpdateArgs {}
 
 /// Checks a release's robot.yaml with the same loader `deploy config check`
 /// uses.
-fn validate_yaml(text: &str) -> Result<(), String> {
-    match crate::config::load_str(Path::new("robot.yaml"), text.to_string()) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
+fn validate_yaml(text: &str) -> Result<(), RobotYamlError> {
+    crate::config::load_str(Path::new("robot.yaml"), text.to_string())
+        .map(|_| ())
+        .map_err(|e| RobotYamlError::Invalid(Box::new(e)))
 }
 
 /// The install options from this robot's robot.yaml.
@@ -88,7 +87,7 @@ pub fn print_report(ctx: &Ctx, rep: &InstallReport) -> anyhow::Result<()> {
 
 pub fn run(ctx: &Ctx, args: InstallArgs) -> anyhow::Result<Exit> {
     let opts = install_options(ctx, "deploy install")?;
-    let rep = release::install_bundle(&ctx.prefix, &args.bundle, &opts)
+    let rep = releases::install_bundle(&ctx.prefix, &args.bundle, &opts)
         .with_context(|| format!("install {}", args.bundle.display()))?;
     print_report(ctx, &rep)?;
     notify_supervisor(ctx, &rep);
@@ -136,7 +135,7 @@ pub fn run_serve(ctx: &Ctx, _args: ServeUpdateArgs) -> anyhow::Result<Exit> {
     let opts = install_options(ctx, "deploy serve-update")?;
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
-    match release::serve_update(&ctx.prefix, &opts, stdin, stdout)? {
+    match releases::serve_update(&ctx.prefix, &opts, stdin, stdout)? {
         Some(rep) => {
             for w in &rep.warnings {
                 ctx.note(format!("deploy: warning: {w}"));

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use image::bundle;
+use releases::bundle;
 use serde::Serialize;
 
 use crate::ctx::{Ctx, Exit};

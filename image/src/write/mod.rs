@@ -43,13 +43,20 @@ impl Format {
     }
 }
 
+/// A `--format` value that names no format.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FormatParseError {
+    #[error("unknown format `{0}` (expected tar, tar.zst, ext4 or cpio.gz)")]
+    Unknown(String),
+}
+
 impl std::str::FromStr for Format {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = FormatParseError;
+    fn from_str(s: &str) -> Result<Self, FormatParseError> {
         Format::ALL
             .into_iter()
             .find(|f| f.name() == s)
-            .ok_or_else(|| format!("unknown format `{s}` (expected tar, tar.zst, ext4 or cpio.gz)"))
+            .ok_or_else(|| FormatParseError::Unknown(s.to_string()))
     }
 }
 

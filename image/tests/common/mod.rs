@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use cpusets::board::BootLoader;
 use cpusets::config::{CpusSection, KernelSection, PartitionKind};
 use cpusets::cpuset::CpuSet;
-use image::{Base, ImageSpec};
+use rootfs::{Base, ImageSpec};
 
 /// extlinux.conf shaped like the one Jetson Linux R36 installs.
 pub const EXTLINUX: &str = "TIMEOUT 30
@@ -300,10 +300,10 @@ pub fn read_tar(path: &Path) -> (Vec<String>, BTreeMap<String, Member>) {
 }
 
 pub fn sha256_file(p: &Path) -> String {
-    image::release::sha256_file(p).unwrap()
+    rootfs::release::sha256_file(p).unwrap()
 }
 
-pub fn no_progress() -> impl FnMut(image::Progress) {
+pub fn no_progress() -> impl FnMut(rootfs::Progress) {
     |_| {}
 }
 

@@ -10,7 +10,7 @@ use std::cell::Cell;
 
 use hostile::child::bounded;
 use hostile::*;
-use image::bundle::{sha256_hex, BundleReadError, BundleReader, VerifiedManifest};
+use releases::bundle::{sha256_hex, BundleReadError, BundleReader, VerifiedManifest};
 
 /// Reads `bundle` as a robot installing it would; the sink counts the
 /// bytes it gets.

@@ -4,7 +4,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use image::bundle::{load_trusted_keys, write_bundle, BundleReader, BundleSpec, Compat, SecretKey};
+use releases::bundle::{
+    load_trusted_keys, write_bundle, BundleReader, BundleSpec, Compat, SecretKey,
+};
 
 fn release(dir: &Path) -> std::path::PathBuf {
     let r = dir.join("rel");
@@ -90,7 +92,7 @@ fn reader_returns_each_blob_once_after_the_signature() {
     assert_eq!(v.release, w.release);
     assert!(v.signer.ends_with("k.pub"));
     for (sha, data) in blobs {
-        assert_eq!(image::bundle::sha256_hex(&data), sha);
+        assert_eq!(releases::bundle::sha256_hex(&data), sha);
     }
 }
 

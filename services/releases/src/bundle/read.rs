@@ -8,10 +8,9 @@ use std::path::PathBuf;
 use super::archive::{Archive, ArchiveError, Entry};
 use super::hash::{Sha256Hex, Sha256Writer};
 use super::keys::{KeyError, TrustedKeys};
-use super::manifest::{
-    release_name, Compat, Manifest, ManifestError, MANIFEST_NAME, SIGNATURE_NAME,
-};
+use super::manifest::{Compat, Manifest, ManifestError, MANIFEST_NAME, SIGNATURE_NAME};
 use super::quote::{quoted, quoted_bytes};
+use crate::name::release_name;
 
 /// The largest manifest accepted: a release of many thousand files is a
 /// few megabytes of JSON.

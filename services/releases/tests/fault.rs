@@ -3,14 +3,13 @@
 //! runs exactly the old or exactly the new release, whole, and after the
 //! start-up recovery exactly the old one, and the next install succeeds.
 
-#[path = "release_util.rs"]
 mod util;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-use services::release::{self, install_bundle, FAULT_STEPS};
+use releases::{install_bundle, FAULT_STEPS};
 use util::*;
 
 /// Not a test on its own: the child half of `install_killed_at_every_step`
@@ -67,7 +66,7 @@ fn install_killed_at_every_step() {
         let v = current_version(&prefix);
         assert!(v == "1" || v == "2", "step {step}: current is {v}");
         // The next start rolls an interrupted trial back: exactly the old.
-        release::recover_at_start(&prefix).unwrap();
+        releases::recover_at_start(&prefix).unwrap();
         assert_eq!(current_version(&prefix), "1", "step {step}: after recovery");
         let ctl = std::fs::read_to_string(prefix.join("opt/rtdeploy/current/bin/ctl")).unwrap();
         assert!(ctl.contains("one"), "step {step}");

@@ -56,6 +56,46 @@ pub enum ArchiveError {
     Format { offset: u64, why: String },
 }
 
+/// Why a header's number field is not a number.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TarNumberError {
+    #[error("a negative base-256 number")]
+    NegativeBase256,
+    #[error("a base-256 number over 2^64")]
+    Base256Overflow,
+    /// The field's text, shown cut and escaped.
+    #[error("{0} is not an octal number")]
+    NotOctal(String),
+    #[error("an octal number over 2^64")]
+    OctalOverflow,
+}
+
+/// Why a header block is not a tar header.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TarChecksumError {
+    #[error("checksum field: {0}")]
+    Field(TarNumberError),
+    #[error(
+        "header checksum is {want}, the header sums to {sum} (not a tar header, or a damaged one)"
+    )]
+    Mismatch { want: u64, sum: u64 },
+}
+
+/// Why a pax extended header's record is refused; `at` is the record's
+/// byte offset in the header's data.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PaxRecordError {
+    #[error("record at byte {at} has no length")]
+    NoLength { at: usize },
+    #[error("record at byte {at} has a length that does not end it at a newline")]
+    BadLength { at: usize },
+    #[error("record at byte {at} has no `=`")]
+    NoEquals { at: usize },
+    /// The value, shown cut and escaped.
+    #[error("record at byte {at} has size {value}, not a number of bytes")]
+    Size { at: usize, value: String },
+}
+
 impl From<io::Error> for ArchiveError {
     fn from(e: io::Error) -> Self {
         ArchiveError::Io(e)
@@ -227,7 +267,10 @@ impl<R: Read> Archive<R> {
         if h.iter().all(|&b| b == 0) {
             return Ok(None);
         }
-        check_sum(&h).map_err(|why| ArchiveError::Format { offset: at, why })?;
+        check_sum(&h).map_err(|why| ArchiveError::Format {
+            offset: at,
+            why: why.to_string(),
+        })?;
         Ok(Some(h))
     }
 
@@ -300,17 +343,17 @@ fn header_name(h: &[u8; BLOCK]) -> Vec<u8> {
 }
 
 /// Octal (spaces and NULs around it allowed) or GNU base-256.
-fn parse_size(f: &[u8]) -> Result<u64, String> {
+fn parse_size(f: &[u8]) -> Result<u64, TarNumberError> {
     if f[0] & 0x80 != 0 {
         if f[0] != 0x80 {
-            return Err("a negative base-256 number".into());
+            return Err(TarNumberError::NegativeBase256);
         }
         let mut v: u64 = 0;
         for &b in &f[1..] {
             v = v
                 .checked_mul(256)
                 .and_then(|v| v.checked_add(u64::from(b)))
-                .ok_or("a base-256 number over 2^64")?;
+                .ok_or(TarNumberError::Base256Overflow)?;
         }
         return Ok(v);
     }
@@ -323,23 +366,20 @@ fn parse_size(f: &[u8]) -> Result<u64, String> {
     let mut v: u64 = 0;
     for &b in s {
         if !(b'0'..=b'7').contains(&b) {
-            return Err(format!(
-                "{} is not an octal number",
-                super::quote::quoted_bytes(s)
-            ));
+            return Err(TarNumberError::NotOctal(super::quote::quoted_bytes(s)));
         }
         v = v
             .checked_mul(8)
             .and_then(|v| v.checked_add(u64::from(b - b'0')))
-            .ok_or("an octal number over 2^64")?;
+            .ok_or(TarNumberError::OctalOverflow)?;
     }
     Ok(v)
 }
 
 /// The header checksum: the sum of its bytes with the checksum field read
 /// as spaces (unsigned, or signed as some old tars wrote it).
-fn check_sum(h: &[u8; BLOCK]) -> Result<(), String> {
-    let want = parse_size(&h[148..156]).map_err(|why| format!("checksum field: {why}"))?;
+fn check_sum(h: &[u8; BLOCK]) -> Result<(), TarChecksumError> {
+    let want = parse_size(&h[148..156]).map_err(TarChecksumError::Field)?;
     let field = 148..156;
     let (mut unsigned, mut signed) = (0u64, 0i64);
     for (i, &b) in h.iter().enumerate() {
@@ -350,9 +390,10 @@ fn check_sum(h: &[u8; BLOCK]) -> Result<(), String> {
     if want == unsigned || i64::try_from(want) == Ok(signed) {
         Ok(())
     } else {
-        Err(format!(
-            "header checksum is {want}, the header sums to {unsigned} (not a tar header, or a damaged one)"
-        ))
+        Err(TarChecksumError::Mismatch {
+            want,
+            sum: unsigned,
+        })
     }
 }
 
@@ -366,29 +407,28 @@ struct Pax {
 
 impl Pax {
     /// Records are `LEN KEY=VALUE\n`, LEN counting the whole record.
-    fn parse(mut d: &[u8]) -> Result<Pax, String> {
+    fn parse(mut d: &[u8]) -> Result<Pax, PaxRecordError> {
         let mut pax = Pax::default();
         let mut at = 0;
         while !d.is_empty() {
-            let bad = |why: &str| format!("record at byte {at} {why}");
             let sp = d
                 .iter()
                 .take(20)
                 .position(|&b| b == b' ')
-                .ok_or_else(|| bad("has no length"))?;
+                .ok_or(PaxRecordError::NoLength { at })?;
             let len: usize = std::str::from_utf8(&d[..sp])
                 .ok()
                 .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|s| s.parse().ok())
-                .ok_or_else(|| bad("has no length"))?;
+                .ok_or(PaxRecordError::NoLength { at })?;
             if len <= sp + 1 || len > d.len() || d[len - 1] != b'\n' {
-                return Err(bad("has a length that does not end it at a newline"));
+                return Err(PaxRecordError::BadLength { at });
             }
             let kv = &d[sp + 1..len - 1];
             let eq = kv
                 .iter()
                 .position(|&b| b == b'=')
-                .ok_or_else(|| bad("has no `=`"))?;
+                .ok_or(PaxRecordError::NoEquals { at })?;
             let (key, value) = (&kv[..eq], &kv[eq + 1..]);
             match key {
                 b"path" => pax.path = Some(value.to_vec()),
@@ -398,11 +438,9 @@ impl Pax {
                         .ok()
                         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
                         .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| {
-                            bad(&format!(
-                                "has size {}, not a number of bytes",
-                                super::quote::quoted_bytes(value)
-                            ))
+                        .ok_or_else(|| PaxRecordError::Size {
+                            at,
+                            value: super::quote::quoted_bytes(value),
                         })?;
                     pax.size = Some(v);
                 }

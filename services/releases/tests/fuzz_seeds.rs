@@ -4,22 +4,22 @@
 //! which asserts that the reader returns, refuses with a short line and
 //! never feeds a sink more than a blob's signed size.
 //!
-//! The seeds are made here: `RTDEPLOY_WRITE_SEEDS=1 cargo test -p image
+//! The seeds are made here: `RTDEPLOY_WRITE_SEEDS=1 cargo test -p releases
 //! --test fuzz_seeds` writes them; otherwise the test checks the
 //! committed ones are what this code makes.
 
 mod hostile;
 
-#[path = "../../fuzz/fuzz_targets/bundle_body.rs"]
+#[path = "../../../fuzz/fuzz_targets/bundle_body.rs"]
 mod bundle_body;
 
 use std::path::{Path, PathBuf};
 
 use hostile::*;
-use image::bundle::{sha256_hex, write_bundle, BundleSpec, SecretKey};
+use releases::bundle::{sha256_hex, write_bundle, BundleSpec, SecretKey};
 
 fn seed_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/bundle_read")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/bundle_read")
 }
 
 /// A small valid bundle signed with the fuzz target's key.
@@ -170,7 +170,7 @@ fn the_bundle_seeds_are_what_this_code_makes() {
         let have = std::fs::read(&p).unwrap_or_default();
         assert!(
             have == bytes,
-            "{} is not what this code makes; run `RTDEPLOY_WRITE_SEEDS=1 cargo test -p image --test fuzz_seeds`",
+            "{} is not what this code makes; run `RTDEPLOY_WRITE_SEEDS=1 cargo test -p releases --test fuzz_seeds`",
             p.display()
         );
     }

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use super::hash::{sha256_file, Sha256Hex};
 use super::keys::SecretKey;
 use super::manifest::{
-    release_name, FileEntry, Manifest, ManifestError, MANIFEST_FORMAT, MANIFEST_NAME,
-    SIGNATURE_NAME,
+    FileEntry, Manifest, ManifestError, MANIFEST_FORMAT, MANIFEST_NAME, SIGNATURE_NAME,
 };
+use crate::name::release_name;
 
 /// zstd level for bundles: good ratio at a speed that bundles 100 MB in
 /// seconds.

@@ -42,8 +42,7 @@ pub use keys::{
     KeyError, SecretKey, TrustedKeys,
 };
 pub use manifest::{
-    release_name, Compat, FileEntry, Manifest, ManifestError, MANIFEST_FORMAT, MANIFEST_NAME,
-    SIGNATURE_NAME,
+    Compat, FileEntry, Manifest, ManifestError, MANIFEST_FORMAT, MANIFEST_NAME, SIGNATURE_NAME,
 };
 pub use quote::{quoted, quoted_bytes, SHOWN_CHARS};
 pub use read::{

@@ -2,15 +2,14 @@
 //! cross, a cut connection resumes from the bytes already received, and a
 //! bundle the robot does not trust is refused before any blob is asked for.
 
-#[path = "release_util.rs"]
 mod util;
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::thread;
 
-use image::bundle::wire::{send_bundle, SendOptions, SendReport, WireError};
-use services::release::{self, serve_update, ReleaseError};
+use releases::bundle::wire::{send_bundle, SendOptions, SendReport, WireError};
+use releases::{serve_update, ReleaseError};
 use util::*;
 
 /// Runs one session: the robot side in a thread, the sender here.
@@ -20,7 +19,7 @@ fn session(
     opts_send: SendOptions,
 ) -> (
     Result<SendReport, WireError>,
-    Result<Option<release::InstallReport>, ReleaseError>,
+    Result<Option<releases::InstallReport>, ReleaseError>,
 ) {
     let (a, b) = UnixStream::pair().unwrap();
     let p = prefix.to_path_buf();

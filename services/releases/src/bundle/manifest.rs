@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::hash::{sha256_hex, Sha256Hex};
+use super::hash::Sha256Hex;
 use super::quote::{peer_message, quoted};
 
 /// The manifest format this code writes and reads.
@@ -205,12 +205,6 @@ impl Manifest {
     pub fn total_size(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
     }
-}
-
-/// The release directory name for a manifest: `<version>-<first 8 hex of
-/// sha256(manifest bytes)>`.
-pub fn release_name(version: &str, manifest_bytes: &[u8]) -> String {
-    format!("{version}-{}", sha256_hex(manifest_bytes).short())
 }
 
 fn check_path(p: &str) -> Result<(), ManifestError> {

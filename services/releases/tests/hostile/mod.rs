@@ -7,7 +7,7 @@
 
 pub mod child;
 
-use image::bundle::{sha256_hex, FileEntry, Manifest, SecretKey};
+use releases::bundle::{sha256_hex, FileEntry, Manifest, SecretKey};
 
 /// The key hostile bundles are signed with when they need to be (a
 /// replayed or leaked manifest: the blob phase comes after the signature).
@@ -192,11 +192,11 @@ pub fn signed_tar(files: &[(&str, &[u8])]) -> Tar {
 }
 
 /// The keys and robot that accept what [`signed_manifest`] signs.
-pub fn trust() -> (image::bundle::TrustedKeys, image::bundle::Compat) {
+pub fn trust() -> (releases::bundle::TrustedKeys, releases::bundle::Compat) {
     let public = SecretKey::from_seed(SEED).public_base64();
-    let keys =
-        image::bundle::load_trusted_keys(std::path::Path::new("/nonexistent"), &[public]).unwrap();
-    let compat = image::bundle::Compat {
+    let keys = releases::bundle::load_trusted_keys(std::path::Path::new("/nonexistent"), &[public])
+        .unwrap();
+    let compat = releases::bundle::Compat {
         robot: ROBOT.into(),
         board: BOARD.into(),
     };

@@ -4,10 +4,8 @@
 //! wait4, under a watchdog), `store/.partial` stays bounded, and the next
 //! legitimate update works on its first try.
 
-#[path = "release_util.rs"]
 mod util;
 
-#[path = "../../image/tests/hostile/mod.rs"]
 mod hostile;
 
 use std::io::{self, BufReader, Write};
@@ -17,9 +15,9 @@ use std::thread;
 
 use hostile::child::bounded;
 use hostile::{zstd_frame, Piece, GIB};
-use image::bundle::wire::{self, kind, send_bundle, BlobStart, Need, SendOptions, WireError};
-use image::bundle::{BundleReader, Sha256Hex, Store};
-use services::release::{serve_update, InstallReport, ReleaseError};
+use releases::bundle::wire::{self, kind, send_bundle, BlobStart, Need, SendOptions, WireError};
+use releases::bundle::{BundleReader, Sha256Hex, Store};
+use releases::{serve_update, InstallReport, ReleaseError};
 use util::*;
 
 type Served = thread::JoinHandle<Result<Option<InstallReport>, ReleaseError>>;
@@ -286,7 +284,7 @@ fn partials_are_trimmed_to_the_release_being_received_and_collected_by_gc() {
     std::fs::write(pdir.join("not-a-sha"), b"x").unwrap();
     for i in 0..20u8 {
         // partials of blobs of some other release
-        let sha = image::bundle::sha256_hex(&[i]);
+        let sha = releases::bundle::sha256_hex(&[i]);
         std::fs::write(pdir.join(sha.as_str()), [i]).unwrap();
     }
     // a session that stops after NEED: only partials of its release may
@@ -327,7 +325,7 @@ fn at_most_eight_partials_are_kept() {
     let store = Store::new(d.path().join("store"));
     let mut blobs = std::collections::BTreeMap::new();
     for i in 0..12u8 {
-        let sha = image::bundle::sha256_hex(&[i]);
+        let sha = releases::bundle::sha256_hex(&[i]);
         let mut rx = store.receive(&sha, 0, 1000).unwrap();
         rx.write_compressed(&zstd::encode_all(&[i; 10][..], 3).unwrap())
             .unwrap();
@@ -338,7 +336,7 @@ fn at_most_eight_partials_are_kept() {
     let left = std::fs::read_dir(d.path().join("store/.partial"))
         .unwrap()
         .count();
-    assert_eq!(left, image::bundle::MAX_PARTIALS);
+    assert_eq!(left, releases::bundle::MAX_PARTIALS);
     assert_eq!(left, 8);
 }
 
@@ -493,10 +491,7 @@ fn causes_are_printed_once_in_the_chain() {
     // (error, its cause's text)
     let errors: Vec<(Box<dyn std::error::Error>, &str)> = vec![
         (
-            Box::new(
-                services::release::install_bundle(&robot(d.path()), &not_there, &opts())
-                    .unwrap_err(),
-            ),
+            Box::new(releases::install_bundle(&robot(d.path()), &not_there, &opts()).unwrap_err()),
             "(os error 2)",
         ),
         (
@@ -519,14 +514,14 @@ fn causes_are_printed_once_in_the_chain() {
         (
             Box::new(
                 Store::new(d.path().join("file"))
-                    .receive(&image::bundle::sha256_hex(b""), 0, 0)
+                    .receive(&releases::bundle::sha256_hex(b""), 0, 0)
                     .err()
                     .unwrap(),
             ),
             "(os error 20)",
         ),
         (
-            Box::new(image::bundle::load_secret_key(&not_there).err().unwrap()),
+            Box::new(releases::bundle::load_secret_key(&not_there).err().unwrap()),
             "(os error 2)",
         ),
     ];

@@ -2,15 +2,14 @@
 //! pruning, the update lock, and every kind of bad bundle refused with
 //! nothing on the robot changed.
 
-#[path = "release_util.rs"]
 mod util;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use image::bundle::{sha256_hex, FileEntry, Manifest};
-use services::release::{self, install_bundle, read_state, ReleaseState, UpdateLock};
+use releases::bundle::{sha256_hex, FileEntry, Manifest};
+use releases::{install_bundle, read_state, ReleaseState, UpdateLock};
 use util::*;
 
 fn installed_v1(dir: &Path) -> PathBuf {
@@ -73,10 +72,7 @@ fn install_switches_in_trial_then_commits() {
             .contains("# 2")
     );
     let prev = std::fs::canonicalize(prefix.join("opt/rtdeploy/previous")).unwrap();
-    assert_eq!(
-        services::release::verify_release(&prev).unwrap().version,
-        "1"
-    );
+    assert_eq!(releases::verify_release(&prev).unwrap().version, "1");
     match read_state(&prefix).unwrap() {
         Some(ReleaseState::Trial {
             release, previous, ..
@@ -94,14 +90,14 @@ fn install_switches_in_trial_then_commits() {
     );
     let e = install_bundle(&prefix, &b3, &opts()).unwrap_err();
     assert!(e.to_string().contains("is in trial"), "{e}");
-    assert_eq!(release::commit(&prefix, 3).unwrap(), rep.release);
+    assert_eq!(releases::commit(&prefix, 3).unwrap(), rep.release);
     assert_eq!(
         read_state(&prefix).unwrap(),
         Some(ReleaseState::Committed {
             release: rep.release.clone()
         })
     );
-    let list = release::list(&prefix).unwrap();
+    let list = releases::list(&prefix).unwrap();
     assert_eq!(list.current.as_deref(), Some(rep.release.as_str()));
     assert!(list.releases.iter().any(|r| r.committed && r.current));
     // installing the current release again changes nothing
@@ -114,8 +110,8 @@ fn rollback_of_a_trial_restores_the_old_release_and_links() {
     let d = tempfile::tempdir().unwrap();
     let prefix = installed_v1(d.path());
     let before_links = (
-        release::link_target(&prefix.join("opt/rtdeploy/current")),
-        release::link_target(&prefix.join("opt/rtdeploy/previous")),
+        releases::link_target(&prefix.join("opt/rtdeploy/current")),
+        releases::link_target(&prefix.join("opt/rtdeploy/previous")),
     );
     let b2 = bundle(
         &simple_release(d.path(), "r2", "two"),
@@ -123,12 +119,12 @@ fn rollback_of_a_trial_restores_the_old_release_and_links() {
         &d.path().join("v2.bundle"),
     );
     install_bundle(&prefix, &b2, &opts()).unwrap();
-    let rb = release::rollback(&prefix).unwrap();
+    let rb = releases::rollback(&prefix).unwrap();
     assert!(rb.trial);
     assert_eq!(current_version(&prefix), "1");
     let after_links = (
-        release::link_target(&prefix.join("opt/rtdeploy/current")),
-        release::link_target(&prefix.join("opt/rtdeploy/previous")),
+        releases::link_target(&prefix.join("opt/rtdeploy/current")),
+        releases::link_target(&prefix.join("opt/rtdeploy/previous")),
     );
     assert_eq!(before_links, after_links);
     assert_eq!(
@@ -136,7 +132,7 @@ fn rollback_of_a_trial_restores_the_old_release_and_links() {
         Some(ReleaseState::Committed { release: rb.to })
     );
     // a manual rollback needs a previous release
-    let e = release::rollback(&prefix).unwrap_err();
+    let e = releases::rollback(&prefix).unwrap_err();
     assert!(e.to_string().contains("nothing to roll back to"), "{e}");
 }
 
@@ -150,11 +146,11 @@ fn manual_rollback_swaps_current_and_previous() {
         &d.path().join("v2.bundle"),
     );
     install_bundle(&prefix, &b2, &opts()).unwrap();
-    release::commit(&prefix, 3).unwrap();
-    let rb = release::rollback(&prefix).unwrap();
+    releases::commit(&prefix, 3).unwrap();
+    let rb = releases::rollback(&prefix).unwrap();
     assert!(!rb.trial);
     assert_eq!(current_version(&prefix), "1");
-    let rb2 = release::rollback(&prefix).unwrap();
+    let rb2 = releases::rollback(&prefix).unwrap();
     assert_eq!((rb2.from, rb2.to), (rb.to, rb.from));
     assert_eq!(current_version(&prefix), "2");
 }
@@ -170,11 +166,11 @@ fn recover_at_start_rolls_back_an_interrupted_trial() {
     );
     install_bundle(&prefix, &b2, &opts()).unwrap();
     // power cut during the trial: the next start finds it
-    let rec = release::recover_at_start(&prefix).unwrap();
+    let rec = releases::recover_at_start(&prefix).unwrap();
     assert!(rec.rolled_back.is_some_and(|r| r.trial));
     assert_eq!(current_version(&prefix), "1");
     // and a second start has nothing to do
-    let rec = release::recover_at_start(&prefix).unwrap();
+    let rec = releases::recover_at_start(&prefix).unwrap();
     assert!(rec.rolled_back.is_none() && !rec.repaired);
 }
 
@@ -189,11 +185,11 @@ fn prune_keeps_the_newest_releases_and_their_blobs_only() {
             &d.path().join(format!("v{v}.bundle")),
         );
         install_bundle(&prefix, &b, &opts()).unwrap();
-        release::commit(&prefix, 3).unwrap();
+        releases::commit(&prefix, 3).unwrap();
         // distinct mtimes order the releases
         std::thread::sleep(Duration::from_millis(20));
     }
-    let list = release::list(&prefix).unwrap();
+    let list = releases::list(&prefix).unwrap();
     let versions: Vec<_> = list
         .releases
         .iter()
@@ -205,7 +201,7 @@ fn prune_keeps_the_newest_releases_and_their_blobs_only() {
     let mut used = std::collections::BTreeSet::new();
     for r in &list.releases {
         let m =
-            release::verify_release(&prefix.join("opt/rtdeploy/releases").join(&r.name)).unwrap();
+            releases::verify_release(&prefix.join("opt/rtdeploy/releases").join(&r.name)).unwrap();
         used.extend(m.files.iter().map(|f| f.sha256.clone()));
     }
     let store: std::collections::BTreeSet<String> =

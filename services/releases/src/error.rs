@@ -1,0 +1,51 @@
+//! Why a release operation failed.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::bundle::{BundleReadError, KeyError, StoreError};
+use crate::lock::UpdateLockError;
+
+/// Why a release operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: io::Error },
+    #[error("state file {} is not valid: {why}", path.display())]
+    State { path: PathBuf, why: String },
+    #[error("release `{release}` is in trial; it must be committed or rolled back before another install")]
+    TrialInProgress { release: String },
+    #[error("no release is in trial (state: {state})")]
+    NotInTrial { state: String },
+    #[error("nothing to roll back to: {why}")]
+    NoPrevious { why: String },
+    #[error("release {} is missing or incomplete: {why}", path.display())]
+    Incomplete { path: PathBuf, why: String },
+    #[error(transparent)]
+    Lock(#[from] UpdateLockError),
+    #[error(transparent)]
+    Keys(#[from] KeyError),
+    #[error(transparent)]
+    Bundle(#[from] BundleReadError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("update connection: {0}")]
+    Connection(io::Error),
+    #[error("update protocol: {0}")]
+    Protocol(String),
+    #[error("release {release}: its robot.yaml is not valid: {why}")]
+    RobotYaml { release: String, why: String },
+    #[error("release {release} needs blob {sha} (for `{path}`), which the store does not hold")]
+    MissingBlob {
+        release: String,
+        sha: String,
+        path: String,
+    },
+}
+
+pub(crate) fn ioe(path: &Path) -> impl FnOnce(io::Error) -> ReleaseError + '_ {
+    move |err| ReleaseError::Io {
+        path: path.to_path_buf(),
+        err,
+    }
+}
