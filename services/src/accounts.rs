@@ -11,11 +11,8 @@ use std::path::{Path, PathBuf};
 /// Why a user or group could not be resolved.
 #[derive(Debug, thiserror::Error)]
 pub enum AccountResolveError {
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read {}: {err}", path.display())]
+    Read { path: PathBuf, err: std::io::Error },
     #[error("unknown user `{name}` (not in {})", path.display())]
     UnknownUser { name: String, path: PathBuf },
     #[error("unknown group `{name}` (not in {})", path.display())]
@@ -114,9 +111,9 @@ impl Accounts {
         let read = |p: &Path| match std::fs::read_to_string(p) {
             Ok(t) => Ok(t),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-            Err(source) => Err(AccountResolveError::Read {
+            Err(err) => Err(AccountResolveError::Read {
                 path: p.to_path_buf(),
-                source,
+                err,
             }),
         };
         Ok(Accounts {
@@ -253,5 +250,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "unknown group `ghosts` (not in /p/etc/group)");
+    }
+
+    #[test]
+    fn a_read_error_says_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc/passwd")).unwrap();
+        let e = Accounts::load(dir.path()).unwrap_err();
+        assert!(e.to_string().ends_with("(os error 21)"), "{e}");
+        assert!(std::error::Error::source(&e).is_none(), "{e}");
     }
 }

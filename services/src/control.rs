@@ -70,7 +70,7 @@ pub const FOLLOW_BACKLOG: usize = 1 << 20;
 
 /// The socket path under a prefix.
 pub fn socket_path(prefix: &Path) -> PathBuf {
-    prefix.join("run/rtdeploy/control.sock")
+    releases::Layout::new(prefix).control_socket()
 }
 
 /// A request on the control socket.
@@ -153,21 +153,15 @@ impl Reply {
 /// Why a control request failed on the client side.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlRequestError {
-    #[error("cannot connect to {}: {source} (is `deploy supervise` running?)", path.display())]
-    Connect {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("control socket {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("control socket {}: bad reply `{line}`: {source}", path.display())]
+    #[error("cannot connect to {}: {err} (is `deploy supervise` running?)", path.display())]
+    Connect { path: PathBuf, err: std::io::Error },
+    #[error("control socket {}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("control socket {}: bad reply `{line}`: {err}", path.display())]
     BadReply {
         path: PathBuf,
         line: String,
-        source: serde_json::Error,
+        err: serde_json::Error,
     },
     #[error("control socket {}: the supervisor hung up without a reply", path.display())]
     NoReply { path: PathBuf },
@@ -185,13 +179,13 @@ pub struct Client {
 
 impl Client {
     pub fn connect(path: &Path) -> Result<Client, ControlRequestError> {
-        let s = UnixStream::connect(path).map_err(|source| ControlRequestError::Connect {
+        let s = UnixStream::connect(path).map_err(|err| ControlRequestError::Connect {
             path: path.to_path_buf(),
-            source,
+            err,
         })?;
-        let io = |source| ControlRequestError::Io {
+        let io = |err| ControlRequestError::Io {
             path: path.to_path_buf(),
-            source,
+            err,
         };
         s.set_read_timeout(Some(Duration::from_secs(30)))
             .map_err(io)?;
@@ -206,7 +200,7 @@ impl Client {
     /// Sends a raw line (for tests of malformed input) and reads one reply.
     pub fn raw(&mut self, line: &str) -> Result<Reply, ControlRequestError> {
         let path = self.path.clone();
-        let io = move |source| ControlRequestError::Io { path, source };
+        let io = move |err| ControlRequestError::Io { path, err };
         let written = self.writer.write_all(format!("{line}\n").as_bytes());
         if let Err(e) = written {
             // A refused connection gets its reply before the supervisor
@@ -236,20 +230,19 @@ impl Client {
         let n = self
             .reader
             .read_line(&mut line)
-            .map_err(|source| ControlRequestError::Io {
+            .map_err(|err| ControlRequestError::Io {
                 path: self.path.clone(),
-                source,
+                err,
             })?;
         if n == 0 {
             return Ok(None);
         }
-        let reply: Reply = serde_json::from_str(line.trim_end()).map_err(|source| {
-            ControlRequestError::BadReply {
+        let reply: Reply =
+            serde_json::from_str(line.trim_end()).map_err(|err| ControlRequestError::BadReply {
                 path: self.path.clone(),
                 line: line.trim_end().to_string(),
-                source,
-            }
-        })?;
+                err,
+            })?;
         if reply.busy {
             return Err(ControlRequestError::Busy {
                 path: self.path.clone(),
@@ -264,9 +257,9 @@ impl Client {
         self.reader
             .get_ref()
             .set_read_timeout(None)
-            .map_err(|source| ControlRequestError::Io {
+            .map_err(|err| ControlRequestError::Io {
                 path: self.path.clone(),
-                source,
+                err,
             })
     }
 }
@@ -508,5 +501,15 @@ mod tests {
             None
         );
         assert_eq!(make_room([]), None);
+    }
+
+    #[test]
+    fn a_connect_error_says_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Client::connect(&dir.path().join("none.sock"))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("(os error 2)"), "{e}");
+        assert!(std::error::Error::source(&e).is_none(), "{e}");
     }
 }

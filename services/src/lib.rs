@@ -21,7 +21,9 @@
 //! [`status`] what `deploy status` shows; [`procfs`] reads back what the
 //! kernel put in force; [`logfile`] the rotated logs; [`accounts`] users and
 //! groups under the prefix; [`pid1`] init duties; [`notify`] sd_notify;
-//! [`unit`](mod@unit) the systemd unit; [`release`] update trial, commit and rollback.
+//! [`unit`](mod@unit) the systemd unit; [`trial`] the verdict on a release
+//! in trial; [`release`] the release store (the `releases` crate) as the
+//! supervisor sees it.
 
 pub mod accounts;
 pub mod config;
@@ -37,4 +39,5 @@ pub mod spawn;
 pub mod status;
 pub mod supervisor;
 mod sys;
+pub mod trial;
 pub mod unit;

@@ -13,21 +13,12 @@ use std::path::{Path, PathBuf};
 /// Why a log could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum LogWriteError {
-    #[error("cannot open log {}: {source}", path.display())]
-    Open {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot write log {}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot rotate log {}: {source}", path.display())]
-    Rotate {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot open log {}: {err}", path.display())]
+    Open { path: PathBuf, err: std::io::Error },
+    #[error("cannot write log {}: {err}", path.display())]
+    Write { path: PathBuf, err: std::io::Error },
+    #[error("cannot rotate log {}: {err}", path.display())]
+    Rotate { path: PathBuf, err: std::io::Error },
 }
 
 /// The log file of one process.
@@ -42,25 +33,27 @@ pub struct RotatingLog {
 
 /// The log path of a process under a prefix.
 pub fn log_path(prefix: &Path, name: &str) -> PathBuf {
-    prefix.join("var/log/rtdeploy").join(format!("{name}.log"))
+    releases::Layout::new(prefix)
+        .log_dir()
+        .join(format!("{name}.log"))
 }
 
 impl RotatingLog {
     /// Opens (appending) or creates the log; creates its directory.
     pub fn open(path: PathBuf, max_bytes: u64, keep: u32) -> Result<Self, LogWriteError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| LogWriteError::Open {
+            std::fs::create_dir_all(dir).map_err(|err| LogWriteError::Open {
                 path: dir.to_path_buf(),
-                source,
+                err,
             })?;
         }
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|source| LogWriteError::Open {
+            .map_err(|err| LogWriteError::Open {
                 path: path.clone(),
-                source,
+                err,
             })?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok(RotatingLog {
@@ -84,9 +77,9 @@ impl RotatingLog {
         }
         self.file
             .write_all(data)
-            .map_err(|source| LogWriteError::Write {
+            .map_err(|err| LogWriteError::Write {
                 path: self.path.clone(),
-                source,
+                err,
             })?;
         self.size += data.len() as u64;
         Ok(())
@@ -104,9 +97,9 @@ impl RotatingLog {
     }
 
     fn rotate(&mut self) -> Result<(), LogWriteError> {
-        let err = |source| LogWriteError::Rotate {
+        let err = |e| LogWriteError::Rotate {
             path: self.path.clone(),
-            source,
+            err: e,
         };
         if self.keep == 0 {
             self.file.set_len(0).map_err(err)?;
@@ -124,9 +117,9 @@ impl RotatingLog {
             .create(true)
             .append(true)
             .open(&self.path)
-            .map_err(|source| LogWriteError::Open {
+            .map_err(|err| LogWriteError::Open {
                 path: self.path.clone(),
-                source,
+                err,
             })?;
         self.size = 0;
         Ok(())
@@ -138,16 +131,16 @@ pub fn tail(path: &Path, lines: usize) -> Result<Vec<String>, LogWriteError> {
     let mut f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
+        Err(err) => {
             return Err(LogWriteError::Open {
                 path: path.to_path_buf(),
-                source,
+                err,
             })
         }
     };
-    let err = |source| LogWriteError::Open {
+    let err = |e| LogWriteError::Open {
         path: path.to_path_buf(),
-        source,
+        err: e,
     };
     let len = f.metadata().map_err(err)?.len();
     // Read backwards in blocks until enough newlines are seen.
@@ -194,5 +187,14 @@ mod tests {
     fn tail_of_a_missing_log_is_empty() {
         let dir = tempfile::tempdir().unwrap();
         assert!(tail(&dir.path().join("none.log"), 5).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_open_error_says_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("var"), b"").unwrap();
+        let e = RotatingLog::open(log_path(dir.path(), "imu"), 100, 2).unwrap_err();
+        assert!(e.to_string().ends_with("(os error 20)"), "{e}");
+        assert!(std::error::Error::source(&e).is_none(), "{e}");
     }
 }

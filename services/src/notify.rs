@@ -16,11 +16,8 @@ pub struct Notifier {
 /// Why the notification socket could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum NotifySendError {
-    #[error("NOTIFY_SOCKET `{addr}`: {source}")]
-    Socket {
-        addr: String,
-        source: std::io::Error,
-    },
+    #[error("NOTIFY_SOCKET `{addr}`: {err}")]
+    Socket { addr: String, err: std::io::Error },
 }
 
 impl Notifier {
@@ -35,9 +32,9 @@ impl Notifier {
         let Some(path) = notify_socket.filter(|s| !s.is_empty()) else {
             return Ok(None);
         };
-        let err = |source| NotifySendError::Socket {
+        let err = |e| NotifySendError::Socket {
             addr: path.to_string(),
-            source,
+            err: e,
         };
         let addr = if let Some(name) = path.strip_prefix('@') {
             use std::os::linux::net::SocketAddrExt;
@@ -63,9 +60,9 @@ impl Notifier {
         self.sock
             .send_to_addr(state.as_bytes(), &self.addr)
             .map(|_| ())
-            .map_err(|source| NotifySendError::Socket {
+            .map_err(|err| NotifySendError::Socket {
                 addr: format!("{:?}", self.addr),
-                source,
+                err,
             })
     }
 }
@@ -92,5 +89,17 @@ mod tests {
             .unwrap();
         assert_eq!(other.watchdog, None, "WATCHDOG_PID names another process");
         assert!(Notifier::new(None, None, None, 1).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_send_error_says_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("none");
+        let n = Notifier::new(Some(path.to_str().unwrap()), None, None, 1)
+            .unwrap()
+            .unwrap();
+        let e = n.send("READY=1").unwrap_err();
+        assert!(e.to_string().ends_with("(os error 2)"), "{e}");
+        assert!(std::error::Error::source(&e).is_none(), "{e}");
     }
 }

@@ -4,19 +4,35 @@
 
 use std::path::{Path, PathBuf};
 
-use cpusets::cpuset::CpuSet;
+use cpusets::cpuset::{CpuSet, CpuSetParseError};
 use serde::Serialize;
 
 /// Why a process's proc files could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcReadError {
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot parse {}: {what}", path.display())]
-    Parse { path: PathBuf, what: String },
+    #[error("cannot read {}: {err}", path.display())]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("cannot parse {}: {err}", path.display())]
+    Parse { path: PathBuf, err: ProcParseError },
+}
+
+/// Why the text of `/proc/<pid>/stat` or `/proc/<pid>/status` did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcParseError {
+    #[error("no `(` before the command name")]
+    NoCommandStart,
+    #[error("no `)` after the command name")]
+    NoCommandEnd,
+    #[error("pid `{0}` is not a number")]
+    Pid(String),
+    #[error("field {0} missing")]
+    MissingField(usize),
+    #[error("field {field} `{text}` is not a number")]
+    NotANumber { field: usize, text: String },
+    #[error("Cpus_allowed_list: {0}")]
+    CpusAllowed(CpuSetParseError),
+    #[error("no Cpus_allowed_list line")]
+    NoCpusAllowed,
 }
 
 /// The fields of `/proc/<pid>/stat` the supervisor uses (see proc(5)).
@@ -41,38 +57,38 @@ pub struct Stat {
 
 /// Parses `/proc/<pid>/stat`. The command name may contain spaces and
 /// parentheses, so fields are counted from the last `)`.
-pub fn parse_stat(text: &str) -> Result<Stat, String> {
-    let open = text.find('(').ok_or("no `(` before the command name")?;
-    let close = text.rfind(')').ok_or("no `)` after the command name")?;
-    let pid = text[..open]
-        .trim()
+pub fn parse_stat(text: &str) -> Result<Stat, ProcParseError> {
+    let open = text.find('(').ok_or(ProcParseError::NoCommandStart)?;
+    let close = text.rfind(')').ok_or(ProcParseError::NoCommandEnd)?;
+    let pid = text[..open].trim();
+    let pid = pid
         .parse()
-        .map_err(|_| "pid is not a number")?;
+        .map_err(|_| ProcParseError::Pid(pid.to_string()))?;
     let comm = text[open + 1..close].to_string();
     let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    // rest[0] is field 3 (state).
-    let field = |n: usize| -> Result<&str, String> {
-        rest.get(n - 3)
-            .copied()
-            .ok_or_else(|| format!("field {n} missing"))
-    };
-    let num = |n: usize| -> Result<u64, String> {
-        field(n)?
-            .parse()
-            .map_err(|_| format!("field {n} is not a number"))
-    };
+    let state = rest.first().ok_or(ProcParseError::MissingField(3))?;
     Ok(Stat {
         pid,
         comm,
-        state: field(3)?.chars().next().unwrap_or('?'),
-        ppid: field(4)?.parse().map_err(|_| "field 4 is not a number")?,
-        pgrp: field(5)?.parse().map_err(|_| "field 5 is not a number")?,
-        utime: num(14)?,
-        stime: num(15)?,
-        nice: field(19)?.parse().map_err(|_| "field 19 is not a number")?,
-        starttime: num(22)?,
-        rt_priority: num(40)? as u32,
-        policy: num(41)? as u32,
+        state: state.chars().next().unwrap_or('?'),
+        ppid: stat_field(&rest, 4)?,
+        pgrp: stat_field(&rest, 5)?,
+        utime: stat_field(&rest, 14)?,
+        stime: stat_field(&rest, 15)?,
+        nice: stat_field(&rest, 19)?,
+        starttime: stat_field(&rest, 22)?,
+        rt_priority: stat_field::<u64>(&rest, 40)? as u32,
+        policy: stat_field::<u64>(&rest, 41)? as u32,
+    })
+}
+
+/// Field `n` of a stat line (numbered from 1 as in proc(5)), given the
+/// fields after the command name (`rest[0]` is field 3, the state).
+fn stat_field<T: std::str::FromStr>(rest: &[&str], n: usize) -> Result<T, ProcParseError> {
+    let text = rest.get(n - 3).ok_or(ProcParseError::MissingField(n))?;
+    text.parse().map_err(|_| ProcParseError::NotANumber {
+        field: n,
+        text: text.to_string(),
     })
 }
 
@@ -85,7 +101,8 @@ pub struct Status {
     pub groups: Vec<u32>,
 }
 
-pub fn parse_status(text: &str) -> Result<Status, String> {
+/// Parses `/proc/<pid>/status`; a `Cpus_allowed_list` line is required.
+pub fn parse_status(text: &str) -> Result<Status, ProcParseError> {
     let mut s = Status::default();
     let mut seen_cpus = false;
     for line in text.lines() {
@@ -95,7 +112,7 @@ pub fn parse_status(text: &str) -> Result<Status, String> {
         let value = value.trim();
         match key {
             "Cpus_allowed_list" => {
-                s.cpus_allowed = CpuSet::parse_list(value).map_err(|e| e.to_string())?;
+                s.cpus_allowed = CpuSet::parse_list(value).map_err(ProcParseError::CpusAllowed)?;
                 seen_cpus = true;
             }
             "Uid" => {
@@ -122,7 +139,7 @@ pub fn parse_status(text: &str) -> Result<Status, String> {
         }
     }
     if !seen_cpus {
-        return Err("no Cpus_allowed_list line".into());
+        return Err(ProcParseError::NoCpusAllowed);
     }
     Ok(s)
 }
@@ -154,21 +171,21 @@ pub fn policy_name(policy: u32) -> &'static str {
 }
 
 fn read(path: PathBuf) -> Result<String, ProcReadError> {
-    std::fs::read_to_string(&path).map_err(|source| ProcReadError::Read { path, source })
+    std::fs::read_to_string(&path).map_err(|err| ProcReadError::Read { path, err })
 }
 
 /// Reads and parses `<proc>/<pid>/stat`.
 pub fn read_stat(proc_root: &Path, pid: i32) -> Result<Stat, ProcReadError> {
     let path = proc_root.join(pid.to_string()).join("stat");
     let text = read(path.clone())?;
-    parse_stat(&text).map_err(|what| ProcReadError::Parse { path, what })
+    parse_stat(&text).map_err(|err| ProcReadError::Parse { path, err })
 }
 
 /// Reads and parses `<proc>/<pid>/status`.
 pub fn read_status(proc_root: &Path, pid: i32) -> Result<Status, ProcReadError> {
     let path = proc_root.join(pid.to_string()).join("status");
     let text = read(path.clone())?;
-    parse_status(&text).map_err(|what| ProcReadError::Parse { path, what })
+    parse_status(&text).map_err(|err| ProcReadError::Parse { path, err })
 }
 
 /// Policy, priority, nice, CPUs and ids of a live process.
@@ -232,5 +249,41 @@ mod tests {
         let f = in_force(Path::new("/proc"), me).unwrap();
         assert!(!f.cpus.is_empty());
         assert_eq!(read_stat(Path::new("/proc"), me).unwrap().pid, me);
+    }
+
+    #[test]
+    fn parse_errors_name_what_is_wrong() {
+        assert_eq!(
+            parse_stat("12 (x) S 1"),
+            Err(ProcParseError::MissingField(5))
+        );
+        assert_eq!(
+            parse_stat("x (y) S 1 2").unwrap_err().to_string(),
+            "pid `x` is not a number"
+        );
+        assert_eq!(
+            parse_stat("12 (y) S one 2").unwrap_err().to_string(),
+            "field 4 `one` is not a number"
+        );
+        assert_eq!(
+            parse_stat("12 y) S").unwrap_err(),
+            ProcParseError::NoCommandStart
+        );
+        assert_eq!(
+            parse_status("Name:\tx\n").unwrap_err().to_string(),
+            "no Cpus_allowed_list line"
+        );
+        assert!(parse_status("Cpus_allowed_list:\t3-1\n")
+            .unwrap_err()
+            .to_string()
+            .starts_with("Cpus_allowed_list: "));
+    }
+
+    #[test]
+    fn a_read_error_says_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = read_stat(dir.path(), 1).unwrap_err();
+        assert!(e.to_string().ends_with("(os error 2)"), "{e}");
+        assert!(std::error::Error::source(&e).is_none(), "{e}");
     }
 }

@@ -1,0 +1,381 @@
+//! The supervisor's event loop: one thread, `poll(2)` on a signalfd, one
+//! pidfd and one output pipe per running process, the control socket and
+//! its clients; timers are the poll timeout.
+//!
+//! Start-up ([`startup`]): mount what is missing (as PID 1), apply the CPU
+//! plan, hold `/dev/cpu_dma_latency`, create the channels, run the boot
+//! timing check, open the control socket; the loop then starts the
+//! processes in dependency order (`after:`). Watching ([`table`]): exits
+//! go through [`crate::restart`]; a stop is SIGTERM to the process group,
+//! then SIGKILL after `stop_timeout`; on shutdown the processes stop in
+//! reverse dependency order and, as PID 1, every remaining process is
+//! killed and reaped. Control connections ([`conns`]) are read and
+//! answered without blocking ([`requests`]: what each request does).
+//!
+//! Releases ([`trial`]): before anything else at start-up, a trial that a
+//! reboot or crash interrupted rolls back; while the supervisor runs, a
+//! new trial restarts every process from the new `current` and is judged
+//! until it is committed or rolled back.
+//!
+//! This module holds the loop and the wiring: each part owns its state
+//! ([`table::Table`], [`conns::Conns`], [`trial::ReleaseWatch`]) and the
+//! loop hands one to another.
+
+mod conns;
+mod requests;
+mod startup;
+mod table;
+mod trial;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rustix::process::WaitOptions;
+
+use crate::notify::Notifier;
+use crate::pid1::AtExit;
+use crate::status::{StepStatus, SupervisorStatus};
+use conns::{Access, Conns};
+use table::{Table, TableSetup};
+use trial::ReleaseWatch;
+
+pub use controller::rt::find_cgroup;
+pub use startup::{
+    BootCheckHook, BootCheckOutcome, Hooks, Options, Roots, StepHook, SupervisorConfig,
+    SupervisorStartError,
+};
+
+/// The supervisor's own lines on stderr (`Options::verbose`).
+#[derive(Debug, Clone, Copy)]
+struct Stderr {
+    verbose: bool,
+}
+
+impl Stderr {
+    fn say(self, msg: impl std::fmt::Display) {
+        if self.verbose {
+            eprintln!("rtdeploy supervise: {msg}");
+        }
+    }
+}
+
+/// The running supervisor.
+pub struct Supervisor {
+    table: Table,
+    conns: Conns,
+    releases: ReleaseWatch,
+    robot: String,
+    proc_root: PathBuf,
+    /// The start-up steps, as the status shows them.
+    startup: Vec<StepStatus>,
+    _dma_latency: Option<controller::rt::DmaLatencyHold>,
+    sigfd: Option<OwnedFd>,
+    notifier: Option<Notifier>,
+    next_watchdog: Option<Instant>,
+    handle_signals: bool,
+    pid1: bool,
+    at_exit: AtExit,
+    started: Instant,
+    stderr: Stderr,
+}
+
+impl Supervisor {
+    /// Does the start-up sequence up to (not including) starting processes.
+    pub fn new(
+        cfg: SupervisorConfig,
+        roots: Roots,
+        opts: Options,
+        hooks: Hooks,
+        notifier: Option<Notifier>,
+    ) -> Result<Supervisor, SupervisorStartError> {
+        let s = startup::start_up(&cfg, &roots, &opts, hooks)?;
+        let stderr = Stderr {
+            verbose: opts.verbose,
+        };
+        let started = Instant::now();
+        let table = Table::new(
+            &cfg,
+            &roots.prefix,
+            TableSetup {
+                ctx: s.ctx,
+                boot: s.boot,
+                shm_dir: s.shm_dir,
+                log_max_bytes: opts.log_max_bytes,
+                log_keep: opts.log_keep,
+                started,
+                stderr,
+            },
+        );
+        let access = Access {
+            own_uid: s.own_uid,
+            group_name: cfg.robot.group.clone(),
+            group_gid: s.group_gid,
+            proc_root: roots.proc_root.clone(),
+        };
+        let mut sup = Supervisor {
+            table,
+            conns: Conns::new(s.listener, s.socket_path, access),
+            releases: ReleaseWatch::new(
+                &roots.prefix,
+                opts.health_window,
+                opts.keep,
+                s.release,
+                stderr,
+            ),
+            robot: cfg.robot.name.clone(),
+            proc_root: roots.proc_root,
+            startup: s.steps,
+            _dma_latency: s.dma_latency,
+            sigfd: s.sigfd,
+            next_watchdog: notifier
+                .as_ref()
+                .and_then(|n| n.watchdog)
+                .map(|w| Instant::now() + w),
+            notifier,
+            handle_signals: opts.handle_signals,
+            pid1: opts.pid1,
+            at_exit: opts.at_exit,
+            started,
+            stderr,
+        };
+        for s in &sup.startup {
+            if s.result != "ok" {
+                stderr.say(format!("{}: {} ({})", s.step, s.result, s.detail));
+            }
+        }
+        stderr.say(format!("boot check {}", sup.table.boot_check()));
+        stderr.say(format!("release: {}", sup.releases.status().describe()));
+        sup.table.detect_cycles();
+        // An install that ran between the recovery and now is a trial
+        // that legitimately began: the processes start from it.
+        sup.releases
+            .check(Instant::now(), &mut sup.table, &mut sup.conns);
+        Ok(sup)
+    }
+
+    /// Runs until every process is down after a shutdown request (SIGTERM,
+    /// SIGINT or `stop-all`).
+    pub fn run(mut self) -> Result<(), SupervisorStartError> {
+        let mut ready_sent = false;
+        loop {
+            let now = Instant::now();
+            self.tick(now);
+            if !ready_sent && self.table.started_all() {
+                ready_sent = true;
+                self.notify("READY=1");
+                self.stderr.say("start-up done");
+            }
+            if self.table.shutting_down() && self.table.all_down() {
+                break;
+            }
+            self.wait_and_dispatch()?;
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn notify(&self, state: &str) {
+        if let Some(n) = &self.notifier {
+            if let Err(e) = n.send(state) {
+                self.stderr.say(e);
+            }
+        }
+    }
+
+    /// Timers: the watchdog, the process table's, the release trial's,
+    /// shutdown progress, and replies that were waiting on them.
+    fn tick(&mut self, now: Instant) {
+        if let Some(t) = self.next_watchdog {
+            if now >= t {
+                self.notify("WATCHDOG=1");
+                self.next_watchdog = self
+                    .notifier
+                    .as_ref()
+                    .and_then(|n| n.watchdog)
+                    .map(|w| now + w);
+            }
+        }
+        self.table.tick(now, &mut self.conns);
+        self.table.poll_reports_if_due(now, &mut self.conns);
+        if !self.table.shutting_down() {
+            self.releases
+                .check_if_due(now, &mut self.table, &mut self.conns);
+            self.releases.judge(now, &mut self.table, &mut self.conns);
+        } else {
+            self.table.shutdown_step(&mut self.conns);
+        }
+        self.conns.answer_pending(&self.table);
+    }
+
+    fn begin_shutdown(&mut self, why: &str) {
+        if self.table.shut_down() {
+            self.stderr.say(format!("shutting down: {why}"));
+            self.notify("STOPPING=1");
+        }
+    }
+
+    fn wait_and_dispatch(&mut self) -> Result<(), SupervisorStartError> {
+        use crate::sys::{poll, Poll};
+        #[derive(Clone, Copy)]
+        enum Tag {
+            Signal,
+            Listener,
+            Exit,
+            Output(usize),
+            Conn(usize),
+        }
+        // Requests that waited behind a reply given since (answer_pending).
+        for k in 0..self.conns.len() {
+            if self.conns.has_request(k) {
+                self.serve(k);
+            }
+        }
+        let mut fds = Vec::new();
+        let mut tags = Vec::new();
+        if let Some(s) = &self.sigfd {
+            fds.push(Poll::read(s.as_raw_fd()));
+            tags.push(Tag::Signal);
+        }
+        if let Some(l) = self.conns.listener_fd() {
+            fds.push(Poll::read(l));
+            tags.push(Tag::Listener);
+        }
+        for (i, pidfd, output) in self.table.poll_fds() {
+            fds.push(Poll::read(pidfd));
+            tags.push(Tag::Exit);
+            fds.push(Poll::read(output));
+            tags.push(Tag::Output(i));
+        }
+        for (k, fd, want_write) in self.conns.poll_fds() {
+            let mut e = Poll::read(fd);
+            e.want_write = want_write;
+            fds.push(e);
+            tags.push(Tag::Conn(k));
+        }
+        poll(&mut fds, self.next_deadline()).map_err(SupervisorStartError::Poll)?;
+        let mut reap = false;
+        let mut accept = false;
+        let mut drop_output = Vec::new();
+        for (e, tag) in fds.iter().zip(tags) {
+            match tag {
+                Tag::Signal if e.readable => {
+                    let fd = self.sigfd.as_ref().expect("signal tag implies a signalfd");
+                    for sig in crate::sys::read_signals(fd) {
+                        match sig {
+                            libc::SIGCHLD => reap = true,
+                            s => self.begin_shutdown(&format!(
+                                "received {}",
+                                crate::restart::signal_name(s)
+                            )),
+                        }
+                    }
+                }
+                Tag::Listener if e.readable => accept = true,
+                Tag::Exit if e.readable => reap = true,
+                Tag::Output(i) if e.readable => {
+                    let open = self.table.read_output(i, &mut self.conns);
+                    if !open {
+                        drop_output.push(i);
+                    }
+                }
+                Tag::Conn(k) => {
+                    if e.writable {
+                        self.conns.flush(k);
+                    }
+                    if e.readable {
+                        self.read_conn(k);
+                    } else if self.conns.has_request(k) {
+                        self.serve(k);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for i in drop_output {
+            self.table.replace_closed_output(i);
+        }
+        if reap || self.pid1 {
+            self.table.reap(self.handle_signals, &mut self.conns);
+        }
+        // After the open connections were read: a new client that makes
+        // room closes an idle one, never one whose request just arrived.
+        if accept {
+            self.conns.accept();
+        }
+        self.conns.expire(Instant::now());
+        self.conns.remove_dead();
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut next = [
+            self.next_watchdog,
+            self.table.next_timer(),
+            self.conns.next_deadline(),
+            (!self.table.shutting_down()).then(|| self.releases.next_deadline()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|t| t.saturating_duration_since(now));
+        // Processes that wait for one that fails later, and pending replies,
+        // are re-checked at least once a second.
+        if self.conns.owes_replies() || self.table.shutting_down() {
+            next = Some(next.map_or(Duration::from_millis(100), |t| {
+                t.min(Duration::from_millis(100))
+            }));
+        }
+        Some(next.map_or(Duration::from_secs(1), |t| t.min(Duration::from_secs(1))))
+    }
+
+    /// The status document.
+    pub fn status(&self) -> SupervisorStatus {
+        SupervisorStatus {
+            robot: self.robot.clone(),
+            pid: std::process::id() as i32,
+            pid1: self.pid1,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            state: if self.table.shutting_down() {
+                "stopping"
+            } else {
+                "running"
+            }
+            .into(),
+            boot_check: self.table.boot_check().to_string(),
+            startup: self.startup.clone(),
+            release: Some(self.releases.status().clone()),
+            processes: self.table.status(&self.proc_root),
+        }
+    }
+
+    /// After the last process: kill stragglers, remove the socket, and as
+    /// PID 1 kill and reap everything left.
+    fn finish(&mut self) {
+        self.conns.close();
+        if self.pid1 {
+            // kill(-1, sig): every process except init itself.
+            crate::sys::kill_all(libc::SIGTERM);
+            let until = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < until {
+                match rustix::process::wait(WaitOptions::NOHANG) {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                    Err(_) => break,
+                }
+            }
+            crate::sys::kill_all(libc::SIGKILL);
+            while let Ok(Some(_)) = rustix::process::wait(WaitOptions::empty()) {}
+        } else if self.handle_signals {
+            while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
+        }
+        self.stderr.say("stopped");
+        if self.pid1 {
+            if let Err(e) = crate::pid1::finish(self.at_exit) {
+                self.stderr
+                    .say(format!("reboot({:?}) failed: {e}", self.at_exit));
+            }
+        }
+    }
+}

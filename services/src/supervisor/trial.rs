@@ -1,0 +1,512 @@
+//! The release trial as the supervisor runs it ([`crate::release`] holds
+//! the store, the state file and the health verdict).
+//!
+//! At start-up [`recover`] rolls back a trial that a reboot or crash
+//! interrupted. While the supervisor runs, [`ReleaseWatch`] looks at
+//! `state.json` and the `current` link once a second (and at once on a
+//! `release-changed` request, which `deploy install` sends): a new trial
+//! restarts every process from the new `current`, then
+//! [`TrialHealth`] judges them once a second until [`release::commit`] or
+//! [`release::rollback`] (which restarts them again, from the restored
+//! release). A `current` moved by hand (`deploy rollback`) restarts the
+//! processes too; a trial whose installer died before switching `current`
+//! is undone. A shutdown during a trial leaves it on disk, so the next
+//! start rolls it back, as after a crash. A process restarted during a
+//! trial (after a crash or by request) fails it; one stopped by request is
+//! no longer judged.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::startup::step;
+use super::table::{Followers, PState, Proc, Table};
+use super::Stderr;
+use crate::release::{self, HealthVerdict, ReleaseState, TrialHealth};
+use crate::status::{ReleaseStatus, StepStatus};
+
+/// How often `state.json` and `current` are looked at, and a trial's
+/// health judged.
+const RELEASE_POLL: Duration = Duration::from_secs(1);
+
+/// A release in trial, as the supervisor follows it.
+struct Trial {
+    release: String,
+    /// From `state.json`: identifies this trial (a second install of the
+    /// same release is a new trial).
+    since: u64,
+    previous: String,
+    began: Instant,
+    phase: TrialPhase,
+    /// Set when the new release's robot.yaml differs from the previous
+    /// one's: the supervisor keeps the configuration it loaded.
+    config_note: Option<String>,
+}
+
+enum TrialPhase {
+    /// Every process is being restarted from the new release.
+    Restarting,
+    /// All started: health judged once a second from `began`.
+    Watching {
+        health: TrialHealth,
+        began: Instant,
+        next: Instant,
+    },
+}
+
+/// The installed release as the supervisor follows it, and the trial in
+/// progress.
+pub(super) struct ReleaseWatch {
+    prefix: PathBuf,
+    /// `update.health_window`.
+    health_window: Duration,
+    /// `update.keep`.
+    keep: u32,
+    /// The release `current` named when the processes were last
+    /// (re)started from it.
+    running_release: Option<String>,
+    trial: Option<Trial>,
+    /// A trial whose commit or rollback failed (release, since): not taken
+    /// up again; the next start's recovery deals with it.
+    abandoned: Option<(String, u64)>,
+    status: ReleaseStatus,
+    next_check: Instant,
+    stderr: Stderr,
+}
+
+impl ReleaseWatch {
+    /// Follows the release `status` (from [`recover`]) says is current.
+    pub(super) fn new(
+        prefix: &Path,
+        health_window: Duration,
+        keep: u32,
+        status: ReleaseStatus,
+        stderr: Stderr,
+    ) -> ReleaseWatch {
+        ReleaseWatch {
+            prefix: prefix.to_path_buf(),
+            health_window,
+            keep,
+            running_release: status.current.clone(),
+            trial: None,
+            abandoned: None,
+            status,
+            next_check: Instant::now(),
+            stderr,
+        }
+    }
+
+    /// The release line of the status.
+    pub(super) fn status(&self) -> &ReleaseStatus {
+        &self.status
+    }
+
+    /// When to look again: the next poll, or the next health judgement.
+    pub(super) fn next_deadline(&self) -> Instant {
+        match &self.trial {
+            Some(Trial {
+                phase: TrialPhase::Watching { next, .. },
+                ..
+            }) => self.next_check.min(*next),
+            _ => self.next_check,
+        }
+    }
+
+    /// [`Self::check`] once every `RELEASE_POLL`.
+    pub(super) fn check_if_due(
+        &mut self,
+        now: Instant,
+        table: &mut Table,
+        out: &mut impl Followers,
+    ) {
+        if now >= self.next_check {
+            self.next_check = now + RELEASE_POLL;
+            self.check(now, table, out);
+        }
+    }
+
+    /// Looks at `state.json` and `current`: a new trial restarts every
+    /// process from it; a trial that ended elsewhere (`deploy rollback`)
+    /// and a `current` moved by hand restart them from the new `current`.
+    pub(super) fn check(&mut self, now: Instant, table: &mut Table, out: &mut impl Followers) {
+        let prefix = self.prefix.clone();
+        let layout = release::Layout::new(&prefix);
+        let current = release::link_target(&layout.current());
+        let state = match release::read_state(&prefix) {
+            Ok(s) => s,
+            Err(e) => {
+                let msg = e.to_string();
+                if self.status.detail.as_deref() != Some(msg.as_str()) {
+                    self.stderr.say(format!("release: {msg}"));
+                }
+                self.status = ReleaseStatus {
+                    state: "error".into(),
+                    current,
+                    detail: Some(msg),
+                    ..Default::default()
+                };
+                return;
+            }
+        };
+        match state {
+            Some(ReleaseState::Trial {
+                release,
+                since,
+                previous,
+                ..
+            }) => {
+                if self
+                    .abandoned
+                    .as_ref()
+                    .is_some_and(|(r, s)| *r == release && *s == since)
+                {
+                    return;
+                }
+                if current.as_deref() != Some(release.as_str()) {
+                    // The installer wrote the state and has not switched
+                    // `current` yet (look again at the next poll), or it
+                    // died before the switch: then nobody holds the
+                    // update lock, and the half-begun trial is undone.
+                    self.undo_unswitched_trial(&release, since);
+                    return;
+                }
+                if self
+                    .trial
+                    .as_ref()
+                    .is_some_and(|t| t.release == release && t.since == since)
+                {
+                    return;
+                }
+                self.stderr.say(format!(
+                    "release {release} in trial (rollback to {previous}): restarting every process from it"
+                ));
+                table.restart_all(&format!("release {release} in trial"), out);
+                self.running_release = Some(release.clone());
+                let config_note = config_changed(&layout, &previous, &release);
+                if let Some(n) = &config_note {
+                    self.stderr.say(format!("release {release}: {n}"));
+                }
+                self.trial = Some(Trial {
+                    release,
+                    since,
+                    previous,
+                    began: now,
+                    phase: TrialPhase::Restarting,
+                    config_note,
+                });
+                self.update_status(now);
+            }
+            other => {
+                if let Some(t) = self.trial.take() {
+                    self.stderr.say(format!(
+                        "release {}: trial ended outside the supervisor",
+                        t.release
+                    ));
+                    self.status = ReleaseStatus {
+                        state: "committed".into(),
+                        current: current.clone(),
+                        detail: Some(format!("trial of {} ended by another command", t.release)),
+                        ..Default::default()
+                    };
+                }
+                if current != self.running_release {
+                    self.stderr.say(format!(
+                        "release: current is now {}: restarting every process from it",
+                        current.as_deref().unwrap_or("(none)")
+                    ));
+                    table.restart_all("current release changed", out);
+                    self.running_release = current.clone();
+                    self.status = ReleaseStatus {
+                        state: if other.is_some() { "committed" } else { "none" }.into(),
+                        current,
+                        ..Default::default()
+                    };
+                }
+            }
+        }
+    }
+
+    /// A trial in `state.json` whose release `current` does not name, with
+    /// the update lock free: the installer died between writing the state
+    /// and switching. [`release::rollback`] puts `state.json` and
+    /// `previous` back; `current` never moved, so nothing restarts (unless
+    /// it moved after all, which [`Self::check`] sees next time).
+    fn undo_unswitched_trial(&mut self, release: &str, since: u64) {
+        let prefix = self.prefix.clone();
+        let lock = match release::UpdateLock::try_acquire(&prefix, "supervisor") {
+            Ok(Some(l)) => l,
+            // An install or a lock holder is at work: look again later.
+            Ok(None) => return,
+            Err(e) => {
+                self.stderr.say(format!("release: {e}"));
+                return;
+            }
+        };
+        // Under the lock: still the same half-begun trial?
+        let layout = release::Layout::new(&prefix);
+        let still = matches!(
+            release::read_state(&prefix),
+            Ok(Some(ReleaseState::Trial { release: r, .. })) if r == release
+        ) && release::link_target(&layout.current()).as_deref() != Some(release);
+        if !still {
+            return;
+        }
+        let reason = format!("the install of {release} stopped before it switched current");
+        match release::rollback(&prefix) {
+            Ok(rb) => {
+                self.stderr
+                    .say(format!("release: {reason}: trial undone, {} stays", rb.to));
+                self.status = ReleaseStatus {
+                    state: "rolled-back".into(),
+                    current: Some(rb.to),
+                    other: Some(rb.from),
+                    detail: Some(reason),
+                    ..Default::default()
+                };
+            }
+            Err(e) => {
+                self.stderr
+                    .say(format!("release: {reason}; undoing it failed: {e}"));
+                self.abandoned = Some((release.to_string(), since));
+                self.status = ReleaseStatus {
+                    state: "error".into(),
+                    current: release::link_target(&layout.current()),
+                    detail: Some(format!("{reason}; undoing it failed: {e}")),
+                    ..Default::default()
+                };
+            }
+        }
+        drop(lock);
+    }
+
+    /// Advances the trial: waits for the restarts, then asks
+    /// [`TrialHealth`] once a second and commits or rolls back.
+    pub(super) fn judge(&mut self, now: Instant, table: &mut Table, out: &mut impl Followers) {
+        let Some(mut t) = self.trial.take() else {
+            return;
+        };
+        let window = self.health_window;
+        let verdict = match &mut t.phase {
+            TrialPhase::Restarting => {
+                let judged: Vec<&Proc> = table.procs().iter().filter(|p| p.judged()).collect();
+                if let Some(p) = judged.iter().find(|p| {
+                    matches!(p.state(), PState::Failed | PState::Backoff | PState::Exited)
+                }) {
+                    HealthVerdict::Rollback(format!(
+                        "process {} is {} while restarting from the new release: {}",
+                        p.name(),
+                        p.state().name(),
+                        p.reason().or(p.last_exit()).unwrap_or_default()
+                    ))
+                } else if judged.iter().all(|p| p.state() == PState::Running) {
+                    t.phase = TrialPhase::Watching {
+                        health: TrialHealth::new(window),
+                        began: now,
+                        next: now,
+                    };
+                    HealthVerdict::Wait
+                } else if now.duration_since(t.began) >= window {
+                    let p = judged
+                        .iter()
+                        .find(|p| p.state() != PState::Running)
+                        .expect("not all running");
+                    HealthVerdict::Rollback(format!(
+                        "process {} not started {:?} into the trial: {}",
+                        p.name(),
+                        window,
+                        p.reason().unwrap_or(p.state().name())
+                    ))
+                } else {
+                    HealthVerdict::Wait
+                }
+            }
+            TrialPhase::Watching { .. } => HealthVerdict::Wait,
+        };
+        // Health is judged once a second, and at once when a process is
+        // down (a crash rolls back without waiting for the next look).
+        let down = table.procs().iter().any(|p| p.judged() && !p.is_up());
+        let verdict = match (&mut t.phase, verdict) {
+            (
+                TrialPhase::Watching {
+                    health,
+                    began,
+                    next,
+                },
+                HealthVerdict::Wait,
+            ) if now >= *next || down => {
+                *next = now + RELEASE_POLL;
+                let sup_now = table.uptime();
+                let procs: Vec<_> = table
+                    .procs()
+                    .iter()
+                    .filter(|p| p.judged())
+                    .map(|p| p.trial_health(sup_now))
+                    .collect();
+                health.observe(now.duration_since(*began), &procs)
+            }
+            (_, v) => v,
+        };
+        match verdict {
+            HealthVerdict::Wait => {
+                self.trial = Some(t);
+                self.update_status(now);
+            }
+            HealthVerdict::Commit => match release::commit(&self.prefix, self.keep) {
+                Ok(r) => {
+                    self.stderr
+                        .say(format!("release {r}: healthy for {window:?}: committed"));
+                    self.status = ReleaseStatus {
+                        state: "committed".into(),
+                        current: Some(r),
+                        detail: Some(match &t.config_note {
+                            Some(n) => format!("healthy for {window:?}; {n}"),
+                            None => format!("healthy for {window:?}"),
+                        }),
+                        ..Default::default()
+                    };
+                }
+                Err(e) => self.failed(&t, format!("commit failed: {e}")),
+            },
+            HealthVerdict::Rollback(reason) => {
+                self.stderr.say(format!(
+                    "release {}: {reason}: rolling back to {}",
+                    t.release, t.previous
+                ));
+                match release::rollback(&self.prefix) {
+                    Ok(rb) => {
+                        table.restart_all(&format!("rolled back to {}", rb.to), out);
+                        self.running_release = Some(rb.to.clone());
+                        self.status = ReleaseStatus {
+                            state: "rolled-back".into(),
+                            current: Some(rb.to),
+                            other: Some(rb.from),
+                            detail: Some(reason),
+                            ..Default::default()
+                        };
+                    }
+                    Err(e) => self.failed(&t, format!("{reason}; rollback failed: {e}")),
+                }
+            }
+        }
+    }
+
+    /// A commit or rollback that failed: said, shown, and the trial is no
+    /// longer judged (the next start's recovery rolls it back).
+    fn failed(&mut self, t: &Trial, msg: String) {
+        self.stderr.say(format!("release {}: {msg}", t.release));
+        self.abandoned = Some((t.release.clone(), t.since));
+        self.status = ReleaseStatus {
+            state: "error".into(),
+            current: Some(t.release.clone()),
+            other: Some(t.previous.clone()),
+            since: Some(t.since),
+            detail: Some(msg),
+            ..Default::default()
+        };
+    }
+
+    fn update_status(&mut self, now: Instant) {
+        let Some(t) = &self.trial else { return };
+        let (phase, left) = match &t.phase {
+            TrialPhase::Restarting => ("restarting", None),
+            TrialPhase::Watching { health, began, .. } => (
+                "watching",
+                health
+                    .window_left(now.duration_since(*began))
+                    .map(|d| d.as_secs_f64()),
+            ),
+        };
+        self.status = ReleaseStatus {
+            state: "trial".into(),
+            current: Some(t.release.clone()),
+            other: Some(t.previous.clone()),
+            since: Some(t.since),
+            for_s: Some(now.duration_since(t.began).as_secs_f64()),
+            phase: Some(phase.into()),
+            window_left_s: left,
+            detail: t.config_note.clone(),
+        };
+    }
+}
+
+/// A note when release `new`'s robot.yaml differs from `old`'s: the
+/// processes are restarted from the new binaries, but with the process
+/// configuration the supervisor loaded at its start.
+fn config_changed(layout: &release::Layout, old: &str, new: &str) -> Option<String> {
+    let read = |r: &str| std::fs::read(layout.release(r).join("robot.yaml")).ok();
+    (read(old) != read(new)).then(|| {
+        "its robot.yaml differs from the previous release's: the processes run the new binaries with the configuration loaded at the supervisor's start until the supervisor restarts".to_string()
+    })
+}
+
+/// [`release::recover_at_start`] as a start-up step, and the release
+/// status it leaves.
+pub(super) fn recover(prefix: &Path) -> (StepStatus, ReleaseStatus) {
+    let layout = release::Layout::new(prefix);
+    if !layout.opt().exists() && !layout.state().exists() {
+        return (
+            step(
+                "release recovery",
+                "skipped",
+                format!("no release installed under {}", layout.opt().display()),
+            ),
+            ReleaseStatus {
+                state: "none".into(),
+                ..Default::default()
+            },
+        );
+    }
+    match release::recover_at_start(prefix) {
+        Ok(r) => {
+            let mut done = Vec::new();
+            if let Some(rb) = &r.rolled_back {
+                done.push(format!(
+                    "trial of {} interrupted (reboot, crash or shutdown): rolled back to {}",
+                    rb.from, rb.to
+                ));
+            }
+            if r.repaired {
+                done.push("current put back to the committed release".into());
+            }
+            if !r.cleaned.is_empty() {
+                done.push(format!("removed {}", r.cleaned.join(", ")));
+            }
+            let detail = if done.is_empty() {
+                format!(
+                    "current {}: nothing to recover",
+                    r.current.as_deref().unwrap_or("(none)")
+                )
+            } else {
+                done.join("; ")
+            };
+            let status = match &r.rolled_back {
+                Some(rb) => ReleaseStatus {
+                    state: "rolled-back".into(),
+                    current: r.current.clone(),
+                    other: Some(rb.from.clone()),
+                    detail: Some("trial interrupted by a reboot, a crash or a shutdown".into()),
+                    ..Default::default()
+                },
+                None => ReleaseStatus {
+                    state: if r.current.is_some() {
+                        "committed"
+                    } else {
+                        "none"
+                    }
+                    .into(),
+                    current: r.current.clone(),
+                    ..Default::default()
+                },
+            };
+            (step("release recovery", "ok", detail), status)
+        }
+        Err(e) => (
+            step("release recovery", "failed", e.to_string()),
+            ReleaseStatus {
+                state: "error".into(),
+                current: release::link_target(&layout.current()),
+                detail: Some(format!("recovery at start failed: {e}")),
+                ..Default::default()
+            },
+        ),
+    }
+}
