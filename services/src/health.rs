@@ -37,6 +37,9 @@ pub struct Health {
     pub period: Duration,
     pub wakeup_p99_ns: Option<u64>,
     pub wakeup_max_ns: Option<u64>,
+    /// The wake backend the latest report names (`io_uring-futex`,
+    /// `futex_waitv`, `doorbell`).
+    pub backend: Option<String>,
     pub over_budget: u64,
     /// Why the last report that went over did so.
     pub last_over: Option<String>,
@@ -62,6 +65,7 @@ impl Health {
         self.last_at = None;
         self.wakeup_p99_ns = None;
         self.wakeup_max_ns = None;
+        self.backend = None;
     }
 
     pub fn ready(&self) -> bool {
@@ -84,6 +88,7 @@ impl Health {
         self.last_seq = Some(r.seq);
         self.last_at = Some(now);
         self.period = Duration::from_nanos(r.period_ns.max(1));
+        self.backend = Some(r.backend.clone());
         let waits = r
             .entries
             .iter()

@@ -59,6 +59,7 @@ pub enum Step {
     Pdeathsig = 13,
     Chdir = 14,
     Exec = 15,
+    Seccomp = 16,
 }
 
 impl Step {
@@ -80,6 +81,7 @@ impl Step {
             Pdeathsig,
             Chdir,
             Exec,
+            Seccomp,
         ]
         .into_iter()
         .find(|s| *s as u32 == v)
@@ -89,31 +91,31 @@ impl Step {
 /// Why a process could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessSpawnError {
-    #[error("process `{name}`: {source}")]
+    #[error("process `{name}`: {err}")]
     Account {
         name: String,
-        source: AccountResolveError,
+        err: AccountResolveError,
     },
     #[error("process `{name}`: {what} contains a NUL byte")]
     Nul { name: String, what: String },
-    #[error("process `{name}`: cannot open {}: {source}", path.display())]
+    #[error("process `{name}`: cannot open {}: {err}", path.display())]
     Open {
         name: String,
         path: PathBuf,
-        source: std::io::Error,
+        err: std::io::Error,
     },
-    #[error("process `{name}`: {what} failed: {source}")]
+    #[error("process `{name}`: {what} failed: {err}")]
     Setup {
         name: String,
         what: String,
-        source: std::io::Error,
+        err: std::io::Error,
     },
-    #[error("process `{name}`: {what} failed: {source}")]
+    #[error("process `{name}`: {what} failed: {err}")]
     Child {
         name: String,
         step: Step,
         what: String,
-        source: std::io::Error,
+        err: std::io::Error,
     },
 }
 
@@ -132,6 +134,10 @@ pub struct SpawnContext {
     pub housekeeping_cgroup: Option<PathBuf>,
     /// Variables every process gets (before its own `env:`).
     pub base_env: BTreeMap<String, String>,
+    /// System calls every process gets ENOSYS for (`RTDEPLOY_DENY_SYSCALLS`:
+    /// to run the controllers as on an older kernel, see
+    /// [`controller::seccomp`]).
+    pub deny: Option<controller::seccomp::DenyFilter>,
 }
 
 /// The program a process runs: absolute as written, else inside the
@@ -141,7 +147,7 @@ pub fn resolve_exec(prefix: &Path, exec: &str) -> PathBuf {
     if exec.starts_with('/') {
         return PathBuf::from(exec);
     }
-    let bin = prefix.join("opt/rtdeploy/current/bin");
+    let bin = releases::Layout::new(prefix).current_bin();
     bin.join(exec.strip_prefix("bin/").unwrap_or(exec))
 }
 
@@ -179,6 +185,7 @@ pub struct Prepared {
     rlimits: Vec<(Step, libc::__rlimit_resource_t, libc::rlimit)>,
     cgroup: Option<(PathBuf, File)>,
     devnull: File,
+    deny: Option<controller::seccomp::DenyFilter>,
 }
 
 fn cstr(name: &str, what: &str, bytes: &[u8]) -> Result<CString, ProcessSpawnError> {
@@ -225,9 +232,9 @@ pub fn prepare(
     let identity = ctx
         .accounts
         .identity(p.user.as_deref(), p.group.as_deref(), ctx.own_ids)
-        .map_err(|source| ProcessSpawnError::Account {
+        .map_err(|err| ProcessSpawnError::Account {
             name: name.clone(),
-            source,
+            err,
         })?;
     let groups = identity
         .as_ref()
@@ -312,22 +319,21 @@ pub fn prepare(
     };
     let cgroup = match cgroup_path {
         Some(path) => {
-            let f = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|source| ProcessSpawnError::Open {
+            let f = OpenOptions::new().write(true).open(path).map_err(|err| {
+                ProcessSpawnError::Open {
                     name: name.clone(),
                     path: path.clone(),
-                    source,
-                })?;
+                    err,
+                }
+            })?;
             Some((path.clone(), f))
         }
         None => None,
     };
-    let devnull = File::open("/dev/null").map_err(|source| ProcessSpawnError::Open {
+    let devnull = File::open("/dev/null").map_err(|err| ProcessSpawnError::Open {
         name: name.clone(),
         path: "/dev/null".into(),
-        source,
+        err,
     })?;
 
     Ok(Prepared {
@@ -349,6 +355,7 @@ pub fn prepare(
         rlimits,
         cgroup,
         devnull,
+        deny: ctx.deny.clone(),
     })
 }
 
@@ -391,6 +398,15 @@ impl Prepared {
             Step::Pdeathsig => "prctl PR_SET_PDEATHSIG".into(),
             Step::Chdir => format!("chdir to {}", self.cwd_text),
             Step::Exec => format!("exec {}", self.path.display()),
+            Step::Seccomp => {
+                let names: Vec<&str> = self
+                    .deny
+                    .iter()
+                    .flat_map(|f| f.denied())
+                    .map(|d| d.name())
+                    .collect();
+                format!("seccomp filter denying {}", names.join(", "))
+            }
         }
     }
 }
@@ -422,10 +438,10 @@ fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// Starts a prepared process. Returns once `execve` succeeded, or with the
 /// step that failed and its errno.
 pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
-    let setup = |what: &str, source| ProcessSpawnError::Setup {
+    let setup = |what: &str, err| ProcessSpawnError::Setup {
         name: prep.name.clone(),
         what: what.to_string(),
-        source,
+        err,
     };
     let (out_r, out_w) = pipe_cloexec().map_err(|e| setup("creating the output pipe", e))?;
     let (err_r, err_w) = pipe_cloexec().map_err(|e| setup("creating the status pipe", e))?;
@@ -468,10 +484,10 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
         let word =
             |i: usize| u32::from_ne_bytes(rec[i * 4..i * 4 + 4].try_into().unwrap_or_default());
         let step = Step::from_u32(word(1)).unwrap_or(Step::Exec);
-        let source = std::io::Error::from_raw_os_error(word(2) as i32);
+        let err = std::io::Error::from_raw_os_error(word(2) as i32);
         if word(0) == 0 {
             warnings.push(format!(
-                "{} failed: {source} (the process runs with the inherited limit)",
+                "{} failed: {err} (the process runs with the inherited limit)",
                 prep.describe(step)
             ));
             continue;
@@ -483,7 +499,7 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
             name: prep.name.clone(),
             step,
             what: prep.describe(step),
-            source,
+            err,
         });
     }
     let pidfd = rustix::process::pidfd_open(
@@ -612,6 +628,14 @@ unsafe fn child(prep: &Prepared, parent: libc::pid_t, out_fd: RawFd, err_fd: Raw
         }
 
         check!(Step::Chdir, libc::chdir(prep.cwd.as_ptr()));
+        // Last before exec: the filter holds for the program, not for the
+        // steps above. `install` makes two raw system calls on the filter
+        // built before the fork.
+        if let Some(f) = &prep.deny {
+            if f.install(false).is_err() {
+                fail(err_fd, Step::Seccomp);
+            }
+        }
         // Any descriptor the supervisor leaked without O_CLOEXEC closes at
         // exec (the status pipe is close-on-exec already).
         libc::syscall(
@@ -653,5 +677,44 @@ mod tests {
             assert_eq!(Step::from_u32(v).map(|s| s as u32), Some(v));
         }
         assert_eq!(Step::from_u32(0), None);
+    }
+
+    #[test]
+    fn errors_say_their_cause_once() {
+        let io = || std::io::Error::from_raw_os_error(2);
+        let name = || "imu".to_string();
+        let errors = [
+            ProcessSpawnError::Account {
+                name: name(),
+                err: AccountResolveError::UnknownUser {
+                    name: "ghost".into(),
+                    path: "/etc/passwd".into(),
+                },
+            },
+            ProcessSpawnError::Open {
+                name: name(),
+                path: "/dev/null".into(),
+                err: io(),
+            },
+            ProcessSpawnError::Setup {
+                name: name(),
+                what: "pipe".into(),
+                err: io(),
+            },
+            ProcessSpawnError::Child {
+                name: name(),
+                step: Step::Exec,
+                what: "exec /bin/imu".into(),
+                err: io(),
+            },
+        ];
+        for e in errors {
+            let text = e.to_string();
+            assert!(
+                text.ends_with("(os error 2)") || text.ends_with("(not in /etc/passwd)"),
+                "{text}"
+            );
+            assert!(std::error::Error::source(&e).is_none(), "{text}");
+        }
     }
 }

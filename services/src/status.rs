@@ -138,6 +138,9 @@ pub struct ProcessStatus {
     pub wakeup_p99_us: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wakeup_max_us: Option<f64>,
+    /// The wake backend its event loop runs on (from its timing report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
     /// `ok`, `over` (N reports over budget), `no reports`, `unmonitored: why`.
     pub budget: String,
     pub over_budget_reports: u64,
@@ -166,7 +169,7 @@ pub fn render_table(s: &SupervisorStatus) -> String {
         }
     }
     out.push_str(&format!(
-        "{:<16} {:<9} {:>7} {:>4} {:>8} {:<10} {:<8} {:>9} {:>9}  {}\n",
+        "{:<16} {:<9} {:>7} {:>4} {:>8} {:<10} {:<8} {:<14} {:>9} {:>9}  {}\n",
         "NAME",
         "STATE",
         "PID",
@@ -174,6 +177,7 @@ pub fn render_table(s: &SupervisorStatus) -> String {
         "UPTIME",
         "SCHED",
         "CPUS",
+        "BACKEND",
         "WAKE_P99",
         "WAKE_MAX",
         "BUDGET / REASON / LAST EXIT"
@@ -207,7 +211,7 @@ pub fn render_table(s: &SupervisorStatus) -> String {
             tail.push(format!("last: {e}"));
         }
         out.push_str(&format!(
-            "{:<16} {:<9} {:>7} {:>4} {:>8} {:<10} {:<8} {:>9} {:>9}  {}\n",
+            "{:<16} {:<9} {:>7} {:>4} {:>8} {:<10} {:<8} {:<14} {:>9} {:>9}  {}\n",
             p.name,
             if p.degraded && p.state == "running" {
                 "degraded"
@@ -221,6 +225,7 @@ pub fn render_table(s: &SupervisorStatus) -> String {
                 .unwrap_or_else(|| "-".into()),
             sched,
             cpus,
+            p.backend.as_deref().unwrap_or("-"),
             us(p.wakeup_p99_us),
             us(p.wakeup_max_us),
             tail.join("; ")
@@ -264,6 +269,7 @@ mod tests {
                 last_exit: Some("killed by SIGSEGV".into()),
                 wakeup_p99_us: Some(12.5),
                 wakeup_max_us: Some(40.0),
+                backend: Some("doorbell".into()),
                 budget: "over: 1 report(s) over budget, last: /imu wakeup max 40us > 30us".into(),
                 over_budget_reports: 1,
                 degraded: true,
@@ -280,8 +286,11 @@ mod tests {
         assert_eq!(lines[2], "cpu plan: failed (no cgroup)");
         let row: Vec<&str> = lines[4].split_whitespace().collect();
         assert_eq!(
-            &row[..9],
-            ["imu", "degraded", "42", "2", "3s", "fifo/80", "2-3", "12.5us", "40.0us"]
+            &row[..10],
+            [
+                "imu", "degraded", "42", "2", "3s", "fifo/80", "2-3", "doorbell", "12.5us",
+                "40.0us"
+            ]
         );
         assert!(lines[4].ends_with("budget: over: 1 report(s) over budget, last: /imu wakeup max 40us > 30us; last: killed by SIGSEGV"));
     }

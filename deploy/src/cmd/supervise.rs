@@ -193,9 +193,8 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
             r.failed.join(", "),
             path.display()
         )),
-        Err(e) => BootCheckOutcome::Failed(format!(
-            "could not run: {}",
-            controller::error::Chain(&e)
-        )),
+        Err(e) => {
+            BootCheckOutcome::Failed(format!("could not run: {}", controller::error::Chain(&e)))
+        }
     }
 }
