@@ -293,11 +293,12 @@ fn boot_check_writes_its_report_under_the_prefix() {
     );
 }
 
-/// The five mechanisms in the order `--compare` runs them, with their
+/// The six mechanisms in the order `--compare` runs them, with their
 /// table labels.
-const MECHANISMS: [(&str, &str); 5] = [
+const MECHANISMS: [(&str, &str); 6] = [
     ("io_uring", "io_uring futex (armed)"),
     ("futex_waitv", "futex_waitv"),
+    ("doorbell", "doorbell (futex per waiter)"),
     ("futex", "futex"),
     ("eventfd", "eventfd"),
     ("signalfd", "RT signal + signalfd"),
@@ -335,7 +336,7 @@ fn assert_delivered(doc: &serde_json::Value, mech: &str) {
 }
 
 #[test]
-fn compare_runs_all_five_mechanisms_and_delivers_every_message() {
+fn compare_runs_all_six_mechanisms_and_delivers_every_message() {
     if !enough_cpus() {
         return;
     }

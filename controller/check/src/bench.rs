@@ -555,15 +555,15 @@ fn run_one(
         coalesced: 0,
     };
     match m {
-        Mechanism::IoUringFutex | Mechanism::FutexWaitv => {
+        Mechanism::IoUringFutex | Mechanism::FutexWaitv | Mechanism::Doorbell => {
             let dir = bench_dir(&opts.shm_dir)?;
             let geom = ChannelGeometry::new(64, 1024, 2);
             let ch = channel_for(dir.path(), "/bench/wake", &geom, &opts.proc_root)?;
             let mut publisher = publisher_for(&ch, dir.path(), &opts.proc_root)?;
-            let backend = if m == Mechanism::IoUringFutex {
-                Backend::IoUringFutex
-            } else {
-                Backend::FutexWaitv
+            let backend = match m {
+                Mechanism::IoUringFutex => Backend::IoUringFutex,
+                Mechanism::FutexWaitv => Backend::FutexWaitv,
+                _ => Backend::Doorbell,
             };
             let mut lp = EventLoop::new(LoopOptions {
                 backend: Some(backend),

@@ -20,13 +20,14 @@
 //! With several wake mechanisms (`--compare`) the scenario runs once per
 //! mechanism with the same loads, and the report sets them side by side.
 //! Publishers always write the message into the shared-memory channel
-//! first; then the futex mechanisms wake through the channel's queue index,
+//! first; then the futex mechanisms wake through the channel's queue index
+//! (or, for the doorbell, the bell of each subscriber listed on the channel),
 //! while with eventfd and RT signal + signalfd no futex wait is armed and
 //! every publisher (real-time and lower-priority alike) notifies every
 //! subscriber's [`crate::notify`] waiter, whose address the subscriber
 //! publishes in the control file. The receiver wakes in its waiter and
 //! drains the channel, so delivery latency is measured the same way for
-//! all five; the sender's timed call is the publish plus its
+//! all six; the sender's timed call is the publish plus its
 //! notifications, as the futex mechanisms' is the publish plus its wake.
 //!
 //! Every worker process is the calling executable itself, started with the
@@ -79,6 +80,13 @@ pub enum Mechanism {
     /// `futex_waitv(2)` on the queue index (the event loop's fallback).
     #[serde(rename = "futex_waitv")]
     FutexWaitv,
+    /// The event loop's `doorbell` backend, for kernels with neither of
+    /// the above (JetPack 5's 5.10): the subscriber sleeps in a plain
+    /// `FUTEX_WAIT` on its own word in the channel directory's bell table,
+    /// which every publisher of a channel it watches rings; see
+    /// [`controller::doorbell`].
+    #[serde(rename = "doorbell")]
+    Doorbell,
     /// A plain `FUTEX_WAIT` / `FUTEX_WAKE` pair on the queue index: the
     /// floor the others are measured against.
     #[serde(rename = "futex")]
@@ -101,9 +109,10 @@ pub enum Mechanism {
 
 impl Mechanism {
     /// Every mechanism, in the order `bench wake` measures them.
-    pub const ALL: [Mechanism; 6] = [
+    pub const ALL: [Mechanism; 7] = [
         Mechanism::IoUringFutex,
         Mechanism::FutexWaitv,
+        Mechanism::Doorbell,
         Mechanism::Futex,
         Mechanism::Eventfd,
         Mechanism::Signalfd,
@@ -112,9 +121,10 @@ impl Mechanism {
 
     /// The mechanisms the check drives, in the order `--compare` runs
     /// them.
-    pub const CHECKED: [Mechanism; 5] = [
+    pub const CHECKED: [Mechanism; 6] = [
         Mechanism::IoUringFutex,
         Mechanism::FutexWaitv,
+        Mechanism::Doorbell,
         Mechanism::Futex,
         Mechanism::Eventfd,
         Mechanism::Signalfd,
@@ -125,6 +135,7 @@ impl Mechanism {
         match self {
             Mechanism::IoUringFutex => "io_uring",
             Mechanism::FutexWaitv => "futex_waitv",
+            Mechanism::Doorbell => "doorbell",
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "signalfd",
@@ -137,6 +148,7 @@ impl Mechanism {
         match self {
             Mechanism::IoUringFutex => "io_uring futex (armed)",
             Mechanism::FutexWaitv => "futex_waitv",
+            Mechanism::Doorbell => "doorbell (futex per waiter)",
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "RT signal + signalfd",
@@ -204,7 +216,7 @@ mod mechanism_tests {
         assert_eq!(Mechanism::parse("io_uring-futex"), None);
         assert_eq!(
             Mechanism::names(&Mechanism::CHECKED),
-            "io_uring, futex_waitv, futex, eventfd, signalfd"
+            "io_uring, futex_waitv, doorbell, futex, eventfd, signalfd"
         );
         assert!(Mechanism::CHECKED
             .iter()

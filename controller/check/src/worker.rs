@@ -330,7 +330,8 @@ impl Shared {
 /// why not.
 pub fn mechanism_availability(m: Mechanism) -> Result<(), MechanismUnavailableError> {
     match m {
-        Mechanism::Futex => Ok(()),
+        // A plain futex wait and wake: every kernel the runtime supports.
+        Mechanism::Futex | Mechanism::Doorbell => Ok(()),
         Mechanism::FutexWaitv => {
             let p = event_loop::probe();
             if p.futex_waitv {
@@ -652,11 +653,11 @@ fn receive(
     ready: impl FnOnce() + 'static,
 ) -> Result<(), WorkerRunError> {
     match mech {
-        Mechanism::IoUringFutex | Mechanism::FutexWaitv => {
-            let backend = if mech == Mechanism::IoUringFutex {
-                Backend::IoUringFutex
-            } else {
-                Backend::FutexWaitv
+        Mechanism::IoUringFutex | Mechanism::FutexWaitv | Mechanism::Doorbell => {
+            let backend = match mech {
+                Mechanism::IoUringFutex => Backend::IoUringFutex,
+                Mechanism::FutexWaitv => Backend::FutexWaitv,
+                _ => Backend::Doorbell,
             };
             let mut lp = EventLoop::new(LoopOptions {
                 backend: Some(backend),

@@ -188,7 +188,7 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     let mut inputs = inputs_from_robot(r);
     inputs.duration = args.duration;
     if args.compare {
-        inputs.mechanisms = Mechanism::ALL.to_vec();
+        inputs.mechanisms = Mechanism::CHECKED.to_vec();
     } else if let Some(m) = args.mechanism {
         inputs.mechanisms = vec![m];
     }
