@@ -19,6 +19,7 @@ pub mod config;
 pub mod doorbell;
 pub mod error;
 pub mod event_loop;
+pub mod kernel;
 pub mod rt;
 pub mod seccomp;
 pub mod shm;

@@ -146,6 +146,7 @@ mod tests {
     fn plans_isolation_tokens() {
         let kernel = KernelSection {
             cmdline: vec!["mitigations=off".into()],
+            ..KernelSection::default()
         };
         let t = plan(&cpus(None, "4-5", true), &kernel, &CpuSet::first(6));
         let line = render(&t);

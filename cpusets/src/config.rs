@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use controller::config::{Dur, DurParseError};
+use controller::kernel::{needs, KernelVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::board::{self, Board};
@@ -196,6 +197,17 @@ impl CpusSection {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelSection {
+    /// The kernel the board runs, like `5.15` or `6.12.6`; what `config
+    /// check` and `deploy plan` reason from. Omitted: known only on the
+    /// board (the runtime probes it at start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The Jetson Linux (L4T) release the board is flashed with, like
+    /// `36.4.3` or `R35.6.0`: the kernel it implies, and the release the
+    /// flashing tools must match. The one place the L4T release is
+    /// declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l4t: Option<String>,
     /// Extra command line tokens, appended after the planned ones.
     #[serde(default)]
     pub cmdline: Vec<String>,
@@ -205,8 +217,136 @@ pub struct KernelSection {
 /// would fight the plan.
 pub const PLANNED_KEYS: &[&str] = &["isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity", "nohz"];
 
+/// A Jetson Linux (L4T) release, `R36.4.3` or `36.4`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct L4tRelease {
+    pub major: u32,
+    pub minor: u32,
+    pub revision: u32,
+}
+
+/// The kernel series each L4T major release ships (its JetPack).
+pub const L4T_KERNELS: &[(u32, KernelVersion, &str)] = &[
+    (32, KernelVersion::new(4, 9, 0), "JetPack 4"),
+    (
+        34,
+        KernelVersion::new(5, 10, 0),
+        "JetPack 5 (developer preview)",
+    ),
+    (35, KernelVersion::new(5, 10, 0), "JetPack 5"),
+    (36, KernelVersion::new(5, 15, 0), "JetPack 6"),
+    (38, KernelVersion::new(6, 8, 0), "JetPack 7"),
+];
+
+/// Why a text is not an L4T release, or names one rtdeploy does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum L4tReleaseError {
+    #[error("`{text}` is not an L4T release (expected like `36.4.3` or `R35.6.0`)")]
+    NotARelease { text: String },
+    #[error("L4T R{major} is not a release rtdeploy knows the kernel of (expected R{}; or give `kernel.version`)", L4T_KERNELS.iter().map(|k| k.0.to_string()).collect::<Vec<_>>().join(", R"))]
+    Unknown { major: u32 },
+}
+
+impl L4tRelease {
+    pub fn parse(text: &str) -> Result<L4tRelease, L4tReleaseError> {
+        let t = text.trim();
+        let bad = || L4tReleaseError::NotARelease {
+            text: t.chars().take(40).collect(),
+        };
+        let digits = t.strip_prefix(['R', 'r']).unwrap_or(t);
+        let mut parts = digits.split('.');
+        let mut next = |required: bool| match parts.next() {
+            Some(p) if !p.is_empty() && p.len() <= 4 && p.bytes().all(|b| b.is_ascii_digit()) => {
+                p.parse::<u32>().map_err(|_| bad())
+            }
+            None if !required => Ok(0),
+            _ => Err(bad()),
+        };
+        let major = next(true)?;
+        let minor = next(true)?;
+        let revision = next(false)?;
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(L4tRelease {
+            major,
+            minor,
+            revision,
+        })
+    }
+
+    /// The kernel series the release ships, and its JetPack.
+    pub fn kernel(self) -> Result<(KernelVersion, &'static str), L4tReleaseError> {
+        L4T_KERNELS
+            .iter()
+            .find(|k| k.0 == self.major)
+            .map(|k| (k.1, k.2))
+            .ok_or(L4tReleaseError::Unknown { major: self.major })
+    }
+}
+
+impl fmt::Display for L4tRelease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "R{}.{}.{}", self.major, self.minor, self.revision)
+    }
+}
+
+/// The board's kernel as `robot.yaml` declares it, and where it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredKernel {
+    pub version: KernelVersion,
+    /// `kernel.version`, or `kernel.l4t` with the release and its JetPack.
+    pub source: String,
+}
+
 impl KernelSection {
+    /// The kernel the board runs, when `kernel.version` or `kernel.l4t`
+    /// says (`version` wins; [`Self::validate`] refuses the two
+    /// disagreeing).
+    pub fn declared(&self) -> Option<DeclaredKernel> {
+        if let Some(v) = self
+            .version
+            .as_deref()
+            .and_then(|v| KernelVersion::parse(v).ok())
+        {
+            return Some(DeclaredKernel {
+                version: v,
+                source: "kernel.version".into(),
+            });
+        }
+        let l4t = L4tRelease::parse(self.l4t.as_deref()?).ok()?;
+        let (version, jetpack) = l4t.kernel().ok()?;
+        Some(DeclaredKernel {
+            version,
+            source: format!("kernel.l4t {l4t}, {jetpack}"),
+        })
+    }
+
+    /// The L4T release, when declared and valid.
+    pub fn l4t_release(&self) -> Option<L4tRelease> {
+        L4tRelease::parse(self.l4t.as_deref()?).ok()
+    }
+
     pub fn validate(&self, out: &mut Vec<Problem>) {
+        let version = self.version.as_deref().map(|v| {
+            KernelVersion::parse(v).map_err(|e| out.push(("kernel.version".into(), e.to_string())))
+        });
+        let l4t = self.l4t.as_deref().map(|t| {
+            L4tRelease::parse(t)
+                .and_then(|r| r.kernel().map(|k| (r, k)))
+                .map_err(|e| out.push(("kernel.l4t".into(), e.to_string())))
+        });
+        if let (Some(Ok(v)), Some(Ok((r, (k, jetpack))))) = (version, l4t) {
+            if (v.major, v.minor) != (k.major, k.minor) {
+                out.push((
+                    "kernel.version".into(),
+                    format!(
+                        "kernel {}.{} disagrees with L4T {r} ({jetpack} ships {}.{}); give one of the two, or the kernel that release ships",
+                        v.major, v.minor, k.major, k.minor
+                    ),
+                ));
+            }
+        }
         for (i, tok) in self.cmdline.iter().enumerate() {
             let path = format!("kernel.cmdline[{i}]");
             if tok.is_empty() || tok.chars().any(|c| c.is_whitespace() || c == '"') {
@@ -223,6 +363,68 @@ impl KernelSection {
                     format!("`{key}=` is planned from `cpus:`; remove it here and set `cpus.isolated` instead"),
                 ));
             }
+        }
+    }
+
+    /// An L4T release on a board that does not run Jetson Linux, or one
+    /// older than the board (every Jetson in the table is an Orin: L4T
+    /// R34 brought them).
+    pub fn validate_board(&self, board: &BoardSection, out: &mut Vec<Problem>) {
+        let (Some(l4t), Some(b)) = (self.l4t_release(), board.board()) else {
+            return;
+        };
+        if b.flash_config.is_none() {
+            out.push((
+                "kernel.l4t".into(),
+                format!(
+                    "board `{}` does not run Jetson Linux; remove `kernel.l4t` (give `kernel.version` instead)",
+                    b.model
+                ),
+            ));
+        } else if l4t.major < 34 {
+            out.push((
+                "kernel.l4t".into(),
+                format!(
+                    "board `{}` is a Jetson Orin, which L4T {l4t} does not support (expected R35 or later: JetPack 5, 6 or 7)",
+                    b.model
+                ),
+            ));
+        }
+    }
+
+    /// What the declared kernel cannot do of what `cpus:` asks: a
+    /// partition of `rtdeploy/rt` (nested under `rtdeploy`) needs
+    /// `cpuset.cpus.exclusive`, and an `isolated` one the partition type.
+    pub fn validate_cpus(&self, cpus: &CpusSection, out: &mut Vec<Problem>) {
+        let Some(k) = self.declared() else { return };
+        let v = k.version;
+        let show = controller::kernel::needs::show;
+        if cpus.partition == PartitionKind::Isolated && !v.at_least(needs::ISOLATED_PARTITION) {
+            out.push((
+                "cpus.partition".into(),
+                format!(
+                    "`isolated` partitions need Linux {} or later; the board runs {}.{} ({}); set `partition: none` (isolcpus= on the command line still isolates)",
+                    show(needs::ISOLATED_PARTITION),
+                    v.major,
+                    v.minor,
+                    k.source
+                ),
+            ));
+        } else if cpus.partition != PartitionKind::None && !v.at_least(needs::CPUS_EXCLUSIVE) {
+            out.push((
+                "cpus.partition".into(),
+                format!(
+                    "the `{}` partition rtdeploy/rt is nested under rtdeploy, which needs cpuset.cpus.exclusive (Linux {} or later); the board runs {}.{} ({}); set `partition: none` (isolcpus= on the command line still isolates)",
+                    match cpus.partition {
+                        PartitionKind::Root => "root",
+                        _ => "isolated",
+                    },
+                    show(needs::CPUS_EXCLUSIVE),
+                    v.major,
+                    v.minor,
+                    k.source
+                ),
+            ));
         }
     }
 }
@@ -627,5 +829,59 @@ mod tests {
         let mut out = Vec::new();
         board.validate(&mut out);
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn l4t_releases_and_the_kernels_they_ship() {
+        for (text, want, kernel) in [
+            ("36.4.3", (36, 4, 3), (5, 15)),
+            ("R36.4", (36, 4, 0), (5, 15)),
+            ("r35.6.0", (35, 6, 0), (5, 10)),
+            ("R38.2.1", (38, 2, 1), (6, 8)),
+        ] {
+            let r = L4tRelease::parse(text).unwrap();
+            assert_eq!((r.major, r.minor, r.revision), want, "{text}");
+            let (k, _) = r.kernel().unwrap();
+            assert_eq!((k.major, k.minor), kernel, "{text}");
+        }
+        for bad in [
+            "",
+            "36",
+            "R",
+            "R36.",
+            "36.4.3.1",
+            "JetPack 6",
+            "36.x",
+            "123456.1",
+        ] {
+            assert!(L4tRelease::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        assert_eq!(
+            L4tRelease::parse("33.1").unwrap().kernel().unwrap_err(),
+            L4tReleaseError::Unknown { major: 33 }
+        );
+    }
+
+    #[test]
+    fn the_declared_kernel_prefers_the_version_and_says_where_it_came_from() {
+        let k = KernelSection {
+            l4t: Some("36.4.3".into()),
+            ..KernelSection::default()
+        };
+        let d = k.declared().unwrap();
+        assert_eq!(d.version, KernelVersion::new(5, 15, 0));
+        assert_eq!(d.source, "kernel.l4t R36.4.3, JetPack 6");
+        let k = KernelSection {
+            version: Some("5.15.148-tegra".into()),
+            ..k
+        };
+        assert_eq!(
+            k.declared().unwrap().version,
+            KernelVersion::new(5, 15, 148)
+        );
+        let mut out = Vec::new();
+        k.validate(&mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert!(KernelSection::default().declared().is_none());
     }
 }

@@ -55,6 +55,13 @@ fn edit(old: &str, new: &str) -> String {
     BASE.replacen(old, new, 1)
 }
 
+/// `yaml` on a Jetson Orin Nano (6 CPUs) instead of the generic board.
+fn jetson(yaml: &str) -> String {
+    let generic = "  model: generic\n  cpus: 4\n";
+    assert!(yaml.contains(generic));
+    yaml.replacen(generic, "  model: jetson-orin-nano\n", 1)
+}
+
 /// BASE with `extra` appended (which carries the `#!` marker).
 fn add(extra: &str) -> String {
     format!("{BASE}{extra}")
@@ -143,6 +150,17 @@ fn cases() -> Vec<Case> {
         c("queue length beyond 64 bits", edit("    rate: 1000\n", "    rate: 2000000000\n    retention: 9223372036854775808ns  #!\n"), "channels[0].retention", "needs more than 2^64 slots (at most 1048576"),
         c("largest rate and retention", edit("    rate: 1000\n", "    rate: 4294967295\n    retention: 18446744073s  #!\n"), "channels[0].retention", "needs more than 2^64 slots"),
         c("integer beyond 128 bits", edit("    rate: 1000\n", "    rate: 1234567890123456789012345678901234567890  #!\n"), "channels[0].rate", "is out of range (a 40-digit number"),
+        // The board's kernel: what it is, and what it cannot do.
+        c("kernel version", add("kernel:\n  version: 5.x  #!\n"), "kernel.version", "`5.x` is not a kernel version"),
+        c("unknown l4t release", jetson(&add("kernel:\n  l4t: R33.1  #!\n")), "kernel.l4t", "L4T R33 is not a release rtdeploy knows the kernel of (expected R32, R34, R35, R36, R38"),
+        c("l4t on a board without Jetson Linux", add("kernel:\n  l4t: 36.4.3  #!\n"), "kernel.l4t", "board `generic` does not run Jetson Linux"),
+        c("l4t older than the board", jetson(&add("kernel:\n  l4t: R32.7.4  #!\n")), "kernel.l4t", "L4T R32.7.4 does not support"),
+        c("kernel and l4t disagree", jetson(&add("kernel:\n  version: 6.1  #!\n  l4t: 36.4\n")), "kernel.version", "kernel 6.1 disagrees with L4T R36.4.0 (JetPack 6 ships 5.15)"),
+        c("isolated partition on 5.15", edit("  isolated: 2-3\n", "  isolated: 2-3\n  partition: isolated  #!\n") + "kernel:\n  version: \"5.15\"\n", "cpus.partition", "`isolated` partitions need Linux 6.1 or later; the board runs 5.15 (kernel.version)"),
+        c("isolated partition on JetPack 5", jetson(&(edit("  isolated: 2-3\n", "  isolated: 2-3\n  partition: isolated  #!\n") + "kernel:\n  l4t: 35.6.0\n")), "cpus.partition", "the board runs 5.10 (kernel.l4t R35.6.0, JetPack 5)"),
+        c("nested partition on 6.6", edit("  isolated: 2-3\n", "  isolated: 2-3\n  partition: root  #!\n") + "kernel:\n  version: 6.6.70-rt\n", "cpus.partition", "needs cpuset.cpus.exclusive (Linux 6.7 or later)"),
+        c("forced backend the kernel lacks", edit("    publishes: [/a]\n", "    publishes: [/a]\n    env:\n      RTDEPLOY_BACKEND: io_uring-futex  #!\n") + "kernel:\n  version: 5.15.148-tegra\n", "processes[0].env.RTDEPLOY_BACKEND", "backend `io_uring-futex` needs Linux 6.7 or later; the board runs 5.15"),
+        c("unknown backend", edit("    publishes: [/a]\n", "    publishes: [/a]\n    env:\n      RTDEPLOY_BACKEND: epoll  #!\n"), "processes[0].env.RTDEPLOY_BACKEND", "unknown wake backend `epoll` (expected one of: io_uring-futex, futex_waitv, doorbell)"),
         // Limits: aliases and nesting.
         c("too many aliases", add(&format!("sysctl:\n  kernel.x: &a 1\n  kernel.y: [{}]  #!\n", vec!["*a"; 1025].join(", "))), "", "more than 1024 aliases (the limit for robot.yaml)"),
         c("aliases of aliases", add(&format!("sysctl:\n  a0: &a0 [{}]\n  a1: &a1 [{}]\n  a2: &a2 [{}]  #!\n", vec!["x"; 100].join(","), vec!["*a0"; 100].join(","), vec!["*a1"; 100].join(","))), "", "aliases expand to more than 100000 values (the limit for robot.yaml)"),

@@ -156,3 +156,94 @@ fn missing_config_is_an_error_naming_the_file() {
         "{stderr}"
     );
 }
+
+/// examples/orin-nano.yaml with `kernel:` saying `decl` (and no partition
+/// when the kernel cannot make one).
+fn orin_on(dir: &std::path::Path, decl: &str, partition: &str) -> PathBuf {
+    let text = std::fs::read_to_string(example("orin-nano.yaml")).unwrap();
+    let text = text
+        .replacen(
+            "  partition: isolated\n",
+            &format!("  partition: {partition}\n"),
+            1,
+        )
+        .replacen("kernel:\n", &format!("kernel:\n  {decl}\n"), 1);
+    let path = dir.join("robot.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn plan_names_the_backend_the_declared_kernel_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    for (decl, partition, version, backend, source) in [
+        (
+            "l4t: R36.4.3",
+            "none",
+            "5.15.0",
+            "doorbell",
+            "kernel.l4t R36.4.3, JetPack 6",
+        ),
+        (
+            "l4t: 35.6.0",
+            "none",
+            "5.10.0",
+            "doorbell",
+            "kernel.l4t R35.6.0, JetPack 5",
+        ),
+        (
+            "version: 6.6.70",
+            "none",
+            "6.6.70",
+            "futex_waitv",
+            "kernel.version",
+        ),
+        (
+            "version: 6.12.6-rt",
+            "isolated",
+            "6.12.6",
+            "io_uring-futex",
+            "kernel.version",
+        ),
+    ] {
+        let path = orin_on(dir.path(), decl, partition);
+        let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{decl}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let k = &plan["kernel"];
+        assert_eq!(k["version"], version, "{decl}");
+        assert_eq!(k["backend"], backend, "{decl}");
+        assert_eq!(k["source"], source, "{decl}");
+        assert_eq!(
+            k["capabilities"]["io_uring_futex"],
+            backend == "io_uring-futex",
+            "{decl}"
+        );
+        let out = deploy(&["plan", "-c", path.to_str().unwrap()]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains(&format!(
+                "kernel {version} ({source}): wake backend {backend}: "
+            )),
+            "{text}"
+        );
+    }
+    // Not declared: the loops probe on the board.
+    let out = deploy(&[
+        "plan",
+        "--json",
+        "-c",
+        example("orin-nano.yaml").to_str().unwrap(),
+    ]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["kernel"]["backend"], serde_json::Value::Null);
+    assert!(plan["kernel"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("each event loop probes at start"));
+}

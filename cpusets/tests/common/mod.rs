@@ -177,6 +177,7 @@ pub fn orin() -> Sections {
         },
         kernel: KernelSection {
             cmdline: vec!["nosoftlockup".into(), "tsc=reliable".into()],
+            ..KernelSection::default()
         },
         irqs: IrqsSection {
             default_affinity: Some(cpus("0-3")),

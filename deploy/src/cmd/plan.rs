@@ -30,6 +30,7 @@ pub struct PlanArgs {}
 pub struct Plan {
     pub robot: String,
     pub board: BoardPlan,
+    pub kernel: KernelPlan,
     pub cpus: CpuPlan,
     pub cmdline: CmdlinePlan,
     pub irqs: IrqPlan,
@@ -46,6 +47,68 @@ pub struct BoardPlan {
     pub model: String,
     pub arch: String,
     pub cpus: u32,
+}
+
+/// The board's kernel as robot.yaml declares it, and the wake backend the
+/// event loops will get on it.
+#[derive(Debug, Serialize)]
+pub struct KernelPlan {
+    /// `major.minor.patch`, when `kernel.version` or `kernel.l4t` says.
+    pub version: Option<String>,
+    /// Where the version comes from (`kernel.version`, or the L4T
+    /// release and its JetPack).
+    pub source: Option<String>,
+    /// What that version offers the runtime and the CPU plan.
+    pub capabilities: Option<controller::kernel::Capabilities>,
+    /// The backend the event loops pick on that kernel (`io_uring-futex`,
+    /// `futex_waitv`, `doorbell`), or none when the kernel is not declared
+    /// (the loops probe at start).
+    pub backend: Option<String>,
+    /// Why that backend, in words.
+    pub reason: String,
+}
+
+impl KernelPlan {
+    fn new(r: &Robot) -> KernelPlan {
+        use controller::kernel::needs::{self, show};
+        let Some(k) = r.kernel.declared() else {
+            return KernelPlan {
+                version: None,
+                source: None,
+                capabilities: None,
+                backend: None,
+                reason: "robot.yaml names no kernel (`kernel.version` or `kernel.l4t`): each event loop probes at start (io_uring-futex on 6.7+, futex_waitv on 5.16+, doorbell on any)".into(),
+            };
+        };
+        let v = k.version;
+        let caps = v.capabilities();
+        let backend = v.expected_backend();
+        let reason = if caps.io_uring_futex {
+            format!(
+                "io_uring futex waits ({}+), unless io_uring is switched off or filtered on the board",
+                show(needs::IO_URING_FUTEX)
+            )
+        } else if caps.futex_waitv {
+            format!(
+                "futex_waitv ({}+); no io_uring futex wait (needs {})",
+                show(needs::FUTEX_WAITV),
+                show(needs::IO_URING_FUTEX)
+            )
+        } else {
+            format!(
+                "no io_uring futex wait (needs {}) nor futex_waitv (needs {}): one futex per loop, rung by the publishers",
+                show(needs::IO_URING_FUTEX),
+                show(needs::FUTEX_WAITV)
+            )
+        };
+        KernelPlan {
+            version: Some(v.to_string()),
+            source: Some(k.source),
+            capabilities: Some(caps),
+            backend: Some(backend.name().into()),
+            reason,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -93,6 +156,10 @@ pub struct ProcessPlan {
     pub stop_timeout: String,
     pub publishes: Vec<String>,
     pub subscribes: Vec<String>,
+    /// The backend `RTDEPLOY_BACKEND` in the process's `env` forces, if
+    /// any (otherwise the kernel's, see [`KernelPlan`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -147,6 +214,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 stop_timeout: p.stop_timeout.to_string(),
                 publishes: p.publishes.clone(),
                 subscribes: p.subscribes.clone(),
+                backend: p.env.get("RTDEPLOY_BACKEND").cloned(),
             }
         })
         .collect();
@@ -179,6 +247,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
             arch: board.arch.to_string(),
             cpus: all.len() as u32,
         },
+        kernel: KernelPlan::new(r),
         cpus: CpuPlan {
             housekeeping,
             isolated: r.cpus.isolated.clone(),
@@ -231,6 +300,19 @@ pub fn render(p: &Plan) -> String {
         "robot {} on {} ({} CPUs, {})\n",
         p.robot, p.board.model, p.board.cpus, p.board.arch
     );
+    match (&p.kernel.version, &p.kernel.backend) {
+        (Some(v), Some(b)) => {
+            let _ = writeln!(
+                o,
+                "kernel {v} ({}): wake backend {b}: {}\n",
+                p.kernel.source.as_deref().unwrap_or("declared"),
+                p.kernel.reason
+            );
+        }
+        _ => {
+            let _ = writeln!(o, "kernel: {}\n", p.kernel.reason);
+        }
+    }
     let _ = writeln!(o, "CPU map (H housekeeping, I isolated, - unused)");
     for c in &p.cpus.clusters {
         let cells: Vec<String> = c
@@ -354,6 +436,9 @@ pub fn render(p: &Plan) -> String {
         }
         if !pr.subscribes.is_empty() {
             let _ = write!(line, " sub {}", pr.subscribes.join(","));
+        }
+        if let Some(b) = &pr.backend {
+            let _ = write!(line, " backend {b} (RTDEPLOY_BACKEND)");
         }
         let _ = writeln!(o, "{}", line.trim_end());
     }

@@ -336,6 +336,12 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     }
     if let Some(kernel) = &kernel {
         kernel.validate(&mut p);
+        if let Some(board) = &board {
+            kernel.validate_board(board, &mut p);
+        }
+        if let Some(cpus) = &cpus {
+            kernel.validate_cpus(cpus, &mut p);
+        }
     }
     let all = board.as_ref().and_then(|b| b.all_cpus());
     if let Some(irqs) = &irqs {
@@ -443,6 +449,48 @@ fn cross_check(c: &mut Checker, r: &Robot) {
     let mut published: HashSet<&str> = HashSet::new();
     for (i, p) in r.processes.iter().enumerate() {
         let base = format!("processes[{i}]");
+        // A forced wake backend: known, and one the declared kernel has.
+        if let Some(name) = p.env.get("RTDEPLOY_BACKEND") {
+            let field = format!("{base}.env.RTDEPLOY_BACKEND");
+            match controller::event_loop::Backend::from_name(name) {
+                None => c.error(
+                    &field,
+                    format!(
+                        "unknown wake backend `{}` (expected one of: {})",
+                        echo::value(name),
+                        controller::event_loop::Backend::ALL
+                            .map(|b| b.name())
+                            .join(", ")
+                    ),
+                ),
+                Some(b) => {
+                    if let Some(k) = r.kernel.declared() {
+                        let caps = k.version.capabilities();
+                        use controller::event_loop::Backend;
+                        use controller::kernel::needs;
+                        let need = match b {
+                            Backend::IoUringFutex if !caps.io_uring_futex => {
+                                Some(needs::IO_URING_FUTEX)
+                            }
+                            Backend::FutexWaitv if !caps.futex_waitv => Some(needs::FUTEX_WAITV),
+                            _ => None,
+                        };
+                        if let Some(need) = need {
+                            c.error(
+                                &field,
+                                format!(
+                                    "backend `{b}` needs Linux {} or later; the board runs {}.{} ({}); remove it (the loop picks the best the kernel has) or force `doorbell`",
+                                    controller::kernel::needs::show(need),
+                                    k.version.major,
+                                    k.version.minor,
+                                    k.source
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
         // Placement.
         let cpus = r.process_cpus(p);
         let beyond = match &board_cpus {

@@ -194,6 +194,7 @@ pub fn planned() -> Vec<cpusets::cmdline::Token> {
     };
     let kernel = KernelSection {
         cmdline: vec!["mitigations=off".into(), "fbcon=map:1".into()],
+        ..KernelSection::default()
     };
     cpusets::cmdline::plan(&cpus, &kernel, &CpuSet::first(6))
 }
