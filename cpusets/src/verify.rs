@@ -7,9 +7,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use controller::kernel::{KernelFacts, KernelVersion};
 use serde::Serialize;
 
 use crate::cmdline;
+use crate::config::DeclaredKernel;
 use crate::cpuset::CpuSet;
 use crate::model::live::{
     find_cgroup_root, read_cpu_list, read_cpu_mask, read_interrupts, read_opt, sys_path, Live,
@@ -36,6 +38,9 @@ pub struct VerifyOptions {
     pub allow_tasks: Vec<String>,
     /// Interrupts `apply` found the kernel would not move.
     pub unmovable_irqs: Vec<u32>,
+    /// The kernel robot.yaml says the board runs, compared with the one
+    /// that does.
+    pub declared_kernel: Option<DeclaredKernel>,
 }
 
 impl Default for VerifyOptions {
@@ -45,6 +50,7 @@ impl Default for VerifyOptions {
             interrupts_after: None,
             allow_tasks: Vec::new(),
             unmovable_irqs: Vec::new(),
+            declared_kernel: None,
         }
     }
 }
@@ -251,6 +257,44 @@ pub fn verify(
             Some("boot a PREEMPT_RT kernel (Debian: linux-image-rt-<arch>; Jetson Linux: the real-time kernel packages)"),
         )
     });
+
+    // What the kernel offers, and whether it is the one robot.yaml names.
+    // `uname -r`; a captured tree may hold only /proc/version
+    // (`Linux version <release> ...`).
+    let release = match read_opt(&p("/proc/sys/kernel/osrelease"))? {
+        Some(r) => r,
+        None => read_opt(&p("/proc/version"))?
+            .and_then(|v| v.split_whitespace().nth(2).map(String::from))
+            .unwrap_or_default(),
+    };
+    let release: String = release.trim().chars().take(64).collect();
+    let facts = KernelFacts::of(&release, sysroot == Path::new("/"));
+    checks.push(check(
+        "kernel.capabilities",
+        Status::Ok,
+        format!("{release}: {}", facts.summary()),
+        None,
+    ));
+    if let Some(d) = &opts.declared_kernel {
+        let live = KernelVersion::parse(&release).ok();
+        checks.push(match live {
+            Some(v) if (v.major, v.minor) == (d.version.major, d.version.minor) => check(
+                "kernel.declared",
+                Status::Ok,
+                format!("runs {release}, as robot.yaml says ({})", d.source),
+                None,
+            ),
+            _ => check(
+                "kernel.declared",
+                Status::Drift,
+                format!(
+                    "runs `{release}`, robot.yaml says {}.{} ({})",
+                    d.version.major, d.version.minor, d.source
+                ),
+                Some("correct `kernel.version` or `kernel.l4t` in robot.yaml (config check and plan reason from it), or boot the kernel it names"),
+            ),
+        });
+    }
 
     // The command line, and whether it took effect.
     let cmdline_text = read_opt(&p("/proc/cmdline"))?.unwrap_or_default();

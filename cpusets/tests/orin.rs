@@ -497,3 +497,54 @@ fn json_report_has_every_check() {
         "{doc:#}"
     );
 }
+
+#[test]
+fn verify_reports_what_the_jetpack_kernel_offers_and_whether_robot_yaml_names_it() {
+    use cpusets::config::KernelSection;
+    let t = tree("orin-nano-5.15");
+    let root = t.path();
+    let plan = orin().plan(root);
+    let with = |decl: KernelSection| VerifyOptions {
+        declared_kernel: decl.declared(),
+        ..verify_opts(root)
+    };
+    let v = verify::verify(&plan, root, &with(KernelSection::default())).unwrap();
+    let caps = v.check("kernel.capabilities").unwrap();
+    assert_eq!(caps.status, Status::Ok);
+    assert!(
+        caps.detail.starts_with(
+            "5.15.148-rt-tegra: wake backend doorbell (io_uring futex wait: no; futex_waitv: no); cgroup partitions: isolated no, nested no; by version"
+        ),
+        "{}",
+        caps.detail
+    );
+    assert!(v.check("kernel.declared").is_none());
+
+    // JetPack 6 is 5.15: as declared.
+    let jp6 = KernelSection {
+        l4t: Some("R36.4.3".into()),
+        ..KernelSection::default()
+    };
+    let v = verify::verify(&plan, root, &with(jp6)).unwrap();
+    let d = v.check("kernel.declared").unwrap();
+    assert_eq!(d.status, Status::Ok, "{}", d.detail);
+    assert!(
+        d.detail.contains("(kernel.l4t R36.4.3, JetPack 6)"),
+        "{}",
+        d.detail
+    );
+
+    // JetPack 5 is 5.10: the board runs something else.
+    let jp5 = KernelSection {
+        l4t: Some("35.6.0".into()),
+        ..KernelSection::default()
+    };
+    let v = verify::verify(&plan, root, &with(jp5)).unwrap();
+    let d = v.check("kernel.declared").unwrap();
+    assert_eq!(d.status, Status::Drift);
+    assert_eq!(
+        d.detail,
+        "runs `5.15.148-rt-tegra`, robot.yaml says 5.10 (kernel.l4t R35.6.0, JetPack 5)"
+    );
+    assert!(d.hint.as_deref().unwrap().contains("kernel.l4t"));
+}

@@ -404,6 +404,64 @@ fn compare_runs_all_six_mechanisms_and_delivers_every_message() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// On a kernel like JetPack 6's 5.15 (io_uring without futex waits, no
+/// futex_waitv: the test profile makes this kernel look so), the check
+/// runs the runtime's own backend there, the doorbell, first, and says
+/// why the two others cannot run.
+#[test]
+fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &[
+            "check",
+            "--compare",
+            "--duration",
+            "2s",
+            "--json",
+            "-q",
+            "--no-verify",
+        ],
+        &["env", "RTDEPLOY_TEST_KERNEL_PROFILE=jetpack6"],
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout(&out)).expect("stdout is one JSON document");
+    assert_valid(&doc);
+    let ran: Vec<&str> = doc["scenario"]["mechanisms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert_eq!(ran[0], "doorbell", "the runtime's backend here decides");
+    assert!(
+        !ran.contains(&"io_uring") && !ran.contains(&"futex_waitv"),
+        "{ran:?}"
+    );
+    let notes = doc["notes"].to_string();
+    for label in ["io_uring futex (armed) not run:", "futex_waitv not run:"] {
+        assert!(notes.contains(label), "{label} missing from {notes}");
+    }
+    assert_eq!(
+        doc["host"]["kernel_capabilities"]["wake_backend"],
+        "doorbell"
+    );
+    assert_eq!(doc["host"]["kernel_capabilities"]["found_by"], "probe");
+    assert_delivered(&doc, "doorbell");
+}
+
 #[test]
 fn eventfd_and_signalfd_run_alone_and_decide() {
     if !enough_cpus() {

@@ -33,6 +33,9 @@ pub struct HostFacts {
     /// read from `/dev/cpu_dma_latency` (microseconds); `None` when it
     /// could not be read.
     pub cpu_dma_latency_us: Option<i64>,
+    /// What the kernel offers the runtime and the CPU plan: probed when
+    /// the sysroot is `/`, else read off `kernel_release`.
+    pub kernel_capabilities: controller::kernel::KernelFacts,
 }
 
 /// One CPU's frequency governor.
@@ -105,7 +108,10 @@ pub fn read_host_facts(sysroot: &Path) -> HostFacts {
     let cpu_dma_latency_us = fs::read(sysroot.join("dev/cpu_dma_latency"))
         .ok()
         .and_then(|b| dma_latency_value(&b));
+    let kernel_capabilities =
+        controller::kernel::KernelFacts::of(&kernel_release, sysroot == Path::new("/"));
     HostFacts {
+        kernel_capabilities,
         kernel_release,
         preempt_rt: rt_flag || model == "PREEMPT_RT",
         preempt_model: model.to_string(),
@@ -170,5 +176,23 @@ mod tests {
         assert_eq!(dma_latency_value(&0i32.to_ne_bytes()), Some(0));
         assert_eq!(dma_latency_value(b"0x00000000\n"), Some(0));
         assert_eq!(dma_latency_value(b"15\n"), Some(15));
+    }
+
+    #[test]
+    fn a_captured_jetpack_tree_reports_its_kernel_by_version() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("proc/sys/kernel")).unwrap();
+        std::fs::write(
+            d.path().join("proc/sys/kernel/osrelease"),
+            "5.10.216-tegra\n",
+        )
+        .unwrap();
+        let f = read_host_facts(d.path()).kernel_capabilities;
+        assert_eq!(f.found_by, "version");
+        assert_eq!(f.wake_backend, Some("doorbell"));
+        assert!(!f.io_uring_futex && !f.futex_waitv);
+        // The running system is probed.
+        let live = read_host_facts(Path::new("/")).kernel_capabilities;
+        assert_eq!(live.found_by, "probe");
     }
 }

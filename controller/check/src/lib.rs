@@ -130,6 +130,26 @@ impl Mechanism {
         Mechanism::Signalfd,
     ];
 
+    /// The runtime's own mechanism on this kernel: the one of the backend
+    /// the event loop's probe picks (io_uring when the probe finds none,
+    /// so that the check says why it cannot run).
+    pub fn runtime() -> Mechanism {
+        match controller::event_loop::probe().backend {
+            Some(controller::event_loop::Backend::FutexWaitv) => Mechanism::FutexWaitv,
+            Some(controller::event_loop::Backend::Doorbell) => Mechanism::Doorbell,
+            _ => Mechanism::IoUringFutex,
+        }
+    }
+
+    /// What `--compare` runs: the runtime's own mechanism first (it
+    /// decides the verdict), then the rest of [`Mechanism::CHECKED`].
+    pub fn compared() -> Vec<Mechanism> {
+        let own = Mechanism::runtime();
+        std::iter::once(own)
+            .chain(Mechanism::CHECKED.into_iter().filter(|&m| m != own))
+            .collect()
+    }
+
     /// The name on the command line and in JSON.
     pub fn short(self) -> &'static str {
         match self {
@@ -401,7 +421,7 @@ pub fn run_boot(
     let mut inputs = inputs.clone();
     inputs.mechanisms.truncate(1);
     if inputs.mechanisms.is_empty() {
-        inputs.mechanisms.push(Mechanism::IoUringFutex);
+        inputs.mechanisms.push(Mechanism::runtime());
     }
     let env = CheckEnv {
         prefix: prefix.to_path_buf(),

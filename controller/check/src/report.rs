@@ -340,6 +340,7 @@ impl CheckReport {
                 &h.isolated_cpus
             },
         );
+        let _ = writeln!(o, "  kernel: {}", h.kernel_capabilities.summary());
         let s = &self.scenario;
         let _ = writeln!(
             o,

@@ -276,7 +276,7 @@ pub(crate) fn run(
         });
     }
     let wanted: Vec<Mechanism> = if inputs.mechanisms.is_empty() {
-        vec![Mechanism::IoUringFutex]
+        vec![Mechanism::runtime()]
     } else {
         inputs.mechanisms.clone()
     };

@@ -30,13 +30,15 @@ pub struct CheckArgs {
     #[arg(long, value_name = "D", value_parser = parse_dur)]
     pub duration: Option<Dur>,
 
-    /// Run the scenario once per wake mechanism and show them side by side
-    /// (the budgets of the first one decide the exit status).
+    /// Run the scenario once per wake mechanism and show them side by side:
+    /// the runtime's own on this kernel first (its budgets decide the exit
+    /// status), then the others the check drives.
     #[arg(long, conflicts_with_all = ["mechanism", "boot"])]
     pub compare: bool,
 
-    /// The wake mechanism: io_uring (the runtime's), futex_waitv, futex,
-    /// eventfd, signalfd.
+    /// The wake mechanism: io_uring, futex_waitv or doorbell (the runtime's
+    /// backends; default: the one its probe picks here), futex, eventfd,
+    /// signalfd.
     #[arg(long, value_name = "M", value_parser = parse_mechanism)]
     pub mechanism: Option<Mechanism>,
 
@@ -149,6 +151,7 @@ fn verify_summary(ctx: &Ctx, r: &Robot) -> String {
                     .map(|p| p.name.chars().take(15).collect())
                     .collect(),
                 unmovable_irqs: vec![],
+                declared_kernel: r.kernel.declared(),
             };
             let report = verify::verify(&plan, &ctx.sysroot, &opts)?;
             let s = report.summary();
@@ -188,7 +191,7 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     let mut inputs = inputs_from_robot(r);
     inputs.duration = args.duration;
     if args.compare {
-        inputs.mechanisms = Mechanism::CHECKED.to_vec();
+        inputs.mechanisms = Mechanism::compared();
     } else if let Some(m) = args.mechanism {
         inputs.mechanisms = vec![m];
     }

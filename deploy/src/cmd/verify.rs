@@ -59,6 +59,7 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
         interrupts_after: args.interrupts_after,
         allow_tasks,
         unmovable_irqs,
+        declared_kernel: r.kernel.declared(),
     };
     let report = verify::verify(&plan, &ctx.sysroot, &opts)?;
     if ctx.json {
