@@ -4,6 +4,10 @@
 #
 # Usage: scripts/fetch-rt-kernel.sh [--print-dir]
 #
+# RTDEPLOY_KERNEL_SERIES=5.10 fetches bullseye's 5.10 PREEMPT_RT kernel
+# instead (linux-image-5.10.*-rt-amd64-unsigned: the series of JetPack 5,
+# with neither io_uring futex waits nor futex_waitv) into rt-kernel-5.10.
+#
 # Cache: $RTDEPLOY_CACHE/rt-kernel (default <repo>/.cache/rt-kernel). When the
 # cache already holds an extracted kernel nothing touches the network.
 # Result, in the cache directory:
@@ -27,7 +31,15 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE_ROOT=${RTDEPLOY_CACHE:-$REPO/.cache}
-DIR=$CACHE_ROOT/rt-kernel
+SERIES=${RTDEPLOY_KERNEL_SERIES:-}
+case $SERIES in
+'') DIR=$CACHE_ROOT/rt-kernel DEFAULT_SUITE=trixie
+    PKG_RE='^linux-image-6\.(1[2-9]|[2-9][0-9])\.[^ ]*-rt-amd64-unsigned$' ;;
+5.10) DIR=$CACHE_ROOT/rt-kernel-5.10 DEFAULT_SUITE=bullseye
+    PKG_RE='^linux-image-5\.10\.[^ ]*-rt-amd64-unsigned$' ;;
+*) echo "fetch-rt-kernel: RTDEPLOY_KERNEL_SERIES=$SERIES: only 5.10 (or unset)" >&2
+    exit 2 ;;
+esac
 # The Debian archive this machine's apt already uses (deb822 `URIs:` or
 # one-line `deb` entries), not the security archive.
 system_mirror() {
@@ -42,8 +54,7 @@ system_mirror() {
     printf '%s' "$uri"
 }
 MIRROR=${RTDEPLOY_DEBIAN_MIRROR:-$(system_mirror)}
-SUITE=${RTDEPLOY_KERNEL_SUITE:-trixie}
-PKG_RE='^linux-image-6\.(1[2-9]|[2-9][0-9])\.[^ ]*-rt-amd64-unsigned$'
+SUITE=${RTDEPLOY_KERNEL_SUITE:-$DEFAULT_SUITE}
 
 log() { printf 'fetch-rt-kernel: %s\n' "$*" >&2; }
 
@@ -92,7 +103,7 @@ APT_OPTS=(
 )
 log "apt-get update ($SUITE main, private state)"
 apt-get "${APT_OPTS[@]}" update -q >&2
-PKG=$(apt-cache "${APT_OPTS[@]}" pkgnames linux-image-6. | grep -E "$PKG_RE" | sort -V | tail -n1 || true)
+PKG=$(apt-cache "${APT_OPTS[@]}" pkgnames linux-image- | grep -E "$PKG_RE" | sort -V | tail -n1 || true)
 if [ -z "$PKG" ]; then
     log "no package matching $PKG_RE in $SUITE"
     exit 2

@@ -11,7 +11,15 @@ echo 4 >/proc/sys/kernel/printk
 umount /proc
 # The driver writes to the virtio console (/dev/hvc0), where nothing else
 # writes; the serial console keeps the kernel's and the supervisor's lines.
-exec 3>/dev/hvc0 || exec 3>/dev/console
+# Without a virtio console (a kernel with virtio as modules), the second
+# serial port. (A redirection to a missing device would make a file.)
+if [ -c /dev/hvc0 ]; then
+    exec 3>/dev/hvc0
+elif [ -c /dev/ttyS1 ]; then
+    exec 3>/dev/ttyS1
+else
+    exec 3>/dev/console
+fi
 /usr/lib/rtdeploy-e2e/driver.sh </dev/null >&3 2>&1 &
 exec 3>&-
 exec /usr/bin/deploy supervise --poweroff-on-exit
