@@ -370,8 +370,8 @@ pub fn channel_path(shm_dir: &Path, name: &str) -> PathBuf {
 /// Creating a channel file failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelCreateError {
-    #[error("{0}")]
-    InvalidName(String),
+    #[error(transparent)]
+    InvalidName(#[from] crate::config::ChannelNameError),
     #[error("channel `{name}`: {reason}")]
     Geometry {
         name: String,
@@ -384,8 +384,8 @@ pub enum ChannelCreateError {
 /// Opening an existing channel file failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelOpenError {
-    #[error("{0}")]
-    InvalidName(String),
+    #[error(transparent)]
+    InvalidName(#[from] crate::config::ChannelNameError),
     #[error("channel file {path} does not exist (the supervisor creates channels at start)")]
     NotFound { path: PathBuf },
     #[error("cannot open channel file {path}")]

@@ -305,7 +305,7 @@ impl ChannelConfig {
 
     pub fn validate(&self, path: &str, out: &mut Vec<Problem>) {
         if let Err(e) = validate_channel_name(&self.name) {
-            out.push((format!("{path}.name"), e));
+            out.push((format!("{path}.name"), e.to_string()));
         }
         if self.max_size.0 == 0 || self.max_size.0 > MAX_MESSAGE_SIZE {
             out.push((
@@ -368,8 +368,16 @@ impl ChannelConfig {
     }
 }
 
+/// A text that is not a channel name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{name}` is not a channel name (expected `/` and parts of a-z, 0-9, `_`, `-`, `.`, like `/imu/raw`, at most 128 characters)")]
+pub struct ChannelNameError {
+    /// The name, cut to 200 characters.
+    pub name: String,
+}
+
 /// Checks a channel name: `/` then `/`-separated parts of `[a-z0-9_.-]`.
-pub fn validate_channel_name(name: &str) -> Result<(), String> {
+pub fn validate_channel_name(name: &str) -> Result<(), ChannelNameError> {
     let ok = name.len() <= 128
         && name.starts_with('/')
         && name[1..].split('/').all(|part| {
@@ -383,9 +391,9 @@ pub fn validate_channel_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "`{name}` is not a channel name (expected `/` and parts of a-z, 0-9, `_`, `-`, `.`, like `/imu/raw`, at most 128 characters)"
-        ))
+        Err(ChannelNameError {
+            name: name.chars().take(200).collect(),
+        })
     }
 }
 

@@ -62,7 +62,12 @@ pub fn render(robot: &RobotSection, housekeeping: &CpuSet, processes: &[ProcessC
         u.push_str(&format!("CPUAffinity={housekeeping}\n"));
     }
     u.push_str("OOMScoreAdjust=-900\n");
-    u.push_str("Environment=RTDEPLOY_CONFIG=/etc/rtdeploy/robot.yaml\n");
+    u.push_str(&format!(
+        "Environment=RTDEPLOY_CONFIG={}\n",
+        releases::Layout::new(std::path::Path::new("/"))
+            .config_link()
+            .display()
+    ));
     u.push_str("\n[Install]\n");
     u.push_str("WantedBy=multi-user.target\n");
     u

@@ -402,21 +402,18 @@ pub fn run(
     scenario::run(inputs, env, progress, "check")
 }
 
-/// Where the boot check's report goes under `prefix`.
-pub fn boot_report_path(prefix: &Path) -> PathBuf {
-    prefix.join("var/lib/rtdeploy/boot-check.json")
-}
-
 /// The supervisor's boot check: the same run, shortened to `inputs.duration`
 /// (the caller passes `boot_check.duration`), with the runtime's mechanism
 /// only and no progress display; the report (JSON, the documented schema)
-/// is written to `<prefix>/var/lib/rtdeploy/boot-check.json` (directories
-/// created, written to a temporary file, fsync'd and renamed) and returned.
+/// is written to `report_path` (the on-robot layout's
+/// `var/lib/rtdeploy/boot-check.json`; directories created, written to a
+/// temporary file, fsync'd and renamed) and returned.
 pub fn run_boot(
     inputs: &CheckInputs,
     prefix: &Path,
     sysroot: &Path,
     exe: &Path,
+    report_path: &Path,
 ) -> Result<CheckReport, CheckRunError> {
     let mut inputs = inputs.clone();
     inputs.mechanisms.truncate(1);
@@ -429,7 +426,7 @@ pub fn run_boot(
         exe: exe.to_path_buf(),
     };
     let report = scenario::run(&inputs, &env, &NoProgress, "boot")?;
-    write_report(&report, &boot_report_path(prefix))?;
+    write_report(&report, report_path)?;
     Ok(report)
 }
 

@@ -23,9 +23,6 @@ pub struct ApplyArgs {
     pub dry_run: bool,
 }
 
-/// Where `apply` leaves the interrupts it could not move, for `verify`.
-pub const STATE_FILE: &str = releases::layout::rel::CPUSETS_APPLY_STATE;
-
 #[derive(Serialize)]
 struct Doc<'a> {
     plan: &'a RuntimePlan,
@@ -41,7 +38,9 @@ pub fn run(ctx: &Ctx, args: ApplyArgs) -> anyhow::Result<Exit> {
     let opts = ApplyOptions::for_sysroot(&ctx.sysroot, args.dry_run);
     let report = apply::apply(&plan, &ctx.sysroot, &opts).context("applying the CPU plan")?;
     if !args.dry_run {
-        if let Err(e) = ApplyState::from_report(&report).write(&ctx.root(STATE_FILE)) {
+        if let Err(e) = ApplyState::from_report(&report)
+            .write(&releases::Layout::new(&ctx.prefix).cpusets_apply_state())
+        {
             ctx.note(format!("note: {:#}", anyhow::Error::new(e)));
         }
     }

@@ -204,11 +204,9 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
         .context("cannot find the path of this executable (for the check's workers)")?;
     let report = if args.boot {
         inputs.duration = Some(args.duration.unwrap_or(r.boot_check.duration));
-        let report = check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe)?;
-        ctx.note(format!(
-            "boot check report written to {}",
-            check::boot_report_path(&ctx.prefix).display()
-        ));
+        let path = releases::Layout::new(&ctx.prefix).boot_check_report();
+        let report = check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe, &path)?;
+        ctx.note(format!("boot check report written to {}", path.display()));
         report
     } else {
         let env = CheckEnv {

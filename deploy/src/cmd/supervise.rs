@@ -139,7 +139,7 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
     let state = super::apply::ApplyState {
         unmovable_irqs: report.unmovable_irqs(),
     };
-    let path = ctx.root(super::apply::STATE_FILE);
+    let path = releases::Layout::new(&ctx.prefix).cpusets_apply_state();
     let saved = path
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
@@ -185,8 +185,8 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
             ))
         }
     };
-    let path = check::boot_report_path(&ctx.prefix);
-    match check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe) {
+    let path = releases::Layout::new(&ctx.prefix).boot_check_report();
+    match check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe, &path) {
         Ok(r) if r.passed() => BootCheckOutcome::Passed(format!("report {}", path.display())),
         Ok(r) => BootCheckOutcome::Failed(format!(
             "over budget: {} (report {})",

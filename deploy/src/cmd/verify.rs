@@ -12,7 +12,6 @@ use clap::Args;
 use cpusets::apply_state::ApplyState;
 use cpusets::verify::{self, VerifyOptions};
 
-use super::apply::STATE_FILE;
 use super::plan::live_plan;
 use crate::ctx::{Ctx, Exit};
 
@@ -44,7 +43,9 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
         .filter(|p| !r.process_cpus(p).is_disjoint(&r.cpus.isolated))
         .map(|p| p.name.chars().take(15).collect())
         .collect();
-    let unmovable_irqs = match ApplyState::read(&ctx.root(STATE_FILE)) {
+    let unmovable_irqs = match ApplyState::read(
+        &releases::Layout::new(&ctx.prefix).cpusets_apply_state(),
+    ) {
         Ok(state) => state.unwrap_or_default().unmovable_irqs,
         Err(e) => {
             ctx.note(format!(
