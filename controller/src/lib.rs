@@ -2,8 +2,11 @@
 //!
 //! A controller process is written against this crate: shared-memory
 //! publish/subscribe channels, an event loop that keeps one io_uring futex
-//! wait armed per watched channel, timers and phased loops on absolute
-//! `CLOCK_MONOTONIC` deadlines, real-time process setup, and timing reports.
+//! wait armed per watched channel (or, on kernels without io_uring futex
+//! waits, one `futex_waitv` or one [`doorbell`] futex per sleep), timers
+//! and phased loops on absolute `CLOCK_MONOTONIC` deadlines, real-time
+//! process setup, timing reports, and what a kernel version offers
+//! ([`kernel`]).
 //!
 //! Design rules:
 //! - the publish and handle paths never allocate, never panic and never take
@@ -12,7 +15,11 @@
 //! - `unsafe` lives only in the modules that map shared memory or issue
 //!   syscalls, each block with its `SAFETY:` argument;
 //! - an error says what failed and keeps the underlying error as its
-//!   `source()` without repeating it ([`error::Chain`] prints the chain).
+//!   `source()` without repeating it ([`error::Chain`] prints the chain);
+//! - no check engine, benchmark, serde_json or comparison wake mechanism
+//!   here (they live in the `check` crate): a controller links this alone;
+//! - test instrumentation (publish fault steps, abandoned publishers, the
+//!   test kernel profiles) exists only with the `fault-injection` feature.
 
 pub mod channel;
 pub mod config;
