@@ -460,6 +460,30 @@ fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
     );
     assert_eq!(doc["host"]["kernel_capabilities"]["found_by"], "probe");
     assert_delivered(&doc, "doorbell");
+
+    // The boot check runs the doorbell there too, rather than failing for
+    // want of io_uring.
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &["check", "--boot", "--duration", "1s", "-q", "--no-verify"],
+        &["env", "RTDEPLOY_TEST_KERNEL_PROFILE=jetpack6"],
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
+    let path = dir.path().join("var/lib/rtdeploy/boot-check.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("boot-check.json written"))
+            .unwrap();
+    assert_eq!(
+        doc["scenario"]["mechanisms"],
+        serde_json::json!(["doorbell"])
+    );
+    assert_delivered(&doc, "doorbell");
 }
 
 #[test]

@@ -287,7 +287,8 @@ pub struct CheckInputs {
     /// Process wakeup budgets (`processes[].budgets.wakeup`).
     pub process_budgets: Vec<NamedBudget>,
     /// The mechanisms to run; the first one decides the verdict, the
-    /// others are for comparison.
+    /// others are for comparison. Empty: the runtime's own on this kernel
+    /// ([`Mechanism::runtime`]), found when the run starts.
     pub mechanisms: Vec<Mechanism>,
     /// Lines to carry into the report (e.g. a verify summary).
     pub notes: Vec<String>,
@@ -310,7 +311,7 @@ impl CheckInputs {
             cpu_dma_latency_us: None,
             channel_budgets: vec![],
             process_budgets: vec![],
-            mechanisms: vec![Mechanism::IoUringFutex],
+            mechanisms: vec![],
             notes: vec![],
         }
     }
