@@ -298,7 +298,7 @@ fn boot_check_writes_its_report_under_the_prefix() {
 const MECHANISMS: [(&str, &str); 6] = [
     ("io_uring", "io_uring futex (armed)"),
     ("futex_waitv", "futex_waitv"),
-    ("doorbell", "doorbell (futex per waiter)"),
+    ("doorbell", "doorbell"),
     ("futex", "futex"),
     ("eventfd", "eventfd"),
     ("signalfd", "RT signal + signalfd"),

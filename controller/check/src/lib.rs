@@ -168,7 +168,7 @@ impl Mechanism {
         match self {
             Mechanism::IoUringFutex => "io_uring futex (armed)",
             Mechanism::FutexWaitv => "futex_waitv",
-            Mechanism::Doorbell => "doorbell (futex per waiter)",
+            Mechanism::Doorbell => "doorbell",
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "RT signal + signalfd",

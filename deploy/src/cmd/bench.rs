@@ -43,7 +43,7 @@ pub struct WakeArgs {
     /// Interleaved rounds over the mechanisms.
     #[arg(long, default_value_t = 5)]
     pub rounds: u32,
-    /// Only these mechanisms (io_uring, futex_waitv, futex, eventfd,
+    /// Only these mechanisms (io_uring, futex_waitv, doorbell, futex, eventfd,
     /// signalfd, pipe); repeatable.
     #[arg(long = "mechanism")]
     pub mechanisms: Vec<String>,
