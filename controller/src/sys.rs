@@ -77,33 +77,7 @@ pub fn futex_wake_all(index: &AtomicU64) -> io::Result<usize> {
 /// an optional relative timeout. `Ok(())` on wake or `EAGAIN`/`EINTR`/timeout
 /// (the caller re-checks the word in every case).
 pub fn futex_wait(index: &AtomicU64, expected: u32, timeout_ns: Option<u64>) -> io::Result<()> {
-    let word = low_word_ptr(index);
-    let ts = timeout_ns.map(timespec_of);
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `word` points into `index`, alive for the call, 4-byte aligned;
-    // `tsp` is null or points to a timespec that outlives the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word,
-            libc::FUTEX_WAIT,
-            expected,
-            tsp,
-            std::ptr::null::<u32>(),
-            0u32,
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ETIMEDOUT) => Ok(()),
-            _ => Err(e),
-        }
-    } else {
-        Ok(())
-    }
+    futex_wait_op(index, libc::FUTEX_WAIT, expected, timeout_ns, 0).map(|_| ())
 }
 
 /// What a wait on one futex word ended with.
@@ -113,7 +87,7 @@ pub enum WaitResult {
     Woken,
     /// The word did not hold the expected value when the kernel looked.
     Again,
-    /// The absolute deadline passed.
+    /// The timeout or deadline passed.
     TimedOut,
     /// A signal interrupted the wait.
     Interrupted,
@@ -128,23 +102,41 @@ pub fn futex_wait_until(
     expected: u32,
     deadline_ns: Option<u64>,
 ) -> io::Result<WaitResult> {
+    futex_wait_op(
+        word,
+        libc::FUTEX_WAIT_BITSET,
+        expected,
+        deadline_ns,
+        u32::MAX,
+    )
+}
+
+/// One futex wait (`op`: `FUTEX_WAIT` with a relative timeout, or
+/// `FUTEX_WAIT_BITSET` with an absolute one) on the low word of `word`.
+fn futex_wait_op(
+    word: &AtomicU64,
+    op: i32,
+    expected: u32,
+    time_ns: Option<u64>,
+    bitset: u32,
+) -> io::Result<WaitResult> {
     let ptr = low_word_ptr(word);
-    let ts = deadline_ns.map(timespec_of);
+    let ts = time_ns.map(timespec_of);
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `ptr` points into `word`, alive for the call, 4-byte aligned;
     // `tsp` is null or points to a timespec that outlives the call; the
-    // bitset (all ones) is passed by value.
+    // bitset is passed by value (ignored by FUTEX_WAIT).
     let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             ptr,
-            libc::FUTEX_WAIT_BITSET,
+            op,
             expected,
             tsp,
             std::ptr::null::<u32>(),
-            u32::MAX,
+            bitset,
         )
     };
     if r >= 0 {

@@ -335,27 +335,22 @@ fn assert_delivered(doc: &serde_json::Value, mech: &str) {
     );
 }
 
-#[test]
-fn compare_runs_all_six_mechanisms_and_delivers_every_message() {
-    if !enough_cpus() {
-        return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = robot_yaml(dir.path(), |t| t);
+/// `deploy check --compare --json` for `duration` (under `wrap`): the
+/// report, checked against the schema, and the mechanisms it ran.
+fn compare_run(dir: &Path, cfg: &Path, duration: &str, wrap: &[&str]) -> serde_json::Value {
     let out = deploy(
-        dir.path(),
-        &cfg,
+        dir,
+        cfg,
         &[
             "check",
             "--compare",
             "--duration",
-            "3s",
+            duration,
             "--json",
             "-q",
             "--no-verify",
         ],
-        &[],
+        wrap,
     );
     let code = out.status.code();
     assert!(
@@ -366,18 +361,35 @@ fn compare_runs_all_six_mechanisms_and_delivers_every_message() {
     let doc: serde_json::Value =
         serde_json::from_str(&stdout(&out)).expect("stdout is one JSON document");
     assert_valid(&doc);
+    doc
+}
+
+/// The mechanisms a report ran, in order.
+fn ran(doc: &serde_json::Value) -> Vec<&str> {
+    doc["scenario"]["mechanisms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn compare_runs_all_six_mechanisms_and_delivers_every_message() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    let doc = compare_run(dir.path(), &cfg, "3s", &[]);
     let notes: Vec<&str> = doc["notes"]
         .as_array()
         .unwrap()
         .iter()
         .map(|n| n.as_str().unwrap())
         .collect();
-    let ran: Vec<&str> = doc["scenario"]["mechanisms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.as_str().unwrap())
-        .collect();
+    let ran = ran(&doc);
     for (mech, label) in MECHANISMS {
         if let Some(why) = notes
             .iter()
@@ -416,35 +428,13 @@ fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
-    let out = deploy(
+    let doc = compare_run(
         dir.path(),
         &cfg,
-        &[
-            "check",
-            "--compare",
-            "--duration",
-            "2s",
-            "--json",
-            "-q",
-            "--no-verify",
-        ],
+        "2s",
         &["env", "RTDEPLOY_TEST_KERNEL_PROFILE=jetpack6"],
     );
-    let code = out.status.code();
-    assert!(
-        code == Some(0) || code == Some(1),
-        "exit {code:?}: {}",
-        stderr(&out)
-    );
-    let doc: serde_json::Value =
-        serde_json::from_str(&stdout(&out)).expect("stdout is one JSON document");
-    assert_valid(&doc);
-    let ran: Vec<&str> = doc["scenario"]["mechanisms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.as_str().unwrap())
-        .collect();
+    let ran = ran(&doc);
     assert_eq!(ran[0], "doorbell", "the runtime's backend here decides");
     assert!(
         !ran.contains(&"io_uring") && !ran.contains(&"futex_waitv"),

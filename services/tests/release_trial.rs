@@ -2,7 +2,7 @@
 //! release: one that crashes is rolled back by itself, one that stays up
 //! for the health window is committed.
 
-#[path = "release_util.rs"]
+#[path = "../releases/tests/util/mod.rs"]
 mod util;
 
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! cut is rolled back before any process starts.
 
 mod common;
-#[path = "release_util.rs"]
+#[path = "../releases/tests/util/mod.rs"]
 mod util;
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,5 @@
-//! Helpers shared by the release store's tests (`mod util;` in each).
+//! Helpers shared by the release store's tests (`mod util;` in each) and
+//! the supervisor's trial tests (`#[path]` to this file).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
