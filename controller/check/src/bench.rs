@@ -178,7 +178,7 @@ impl WakeReport {
         );
         let _ = writeln!(
             out,
-            "(io_uring futex (armed), futex_waitv and doorbell are this runtime's event loop on its three backends; futex is a bare FUTEX_WAIT/FUTEX_WAKE pair, the floor; microseconds)"
+            "(io_uring futex (armed), futex_waitv and doorbell are this runtime's event loop on its io_uring-futex, futex_waitv and doorbell backends; futex is a bare FUTEX_WAIT/FUTEX_WAKE pair, the floor; microseconds)"
         );
         let _ = writeln!(
             out,

@@ -33,8 +33,10 @@ fn wake_bench_measures_every_mechanism() {
     }
     let table = r.table();
     assert!(table.contains("io_uring-futex") && table.contains("signalfd"));
+    assert!(table.contains("doorbell backends"));
     let json = serde_json::to_value(&r).unwrap();
-    assert_eq!(json["results"][2]["mechanism"], "futex");
+    assert_eq!(json["results"][2]["mechanism"], "doorbell");
+    assert_eq!(json["results"][3]["mechanism"], "futex");
 }
 
 #[test]
