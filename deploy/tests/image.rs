@@ -210,6 +210,20 @@ fn flash_dry_run_prints_the_jetson_commands() {
     );
     write(&l4t.join("flash.sh"), b"#!/bin/sh\nexit 1\n", 0o755);
     write(&l4t.join("rootfs/README.txt"), b"", 0o644);
+    write(&l4t.join("jetson-orin-nano-devkit.conf"), b"", 0o644);
+    // The release as Jetson Linux R36.4.3 names it; the example's
+    // robot.yaml names none.
+    write(
+        &l4t.join("nv_tegra/bsp_version"),
+        b"BSP_BRANCH=36\nBSP_MAJOR=4\nBSP_MINOR=3\n",
+        0o644,
+    );
+    // A base that went through NVIDIA's apply_binaries.sh.
+    write(
+        &t.path().join("base/etc/nv_tegra_release"),
+        b"# R36 (release), REVISION: 4.3\n",
+        0o644,
+    );
     let cfg = example("orin-nano.yaml");
     let o = deploy(
         t.path(),
@@ -249,10 +263,35 @@ fn flash_dry_run_prints_the_jetson_commands() {
         "{out}"
     );
     assert!(
-        out.contains("./tools/kernel_flash/l4t_initrd_flash.sh --external-device nvme0n1p1 -c tools/kernel_flash/flash_l4t_t234_nvme.xml"),
+        out.contains("./tools/kernel_flash/l4t_initrd_flash.sh --external-device nvme0n1p1 -c tools/kernel_flash/flash_l4t_t234_nvme.xml -p '-c bootloader/generic/cfg/flash_t234_qspi.xml' --showlogs --network usb0 jetson-orin-nano-devkit internal"),
         "{out}"
     );
-    assert!(out.contains("jetson-orin-nano-devkit internal"), "{out}");
+    assert!(out.contains("Jetson Linux R36.4.3"), "{out}");
+
+    // A storage the Orin Nano lacks is refused, naming what it has.
+    let o = deploy(
+        t.path(),
+        &[
+            "-c",
+            cfg.to_str().unwrap(),
+            "flash",
+            "--image",
+            "robot.tar.zst",
+            "--l4t",
+            "Linux_for_Tegra",
+            "--storage",
+            "emmc",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains(
+            "board `jetson-orin-nano` has no emmc storage (it has nvme, usb, sd); nothing was written"
+        ),
+        "{}",
+        text(&o.stderr)
+    );
     // Nothing ran: the rootfs is still empty.
     assert_eq!(fs::read_dir(l4t.join("rootfs")).unwrap().count(), 1);
 

@@ -68,9 +68,16 @@ pub struct FlashArgs {
     #[arg(long, value_name = "DIR")]
     pub l4t: PathBuf,
     /// Where the root filesystem goes: nvme, usb (l4t_initrd_flash.sh),
-    /// emmc or sd (flash.sh).
+    /// emmc or sd (flash.sh); only storage the board's module has (AGX
+    /// Orin: emmc, nvme, usb; Orin NX: nvme, usb; Orin Nano: nvme, usb,
+    /// sd on the developer kit's module).
     #[arg(long, value_name = "S", default_value = "nvme")]
     pub storage: rootfs::flash::Storage,
+    /// The carrier board: p3768 (Orin Nano developer kit), p3509 (Xavier
+    /// NX developer kit) or p3737 (AGX Orin developer kit) [default: the
+    /// module's developer kit carrier]
+    #[arg(long, value_name = "C")]
+    pub carrier: Option<rootfs::flash::Carrier>,
     /// Print the commands instead of running them.
     #[arg(long)]
     pub dry_run: bool,
@@ -209,7 +216,16 @@ pub fn run_flash(ctx: &Ctx, args: FlashArgs) -> anyhow::Result<Exit> {
         .board
         .board()
         .with_context(|| format!("unknown board `{}`", robot.board.model))?;
-    let plan = rootfs::flash::plan(board, &args.image, &args.l4t, args.storage)?;
+    // The L4T release: robot.yaml's `kernel.l4t` and the directory's
+    // nv_tegra/bsp_version, which the plan checks against each other.
+    let plan = rootfs::flash::plan(
+        board,
+        &args.image,
+        &args.l4t,
+        args.storage,
+        args.carrier,
+        robot.kernel.l4t_release(),
+    )?;
     if args.dry_run {
         if ctx.json {
             ctx.print_json(&plan)?;
@@ -218,7 +234,10 @@ pub fn run_flash(ctx: &Ctx, args: FlashArgs) -> anyhow::Result<Exit> {
         }
         return Ok(Exit::Ok);
     }
-    ctx.note(format!("flashing {} with {}", board.model, plan.config));
+    ctx.note(format!(
+        "flashing {} on {} with L4T {} ({})",
+        board.model, plan.carrier, plan.release, plan.config
+    ));
     rootfs::flash::run(&plan)?;
     if ctx.json {
         ctx.print_json(&plan)?;
