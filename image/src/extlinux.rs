@@ -6,11 +6,46 @@
 //! Every line the merge does not change is kept byte for byte (comments,
 //! indentation, other labels), so the result diffs cleanly against the
 //! base.
+//!
+//! The boot loader is NVIDIA's L4TLauncher (edk2-nvidia,
+//! `Silicon/NVIDIA/Application/L4TLauncher/L4TLauncher.c`,
+//! `ProcessExtLinuxConfig`, branches r35.3.1-updates to r36.4.3-updates:
+//! https://github.com/NVIDIA/edk2-nvidia/blob/r36.4.3-updates/Silicon/NVIDIA/Application/L4TLauncher/L4TLauncher.c).
+//! What it does with a line, and so what the lint refuses:
+//! - it cuts the line at the first `#` (anywhere, an `APPEND` argument
+//!   too) and trims spaces and tabs;
+//! - it compares the start of the line with each keyword it knows, case
+//!   sensitively (`StrnCmp`): TIMEOUT, DEFAULT, MENU TITLE, LABEL, MENU
+//!   LABEL, LINUX, INITRD, FDT, APPEND, and OVERLAYS (read from R36 on;
+//!   R35's launcher ignores it). Any other line, `KERNEL` or a lower case
+//!   `linux` included, is skipped without a word, so a label whose kernel
+//!   is given by `KERNEL` has none and does not boot;
+//! - it keeps at most 10 labels (`MAX_EXTLINUX_OPTIONS`): an 11th `LABEL`
+//!   is dropped and the lines after it overwrite the 10th label's kernel,
+//!   initrd and arguments;
+//! - lines of a label before the first `LABEL` are skipped.
 
 use cpusets::cmdline::{merge, Token};
 
 /// The name of the label rtdeploy adds with the original command line.
 pub const FALLBACK_LABEL: &str = "rtdeploy-original";
+
+/// The keywords L4TLauncher reads, as it spells them.
+pub const L4T_KEYWORDS: &[&str] = &[
+    "TIMEOUT",
+    "DEFAULT",
+    "MENU TITLE",
+    "LABEL",
+    "MENU LABEL",
+    "LINUX",
+    "INITRD",
+    "FDT",
+    "APPEND",
+    "OVERLAYS",
+];
+
+/// The most labels L4TLauncher keeps (`MAX_EXTLINUX_OPTIONS`).
+pub const MAX_LABELS: usize = 10;
 
 /// The kernel's command line buffer on arm64 (`COMMAND_LINE_SIZE`).
 pub const MAX_CMDLINE: usize = 2048;
@@ -103,16 +138,37 @@ pub fn lint(text: &str) -> Vec<String> {
             ));
         }
     }
+    if all.len() > MAX_LABELS {
+        problems.push(format!(
+            "{} LABEL entries, over the {MAX_LABELS} the boot loader (L4TLauncher) keeps: it drops `{}` and later ones and applies their lines to `{}`",
+            all.len(),
+            all[MAX_LABELS].name,
+            all[MAX_LABELS - 1].name
+        ));
+    }
+    let mut seen_label = false;
     for (i, line) in lines.iter().enumerate() {
         let Some((kw, arg)) = keyword(line) else {
             continue;
         };
         let n = i + 1;
+        let known = L4T_KEYWORDS.contains(&kw.as_str());
         match kw.as_str() {
+            "KERNEL" => problems.push(format!(
+                "line {n}: the boot loader (L4TLauncher) does not read KERNEL, so the label would have no kernel (use LINUX)"
+            )),
             "FDTDIR" => problems.push(format!(
                 "line {n}: FDTDIR is not supported by the Jetson boot loader (name the file with FDT /boot/....dtb)"
             )),
-            "LINUX" | "KERNEL" | "INITRD" | "FDT" if !arg.starts_with('/') => {
+            _ if !known => problems.push(format!(
+                "line {n}: `{kw}` is not a keyword the boot loader (L4TLauncher) reads, it would skip the line (expected {})",
+                L4T_KEYWORDS.join(", ")
+            )),
+            _ if !line.trim_start().starts_with(kw.as_str()) => problems.push(format!(
+                "line {n}: the boot loader (L4TLauncher) reads `{kw}` only as written here, in upper case with one space; it would skip `{}`",
+                line.trim()
+            )),
+            "LINUX" | "INITRD" | "FDT" if !arg.starts_with('/') => {
                 problems.push(format!("line {n}: {kw} path `{arg}` is not absolute (expected /boot/...)"))
             }
             "APPEND" if arg.len() > MAX_CMDLINE => problems.push(format!(
@@ -120,6 +176,22 @@ pub fn lint(text: &str) -> Vec<String> {
                 arg.len()
             )),
             _ => {}
+        }
+        if kw == "LABEL" {
+            seen_label = true;
+        } else if known
+            && !seen_label
+            && !matches!(kw.as_str(), "TIMEOUT" | "DEFAULT" | "MENU TITLE")
+        {
+            problems.push(format!(
+                "line {n}: {kw} before the first LABEL belongs to no entry; the boot loader (L4TLauncher) skips it"
+            ));
+        }
+        if let Some(at) = line.find('#').filter(|_| kw == "APPEND") {
+            problems.push(format!(
+                "line {n}: `#` starts a comment for the boot loader (L4TLauncher) anywhere in a line; it would drop `{}` from the command line",
+                &line[at..]
+            ));
         }
     }
     for l in &all {
@@ -134,7 +206,7 @@ pub fn lint(text: &str) -> Vec<String> {
             ));
         }
         let kernels = (l.start..l.end)
-            .filter(|&i| keyword(lines[i]).is_some_and(|(k, _)| k == "LINUX" || k == "KERNEL"))
+            .filter(|&i| keyword(lines[i]).is_some_and(|(k, _)| k == "LINUX"))
             .count();
         if kernels != 1 {
             problems.push(format!(
@@ -185,6 +257,12 @@ pub fn merge_conf(text: &str, planned: &[Token]) -> Result<Merged, Vec<String>> 
         }
     }
     if !all.iter().any(|l| l.name == FALLBACK_LABEL) {
+        if all.len() >= MAX_LABELS {
+            return Err(vec![format!(
+                "the fallback label `{FALLBACK_LABEL}` would be entry {} of extlinux.conf, over the {MAX_LABELS} the boot loader (L4TLauncher) keeps; remove an entry from the base's /boot/extlinux/extlinux.conf",
+                all.len() + 1
+            )]);
+        }
         let mut block = Vec::new();
         block.push(String::new());
         block.push(format!("LABEL {FALLBACK_LABEL}"));
@@ -285,6 +363,99 @@ mod tests {
         assert!(merge_conf(bad, &[]).is_err());
         let p = lint("DEFAULT nope\nLABEL a\n LINUX /boot/Image\n");
         assert!(p.iter().any(|p| p.contains("`nope`")), "{p:?}");
+    }
+
+    /// One test per rule of L4TLauncher's parser (see the module
+    /// documentation), each on NVIDIA's own extlinux.conf with one change.
+    #[test]
+    fn lint_follows_l4t_launcher() {
+        // Jetson Linux's bootloader/extlinux.conf (R35.3.1 and R36.2).
+        let nvidia = "TIMEOUT 30\nDEFAULT primary\n\nMENU TITLE L4T boot options\n\nLABEL primary\n      MENU LABEL primary kernel\n      LINUX /boot/Image\n      INITRD /boot/initrd\n      APPEND ${cbootargs}\n";
+        assert_eq!(lint(nvidia), Vec::<String>::new());
+        let with_overlays = format!("{nvidia}      OVERLAYS /boot/a.dtbo\n      FDT /boot/k.dtb\n");
+        assert_eq!(lint(&with_overlays), Vec::<String>::new());
+
+        // KERNEL is not read: refused, pointing at LINUX.
+        let kernel = nvidia.replace("LINUX /boot/Image", "KERNEL /boot/Image");
+        assert_eq!(
+            lint(&kernel),
+            [
+                "line 8: the boot loader (L4TLauncher) does not read KERNEL, so the label would have no kernel (use LINUX)",
+                "line 6: label `primary` has 0 LINUX lines (expected one)",
+            ]
+        );
+        assert!(merge_conf(&kernel, &[]).is_err());
+
+        // Keywords are read in upper case only, and unknown ones skipped.
+        let lower = nvidia.replace("LINUX /boot/Image", "linux /boot/Image");
+        let p = lint(&lower);
+        assert!(
+            p.iter().any(|p| p.starts_with(
+                "line 8: the boot loader (L4TLauncher) reads `LINUX` only as written here"
+            )),
+            "{p:?}"
+        );
+        let two_spaces = nvidia.replace("MENU LABEL", "MENU  LABEL");
+        assert_eq!(lint(&two_spaces).len(), 1, "{:?}", lint(&two_spaces));
+        let unknown = nvidia.replace("TIMEOUT 30", "PROMPT 1");
+        let p = lint(&unknown);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with(
+                "line 1: `PROMPT` is not a keyword the boot loader (L4TLauncher) reads"
+            ),
+            "{p:?}"
+        );
+        assert!(
+            lint(&nvidia.replace("MENU TITLE", "MENU BACKGROUND"))[0].contains("`MENU BACKGROUND`")
+        );
+
+        // A label's line before the first LABEL belongs to no entry.
+        let early = nvidia.replace("DEFAULT primary", "DEFAULT primary\nAPPEND quiet");
+        assert!(
+            lint(&early)[0].starts_with("line 3: APPEND before the first LABEL"),
+            "{:?}",
+            lint(&early)
+        );
+
+        // `#` cuts an APPEND line.
+        let hash = nvidia.replace("APPEND ${cbootargs}", "APPEND ${cbootargs} quiet # debug");
+        assert!(
+            lint(&hash)[0].contains("would drop `# debug` from the command line"),
+            "{:?}",
+            lint(&hash)
+        );
+        assert!(lint(&nvidia.replace("LINUX /boot/Image", "LINUX /boot/Image # ours")).is_empty());
+    }
+
+    fn entries(n: usize) -> String {
+        let mut t = String::from("TIMEOUT 30\nDEFAULT l0\n");
+        for i in 0..n {
+            t.push_str(&format!(
+                "\nLABEL l{i}\n      LINUX /boot/Image\n      APPEND ${{cbootargs}}\n"
+            ));
+        }
+        t
+    }
+
+    #[test]
+    fn at_most_ten_entries() {
+        assert!(lint(&entries(10)).is_empty());
+        assert_eq!(
+            lint(&entries(11)),
+            ["11 LABEL entries, over the 10 the boot loader (L4TLauncher) keeps: it drops `l10` and later ones and applies their lines to `l9`"]
+        );
+        // Nine entries and the fallback make ten.
+        let m = merge_conf(&entries(9), &[tok("nohz_full=4-5")]).unwrap();
+        assert_eq!(labels(&m.text.lines().collect::<Vec<_>>()).len(), 10);
+        // Ten entries leave no room for the fallback: refused, nothing made.
+        assert_eq!(
+            merge_conf(&entries(10), &[tok("nohz_full=4-5")]).unwrap_err(),
+            ["the fallback label `rtdeploy-original` would be entry 11 of extlinux.conf, over the 10 the boot loader (L4TLauncher) keeps; remove an entry from the base's /boot/extlinux/extlinux.conf"]
+        );
+        // A file that has the fallback already is merged again as before.
+        let again = merge_conf(&m.text, &[tok("nohz_full=4-5")]).unwrap();
+        assert_eq!(again.text, m.text);
     }
 
     #[test]
