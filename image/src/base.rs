@@ -1,5 +1,6 @@
 //! Reading the base root filesystem as data: a directory, a tar (plain,
-//! gzip or zstd, told apart by their magic bytes), or nothing.
+//! gzip, zstd or bzip2, told apart by their magic bytes: Jetson Linux's
+//! sample root filesystem ships as a `.tbz2`), or nothing.
 //!
 //! Nothing here follows a symlink or trusts a path: directory bases are
 //! walked with `lstat`, tar member names with `..` are refused, and a tar is
@@ -20,7 +21,10 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::entry::{canonical_map, disk_data, read_sparse_at, Data, Entry, Kind, SparseMap, Tree};
+use crate::entry::{
+    canonical_map, disk_data, read_sparse_at, Data, Entry, Kind, SparseMap, Tree, Xattrs,
+    MAX_XATTRS, MAX_XATTR_BYTES,
+};
 use crate::error::ImageBuildError;
 
 /// What the image starts from.
@@ -28,7 +32,7 @@ use crate::error::ImageBuildError;
 pub enum Base {
     /// A root filesystem tree on disk.
     Dir(PathBuf),
-    /// A tar archive, plain or compressed with gzip or zstd.
+    /// A tar archive, plain or compressed with gzip, zstd or bzip2.
     Tar(PathBuf),
     /// Nothing: the image holds only what rtdeploy adds.
     None,
@@ -53,6 +57,10 @@ pub enum Compression {
     None,
     Gzip,
     Zstd,
+    /// `.tbz2` / `.tar.bz2`, as Jetson Linux's sample root filesystem
+    /// ships (decompressed on one thread: no maintained crate decodes
+    /// bzip2 blocks in parallel).
+    Bzip2,
 }
 
 /// Tells the compression from the magic bytes; refuses the ones rtdeploy
@@ -65,15 +73,13 @@ pub fn detect(path: &Path, head: &[u8]) -> Result<Compression, ImageBuildError> 
     Ok(match head {
         [0x1f, 0x8b, ..] => Compression::Gzip,
         [0x28, 0xb5, 0x2f, 0xfd, ..] => Compression::Zstd,
-        [b'B', b'Z', b'h', ..] => {
-            return Err(bad("bzip2-compressed tar is not supported (recompress it: `bzip2 -dc B | zstd -o B.tar.zst`)"))
-        }
+        [b'B', b'Z', b'h', b'1'..=b'9', ..] => Compression::Bzip2,
         [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => {
             return Err(bad("xz-compressed tar is not supported (recompress it: `xz -dc B | zstd -o B.tar.zst`)"))
         }
         h if h.len() >= 262 && &h[257..262] == b"ustar" => Compression::None,
         h if h.len() < 512 => return Err(bad("too short to be a tar archive")),
-        _ => return Err(bad("not a tar archive (no ustar magic; expected a directory, a .tar, .tar.gz or .tar.zst, or `none`)")),
+        _ => return Err(bad("not a tar archive (no ustar magic; expected a directory, a .tar, .tar.gz, .tar.zst or .tbz2, or `none`)")),
     })
 }
 
@@ -148,6 +154,7 @@ pub fn read_dir(root: &Path) -> Result<Tree, ImageBuildError> {
             uid: md.uid(),
             gid: md.gid(),
             mtime: mtime_of(&md),
+            xattrs: read_xattrs(root)?,
         },
     );
     let mut groups: HashMap<(u64, u64), u64> = HashMap::new();
@@ -217,11 +224,124 @@ pub fn read_dir(root: &Path) -> Result<Tree, ImageBuildError> {
                     uid: md.uid(),
                     gid: md.gid(),
                     mtime: mtime_of(&md),
+                    xattrs: read_xattrs(&path)?,
                 },
             );
         }
     }
     Ok(tree)
+}
+
+/// Whether an extended attribute of the build host goes into the image:
+/// everything but the host's SELinux label (the robot labels its own
+/// files, or has no SELinux at all).
+pub fn keep_xattr(name: &str) -> bool {
+    name != "security.selinux"
+}
+
+/// The extended attributes of `path` (not followed if a symlink), sorted
+/// by name, bounded by [`MAX_XATTRS`] and [`MAX_XATTR_BYTES`]. A
+/// filesystem without them gives none; one this process may not read
+/// (`trusted.*` without CAP_SYS_ADMIN) is left out, as the kernel leaves
+/// it out of the list.
+pub fn read_xattrs(path: &Path) -> Result<Xattrs, ImageBuildError> {
+    use rustix::io::Errno;
+    let bad = |reason: String| ImageBuildError::BadBase {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut names = vec![0u8; 4096];
+    let n = loop {
+        match rustix::fs::llistxattr(path, &mut names[..]) {
+            Ok(n) => break n,
+            Err(Errno::NOTSUP) => return Ok(Xattrs::new()),
+            Err(Errno::RANGE) if names.len() < MAX_XATTR_BYTES => names.resize(MAX_XATTR_BYTES, 0),
+            Err(e) => {
+                return Err(ImageBuildError::io("list the extended attributes of", path)(e.into()))
+            }
+        }
+    };
+    let mut out = Xattrs::new();
+    let mut total = 0;
+    for name in names[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name = std::str::from_utf8(name).map_err(|_| {
+            bad(format!(
+                "extended attribute name {} is not UTF-8",
+                name.escape_ascii()
+            ))
+        })?;
+        if !keep_xattr(name) {
+            continue;
+        }
+        let mut value = vec![0u8; 256];
+        let len = loop {
+            match rustix::fs::lgetxattr(path, name, &mut value[..]) {
+                Ok(len) => break len,
+                Err(Errno::RANGE) if value.len() < MAX_XATTR_BYTES => {
+                    value.resize(MAX_XATTR_BYTES, 0)
+                }
+                // Removed since it was listed.
+                Err(Errno::NODATA) => break usize::MAX,
+                Err(e) => {
+                    return Err(
+                        ImageBuildError::io("read the extended attributes of", path)(e.into()),
+                    )
+                }
+            }
+        };
+        if len == usize::MAX {
+            continue;
+        }
+        value.truncate(len);
+        total += name.len() + value.len();
+        if out.len() == MAX_XATTRS || total > MAX_XATTR_BYTES {
+            return Err(bad(format!(
+                "more than {MAX_XATTRS} extended attributes or {MAX_XATTR_BYTES} bytes of them"
+            )));
+        }
+        out.push((name.to_string(), value));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The extended attributes of a tar member, from its pax records
+/// `SCHILY.xattr.<name>` (as GNU tar `--xattrs` and bsdtar write them),
+/// sorted by name and bounded like a directory's.
+fn pax_xattrs<R: Read>(member: &mut tar::Entry<R>) -> Result<Xattrs, String> {
+    let Some(extensions) = member
+        .pax_extensions()
+        .map_err(|e| format!("cannot read pax records: {e}"))?
+    else {
+        return Ok(Xattrs::new());
+    };
+    let mut out = Xattrs::new();
+    let mut total = 0;
+    for ext in extensions {
+        let ext = ext.map_err(|e| format!("bad pax record: {e}"))?;
+        let Some(name) = ext.key_bytes().strip_prefix(b"SCHILY.xattr.") else {
+            continue;
+        };
+        let name = std::str::from_utf8(name).map_err(|_| {
+            format!(
+                "extended attribute name {} is not UTF-8",
+                name.escape_ascii()
+            )
+        })?;
+        if name.is_empty() || !keep_xattr(name) {
+            continue;
+        }
+        total += name.len() + ext.value_bytes().len();
+        if out.len() == MAX_XATTRS || total > MAX_XATTR_BYTES {
+            return Err(format!(
+                "more than {MAX_XATTRS} extended attributes or {MAX_XATTR_BYTES} bytes of them"
+            ));
+        }
+        out.retain(|(n, _): &(String, Vec<u8>)| n != name);
+        out.push((name.to_string(), ext.value_bytes().to_vec()));
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// A reader that hashes and counts what passes through it.
@@ -318,12 +438,17 @@ fn read_tar(
             let tree = index_tar(path, &mut hashing, &data_file)?;
             (tree, data_file)
         }
-        Compression::Gzip | Compression::Zstd => {
+        Compression::Gzip | Compression::Zstd | Compression::Bzip2 => {
             let mut spool = tempfile::tempfile_in(spool_dir)
                 .map_err(ImageBuildError::io("create a temporary file in", spool_dir))?;
             let copied = match compression {
                 Compression::Gzip => io::copy(
                     &mut flate2::read::MultiGzDecoder::new(&mut hashing),
+                    &mut spool,
+                ),
+                // Every stream of a file made by pbzip2 or lbzip2 too.
+                Compression::Bzip2 => io::copy(
+                    &mut bzip2::read::MultiBzDecoder::new(&mut hashing),
                     &mut spool,
                 ),
                 _ => zstd::stream::read::Decoder::new(&mut hashing)
@@ -382,6 +507,8 @@ fn index_tar(path: &Path, reader: impl Read, data: &File) -> Result<Tree, ImageB
                 .into_owned(),
         };
         let key = member_key(path, &name)?;
+        let mut xattrs = pax_xattrs(&mut member)
+            .map_err(|reason| bad(format!("member `{}`: {reason}", name.display())))?;
         let sparse_err = |e: SparseError| match e {
             SparseError::Io(e) => ImageBuildError::io("read base", path)(e),
             SparseError::Bad(reason) => bad(format!("member `{}`: {reason}", name.display())),
@@ -468,8 +595,14 @@ fn index_tar(path: &Path, reader: impl Read, data: &File) -> Result<Tree, ImageB
                 match tree.entries.get_mut(&target) {
                     Some(Entry {
                         kind: Kind::File { size, data, link_group },
+                        xattrs: first,
                         ..
                     }) => {
+                        // One inode: its attributes, whichever member
+                        // carried them.
+                        if xattrs.is_empty() {
+                            xattrs = first.clone();
+                        }
                         let group = *link_group.get_or_insert(next_group);
                         Kind::File {
                             size: *size,
@@ -510,6 +643,7 @@ fn index_tar(path: &Path, reader: impl Read, data: &File) -> Result<Tree, ImageB
                 uid,
                 gid,
                 mtime,
+                xattrs,
             },
         );
     }
@@ -760,8 +894,13 @@ mod tests {
         let mut ustar = vec![0u8; 512];
         ustar[257..262].copy_from_slice(b"ustar");
         assert_eq!(detect(p, &ustar).unwrap(), Compression::None);
-        let e = detect(p, b"BZh91AY&SY").unwrap_err().to_string();
-        assert!(e.contains("bzip2"), "{e}");
+        assert_eq!(detect(p, b"BZh91AY&SY").unwrap(), Compression::Bzip2);
+        // A block size of 0 is no bzip2 stream.
+        assert!(detect(p, b"BZh01AY&SY").is_err());
+        let e = detect(p, &[0xfd, b'7', b'z', b'X', b'Z', 0])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("xz-compressed tar is not supported"), "{e}");
         let e = detect(p, &[0u8; 512]).unwrap_err().to_string();
         assert!(e.contains("not a tar"), "{e}");
     }

@@ -296,6 +296,7 @@ pub fn build(
             uid: 0,
             gid: 0,
             mtime: epoch,
+            xattrs: Vec::new(),
         },
     ));
     if let Some((name, text)) = &spec.unit {
@@ -370,14 +371,39 @@ pub fn build(
     }
     if format == Format::CpioGz {
         warnings.extend(cpio_holes_warning(&tree));
+        // The initramfs format has no extended attributes.
+        let dropped: Vec<String> = tree
+            .entries
+            .iter()
+            .filter(|(_, e)| !e.xattrs.is_empty())
+            .map(|(p, e)| {
+                let names: Vec<&str> = e.xattrs.iter().map(|(n, _)| n.as_str()).collect();
+                format!("/{p} ({})", names.join(", "))
+            })
+            .collect();
+        if !dropped.is_empty() {
+            let n = dropped.len();
+            let shown: Vec<String> = dropped.into_iter().take(8).collect();
+            warnings.push(format!(
+                "cpio.gz cannot hold extended attributes: {n} entries lose theirs ({}{}); a file capability such as ping's is gone on the robot (use tar, tar.zst or ext4 to keep them)",
+                shown.join("; "),
+                if n > shown.len() { "; ..." } else { "" }
+            ));
+        }
     }
     if format == Format::Ext4 {
-        let bad: Vec<String> = tree
+        let mut bad: Vec<String> = tree
             .entries
             .keys()
             .filter(|p| !ext4::debugfs_safe(p))
             .map(|p| format!("name /{p}"))
             .collect();
+        bad.extend(tree.entries.iter().flat_map(|(p, e)| {
+            e.xattrs
+                .iter()
+                .filter(|(n, _)| !ext4::xattr_name_safe(n))
+                .map(move |(n, _)| format!("extended attribute `{}` of /{p}", n.escape_debug()))
+        }));
         if !bad.is_empty() {
             return Err(ImageBuildError::Unrepresentable {
                 format: "ext4",
@@ -488,6 +514,7 @@ pub fn build(
                     .iter()
                     .map(|(p, e)| (p.clone(), e.mode, e.uid, e.gid))
                     .collect(),
+                xattrs: files_with_xattrs(&tree),
                 deferred_nodes: std::mem::take(&mut sink.deferred_nodes),
                 work_dir: work.path(),
             })?;
@@ -994,4 +1021,22 @@ fn write_entries(
         total,
     });
     Ok(())
+}
+
+/// The entries with extended attributes, each inode once (the first path
+/// of a hard link group holds them).
+fn files_with_xattrs(tree: &Tree) -> Vec<(String, crate::entry::Xattrs)> {
+    let mut seen_groups = std::collections::HashSet::new();
+    tree.entries
+        .iter()
+        .filter(|(_, e)| !e.xattrs.is_empty())
+        .filter(|(_, e)| match &e.kind {
+            Kind::File {
+                link_group: Some(g),
+                ..
+            } => seen_groups.insert(*g),
+            _ => true,
+        })
+        .map(|(p, e)| (p.clone(), e.xattrs.clone()))
+        .collect()
 }

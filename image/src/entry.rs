@@ -273,7 +273,21 @@ pub struct Entry {
     pub gid: u32,
     /// Seconds since the epoch, already clamped when the tree is written.
     pub mtime: u64,
+    /// Extended attributes (`security.capability`, POSIX ACLs as
+    /// `system.posix_acl_*`, `user.*`, ...), sorted by name; see
+    /// [`Xattrs`].
+    pub xattrs: Xattrs,
 }
+
+/// Extended attributes by name, in name order, values as the kernel
+/// returns them (a POSIX ACL in its `system.posix_acl_*` binary form).
+pub type Xattrs = Vec<(String, Vec<u8>)>;
+
+/// The most extended attributes one entry may carry, and the most bytes of
+/// names and values together (Linux holds at most 64 KiB per value, and
+/// ext4 one block of 4 KiB per inode outside the inode).
+pub const MAX_XATTRS: usize = 128;
+pub const MAX_XATTR_BYTES: usize = 64 << 10;
 
 impl Entry {
     /// A root-owned directory.
@@ -284,6 +298,7 @@ impl Entry {
             uid: 0,
             gid: 0,
             mtime,
+            xattrs: Xattrs::new(),
         }
     }
 
@@ -299,6 +314,7 @@ impl Entry {
             uid: 0,
             gid: 0,
             mtime,
+            xattrs: Xattrs::new(),
         }
     }
 
@@ -310,6 +326,7 @@ impl Entry {
             uid: 0,
             gid: 0,
             mtime,
+            xattrs: Xattrs::new(),
         }
     }
 

@@ -30,6 +30,10 @@ pub struct ManifestEntry {
     /// `major:minor` of a device node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// Extended attributes, name to value in hex (a file capability, a
+    /// POSIX ACL), so that they count in the manifest's digest.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub xattrs: std::collections::BTreeMap<String, String>,
 }
 
 impl ManifestEntry {
@@ -59,6 +63,11 @@ impl ManifestEntry {
             sha256,
             target,
             device,
+            xattrs: entry
+                .xattrs
+                .iter()
+                .map(|(n, v)| (n.clone(), hex::encode(v)))
+                .collect(),
         }
     }
 }

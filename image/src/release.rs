@@ -123,6 +123,7 @@ pub fn read(dir: &Path, programs: &[String]) -> Result<Release, ImageBuildError>
                     uid: 0,
                     gid: 0,
                     mtime: 0,
+                    xattrs: Vec::new(),
                 },
                 sha256: sha,
             });

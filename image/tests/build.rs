@@ -267,7 +267,7 @@ fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
     }
 }
 
-/// The same base given as a directory, a plain tar, a .tar.gz and a
+/// The same base given as a directory, a plain tar, a .tar.gz, a .tbz2 and a
 /// .tar.zst gives the same image bytes.
 #[test]
 fn tar_bases_give_the_same_image_as_the_directory() {
@@ -299,11 +299,22 @@ fn tar_bases_give_the_same_image_as_the_directory() {
     enc.finish().unwrap();
     let zst = t.path().join("base.tar.zst");
     fs::write(&zst, zstd::stream::encode_all(&raw[..], 3).unwrap()).unwrap();
+    // As Jetson Linux ships its sample root filesystem: a .tbz2, here of
+    // two concatenated streams as pbzip2 and lbzip2 write.
+    let tbz2 = t.path().join("base.tbz2");
+    let half = raw.len() / 2;
+    let mut bz = Vec::new();
+    for part in [&raw[..half], &raw[half..]] {
+        let mut enc = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+        std::io::Write::write_all(&mut enc, part).unwrap();
+        bz.extend(enc.finish().unwrap());
+    }
+    fs::write(&tbz2, bz).unwrap();
 
     let from_dir = t.path().join("dir.tar");
     build(&inputs.spec(), &from_dir, Format::Tar, &mut no_progress()).unwrap();
     let want = sha256_file(&from_dir);
-    for (i, base) in [&base_tar, &gz, &zst].into_iter().enumerate() {
+    for (i, base) in [&base_tar, &gz, &zst, &tbz2].into_iter().enumerate() {
         let mut spec = inputs.spec();
         spec.base = Base::from_arg(base);
         assert!(matches!(spec.base, Base::Tar(_)));
@@ -820,4 +831,211 @@ fn cpio_names(raw: &[u8]) -> Vec<String> {
             return names;
         }
     }
+}
+
+/// `cap_net_raw+ep` as the kernel stores it in `security.capability`
+/// (vfs_cap_data revision 2: magic with the effective flag, then permitted
+/// and inheritable, low and high words), as Ubuntu's ping carries it.
+fn cap_net_raw_ep() -> Vec<u8> {
+    let mut v = Vec::new();
+    for word in [0x0200_0001u32, 1 << 13, 0, 0, 0] {
+        v.extend_from_slice(&word.to_le_bytes());
+    }
+    v
+}
+
+/// An access ACL in the kernel's `system.posix_acl_access` form: owner
+/// rwx, user 1000 r-x, group r-x, mask r-x, other ---.
+fn acl_user_1000() -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 7u16, u32::MAX),
+        (0x02, 5, 1000),
+        (0x04, 5, u32::MAX),
+        (0x10, 5, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+/// Extended attributes of the base (a file capability, a user attribute,
+/// a POSIX ACL) reach tar images as pax records and ext4 images as
+/// attributes; a tar base made with `tar --xattrs` gives the same image
+/// bytes as the directory; cpio.gz says it drops them.
+#[test]
+fn extended_attributes_survive_into_tar_and_ext4() {
+    if !is_root() {
+        eprintln!("skipping: setting security.capability needs root");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    let base = t.path().join("base");
+    let ping = base.join("usr/bin/pingx");
+    fs::create_dir_all(ping.parent().unwrap()).unwrap();
+    fs::write(&ping, b"#!/bin/sh\n").unwrap();
+    let cap = cap_net_raw_ep();
+    let set = |p: &Path, name: &str, value: &[u8]| {
+        rustix::fs::lsetxattr(p, name, value, rustix::fs::XattrFlags::empty())
+    };
+    if let Err(e) = set(&ping, "security.capability", &cap) {
+        eprintln!("skipping: this filesystem takes no file capability: {e}");
+        return;
+    }
+    set(&ping, "user.rtdeploy.note", b"raw sockets").unwrap();
+    set_mtime(&ping, 1_600_000_000);
+    set_mtime(ping.parent().unwrap(), 1_600_000_000);
+
+    let from_dir = t.path().join("dir.tar");
+    build(&inputs.spec(), &from_dir, Format::Tar, &mut no_progress()).unwrap();
+    let mut archive = tar::Archive::new(fs::File::open(&from_dir).unwrap());
+    let mut found = Vec::new();
+    for m in archive.entries().unwrap() {
+        let mut m = m.unwrap();
+        if m.path().unwrap() == Path::new("usr/bin/pingx") {
+            for ext in m.pax_extensions().unwrap().expect("pax records") {
+                let ext = ext.unwrap();
+                found.push((ext.key().unwrap().to_string(), ext.value_bytes().to_vec()));
+            }
+        }
+    }
+    assert_eq!(
+        found,
+        [
+            ("SCHILY.xattr.security.capability".to_string(), cap.clone()),
+            (
+                "SCHILY.xattr.user.rtdeploy.note".to_string(),
+                b"raw sockets".to_vec()
+            ),
+        ]
+    );
+
+    // GNU tar reads them back onto the file.
+    if std::process::Command::new("tar")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let out = t.path().join("unpacked");
+        fs::create_dir(&out).unwrap();
+        let st = std::process::Command::new("tar")
+            .args(["--xattrs", "--xattrs-include=*", "-xf"])
+            .arg(&from_dir)
+            .arg("-C")
+            .arg(&out)
+            .arg("usr/bin/pingx")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut buf = vec![0u8; 64];
+        let n = rustix::fs::lgetxattr(out.join("usr/bin/pingx"), "security.capability", &mut buf)
+            .unwrap();
+        assert_eq!(&buf[..n], &cap[..]);
+
+        // A tar base made with `tar --xattrs` gives the same image.
+        let base_tar = t.path().join("base.tar");
+        let st = std::process::Command::new("tar")
+            .args([
+                "--xattrs",
+                "--xattrs-include=*",
+                "--sort=name",
+                "--numeric-owner",
+                "-C",
+            ])
+            .arg(&base)
+            .arg("-cf")
+            .arg(&base_tar)
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut spec = inputs.spec();
+        spec.base = Base::Tar(base_tar);
+        let from_tar = t.path().join("from-tar.tar");
+        build(&spec, &from_tar, Format::Tar, &mut no_progress()).unwrap();
+        assert_eq!(sha256_file(&from_tar), sha256_file(&from_dir));
+    }
+
+    // A POSIX ACL on a directory, and the image manifest counts them.
+    let srv = base.join("srv");
+    fs::create_dir(&srv).unwrap();
+    let acl = acl_user_1000();
+    set(&srv, "system.posix_acl_access", &acl).unwrap();
+    set_mtime(&srv, 1_600_000_000);
+    set_mtime(&base, 1_600_000_000);
+    let s = build(
+        &inputs.spec(),
+        &t.path().join("acl.tar"),
+        Format::Tar,
+        &mut no_progress(),
+    )
+    .unwrap();
+    let manifest = fs::read_to_string(&s.manifest).unwrap();
+    assert!(
+        manifest.contains(&format!("\"security.capability\": \"{}\"", hex(&cap))),
+        "{manifest}"
+    );
+
+    // ext4: read back by e2fsprogs.
+    if let (true, Some(debugfs)) = (which("mke2fs"), tool_path("debugfs")) {
+        let img = t.path().join("x.ext4");
+        build(&inputs.spec(), &img, Format::Ext4, &mut no_progress()).unwrap();
+        for (path, name, want) in [
+            ("/usr/bin/pingx", "security.capability", &cap[..]),
+            ("/usr/bin/pingx", "user.rtdeploy.note", b"raw sockets"),
+            ("/srv", "system.posix_acl_access", &acl[..]),
+        ] {
+            let got = t.path().join("got");
+            let _ = fs::remove_file(&got);
+            let out = std::process::Command::new(&debugfs)
+                .arg("-R")
+                .arg(format!("ea_get -f {} {path} {name}", got.display()))
+                .arg(&img)
+                .output()
+                .unwrap();
+            let mut got = fs::read(&got).unwrap_or_default();
+            let mut want = want.to_vec();
+            if name.starts_with("system.posix_acl") {
+                // Entries that name no user or group carry no id: the
+                // kernel says -1, e2fsprogs 0.
+                for v in [&mut got, &mut want] {
+                    for e in v.get_mut(4..).unwrap_or_default().chunks_mut(8) {
+                        if e.len() == 8 && !matches!(e[0], 0x02 | 0x08) {
+                            e[4..].fill(0xff);
+                        }
+                    }
+                }
+            }
+            assert_eq!(
+                got,
+                want,
+                "{path} {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    // cpio.gz cannot hold them, and says so.
+    let s = build(
+        &inputs.spec(),
+        &t.path().join("i.cpio.gz"),
+        Format::CpioGz,
+        &mut no_progress(),
+    )
+    .unwrap();
+    assert!(
+        s.warnings.iter().any(|w| w.contains(
+            "cpio.gz cannot hold extended attributes: 2 entries lose theirs (/srv (system.posix_acl_access); /usr/bin/pingx (security.capability, user.rtdeploy.note))"
+        )),
+        "{:?}",
+        s.warnings
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -190,6 +190,8 @@ pub struct Ext4Params<'a> {
     /// Every path of the image (relative, root as ""), with mode, uid and
     /// gid, for the debugfs pass.
     pub entries: Vec<(String, u32, u32, u32)>,
+    /// The paths with extended attributes, each inode once.
+    pub xattrs: Vec<(String, crate::entry::Xattrs)>,
     pub deferred_nodes: Vec<(String, char, u32, u32)>,
     pub work_dir: &'a Path,
 }
@@ -296,6 +298,28 @@ pub fn make_fs(params: &Ext4Params) -> Result<(), ImageBuildError> {
         }
         script.push_str(&format!("sif {p} ctime @{epoch}\nsif {p} atime @{epoch}\n"));
     }
+    // Extended attributes through debugfs rather than the staging files:
+    // no privilege needed (security.* and trusted.* would want
+    // CAP_SYS_ADMIN/CAP_SETFCAP on the staging tree), the build host's
+    // filesystem need not hold them, and e2fsprogs stores POSIX ACLs in
+    // ext4's own format. Each value goes through a file: they are binary.
+    let values_dir = params.work_dir.join("xattrs");
+    if !params.xattrs.is_empty() {
+        fs::create_dir_all(&values_dir).map_err(ImageBuildError::io("create", &values_dir))?;
+    }
+    let mut n = 0;
+    for (path, xattrs) in &params.xattrs {
+        for (name, value) in xattrs {
+            let file = values_dir.join(n.to_string());
+            n += 1;
+            fs::write(&file, value).map_err(ImageBuildError::io("write", &file))?;
+            script.push_str(&format!(
+                "ea_set -f \"{}\" {} \"{name}\"\n",
+                file.display(),
+                dq(path)
+            ));
+        }
+    }
     if !params.entries.iter().any(|(p, ..)| p == "lost+found") {
         script.push_str(&format!(
             "sif /lost+found ctime @{epoch}\nsif /lost+found atime @{epoch}\n"
@@ -313,6 +337,11 @@ pub fn make_fs(params: &Ext4Params) -> Result<(), ImageBuildError> {
         .arg(params.out)
         .stdout(Stdio::null());
     run("debugfs", &mut cmd)
+}
+
+/// Whether an extended attribute name can be given in a debugfs script.
+pub fn xattr_name_safe(name: &str) -> bool {
+    !name.is_empty() && !name.contains(|c: char| c.is_whitespace() || c == '"' || c == '\\')
 }
 
 /// Whether a path can be named in a debugfs script.

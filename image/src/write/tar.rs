@@ -1,5 +1,6 @@
-//! tar (GNU format, GNU long names for paths over 100 bytes), optionally
-//! zstd-compressed.
+//! tar (GNU format, GNU long names for paths over 100 bytes, a pax
+//! `SCHILY.xattr.*` record before a member with extended attributes, as
+//! GNU tar `--xattrs` writes and reads them), optionally zstd-compressed.
 //!
 //! Headers carry numeric ids only (user and group names empty), the clamped
 //! mtime, and no atime/ctime, so the bytes depend on the entries alone.
@@ -54,6 +55,20 @@ impl<W: Write> Sink for TarSink<W> {
         h.set_mtime(e.mtime);
         h.set_size(0);
         let path = name(item.path);
+        // Extended attributes go in a pax record before the member (the
+        // inode's: once, on the first path of a hard link group).
+        if !e.xattrs.is_empty() && item.link_to.is_none() {
+            let keys: Vec<String> = e
+                .xattrs
+                .iter()
+                .map(|(n, _)| format!("SCHILY.xattr.{n}"))
+                .collect();
+            self.builder.append_pax_extensions(
+                keys.iter()
+                    .map(String::as_str)
+                    .zip(e.xattrs.iter().map(|(_, v)| v.as_slice())),
+            )?;
+        }
         match (&e.kind, item.link_to) {
             (Kind::Dir, _) => {
                 h.set_entry_type(tar::EntryType::Directory);
