@@ -35,6 +35,39 @@ pub fn key_of(token: &str) -> &str {
     token.split_once('=').map_or(token, |(k, _)| k)
 }
 
+/// Command line parameters only one architecture's kernel knows, from
+/// the kernel's parameter documentation
+/// (Documentation/admin-guide/kernel-parameters.txt marks them `[X86]` or
+/// `[ARM64]`): on the other the kernel ignores them (and says so only in
+/// the boot log).
+const ARCH_ONLY: &[(&str, &str)] = &[
+    ("tsc", "x86_64"),
+    ("intel_pstate", "x86_64"),
+    ("intel_idle.max_cstate", "x86_64"),
+    ("processor.max_cstate", "x86_64"),
+    ("intel_iommu", "x86_64"),
+    ("amd_pstate", "x86_64"),
+    ("mce", "x86_64"),
+    ("nopti", "x86_64"),
+    ("noapic", "x86_64"),
+    ("nolapic", "x86_64"),
+    ("kpti", "aarch64"),
+    ("arm64.nobti", "aarch64"),
+    ("arm64.nopauth", "aarch64"),
+    ("arm64.nomte", "aarch64"),
+    ("irqchip.gicv3_pseudo_nmi", "aarch64"),
+];
+
+/// The architecture `token` belongs to when it is not `arch`'s
+/// (`tsc=reliable` on an aarch64 board is x86_64's).
+pub fn foreign_arch(token: &str, arch: &str) -> Option<&'static str> {
+    let key = key_of(token);
+    ARCH_ONLY
+        .iter()
+        .find(|(k, a)| *k == key && *a != arch)
+        .map(|(_, a)| *a)
+}
+
 /// Plans the command line for `cpus` on a board whose CPUs are `all`.
 pub fn plan(cpus: &CpusSection, kernel: &KernelSection, all: &CpuSet) -> Vec<Token> {
     let isolated = &cpus.isolated;
@@ -187,5 +220,14 @@ mod tests {
             split(r#"a  b="x y" c"#),
             vec!["a".to_string(), "b=\"x y\"".into(), "c".into()]
         );
+    }
+
+    #[test]
+    fn x86_parameters_on_an_arm64_board_and_back() {
+        assert_eq!(foreign_arch("tsc=reliable", "aarch64"), Some("x86_64"));
+        assert_eq!(foreign_arch("tsc=reliable", "x86_64"), None);
+        assert_eq!(foreign_arch("kpti=0", "x86_64"), Some("aarch64"));
+        assert_eq!(foreign_arch("nosoftlockup", "aarch64"), None);
+        assert_eq!(foreign_arch("mce", "aarch64"), Some("x86_64"));
     }
 }

@@ -53,7 +53,7 @@ fn plan_places_interrupts_and_threads() {
         ),
         (Some(Policy::Fifo), Some(88), "4".into())
     );
-    assert_eq!(thread("irq/19-c310000.").priority, Some(92));
+    assert_eq!(thread("irq/19-can0").priority, Some(92));
     assert_eq!(
         thread("irq/16-eqos.com").cpus.as_ref().unwrap().to_string(),
         "2-3"
@@ -386,14 +386,14 @@ fn verify_names_an_irq_on_an_isolated_cpu() {
 fn verify_names_an_irq_thread_at_the_wrong_priority() {
     let (t, plan) = applied();
     let root = t.path();
-    let can = pid_of(root, "irq/19-c310000.");
+    let can = pid_of(root, "irq/19-can0");
     let stat = read(root, &format!("/proc/{can}/stat"));
     let wrong = cpusets::model::TaskStat::with_sched(&stat, 1, 10).unwrap();
     write(root, &format!("/proc/{can}/stat"), &wrong);
     let v = verify::verify(&plan, root, &verify_opts(root)).unwrap();
     let c = v.check(&format!("thread.{can}")).unwrap();
     assert_eq!(c.status, Status::Drift);
-    assert_eq!(c.detail, "irq/19-c310000. is fifo 10, planned fifo 92");
+    assert_eq!(c.detail, "irq/19-can0 is fifo 10, planned fifo 92");
     assert_eq!(v.drifted().count(), 1, "{}", v.render(false));
 }
 

@@ -311,6 +311,28 @@ fn warnings_do_not_fail() {
     );
 }
 
+/// `tsc=reliable` on a Jetson: an x86 parameter the arm64 kernel ignores.
+#[test]
+fn a_command_line_token_of_another_architecture_is_a_warning() {
+    let yaml = jetson(&add(
+        "kernel:\n  cmdline:\n    - nosoftlockup\n    - tsc=reliable\n",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let out = deploy(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let line = yaml.lines().position(|l| l.contains("tsc=")).unwrap() + 1;
+    assert!(
+        stderr.contains(&format!(
+            ":{line}:7: warning: kernel.cmdline[1]: `tsc=reliable` is a x86_64 parameter; board `jetson-orin-nano` is aarch64 and its kernel ignores it (remove it)"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("nosoftlockup"), "{stderr}");
+}
+
 #[test]
 fn json_report_lists_diagnostics() {
     let dir = tempfile::tempdir().unwrap();

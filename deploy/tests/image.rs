@@ -103,7 +103,7 @@ fn image_builds_reproducibly_and_refuses_to_overwrite() {
     let out = text(&o.stdout);
     assert!(out.contains("wrote a.tar.zst (tar.zst"), "{out}");
     assert!(
-        out.contains("APPEND    ${cbootargs} root=/dev/mmcblk0p1 rw rootwait rootfstype=ext4 console=ttyTCU0,115200 fbcon=map:0 isolcpus=managed_irq,domain,4-5 nohz_full=4-5 rcu_nocbs=4-5 rcu_nocb_poll irqaffinity=0-3 nosoftlockup tsc=reliable"),
+        out.contains("APPEND    ${cbootargs} root=/dev/mmcblk0p1 rw rootwait rootfstype=ext4 console=ttyTCU0,115200 fbcon=map:0 isolcpus=managed_irq,domain,4-5 nohz_full=4-5 rcu_nocbs=4-5 rcu_nocb_poll irqaffinity=0-3 nosoftlockup"),
         "{out}"
     );
     assert!(

@@ -422,6 +422,22 @@ fn index_name<'r>(
 
 /// The rules that span sections.
 fn cross_check(c: &mut Checker, r: &Robot) {
+    // Command line tokens of another architecture: the kernel ignores them.
+    if let Some(board) = r.board.board() {
+        for (i, tok) in r.kernel.cmdline.iter().enumerate() {
+            if let Some(arch) = cpusets::cmdline::foreign_arch(tok, board.arch) {
+                c.warn(
+                    &format!("kernel.cmdline[{i}]"),
+                    format!(
+                        "`{}` is a {arch} parameter; board `{}` is {} and its kernel ignores it (remove it)",
+                        echo::value(tok),
+                        board.model,
+                        board.arch
+                    ),
+                );
+            }
+        }
+    }
     // Unknown when `board:` was refused: that error is reported, not one
     // more for each CPU set measured against no CPUs.
     let board_cpus = r.board.all_cpus();
