@@ -506,6 +506,23 @@ pub struct IrqsSection {
     /// Other kernel threads (`ktimers/*`, `rcuc/*`, `kworker/u*`, ...).
     #[serde(default)]
     pub kthreads: Vec<ThreadRule>,
+    /// How often the supervisor looks for interrupts and IRQ threads that
+    /// appeared since it applied the plan (a CAN interface brought up, a
+    /// USB device plugged in, a driver loaded late) and places them;
+    /// default 1s, `0s` never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rescan: Option<Dur>,
+}
+
+impl IrqsSection {
+    /// The scan period, or `None` when scanning is off.
+    pub fn rescan_every(&self) -> Option<std::time::Duration> {
+        match self.rescan {
+            None => Some(std::time::Duration::from_secs(1)),
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(d.0),
+        }
+    }
 }
 
 /// One `irqs.overrides` entry: exactly one of `irq` and `name`.

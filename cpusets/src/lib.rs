@@ -42,4 +42,5 @@ pub mod config;
 pub mod cpuset;
 pub mod model;
 pub mod plan;
+pub mod rescan;
 pub mod verify;

@@ -261,3 +261,133 @@ fn verify_without_a_proc_tree_is_an_error() {
         "the cause is said once: {err}"
     );
 }
+
+/// Kills the supervisor when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An interrupt and its IRQ thread that appear while the supervisor runs
+/// (a CAN interface brought up: mttcan requests its IRQ in `open`, under
+/// the interface name) are placed by the next scan as robot.yaml says: the
+/// IRQ on the default affinity, the thread at its rule's policy, priority
+/// and CPU.
+#[test]
+fn the_supervisor_places_an_irq_that_appears_after_it_started() {
+    let (t, p) = tree("orin-nano-5.15");
+    cgroup_dirs(
+        t.path(),
+        "sys/fs/cgroup",
+        &[
+            ("cgroup.subtree_control", ""),
+            ("cpuset.cpus", ""),
+            ("cpuset.cpus.partition", "member"),
+            ("cpuset.cpus.exclusive", ""),
+        ],
+    );
+    let cfg = p.path().join("robot.yaml");
+    fs::write(
+        &cfg,
+        "robot:\n  name: canbot\nboard:\n  model: jetson-orin-nano\ncpus:\n  housekeeping: 0-3\n  isolated: 4-5\nirqs:\n  default_affinity: 0-3\n  rescan: 50ms\n  threads:\n    - match: \"irq/*-can1\"\n      policy: fifo\n      priority: 92\n      cpus: 5\nboot_check:\n  enabled: false\nprocesses:\n  - name: idle\n    exec: /bin/sleep\n    args: [\"600\"]\n",
+    )
+    .unwrap();
+    let _sup = Killed(
+        Command::new(env!("CARGO_BIN_EXE_deploy"))
+            .arg("-q")
+            .arg("--sysroot")
+            .arg(t.path())
+            .arg("--prefix")
+            .arg(p.path())
+            .arg("-c")
+            .arg(&cfg)
+            .arg("supervise")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let status = |p: &Path| {
+        services::control::request(
+            &services::control::socket_path(p),
+            &services::control::Request::Status,
+        )
+        .ok()
+        .and_then(|r| r.status)
+    };
+    let wait = |what: &str, f: &dyn Fn(&services::status::SupervisorStatus) -> bool| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            if let Some(s) = status(p.path()) {
+                if f(&s) {
+                    return s;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "timed out waiting for {what}: {:#?}",
+                status(p.path())
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let s = wait("start-up", &|s| !s.startup.is_empty());
+    assert!(
+        s.irq_scan.is_none(),
+        "nothing appeared yet: {:?}",
+        s.irq_scan
+    );
+
+    // can1 comes up: IRQ 300 and its thread, as the kernel would show
+    // them before anyone placed them (every CPU, SCHED_FIFO 50).
+    let irq = t.path().join("proc/irq/300");
+    fs::create_dir_all(irq.join("can1")).unwrap();
+    fs::write(irq.join("smp_affinity_list"), "0-5\n").unwrap();
+    fs::write(irq.join("smp_affinity"), "3f\n").unwrap();
+    fs::write(irq.join("effective_affinity_list"), "0\n").unwrap();
+    fs::write(irq.join("effective_affinity"), "01\n").unwrap();
+    let thread = t.path().join("proc/4300");
+    fs::create_dir_all(&thread).unwrap();
+    let stat = fs::read_to_string(t.path().join("proc/106/stat"))
+        .unwrap()
+        .replacen("106 (irq/19-can0)", "4300 (irq/300-can1)", 1);
+    let status_text = fs::read_to_string(t.path().join("proc/106/status"))
+        .unwrap()
+        .replace("irq/19-can0", "irq/300-can1")
+        .replace("\t106\n", "\t4300\n");
+    fs::write(thread.join("status"), status_text).unwrap();
+    fs::write(thread.join("comm"), "irq/300-can1\n").unwrap();
+    fs::write(thread.join("stat"), stat).unwrap();
+    let mut interrupts = fs::read_to_string(t.path().join("proc/interrupts")).unwrap();
+    interrupts.push_str(" 300:          0          0          0          0          0          0     GICv3  99 Level     can1\n");
+    fs::write(t.path().join("proc/interrupts"), interrupts).unwrap();
+
+    let s = wait("the scan to place can1", &|s| s.irq_scan.is_some());
+    let scan = s.irq_scan.unwrap();
+    assert_eq!(scan.step, "irq scan");
+    assert!(
+        scan.detail
+            .starts_with("placed IRQ 300 (can1), thread irq/300-can1 (pid 4300): "),
+        "{scan:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(irq.join("smp_affinity_list"))
+            .unwrap()
+            .trim(),
+        "0-3"
+    );
+    let stat = fs::read_to_string(thread.join("stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    // rt_priority and policy: fields 40 and 41 of stat (38 and 39 after
+    // the comm).
+    assert_eq!((fields[37], fields[38]), ("92", "1"), "{stat}");
+    let status_text = fs::read_to_string(thread.join("status")).unwrap();
+    assert!(
+        status_text.contains("Cpus_allowed_list:\t5\n"),
+        "{status_text}"
+    );
+}

@@ -30,6 +30,10 @@ pub struct SupervisorStatus {
     /// from supervisors that predate releases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<ReleaseStatus>,
+    /// What the last scan for late interrupts and IRQ threads placed
+    /// (absent until one appeared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq_scan: Option<StepStatus>,
     pub processes: Vec<ProcessStatus>,
 }
 
@@ -162,6 +166,9 @@ pub fn render_table(s: &SupervisorStatus) -> String {
     );
     if let Some(r) = &s.release {
         out.push_str(&format!("release: {}\n", r.describe()));
+    }
+    if let Some(st) = &s.irq_scan {
+        out.push_str(&format!("{}: {} ({})\n", st.step, st.result, st.detail));
     }
     for st in &s.startup {
         if st.result != "ok" {

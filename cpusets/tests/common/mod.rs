@@ -176,7 +176,7 @@ pub fn orin() -> Sections {
             partition: PartitionKind::Isolated,
         },
         kernel: KernelSection {
-            cmdline: vec!["nosoftlockup".into(), "tsc=reliable".into()],
+            cmdline: vec!["nosoftlockup".into()],
             ..KernelSection::default()
         },
         irqs: IrqsSection {
@@ -190,10 +190,11 @@ pub fn orin() -> Sections {
                 // Tegra names these handlers after the device node
                 // (`irq/18-3210000.spi`), so the globs are `*spi*`.
                 rule("irq/*spi*", Policy::Fifo, 88, Some("4")),
-                rule("irq/*mttcan*", Policy::Fifo, 92, Some("5")),
+                rule("irq/*-can0", Policy::Fifo, 92, Some("5")),
                 rule("irq/*-eqos*", Policy::Fifo, 50, Some("2-3")),
             ],
             kthreads: vec![rule("rcuc/*", Policy::Fifo, 1, None)],
+            rescan: None,
         },
         sysctl,
         power: serde_json::from_value(serde_json::json!({
@@ -266,6 +267,7 @@ pub fn dev() -> Sections {
             overrides: vec![],
             threads: vec![rule("irq/*", Policy::Fifo, 50, Some("0"))],
             kthreads: vec![],
+            rescan: None,
         },
         sysctl,
         power: PowerSection::default(),

@@ -7,6 +7,7 @@
 use anyhow::Context as _;
 use clap::Args;
 use cpusets::apply::{self as cpu_apply, ApplyOptions};
+use cpusets::rescan::IrqWatch;
 use services::notify::Notifier;
 use services::pid1::AtExit;
 use services::status::StepStatus;
@@ -80,6 +81,10 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
     };
     let (plan_ctx, plan_robot) = (ctx.clone(), robot.clone());
     let (check_ctx, check_robot) = (ctx.clone(), robot.clone());
+    let (scan_ctx, scan_robot) = (ctx.clone(), robot.clone());
+    let plan_watch = std::rc::Rc::new(std::cell::RefCell::new(None::<IrqWatch>));
+    let scan_watch = plan_watch.clone();
+    let mut scan_error: Option<String> = None;
     let hooks = Hooks {
         apply_cpu_plan: if args.skip_cpu_plan {
             Some(Box::new(|| StepStatus {
@@ -88,9 +93,19 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
                 detail: "--skip-cpu-plan".into(),
             }))
         } else {
-            Some(Box::new(move || apply_cpu_plan(&plan_ctx, &plan_robot)))
+            Some(Box::new(move || {
+                // What exists before the plan is applied is placed by it;
+                // what a later scan finds beyond this is placed then.
+                if let Ok(w) = IrqWatch::read(&plan_ctx.sysroot) {
+                    *plan_watch.borrow_mut() = Some(w);
+                }
+                apply_cpu_plan(&plan_ctx, &plan_robot)
+            }))
         },
         boot_check: Some(Box::new(move |d| boot_check(&check_ctx, &check_robot, d))),
+        irq_scan: (!args.skip_cpu_plan).then(|| -> services::supervisor::IrqScanHook {
+            Box::new(move || scan_irqs(&scan_ctx, &scan_robot, &scan_watch, &mut scan_error))
+        }),
     };
     let env = |k: &str| std::env::var(k).ok();
     let notifier = Notifier::new(
@@ -108,6 +123,7 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         verbose: !ctx.quiet,
         health_window: robot.update.health_window.0,
         keep: robot.update.keep,
+        irq_scan_every: robot.irqs.rescan_every(),
         ..Default::default()
     };
     let sup = Supervisor::new(cfg, roots, opts, hooks, notifier)
@@ -136,21 +152,15 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
         Ok(r) => r,
         Err(e) => return step("failed", e.to_string()),
     };
-    let state = super::apply::ApplyState {
-        unmovable_irqs: report.unmovable_irqs(),
-    };
     let path = releases::Layout::new(&ctx.prefix).cpusets_apply_state();
-    let saved = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(&path, serde_json::to_string(&state).unwrap_or_default()));
+    let saved = super::apply::ApplyState::from_report(&report).write(&path);
     let s = report.summary();
     let mut detail = format!(
         "cgroup {}: {} changed, {} unchanged, {} unmovable, {} unsupported, {} invalid, {} failed",
         report.cgroup, s.changed, s.unchanged, s.unmovable, s.unsupported, s.invalid, s.failed
     );
     if let Err(e) = saved {
-        detail.push_str(&format!("; cannot save {}: {e}", path.display()));
+        detail.push_str(&format!("; {}", controller::error::Chain(&e)));
     }
     if s.failed > 0 || s.invalid > 0 {
         let failures: Vec<String> = report
@@ -169,6 +179,50 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
     } else {
         step("ok", detail)
     }
+}
+
+/// One scan for interrupts and IRQ threads that appeared since the last
+/// (`irqs.rescan`): when something did, the plan is applied again (only
+/// what differs changes) and the status says what was placed. A scan that
+/// cannot read /proc says so once, not every period.
+fn scan_irqs(
+    ctx: &Ctx,
+    robot: &Robot,
+    known: &std::cell::RefCell<Option<IrqWatch>>,
+    last_error: &mut Option<String>,
+) -> Option<StepStatus> {
+    let now = match IrqWatch::read(&ctx.sysroot) {
+        Ok(w) => w,
+        Err(e) => {
+            let msg = controller::error::Chain(&e).to_string();
+            if last_error.as_deref() == Some(msg.as_str()) {
+                return None;
+            }
+            *last_error = Some(msg.clone());
+            return Some(StepStatus {
+                step: "irq scan".into(),
+                result: "failed".into(),
+                detail: msg,
+            });
+        }
+    };
+    *last_error = None;
+    let appeared = known
+        .borrow()
+        .as_ref()
+        .map(|k| k.appeared(&now))
+        .unwrap_or_default();
+    let first = known.borrow().is_none();
+    *known.borrow_mut() = Some(now);
+    if first || appeared.is_empty() {
+        return None;
+    }
+    let st = apply_cpu_plan(ctx, robot);
+    Some(StepStatus {
+        step: "irq scan".into(),
+        result: st.result,
+        detail: format!("placed {}: {}", appeared.describe(), st.detail),
+    })
 }
 
 /// The boot timing check: `deploy check`'s engine, shortened to

@@ -42,8 +42,8 @@ use trial::ReleaseWatch;
 
 pub use controller::rt::find_cgroup;
 pub use startup::{
-    BootCheckHook, BootCheckOutcome, Hooks, Options, Roots, StepHook, SupervisorConfig,
-    SupervisorStartError,
+    BootCheckHook, BootCheckOutcome, Hooks, IrqScanHook, Options, Roots, StepHook,
+    SupervisorConfig, SupervisorStartError,
 };
 
 /// The supervisor's own lines on stderr (`Options::verbose`).
@@ -78,6 +78,11 @@ pub struct Supervisor {
     at_exit: AtExit,
     started: Instant,
     stderr: Stderr,
+    /// Interrupts and IRQ threads that appear later: the hook, its period,
+    /// when it runs next, and what its last placing did.
+    irq_scan: Option<(IrqScanHook, Duration)>,
+    next_irq_scan: Option<Instant>,
+    last_irq_scan: Option<StepStatus>,
 }
 
 impl Supervisor {
@@ -89,6 +94,8 @@ impl Supervisor {
         hooks: Hooks,
         notifier: Option<Notifier>,
     ) -> Result<Supervisor, SupervisorStartError> {
+        let mut hooks = hooks;
+        let irq_scan = hooks.irq_scan.take().zip(opts.irq_scan_every);
         let s = startup::start_up(&cfg, &roots, &opts, hooks)?;
         let stderr = Stderr {
             verbose: opts.verbose,
@@ -138,6 +145,9 @@ impl Supervisor {
             at_exit: opts.at_exit,
             started,
             stderr,
+            next_irq_scan: irq_scan.as_ref().map(|(_, every)| started + *every),
+            irq_scan,
+            last_irq_scan: None,
         };
         for s in &sup.startup {
             if s.result != "ok" {
@@ -198,6 +208,7 @@ impl Supervisor {
         }
         self.table.tick(now, &mut self.conns);
         self.table.poll_reports_if_due(now, &mut self.conns);
+        self.scan_irqs_if_due(now);
         if !self.table.shutting_down() {
             self.releases
                 .check_if_due(now, &mut self.table, &mut self.conns);
@@ -206,6 +217,22 @@ impl Supervisor {
             self.table.shutdown_step(&mut self.conns);
         }
         self.conns.answer_pending(&self.table);
+    }
+
+    /// Places interrupts and IRQ threads that appeared since the last scan.
+    fn scan_irqs_if_due(&mut self, now: Instant) {
+        let (Some((hook, every)), Some(due)) = (self.irq_scan.as_mut(), self.next_irq_scan) else {
+            return;
+        };
+        if now < due || self.table.shutting_down() {
+            return;
+        }
+        self.next_irq_scan = Some(now + *every);
+        if let Some(st) = hook() {
+            self.stderr
+                .say(format!("{}: {} ({})", st.step, st.result, st.detail));
+            self.last_irq_scan = Some(st);
+        }
     }
 
     fn begin_shutdown(&mut self, why: &str) {
@@ -315,6 +342,7 @@ impl Supervisor {
             self.table.next_timer(),
             self.conns.next_deadline(),
             (!self.table.shutting_down()).then(|| self.releases.next_deadline()),
+            self.next_irq_scan,
         ]
         .into_iter()
         .flatten()
@@ -346,6 +374,7 @@ impl Supervisor {
             boot_check: self.table.boot_check().to_string(),
             startup: self.startup.clone(),
             release: Some(self.releases.status().clone()),
+            irq_scan: self.last_irq_scan.clone(),
             processes: self.table.status(&self.proc_root),
         }
     }

@@ -87,6 +87,8 @@ pub struct Options {
     pub health_window: Duration,
     /// `update.keep`: releases kept when a trial commits.
     pub keep: u32,
+    /// `irqs.rescan`: how often [`Hooks::irq_scan`] runs (none: never).
+    pub irq_scan_every: Option<Duration>,
 }
 
 impl Default for Options {
@@ -100,6 +102,7 @@ impl Default for Options {
             verbose: true,
             health_window: Duration::from_secs(30),
             keep: 3,
+            irq_scan_every: None,
         }
     }
 }
@@ -117,6 +120,9 @@ pub enum BootCheckOutcome {
 pub type StepHook = Box<dyn FnOnce() -> StepStatus>;
 /// The boot timing check, given the configured duration.
 pub type BootCheckHook = Box<dyn FnOnce(Duration) -> BootCheckOutcome>;
+/// One scan for interrupts and IRQ threads that appeared since the last:
+/// places them and says what it did, or `None` when nothing appeared.
+pub type IrqScanHook = Box<dyn FnMut() -> Option<StepStatus>>;
 
 /// Start-up work the supervisor cannot do itself.
 #[derive(Default)]
@@ -125,6 +131,8 @@ pub struct Hooks {
     pub apply_cpu_plan: Option<StepHook>,
     /// The boot timing check engine.
     pub boot_check: Option<BootCheckHook>,
+    /// Runs every [`Options::irq_scan_every`] while the supervisor runs.
+    pub irq_scan: Option<IrqScanHook>,
 }
 
 /// What the boot timing check means for the real-time processes.
