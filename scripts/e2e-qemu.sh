@@ -364,7 +364,22 @@ phase_end
 phase_start "boot 2: image, supervisor as PID 1"
 LOG2=$WORK/serial-image.log OUT2=$WORK/serial-image.log.hvc
 rc=0
-e2e_qemu "$KDIR/vmlinuz" "$IMAGE" "console=ttyS0 panic=-1 $PLAN_CMDLINE" "$LOG2" "$BOOT_LIMIT" || rc=$?
+# The host half of the hot-plug: when the guest says hotplug-ready, a
+# virtio-serial PCI device (its driver is built into Debian's kernel) is
+# added through the monitor.
+(
+    for _ in $(seq 1 "$BOOT_LIMIT"); do
+        if grep -q '^E2E hotplug-ready' "$OUT2" 2>/dev/null; then
+            e2e_monitor "$LOG2" "device_add virtio-serial-pci,id=hot0" >"$WORK/hotplug.monitor" 2>&1
+            exit 0
+        fi
+        sleep 1
+    done
+) &
+HOTPLUG_PID=$!
+e2e_qemu "$KDIR/vmlinuz" "$IMAGE" "console=ttyS0 panic=-1 $PLAN_CMDLINE e2e.hotplug=1" "$LOG2" "$BOOT_LIMIT" || rc=$?
+kill "$HOTPLUG_PID" 2>/dev/null
+wait "$HOTPLUG_PID" 2>/dev/null
 phase_end
 if [ "$rc" = 124 ]; then
     fail "image boot finishes within ${BOOT_LIMIT}s" "time limit hit"
@@ -401,6 +416,27 @@ if [ -n "$STATUS" ]; then
     done
 fi
 check_irq_threads "$LOG2" "$(block "$OUT2" irqthreads)" "supervisor as PID 1 applies the plan: IRQ threads carry the planned priorities and CPUs"
+
+# The hot-added device: its IRQ threads appeared after start-up and the
+# supervisor's scan placed them.
+HOT_NEW=$(e2e_guest_value "$OUT2" hotplug-new)
+if [ -z "$HOT_NEW" ]; then
+    fail "a device hot-added through the QEMU monitor shows new IRQ threads" "$(e2e_guest_value "$OUT2" hotplug-appeared); monitor: $(cat "$WORK/hotplug.monitor" 2>/dev/null)"
+    log_failed "$LOG2"
+else
+    pass "a device hot-added through the QEMU monitor shows new IRQ threads ($HOT_NEW)"
+    hot_lines=$(block "$OUT2" irqthreads-hotplug | while read -r pid comm rest; do
+        case " $HOT_NEW " in *" $comm "*) echo "$pid $comm $rest" ;; esac
+    done)
+    check_irq_threads "$LOG2" "$hot_lines" "the running supervisor places the hot-added device's IRQ threads as robot.yaml says"
+    scan=$(block "$OUT2" status-hotplug-json | json_of | jq -c '.irq_scan // empty' 2>/dev/null)
+    if [ "$(jq -r '.result' <<<"$scan" 2>/dev/null)" = ok ]; then
+        pass "deploy status says what the scan placed ($(jq -r '.detail' <<<"$scan" | cut -c1-160))"
+    else
+        fail "deploy status says what the scan placed" "irq_scan: ${scan:-missing}"
+        log_failed "$LOG2"
+    fi
+fi
 
 # deploy verify
 vrc=$(block_rc "$OUT2" verify)

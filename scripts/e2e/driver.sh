@@ -77,6 +77,33 @@ irqthreads() {
     done
 }
 block irqthreads irqthreads
+
+# A device hot-added while the supervisor runs (the host adds a
+# virtio-serial PCI device through the QEMU monitor when it reads
+# hotplug-ready, on boots whose command line says e2e.hotplug=1): its
+# MSI-X interrupts and their irq/* threads appear now, and the
+# supervisor's next scan must place them as robot.yaml says.
+case " $(cat /proc/cmdline) " in
+*" e2e.hotplug=1 "*)
+    before=$(irqthreads | awk '{print $2}' | sort | tr '\n' ' ')
+    say "hotplug-ready $(now_ms)"
+    new_threads() {
+        irqthreads | awk '{print $2}' | sort | while read -r c; do
+            case " $before " in *" $c "*) ;; *) echo "$c" ;; esac
+        done | grep .
+    }
+    if wait_for 60 new_threads; then
+        say "hotplug-appeared $(now_ms) $(new_threads | tr '\n' ' ')"
+        # The scan runs every second; give it three.
+        sleep 3
+        block irqthreads-hotplug irqthreads
+        block status-hotplug-json deploy status --json
+        say "hotplug-new $(new_threads | tr '\n' ' ')"
+    else
+        say "hotplug-appeared none"
+    fi
+    ;;
+esac
 block talker-log cat /var/log/rtdeploy/talker.log
 block listener-log cat /var/log/rtdeploy/listener.log
 block boot-check cat /var/lib/rtdeploy/boot-check.json

@@ -96,7 +96,8 @@ e2e_qemu() {
     : >"$log.hvc"
     timeout -k 10 "$limit" qemu-system-x86_64 \
         -accel tcg,thread=single -cpu max -smp 4 -m 1G \
-        -nographic -no-reboot -monitor none -nic none \
+        -nographic -no-reboot -nic none \
+        -monitor "unix:$log.mon,server=on,wait=off" \
         -device virtio-serial-pci \
         -chardev "file,id=e2e,path=$log.hvc" -device virtconsole,chardev=e2e \
         -serial "file:$log" -serial "file:$log.tty1" \
@@ -107,6 +108,23 @@ e2e_qemu() {
     # go to the second serial port.
     [ -s "$log.hvc" ] || cat "$log.tty1" >"$log.hvc" 2>/dev/null
     return "$rc"
+}
+
+# e2e_monitor LOG COMMAND: sends one HMP command to the monitor of the
+# QEMU writing LOG (e2e_qemu gives every VM one at LOG.mon) and prints the
+# reply.
+e2e_monitor() {
+    python3 - "$1.mon" "$2" <<'PY'
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+time.sleep(0.5)
+s.recv(65536)  # the banner and prompt
+s.sendall(sys.argv[2].encode() + b"\n")
+time.sleep(1)
+print(s.recv(65536).decode(errors="replace"))
+PY
 }
 
 # e2e_serial_clean LOG: the serial log without carriage returns.
