@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::board::{self, Board};
 use crate::cpuset::CpuSet;
+use crate::power::{self, NvpmodelMode};
 
 /// A validation problem: the field path and what is wrong with it.
 pub type Problem = (String, String);
@@ -690,10 +691,69 @@ pub struct PowerSection {
     /// CPUs out of deep idle states).
     #[serde(default)]
     pub cpu_dma_latency: Option<Micros>,
+    /// The Jetson power mode (`nvpmodel -m`) to run in, by name (`15W`,
+    /// `MAXN`) or id: it decides which CPUs are online and how fast they
+    /// run. `apply` sets it and pins the CPU clocks to its maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvpmodel: Option<NvpmodelMode>,
+    /// Which of NVIDIA's nvpmodel configuration files the module uses
+    /// (`p3767_0003_super` for `nvpmodel_p3767_0003_super.conf`), for
+    /// boards whose modules or releases define the mode differently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvpmodel_conf: Option<String>,
 }
 
 impl PowerSection {
+    /// The nvpmodel mode `power.nvpmodel` names on this board, `None` when
+    /// it names none.
+    pub fn nvpmodel_mode(
+        &self,
+        board: &BoardSection,
+    ) -> Result<Option<power::Resolved>, power::ModeResolveError> {
+        let (Some(mode), Some(b)) = (&self.nvpmodel, board.board()) else {
+            return Ok(None);
+        };
+        power::resolve(b, self.nvpmodel_conf.as_deref(), mode).map(Some)
+    }
+
+    /// The nvpmodel mode against the board and the CPUs the robot uses
+    /// (`uses`: each CPU set with the field it comes from): a mode of the
+    /// board's modules, and one that keeps every CPU in use online.
+    pub fn validate_board(
+        &self,
+        board: &BoardSection,
+        uses: &[(String, CpuSet)],
+        out: &mut Vec<Problem>,
+    ) {
+        match self.nvpmodel_mode(board) {
+            Ok(None) => {}
+            Ok(Some(r)) => {
+                if let Some(why) = power::offline_in_use(&r, uses) {
+                    out.push(("power.nvpmodel".into(), why));
+                }
+            }
+            Err(e @ power::ModeResolveError::UnknownConf { .. }) => {
+                out.push(("power.nvpmodel_conf".into(), e.to_string()))
+            }
+            Err(e) => out.push(("power.nvpmodel".into(), e.to_string())),
+        }
+    }
+
     pub fn validate(&self, out: &mut Vec<Problem>) {
+        if let Some(NvpmodelMode::Name(n)) = &self.nvpmodel {
+            if n.trim().is_empty() || n.trim().chars().any(char::is_whitespace) {
+                out.push((
+                    "power.nvpmodel".into(),
+                    format!("`{n}` is not an nvpmodel mode (expected a name like `15W` or `MAXN`, or an id like `2`)"),
+                ));
+            }
+        }
+        if self.nvpmodel_conf.is_some() && self.nvpmodel.is_none() {
+            out.push((
+                "power.nvpmodel_conf".into(),
+                "names an nvpmodel configuration but `power.nvpmodel` names no mode (add `nvpmodel: <mode>` or remove this)".into(),
+            ));
+        }
         if let Some(g) = &self.governor {
             if !GOVERNORS.contains(&g.as_str()) {
                 out.push((

@@ -42,5 +42,6 @@ pub mod config;
 pub mod cpuset;
 pub mod model;
 pub mod plan;
+pub mod power;
 pub mod rescan;
 pub mod verify;

@@ -685,6 +685,34 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             );
         }
     }
+
+    // The power mode: one of the board's nvpmodel modes, and one that keeps
+    // online every CPU the robot puts work on.
+    if r.power.nvpmodel.is_some() {
+        let mut uses: Vec<(String, CpuSet)> = vec![("cpus.isolated".into(), isolated.clone())];
+        for (i, p) in r.processes.iter().enumerate() {
+            uses.push((
+                format!("processes[{i}] `{}`", echo::value(&p.name)),
+                r.process_cpus(p),
+            ));
+        }
+        for (field, rules) in [("threads", &r.irqs.threads), ("kthreads", &r.irqs.kthreads)] {
+            for (i, rule) in rules.iter().enumerate() {
+                if let Some(set) = &rule.cpus {
+                    uses.push((format!("irqs.{field}[{i}].cpus"), set.clone()));
+                }
+            }
+        }
+        for (i, o) in r.irqs.overrides.iter().enumerate() {
+            uses.push((format!("irqs.overrides[{i}].cpus"), o.cpus.clone()));
+        }
+        if let Some(aff) = &r.irqs.default_affinity {
+            uses.push(("irqs.default_affinity".into(), aff.clone()));
+        }
+        let mut p = Vec::new();
+        r.power.validate_board(&r.board, &uses, &mut p);
+        c.problems(p);
+    }
 }
 
 /// The channel names a reference may use, for a message: the first few,
