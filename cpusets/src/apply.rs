@@ -9,6 +9,7 @@
 //! sysctl that cannot be set does not stop the others: each write's outcome
 //! is recorded in the [`ApplyReport`].
 
+mod nvpmodel;
 pub mod sched;
 
 use std::fmt;
@@ -21,10 +22,11 @@ use serde::Serialize;
 use crate::config::Policy;
 use crate::cpuset::CpuSet;
 use crate::model::live::{
-    find_cgroup_root, read_opt, read_task, sys_path, task_dir, ModelReadError,
+    find_cgroup_root, read_cpu_list, read_opt, read_task, sys_path, task_dir, ModelReadError,
 };
 use crate::model::{partition_invalid_reason, sched_text, status_with_cpus, CgroupRoot, TaskStat};
-use crate::plan::{RuntimePlan, Source, ThreadPlacement};
+use crate::plan::{FreqLock, RuntimePlan, Source, ThreadPlacement};
+use crate::power::NvpmodelTool;
 
 /// How thread scheduling changes reach the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,15 +42,19 @@ pub enum ThreadControl {
     FakeTree,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ApplyOptions {
     /// Read everything and report what would change; write nothing.
     pub dry_run: bool,
     pub threads: ThreadControl,
+    /// The `nvpmodel` binary that sets `power.nvpmodel`; `None` when the
+    /// system has none (the mode is then reported unsupported).
+    pub nvpmodel: Option<NvpmodelTool>,
 }
 
 impl ApplyOptions {
-    /// Syscalls when `sysroot` is `/`, else a fake tree.
+    /// Syscalls when `sysroot` is `/`, else a fake tree; nvpmodel where
+    /// [`NvpmodelTool::find`] finds it for the sysroot.
     pub fn for_sysroot(sysroot: &Path, dry_run: bool) -> Self {
         let live = sysroot
             .canonicalize()
@@ -61,6 +67,7 @@ impl ApplyOptions {
             } else {
                 ThreadControl::FakeTree
             },
+            nvpmodel: NvpmodelTool::find(sysroot),
         }
     }
 }
@@ -86,6 +93,11 @@ pub enum Outcome {
     /// Written, but the kernel reports the result invalid (a cgroup
     /// partition it could not make).
     Invalid {
+        reason: String,
+    },
+    /// Set, but it takes effect at the next boot (an nvpmodel mode that
+    /// changes which CPUs are online).
+    RebootRequired {
         reason: String,
     },
     Failed {
@@ -117,6 +129,7 @@ pub struct ApplySummary {
     pub unmovable: usize,
     pub unsupported: usize,
     pub invalid: usize,
+    pub reboot_required: usize,
     pub failed: usize,
 }
 
@@ -132,6 +145,9 @@ pub struct ApplyReport {
     /// The outcomes counted, as [`ApplyReport::summary`] returns them.
     pub summary: ApplySummary,
     pub actions: Vec<Action>,
+    /// What apply deliberately leaves alone, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl ApplyReport {
@@ -149,6 +165,7 @@ impl ApplyReport {
                 Outcome::Unmovable { .. } => s.unmovable += 1,
                 Outcome::Unsupported { .. } => s.unsupported += 1,
                 Outcome::Invalid { .. } => s.invalid += 1,
+                Outcome::RebootRequired { .. } => s.reboot_required += 1,
                 Outcome::Failed { .. } => s.failed += 1,
             }
         }
@@ -189,6 +206,7 @@ impl ApplyReport {
                 Outcome::Unmovable { reason } => ("unmovable", format!(": {reason}")),
                 Outcome::Unsupported { reason } => ("unsupported", format!(": {reason}")),
                 Outcome::Invalid { reason } => ("INVALID", format!(": {reason}")),
+                Outcome::RebootRequired { reason } => ("REBOOT", format!(": {reason}")),
                 Outcome::Failed { error } => ("FAILED", format!(": {error}")),
             };
             let old = a
@@ -201,9 +219,17 @@ impl ApplyReport {
                 a.path, a.new, a.item
             ));
         }
+        for n in &self.notes {
+            out.push_str(&format!("note: {n}\n"));
+        }
         let s = self.summary();
+        let reboot = if s.reboot_required > 0 {
+            format!(", {} reboot required", s.reboot_required)
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "{}: {} changed, {} would change, {} unchanged, {} unmovable, {} unsupported, {} invalid, {} failed\n",
+            "{}: {} changed, {} would change, {} unchanged, {} unmovable, {} unsupported, {} invalid{reboot}, {} failed\n",
             if self.dry_run { "dry run" } else { "applied" },
             s.changed,
             s.would_change,
@@ -214,6 +240,13 @@ impl ApplyReport {
             s.failed
         ));
         out
+    }
+
+    /// True when something set takes effect only after a reboot.
+    pub fn reboot_required(&self) -> bool {
+        self.actions
+            .iter()
+            .any(|a| matches!(a.outcome, Outcome::RebootRequired { .. }))
     }
 }
 
@@ -395,6 +428,17 @@ pub fn apply(
         opts,
         actions: Vec::new(),
     };
+    let mut notes = Vec::new();
+
+    // The power mode first: it decides which CPUs are online and caps
+    // their clocks, which the rest writes to.
+    if let Some(m) = &plan.power.nvpmodel {
+        nvpmodel::apply_mode(&mut a, m)?;
+        notes.push(format!(
+            "nvpmodel mode {} also caps the GPU, EMC (memory), DLA and PVA clocks; apply pins only the CPU clocks (min = max on every CPU the mode keeps online, as jetson_clocks does for the CPUs) and leaves the EMC and GPU clocks to the mode's frequency scaling (jetson_clocks would pin those too)",
+            m.label()
+        ));
+    }
 
     for s in &plan.sysctls {
         let missing = match s.source {
@@ -458,6 +502,8 @@ pub fn apply(
         apply_thread(&mut a, t)?;
     }
 
+    // CPUs the kernel reports online; `None` when it does not say.
+    let online = read_cpu_list(&sys_path(sysroot, "/sys/devices/system/cpu/online"))?;
     for cpu in plan.cpus.all.iter() {
         if let Some(g) = &plan.cpufreq.governor {
             a.set(
@@ -469,7 +515,9 @@ pub fn apply(
                 false,
             );
         }
-        if plan.cpufreq.lock_cpus.contains(cpu) {
+        if plan.cpufreq.lock_cpus.contains(cpu) && plan.cpufreq.lock_to != FreqLock::CurrentMax {
+            nvpmodel::pin_clock(&mut a, plan, cpu, online.as_ref())?;
+        } else if plan.cpufreq.lock_cpus.contains(cpu) {
             let dir = format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq");
             match read_opt(&sys_path(sysroot, &format!("{dir}/scaling_max_freq")))? {
                 Some(max) => {
@@ -503,6 +551,7 @@ pub fn apply(
         cgroup: cgroup.to_string(),
         summary: ApplyReport::count(&a.actions),
         actions: a.actions,
+        notes,
     })
 }
 

@@ -14,6 +14,7 @@ use crate::config::{
 };
 use crate::cpuset::CpuSet;
 use crate::model::{glob_match, Irq, Task};
+use crate::power::ModeResolveError;
 
 /// The robot.yaml sections this crate plans from.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +51,8 @@ impl crate::model::live::Live {
 pub enum PlanBuildError {
     #[error("board `{0}` has no known CPU count (set board.cpus)")]
     UnknownCpuCount(String),
+    #[error("power.nvpmodel: {0}")]
+    PowerMode(#[from] ModeResolveError),
 }
 
 /// The CPU partition.
@@ -147,8 +150,57 @@ impl CgroupPlan {
 pub struct CpufreqPlan {
     /// The governor for every CPU, when robot.yaml names one.
     pub governor: Option<String>,
-    /// CPUs whose `scaling_min_freq` is raised to `scaling_max_freq`.
+    /// CPUs whose clock is pinned: `scaling_min_freq` raised to the
+    /// maximum [`Self::lock_to`] says.
     pub lock_cpus: CpuSet,
+    pub lock_to: FreqLock,
+}
+
+/// The frequency a pinned CPU runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "to", rename_all = "kebab-case")]
+pub enum FreqLock {
+    /// `scaling_max_freq` as it is (`power.lock_frequency`).
+    CurrentMax,
+    /// The nvpmodel mode's cap: `scaling_max_freq` and `scaling_min_freq`
+    /// both set to it, as jetson_clocks does for the CPUs.
+    Khz { khz: u32 },
+    /// An nvpmodel mode that does not cap the CPUs: both set to the CPU's
+    /// own maximum, `cpuinfo_max_freq`.
+    HardwareMax,
+}
+
+/// The CPUs' power: which must be online, and the nvpmodel mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PowerPlan {
+    /// The CPUs the plan puts work on: the isolated CPUs and those that
+    /// IRQ-thread and kernel-thread rules, IRQ overrides and
+    /// `irqs.default_affinity` name. All must be online.
+    pub cpus_in_use: CpuSet,
+    /// The mode `power.nvpmodel` names.
+    pub nvpmodel: Option<NvpmodelPlan>,
+}
+
+/// An nvpmodel mode, as NVIDIA's configuration file defines it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NvpmodelPlan {
+    /// `nvpmodel_p3767_0000_super.conf`.
+    pub conf: String,
+    /// The Jetson Linux release the table was read from.
+    pub release: String,
+    pub id: u32,
+    pub name: String,
+    /// The CPUs it keeps online.
+    pub online: CpuSet,
+    /// Its CPU clock cap in kHz; `None`: the CPUs' own maximum.
+    pub cpu_max_khz: Option<u32>,
+}
+
+impl NvpmodelPlan {
+    /// `1 7W`.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.id, self.name)
+    }
 }
 
 /// Everything `apply` writes and `verify` checks.
@@ -169,6 +221,7 @@ pub struct RuntimePlan {
     pub workqueue_cpumask: CpuSet,
     pub cgroups: CgroupPlan,
     pub cpufreq: CpufreqPlan,
+    pub power: PowerPlan,
     /// The value the supervisor holds open in /dev/cpu_dma_latency.
     pub cpu_dma_latency_us: Option<u32>,
     /// Rules that matched nothing, and similar notes.
@@ -423,12 +476,52 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
 
     let sysctls = plan_sysctls(iso.sysctl);
 
-    let cpufreq = CpufreqPlan {
-        governor: iso.power.governor.clone(),
-        lock_cpus: if iso.power.lock_frequency {
-            isolated.clone()
-        } else {
-            CpuSet::new()
+    let nvpmodel = iso.power.nvpmodel_mode(iso.board)?.map(|r| NvpmodelPlan {
+        conf: r.conf.file_name(),
+        release: r.conf.release.into(),
+        id: r.mode.id,
+        name: r.mode.name.into(),
+        online: r.mode.online_cpus(),
+        cpu_max_khz: r.mode.cpu_max_khz,
+    });
+    let cpus_in_use = iso
+        .irqs
+        .threads
+        .iter()
+        .chain(&iso.irqs.kthreads)
+        .filter_map(|r| r.cpus.as_ref())
+        .chain(iso.irqs.overrides.iter().map(|o| &o.cpus))
+        .chain(&iso.irqs.default_affinity)
+        .fold(isolated.clone(), |acc, set| acc.union(set));
+    let cpufreq = match &nvpmodel {
+        // As jetson_clocks does for the CPUs: every CPU the mode keeps
+        // online at the mode's cap.
+        Some(m) => {
+            let off = cpus_in_use.difference(&m.online);
+            if !off.is_empty() {
+                warnings.push(format!(
+                    "nvpmodel mode {} keeps CPUs {} online: CPUs {off} the plan uses would be offline",
+                    m.label(),
+                    m.online
+                ));
+            }
+            CpufreqPlan {
+                governor: iso.power.governor.clone(),
+                lock_cpus: m.online.intersection(&all),
+                lock_to: match m.cpu_max_khz {
+                    Some(khz) => FreqLock::Khz { khz },
+                    None => FreqLock::HardwareMax,
+                },
+            }
+        }
+        None => CpufreqPlan {
+            governor: iso.power.governor.clone(),
+            lock_cpus: if iso.power.lock_frequency {
+                isolated.clone()
+            } else {
+                CpuSet::new()
+            },
+            lock_to: FreqLock::CurrentMax,
         },
     };
 
@@ -452,6 +545,10 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
             partition: iso.cpus.partition,
         },
         cpufreq,
+        power: PowerPlan {
+            cpus_in_use,
+            nvpmodel,
+        },
         cpu_dma_latency_us: iso.power.cpu_dma_latency.map(|m| m.0),
         cpus: CpuMap {
             all,
@@ -536,12 +633,33 @@ impl fmt::Display for RuntimePlan {
             None => writeln!(f, "cpufreq: governor left alone")?,
         }
         if !self.cpufreq.lock_cpus.is_empty() {
+            let to = match self.cpufreq.lock_to {
+                FreqLock::CurrentMax => String::new(),
+                FreqLock::Khz { khz } => format!(" ({khz} kHz)"),
+                FreqLock::HardwareMax => " (cpuinfo_max_freq)".into(),
+            };
             writeln!(
                 f,
-                "cpufreq: min = max frequency on {}",
+                "cpufreq: min = max frequency on {}{to}",
                 self.cpufreq.lock_cpus
             )?;
         }
+        match &self.power.nvpmodel {
+            Some(m) => writeln!(
+                f,
+                "power: nvpmodel mode {} of {} (L4T {}): CPUs {} online; EMC and GPU clocks left to the mode",
+                m.label(),
+                m.conf,
+                m.release,
+                m.online
+            )?,
+            None => writeln!(f, "power: nvpmodel mode left alone")?,
+        }
+        writeln!(
+            f,
+            "power: CPUs in use, must be online: {}",
+            self.power.cpus_in_use
+        )?;
         match self.cpu_dma_latency_us {
             Some(us) => writeln!(f, "cpu_dma_latency: {us}us, held by the supervisor")?,
             None => writeln!(f, "cpu_dma_latency: not held")?,

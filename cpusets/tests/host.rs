@@ -12,6 +12,7 @@ fn opts(dry_run: bool) -> ApplyOptions {
     ApplyOptions {
         dry_run,
         threads: ThreadControl::FakeTree,
+        nvpmodel: None,
     }
 }
 

@@ -17,6 +17,7 @@ fn apply_opts(dry_run: bool) -> ApplyOptions {
     ApplyOptions {
         dry_run,
         threads: ThreadControl::FakeTree,
+        nvpmodel: None,
     }
 }
 

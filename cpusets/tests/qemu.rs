@@ -16,6 +16,7 @@ fn opts(dry_run: bool) -> ApplyOptions {
     ApplyOptions {
         dry_run,
         threads: ThreadControl::FakeTree,
+        nvpmodel: None,
     }
 }
 
