@@ -559,7 +559,7 @@ pub fn verify(
 
     checks.extend(check_cgroups(plan, sysroot)?);
     checks.extend(check_cpufreq(plan, sysroot)?);
-    checks.extend(check_power(plan, sysroot)?);
+    checks.extend(power_checks(plan, sysroot)?);
     Ok(VerifyReport::new(checks))
 }
 
@@ -1073,8 +1073,8 @@ fn check_cpufreq(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRu
 }
 
 /// The CPUs the plan uses are online, and the nvpmodel mode is the one
-/// robot.yaml names.
-fn check_power(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRunError> {
+/// robot.yaml names (also the supervisor's gate before its boot check).
+pub fn power_checks(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, VerifyRunError> {
     let mut out = Vec::new();
     let want = &plan.power.cpus_in_use;
     let online = read_cpu_list(&sys_path(root, "/sys/devices/system/cpu/online"))?;

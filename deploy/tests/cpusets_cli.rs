@@ -272,6 +272,58 @@ impl Drop for Killed {
     }
 }
 
+/// `deploy supervise` on the fake tree `sysroot` with `yaml` as robot.yaml.
+fn supervise(sysroot: &Path, prefix: &Path, yaml: &str) -> Killed {
+    let cfg = prefix.join("robot.yaml");
+    fs::write(&cfg, yaml).unwrap();
+    Killed(
+        Command::new(env!("CARGO_BIN_EXE_deploy"))
+            .arg("-q")
+            .arg("--sysroot")
+            .arg(sysroot)
+            .arg("--prefix")
+            .arg(prefix)
+            .arg("-c")
+            .arg(&cfg)
+            .arg("supervise")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Waits (20 s at most) until the supervisor under `prefix` answers and
+/// `f` holds.
+fn wait_status(
+    prefix: &Path,
+    what: &str,
+    f: &dyn Fn(&services::status::SupervisorStatus) -> bool,
+) -> services::status::SupervisorStatus {
+    let status = || {
+        services::control::request(
+            &services::control::socket_path(prefix),
+            &services::control::Request::Status,
+        )
+        .ok()
+        .and_then(|r| r.status)
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(s) = status() {
+            if f(&s) {
+                return s;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}: {:#?}",
+            status()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// An interrupt and its IRQ thread that appear while the supervisor runs
 /// (a CAN interface brought up: mttcan requests its IRQ in `open`, under
 /// the interface name) are placed by the next scan as robot.yaml says: the
@@ -290,50 +342,13 @@ fn the_supervisor_places_an_irq_that_appears_after_it_started() {
             ("cpuset.cpus.exclusive", ""),
         ],
     );
-    let cfg = p.path().join("robot.yaml");
-    fs::write(
-        &cfg,
+    let _sup = supervise(
+        t.path(),
+        p.path(),
         "robot:\n  name: canbot\nboard:\n  model: jetson-orin-nano\ncpus:\n  housekeeping: 0-3\n  isolated: 4-5\nirqs:\n  default_affinity: 0-3\n  rescan: 50ms\n  threads:\n    - match: \"irq/*-can1\"\n      policy: fifo\n      priority: 92\n      cpus: 5\nboot_check:\n  enabled: false\nprocesses:\n  - name: idle\n    exec: /bin/sleep\n    args: [\"600\"]\n",
-    )
-    .unwrap();
-    let _sup = Killed(
-        Command::new(env!("CARGO_BIN_EXE_deploy"))
-            .arg("-q")
-            .arg("--sysroot")
-            .arg(t.path())
-            .arg("--prefix")
-            .arg(p.path())
-            .arg("-c")
-            .arg(&cfg)
-            .arg("supervise")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
     );
-    let status = |p: &Path| {
-        services::control::request(
-            &services::control::socket_path(p),
-            &services::control::Request::Status,
-        )
-        .ok()
-        .and_then(|r| r.status)
-    };
     let wait = |what: &str, f: &dyn Fn(&services::status::SupervisorStatus) -> bool| {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            if let Some(s) = status(p.path()) {
-                if f(&s) {
-                    return s;
-                }
-            }
-            assert!(
-                std::time::Instant::now() < until,
-                "timed out waiting for {what}: {:#?}",
-                status(p.path())
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        wait_status(p.path(), what, f)
     };
     let s = wait("start-up", &|s| !s.startup.is_empty());
     assert!(
@@ -390,4 +405,28 @@ fn the_supervisor_places_an_irq_that_appears_after_it_started() {
         status_text.contains("Cpus_allowed_list:\t5\n"),
         "{status_text}"
     );
+}
+
+/// A power mode that switched off an isolated CPU (CPU 5 offline, as the
+/// Orin Nano's 7 W mode leaves it) fails the supervisor's boot check
+/// before any timing is measured, naming the CPU.
+#[test]
+fn the_boot_check_fails_when_a_planned_cpu_is_offline() {
+    let (t, p) = tree("orin-nano-5.15");
+    fs::write(t.path().join("sys/devices/system/cpu/online"), "0-4\n").unwrap();
+    let _sup = supervise(
+        t.path(),
+        p.path(),
+        "robot:\n  name: offbot\nboard:\n  model: jetson-orin-nano\ncpus:\n  housekeeping: 0-3\n  isolated: 4-5\n  partition: none\nboot_check:\n  enabled: true\n  duration: 1s\n  on_failure: degrade\nprocesses:\n  - name: idle\n    exec: /bin/sleep\n    args: [\"600\"]\n",
+    );
+    let s = wait_status(p.path(), "the boot check", &|s| {
+        !s.boot_check.is_empty() && !s.startup.is_empty()
+    });
+    assert!(
+        s.boot_check
+            .starts_with("failed: the board is not as planned: cpus.online: "),
+        "{}",
+        s.boot_check
+    );
+    assert!(s.boot_check.contains('5'), "{}", s.boot_check);
 }

@@ -229,6 +229,23 @@ fn scan_irqs(
 /// `boot_check.duration`; the report goes to
 /// `<prefix>/var/lib/rtdeploy/boot-check.json`.
 fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCheckOutcome {
+    // A power mode that switched off a planned CPU, or another mode than
+    // robot.yaml names, fails the check before any timing is measured.
+    if let Ok(plan) = super::apply::live_plan(ctx, robot) {
+        if let Ok(checks) = cpusets::verify::power_checks(&plan, &ctx.sysroot) {
+            let off: Vec<String> = checks
+                .iter()
+                .filter(|c| c.status == cpusets::verify::Status::Drift)
+                .map(|c| format!("{}: {}", c.id, c.detail))
+                .collect();
+            if !off.is_empty() {
+                return BootCheckOutcome::Failed(format!(
+                    "the board is not as planned: {}",
+                    off.join("; ")
+                ));
+            }
+        }
+    }
     let mut inputs = super::check::inputs_from_robot(robot);
     inputs.duration = Some(controller::config::Dur(duration));
     let exe = match std::env::current_exe() {
