@@ -23,13 +23,17 @@
 //! hierarchy, partition states, scheduling policies), never through each
 //! other; what apply could not change reaches a later verify in the
 //! [`apply_state`] file. [`cmdline`] and [`conf_files`] render the kernel
-//! command line and the /etc files an image carries.
+//! command line and the /etc files an image carries. [`power`] holds the
+//! Jetson power modes (nvpmodel) and runs the tool; [`rescan`] finds the
+//! interrupts and IRQ threads that appear after apply, for the supervisor
+//! to place them.
 //!
 //! Dependencies: `libc` for `sched_setscheduler(2)` and
 //! `sched_setaffinity(2)` on kernel threads (std wraps neither; the calls
 //! live in `apply::sched`, the crate's only unsafe code); `controller` for
-//! the duration type every section of robot.yaml writes (the runtime crate
-//! alone: libc, io-uring, serde, thiserror); `serde_json` for the
+//! the duration type every section of robot.yaml writes and what a kernel
+//! version offers (the runtime crate alone: libc, io-uring, serde,
+//! thiserror); `serde_json` for the
 //! apply-state file. Globs on thread and interrupt names use a small
 //! matcher in [`model`].
 

@@ -43,7 +43,11 @@ pub fn render(robot: &RobotSection, housekeeping: &CpuSet, processes: &[ProcessC
         "Description=rtdeploy supervisor ({})\n",
         robot.name
     ));
-    u.push_str("After=local-fs.target network-pre.target\n");
+    // After Jetson Linux's nvpmodel.service (absent elsewhere: systemd
+    // ignores ordering on a unit that does not exist), which sets the power
+    // mode and its clocks at boot and would undo the CPU clocks the plan
+    // pins if it ran after the supervisor's apply.
+    u.push_str("After=local-fs.target network-pre.target nvpmodel.service\n");
     u.push_str("StartLimitIntervalSec=0\n");
     u.push_str("\n[Service]\n");
     u.push_str("Type=notify\n");
