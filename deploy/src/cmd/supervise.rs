@@ -82,7 +82,7 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
     let (plan_ctx, plan_robot) = (ctx.clone(), robot.clone());
     let (check_ctx, check_robot) = (ctx.clone(), robot.clone());
     let (scan_ctx, scan_robot) = (ctx.clone(), robot.clone());
-    let plan_watch = std::rc::Rc::new(std::cell::RefCell::new(None::<IrqWatch>));
+    let plan_watch = std::sync::Arc::new(std::sync::Mutex::new(None::<IrqWatch>));
     let scan_watch = plan_watch.clone();
     let mut scan_error: Option<String> = None;
     let hooks = Hooks {
@@ -97,7 +97,7 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
                 // What exists before the plan is applied is placed by it;
                 // what a later scan finds beyond this is placed then.
                 if let Ok(w) = IrqWatch::read(&plan_ctx.sysroot) {
-                    *plan_watch.borrow_mut() = Some(w);
+                    *plan_watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(w);
                 }
                 apply_cpu_plan(&plan_ctx, &plan_robot)
             }))
@@ -188,7 +188,7 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
 fn scan_irqs(
     ctx: &Ctx,
     robot: &Robot,
-    known: &std::cell::RefCell<Option<IrqWatch>>,
+    known: &std::sync::Mutex<Option<IrqWatch>>,
     last_error: &mut Option<String>,
 ) -> Option<StepStatus> {
     let now = match IrqWatch::read(&ctx.sysroot) {
@@ -207,13 +207,11 @@ fn scan_irqs(
         }
     };
     *last_error = None;
-    let appeared = known
-        .borrow()
-        .as_ref()
-        .map(|k| k.appeared(&now))
-        .unwrap_or_default();
-    let first = known.borrow().is_none();
-    *known.borrow_mut() = Some(now);
+    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
+    let appeared = known.as_ref().map(|k| k.appeared(&now)).unwrap_or_default();
+    let first = known.is_none();
+    *known = Some(now);
+    drop(known);
     if first || appeared.is_empty() {
         return None;
     }

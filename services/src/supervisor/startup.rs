@@ -122,7 +122,7 @@ pub type StepHook = Box<dyn FnOnce() -> StepStatus>;
 pub type BootCheckHook = Box<dyn FnOnce(Duration) -> BootCheckOutcome>;
 /// One scan for interrupts and IRQ threads that appeared since the last:
 /// places them and says what it did, or `None` when nothing appeared.
-pub type IrqScanHook = Box<dyn FnMut() -> Option<StepStatus>>;
+pub type IrqScanHook = Box<dyn FnMut() -> Option<StepStatus> + Send>;
 
 /// Start-up work the supervisor cannot do itself.
 #[derive(Default)]
