@@ -247,3 +247,26 @@ fn plan_names_the_backend_the_declared_kernel_gives() {
         .unwrap()
         .contains("each event loop probes at start"));
 }
+
+/// The nvpmodel mode robot.yaml names is in the plan, with the CPUs it
+/// keeps online (Orin Nano 8GB, nvpmodel_p3767_0003.conf of L4T R35: 15W
+/// keeps all six).
+#[test]
+fn plan_shows_the_power_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(example("orin-nano.yaml"))
+        .unwrap()
+        .replacen(
+            "power:\n",
+            "power:\n  nvpmodel: 15W\n  nvpmodel_conf: p3767_0003\n",
+            1,
+        );
+    let path = dir.path().join("robot.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = deploy(&["plan", "-c", path.to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("nvpmodel: mode 0 15W (nvpmodel_p3767_0003.conf, R35): CPUs 0-5 online"),
+        "{text}"
+    );
+}

@@ -395,6 +395,18 @@ pub fn render(p: &Plan) -> String {
         g.partition_value().unwrap_or("no partition"),
         g.housekeeping
     );
+    if let Some(m) = &rt.power.nvpmodel {
+        let _ = writeln!(
+            o,
+            "nvpmodel: mode {} ({}, {}): CPUs {} online, CPU clock cap {}",
+            m.label(),
+            m.conf,
+            m.release,
+            m.online,
+            m.cpu_max_khz
+                .map_or("none".to_string(), |k| format!("{k} kHz"))
+        );
+    }
     match &rt.cpufreq.governor {
         Some(gov) => {
             let _ = writeln!(o, "cpufreq: governor {gov} on every CPU");
