@@ -377,11 +377,19 @@ esac
 /// The stand-in, written once before any test runs it: a file being
 /// written while another thread forks cannot be executed (ETXTBSY), so
 /// every test links to this one file instead of writing its own.
+/// It goes in cargo's target temporary directory, or in `$TMPDIR` when
+/// that is not writable (the tests run as an unprivileged user).
 static FAKE: LazyLock<PathBuf> = LazyLock::new(|| {
     use std::os::unix::fs::PermissionsExt;
-    let p = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fake-nvpmodel-{}.sh", std::process::id()));
-    fs::write(&p, FAKE_NVPMODEL).unwrap();
+    let name = format!("fake-nvpmodel-{}.sh", std::process::id());
+    let p = [
+        Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf(),
+        std::env::temp_dir(),
+    ]
+    .into_iter()
+    .map(|d| d.join(&name))
+    .find(|p| fs::write(p, FAKE_NVPMODEL).is_ok())
+    .expect("no writable directory for the stand-in nvpmodel");
     fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
     p
 });
