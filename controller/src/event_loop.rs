@@ -1370,12 +1370,7 @@ impl EventLoop {
                 self.waitv_owner.push(i);
             }
         }
-        let deadline = self
-            .timers
-            .iter()
-            .filter(|t| t.armed)
-            .map(|t| t.deadline)
-            .min();
+        let deadline = self.next_timer_deadline();
         let r = if self.waitv.is_empty() {
             if let Some(d) = deadline {
                 sleep_until_ns(d);
@@ -1465,6 +1460,15 @@ impl EventLoop {
         Ok(())
     }
 
+    /// The earliest deadline of the armed timers.
+    fn next_timer_deadline(&self) -> Option<u64> {
+        self.timers
+            .iter()
+            .filter(|t| t.armed)
+            .map(|t| t.deadline)
+            .min()
+    }
+
     /// One sleep of the doorbell backend: announce it on the bell, look at
     /// every watched index, sleep on the bell until rung or the next timer
     /// deadline.
@@ -1472,12 +1476,7 @@ impl EventLoop {
         for i in 0..self.watchers.len() {
             self.arm_watcher(i)?;
         }
-        let deadline = self
-            .timers
-            .iter()
-            .filter(|t| t.armed)
-            .map(|t| t.deadline)
-            .min();
+        let deadline = self.next_timer_deadline();
         let Some(bell) = self.bell.as_ref() else {
             // Nothing watched: timers only.
             if let Some(d) = deadline {

@@ -89,7 +89,12 @@ impl IrqWatch {
                 continue;
             };
             let comm_path = e.path().join("comm");
-            let comm = match fs::read(&comm_path) {
+            // A comm is at most 16 bytes; read no more than 64 of whatever
+            // stands there.
+            let comm = match fs::File::open(&comm_path).and_then(|f| {
+                let mut c = Vec::with_capacity(64);
+                io::Read::read_to_end(&mut io::Read::take(f, 64), &mut c).map(|_| c)
+            }) {
                 Ok(c) => c,
                 // Gone since the listing (ESRCH for a dying task).
                 Err(err)
@@ -104,11 +109,7 @@ impl IrqWatch {
                     })
                 }
             };
-            // A comm is at most 16 bytes; anything longer is not the
-            // kernel's.
-            let comm = String::from_utf8_lossy(&comm[..comm.len().min(64)])
-                .trim_end()
-                .to_string();
+            let comm = String::from_utf8_lossy(&comm).trim_end().to_string();
             if comm.starts_with("irq/") {
                 threads.insert((pid, comm));
             }

@@ -255,13 +255,7 @@ impl ReleaseWatch {
             Ok(rb) => {
                 self.stderr
                     .say(format!("release: {reason}: trial undone, {} stays", rb.to));
-                self.status = ReleaseStatus {
-                    state: "rolled-back".into(),
-                    current: Some(rb.to),
-                    other: Some(rb.from),
-                    detail: Some(reason),
-                    ..Default::default()
-                };
+                self.status = rolled_back(Some(rb.to), rb.from, reason);
             }
             Err(e) => {
                 self.stderr
@@ -375,13 +369,7 @@ impl ReleaseWatch {
                     Ok(rb) => {
                         table.restart_all(&format!("rolled back to {}", rb.to), out);
                         self.running_release = Some(rb.to.clone());
-                        self.status = ReleaseStatus {
-                            state: "rolled-back".into(),
-                            current: Some(rb.to),
-                            other: Some(rb.from),
-                            detail: Some(reason),
-                            ..Default::default()
-                        };
+                        self.status = rolled_back(Some(rb.to), rb.from, reason);
                     }
                     Err(e) => self.failed(&t, format!("{reason}; rollback failed: {e}")),
                 }
@@ -479,13 +467,11 @@ pub(super) fn recover(prefix: &Path) -> (StepStatus, ReleaseStatus) {
                 done.join("; ")
             };
             let status = match &r.rolled_back {
-                Some(rb) => ReleaseStatus {
-                    state: "rolled-back".into(),
-                    current: r.current.clone(),
-                    other: Some(rb.from.clone()),
-                    detail: Some("trial interrupted by a reboot, a crash or a shutdown".into()),
-                    ..Default::default()
-                },
+                Some(rb) => rolled_back(
+                    r.current.clone(),
+                    rb.from.clone(),
+                    "trial interrupted by a reboot, a crash or a shutdown".into(),
+                ),
                 None => ReleaseStatus {
                     state: if r.current.is_some() {
                         "committed"
@@ -508,5 +494,17 @@ pub(super) fn recover(prefix: &Path) -> (StepStatus, ReleaseStatus) {
                 ..Default::default()
             },
         ),
+    }
+}
+
+/// The status after a rollback: `current` runs again, `from` was undone,
+/// and why.
+fn rolled_back(current: Option<String>, from: String, why: String) -> ReleaseStatus {
+    ReleaseStatus {
+        state: "rolled-back".into(),
+        current,
+        other: Some(from),
+        detail: Some(why),
+        ..Default::default()
     }
 }
