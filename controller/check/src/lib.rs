@@ -54,6 +54,7 @@ pub mod rt;
 mod scenario;
 mod tempdir;
 pub mod timer;
+pub mod trace;
 pub mod worker;
 
 use std::path::{Path, PathBuf};

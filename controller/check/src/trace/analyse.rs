@@ -1,0 +1,798 @@
+//! Why one message was late: the events of the window from its send to
+//! its handler, turned into what ran where, when the receiver was woken
+//! and when it ran, and a one-line verdict (pure: no I/O).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{prio_label, Event, EventKind};
+use crate::report::fmt_ns;
+
+/// What is known of a miss besides the trace: the message, the two
+/// real-time threads and their CPUs. Times are CLOCK_MONOTONIC
+/// nanoseconds, the clock of the trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissContext {
+    /// The wake mechanism of the run.
+    pub mechanism: String,
+    /// The message's sequence number.
+    pub seq: u64,
+    /// Its send time (stamped in the message).
+    pub send_ns: u64,
+    /// The receiver's handler start.
+    pub handler_ns: u64,
+    /// The budget it missed.
+    pub budget_ns: u64,
+    pub sender_pid: i32,
+    pub sender_cpu: u32,
+    pub receiver_pid: i32,
+    pub receiver_cpu: u32,
+    /// Scheduling policy names (`FIFO`, `RR`, `OTHER`, ...) of the tasks
+    /// seen, read when the snapshot was taken.
+    #[serde(default)]
+    pub policies: BTreeMap<i32, String>,
+}
+
+impl MissContext {
+    pub fn latency_ns(&self) -> u64 {
+        self.handler_ns.saturating_sub(self.send_ns)
+    }
+}
+
+/// What a stretch of CPU time was spent on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OccupantKind {
+    /// A task (a thread, an IRQ thread, a kernel thread), its own time
+    /// (without the interrupts that hit it).
+    Thread,
+    /// A hard interrupt handler (`irq_handler_entry` .. `exit`).
+    Hardirq,
+    /// A softirq (`softirq_entry` .. `exit`).
+    Softirq,
+    /// An hrtimer callback (`hrtimer_expire_entry` .. `exit`).
+    Hrtimer,
+}
+
+/// One interval on a CPU: a task's run or an interrupt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interval {
+    pub cpu: u32,
+    pub kind: OccupantKind,
+    /// comm for a task, the handler's name otherwise.
+    pub name: String,
+    /// The task's pid, the IRQ number, the softirq vector.
+    pub id: i32,
+    /// The task's kernel priority, when seen.
+    pub prio: Option<i32>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Every CPU's intervals, from the switch and interrupt events.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// Task runs, per CPU in time order.
+    pub runs: Vec<Interval>,
+    /// Interrupts (hard, soft, hrtimer), per CPU in time order.
+    pub irqs: Vec<Interval>,
+    /// First and last event time per CPU.
+    pub span: BTreeMap<u32, (u64, u64)>,
+}
+
+/// Builds the intervals of `events` (in any order). A task running when
+/// the buffer begins starts at its CPU's first event; what runs at its end
+/// ends at `end_ns` (the stop), or its CPU's last event if later.
+pub fn timeline(events: &[Event], end_ns: u64) -> Timeline {
+    let mut by_cpu: BTreeMap<u32, Vec<&Event>> = BTreeMap::new();
+    for e in events {
+        by_cpu.entry(e.cpu).or_default().push(e);
+    }
+    let mut prios: HashMap<i32, i32> = HashMap::new();
+    for e in events {
+        match &e.kind {
+            EventKind::Switch {
+                prev_pid,
+                prev_prio,
+                next_pid,
+                next_prio,
+                ..
+            } => {
+                prios.entry(*prev_pid).or_insert(*prev_prio);
+                prios.entry(*next_pid).or_insert(*next_prio);
+            }
+            EventKind::Wakeup { pid, prio, .. } => {
+                prios.entry(*pid).or_insert(*prio);
+            }
+            _ => {}
+        }
+    }
+    let mut t = Timeline::default();
+    for (cpu, mut evs) in by_cpu {
+        evs.sort_by_key(|e| e.ts_ns);
+        let (first, last) = (evs[0].ts_ns, evs[evs.len() - 1].ts_ns);
+        t.span.insert(cpu, (first, last));
+        let stop = end_ns.max(last);
+        let mut cur: Option<(String, i32, Option<i32>, u64)> = Some((
+            evs[0].comm.clone(),
+            evs[0].pid,
+            prios.get(&evs[0].pid).copied(),
+            first,
+        ));
+        let mut open: Vec<(OccupantKind, String, i32, u64)> = vec![];
+        for e in &evs {
+            match &e.kind {
+                EventKind::Switch {
+                    prev_comm,
+                    prev_pid,
+                    prev_prio,
+                    next_comm,
+                    next_pid,
+                    next_prio,
+                    ..
+                } => {
+                    let (name, id, prio, start) = cur.take().unwrap_or((
+                        prev_comm.clone(),
+                        *prev_pid,
+                        Some(*prev_prio),
+                        first,
+                    ));
+                    // The switch names who ran: trust it over the guess.
+                    let (name, prio) = if id == *prev_pid {
+                        (prev_comm.clone(), Some(*prev_prio))
+                    } else {
+                        (name, prio)
+                    };
+                    t.runs.push(Interval {
+                        cpu,
+                        kind: OccupantKind::Thread,
+                        name,
+                        id,
+                        prio,
+                        start_ns: start,
+                        end_ns: e.ts_ns,
+                    });
+                    cur = Some((next_comm.clone(), *next_pid, Some(*next_prio), e.ts_ns));
+                }
+                EventKind::IrqEntry { irq, name } => {
+                    open.push((OccupantKind::Hardirq, name.clone(), *irq as i32, e.ts_ns))
+                }
+                EventKind::SoftirqEntry { vec, action } => {
+                    open.push((OccupantKind::Softirq, action.clone(), *vec as i32, e.ts_ns))
+                }
+                EventKind::HrtimerEntry { function } => {
+                    open.push((OccupantKind::Hrtimer, function.clone(), 0, e.ts_ns))
+                }
+                EventKind::IrqExit { irq } => close(
+                    &mut open,
+                    &mut t.irqs,
+                    cpu,
+                    OccupantKind::Hardirq,
+                    Some(*irq as i32),
+                    e.ts_ns,
+                ),
+                EventKind::SoftirqExit { vec } => close(
+                    &mut open,
+                    &mut t.irqs,
+                    cpu,
+                    OccupantKind::Softirq,
+                    Some(*vec as i32),
+                    e.ts_ns,
+                ),
+                EventKind::HrtimerExit => close(
+                    &mut open,
+                    &mut t.irqs,
+                    cpu,
+                    OccupantKind::Hrtimer,
+                    None,
+                    e.ts_ns,
+                ),
+                _ => {}
+            }
+        }
+        if let Some((name, id, prio, start)) = cur {
+            t.runs.push(Interval {
+                cpu,
+                kind: OccupantKind::Thread,
+                name,
+                id,
+                prio,
+                start_ns: start,
+                end_ns: stop,
+            });
+        }
+        for (kind, name, id, start) in open {
+            t.irqs.push(Interval {
+                cpu,
+                kind,
+                name,
+                id,
+                prio: None,
+                start_ns: start,
+                end_ns: stop,
+            });
+        }
+    }
+    t
+}
+
+/// Closes the innermost open interrupt of `kind` (and `id`): entries
+/// without an exit (overwritten, or a corrupt trace) are dropped.
+fn close(
+    open: &mut Vec<(OccupantKind, String, i32, u64)>,
+    out: &mut Vec<Interval>,
+    cpu: u32,
+    kind: OccupantKind,
+    id: Option<i32>,
+    ts: u64,
+) {
+    if let Some(i) = open
+        .iter()
+        .rposition(|o| o.0 == kind && id.is_none_or(|id| o.2 == id))
+    {
+        let (kind, name, id, start) = open.remove(i);
+        out.push(Interval {
+            cpu,
+            kind,
+            name,
+            id,
+            prio: None,
+            start_ns: start,
+            end_ns: ts,
+        });
+    }
+}
+
+fn overlap(a0: u64, a1: u64, b0: u64, b1: u64) -> u64 {
+    a1.min(b1).saturating_sub(a0.max(b0))
+}
+
+/// Who held a CPU in a window, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Occupant {
+    pub kind: OccupantKind,
+    pub name: String,
+    /// The pid (thread), IRQ number (hardirq), vector (softirq).
+    pub id: i32,
+    /// `FIFO 50`, `nice 0` (threads).
+    pub priority: Option<String>,
+    pub cpu: u32,
+    /// Time in the window (a thread's without its interrupts).
+    pub time_ns: u64,
+    /// Of it, after the receiver's wakeup.
+    pub after_wake_ns: u64,
+}
+
+impl Occupant {
+    /// `irq/130-eqos (FIFO 50, pid 512)`, `hardirq 42 (virtio3-tx)`.
+    pub fn label(&self) -> String {
+        match self.kind {
+            OccupantKind::Thread => format!(
+                "{} ({}, pid {})",
+                self.name,
+                self.priority.as_deref().unwrap_or("priority unknown"),
+                self.id
+            ),
+            OccupantKind::Hardirq => format!("hardirq {} ({})", self.id, self.name),
+            OccupantKind::Softirq => format!("softirq {}", self.name),
+            OccupantKind::Hrtimer => format!("hrtimer {}", self.name),
+        }
+    }
+}
+
+/// Who ran on `cpu` in `[a, b)`, longest first; `wake` splits the time.
+fn occupants(
+    t: &Timeline,
+    ctx: &MissContext,
+    cpu: u32,
+    a: u64,
+    b: u64,
+    wake: u64,
+) -> Vec<Occupant> {
+    let mut acc: BTreeMap<(OccupantKind, i32, String), Occupant> = BTreeMap::new();
+    let irqs: Vec<&Interval> = t
+        .irqs
+        .iter()
+        .filter(|i| i.cpu == cpu && overlap(i.start_ns, i.end_ns, a, b) > 0)
+        .collect();
+    let mut add = |iv: &Interval, time: u64, after: u64| {
+        if time == 0 {
+            return;
+        }
+        let key = (iv.kind, iv.id, iv.name.clone());
+        let o = acc.entry(key).or_insert_with(|| Occupant {
+            kind: iv.kind,
+            name: iv.name.clone(),
+            id: iv.id,
+            priority: iv
+                .prio
+                .map(|p| prio_label(p, ctx.policies.get(&iv.id).map(|s| s.as_str()))),
+            cpu,
+            time_ns: 0,
+            after_wake_ns: 0,
+        });
+        o.time_ns += time;
+        o.after_wake_ns += after;
+    };
+    for r in t.runs.iter().filter(|r| r.cpu == cpu) {
+        let (s, e) = (r.start_ns.max(a), r.end_ns.min(b));
+        if e <= s {
+            continue;
+        }
+        let stolen: u64 = irqs
+            .iter()
+            .map(|i| overlap(i.start_ns, i.end_ns, s, e))
+            .sum();
+        let stolen_after: u64 = irqs
+            .iter()
+            .map(|i| overlap(i.start_ns, i.end_ns, s.max(wake), e))
+            .sum();
+        let time = (e - s).saturating_sub(stolen);
+        let after = overlap(s, e, wake, u64::MAX).saturating_sub(stolen_after);
+        add(r, time, after.min(time));
+    }
+    for i in &irqs {
+        let time = overlap(i.start_ns, i.end_ns, a, b);
+        add(i, time, overlap(i.start_ns, i.end_ns, a.max(wake), b));
+    }
+    let mut v: Vec<Occupant> = acc.into_values().collect();
+    v.sort_by(|x, y| y.time_ns.cmp(&x.time_ns).then(x.name.cmp(&y.name)));
+    v
+}
+
+/// Which part of the path took the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatePart {
+    /// Send -> the receiver's wakeup took longest.
+    WokenLate,
+    /// Wakeup -> the receiver on its CPU took longest.
+    RanLate,
+    /// On its CPU -> its handler took longest.
+    HandlerLate,
+    /// The receiver was running when the message was sent (busy with
+    /// earlier work): no wakeup was needed.
+    Busy,
+    /// The trace has no wakeup of the receiver in the window.
+    NoWakeup,
+}
+
+/// A priority change by priority inheritance in the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PiBoost {
+    pub comm: String,
+    pub pid: i32,
+    pub cpu: u32,
+    pub ts_ns: u64,
+    pub from: String,
+    pub to: String,
+}
+
+/// The analysis of one miss.
+#[derive(Debug, Clone, Serialize)]
+pub struct Analysis {
+    pub context: MissContext,
+    pub latency_ns: u64,
+    /// The receiver's wakeup (`sched_wakeup`), when in the window.
+    pub wake_ns: Option<u64>,
+    /// The receiver switched in on its CPU after the wakeup.
+    pub run_ns: Option<u64>,
+    pub part: LatePart,
+    /// What ran on the receiver's CPU from the send to the handler.
+    pub receiver_cpu: Vec<Occupant>,
+    /// What ran on the sender's CPU from the send to the wakeup, when it
+    /// is another CPU.
+    pub sender_cpu: Vec<Occupant>,
+    pub pi_boosts: Vec<PiBoost>,
+    /// What held the receiver back, when one thing did.
+    pub culprit: Option<Occupant>,
+    /// Limits of what the trace shows.
+    pub limits: Vec<String>,
+    /// The one-line verdict.
+    pub verdict: String,
+}
+
+/// Below this share of the latency nothing is called the culprit.
+const CULPRIT_SHARE: u64 = 5;
+/// Nor below this.
+const CULPRIT_MIN_NS: u64 = 5_000;
+
+/// Analyses the window of `ctx` in `events`.
+pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
+    let (send, handler) = (ctx.send_ns, ctx.handler_ns.max(ctx.send_ns));
+    let latency = handler - send;
+    let t = timeline(events, handler);
+    let rcpu = ctx.receiver_cpu;
+    let mut limits = vec![];
+    for cpu in [ctx.sender_cpu, rcpu] {
+        match t.span.get(&cpu) {
+            None => limits.push(format!("no event of CPU {cpu} in the trace")),
+            Some(&(first, _)) if first > send => limits.push(format!(
+                "the buffer of CPU {cpu} begins {} after the send (older events overwritten): part of the window is missing",
+                fmt_ns(first - send)
+            )),
+            _ => {}
+        }
+    }
+    limits.dedup();
+    // Trace times have microseconds: allow one of slack at the send.
+    let from = send.saturating_sub(1_000);
+    let wake_ns = events
+        .iter()
+        .filter(|e| e.ts_ns >= from && e.ts_ns <= handler)
+        .filter(|e| matches!(&e.kind, EventKind::Wakeup { pid, .. } if *pid == ctx.receiver_pid))
+        .map(|e| e.ts_ns)
+        .min();
+    let run_ns = events
+        .iter()
+        .filter(|e| e.cpu == rcpu && e.ts_ns >= wake_ns.unwrap_or(from) && e.ts_ns <= handler)
+        .filter(|e| {
+            matches!(&e.kind, EventKind::Switch { next_pid, .. } if *next_pid == ctx.receiver_pid)
+        })
+        .map(|e| e.ts_ns)
+        .min();
+    let running_at_send = t.runs.iter().any(|r| {
+        r.cpu == rcpu && r.id == ctx.receiver_pid && r.start_ns <= send && r.end_ns > send
+    });
+    let part = match (wake_ns, run_ns) {
+        (None, _) if running_at_send => LatePart::Busy,
+        (None, _) => LatePart::NoWakeup,
+        (Some(w), r) => {
+            let r = r.unwrap_or(handler);
+            let parts = [
+                (w.saturating_sub(send), LatePart::WokenLate),
+                (r.saturating_sub(w), LatePart::RanLate),
+                (handler.saturating_sub(r), LatePart::HandlerLate),
+            ];
+            parts
+                .iter()
+                .max_by_key(|p| p.0)
+                .map_or(LatePart::RanLate, |p| p.1)
+        }
+    };
+    let wake_split = wake_ns.unwrap_or(u64::MAX);
+    let ignore =
+        |o: &Occupant| o.kind == OccupantKind::Thread && (o.id == ctx.receiver_pid || o.id == 0);
+    let receiver_cpu = occupants(&t, ctx, rcpu, send, handler, wake_split);
+    let sender_cpu = if ctx.sender_cpu != rcpu {
+        occupants(
+            &t,
+            ctx,
+            ctx.sender_cpu,
+            send,
+            wake_ns.unwrap_or(handler),
+            wake_split,
+        )
+    } else {
+        vec![]
+    };
+    let threshold = (latency / CULPRIT_SHARE).max(CULPRIT_MIN_NS);
+    let culprit = receiver_cpu
+        .iter()
+        .chain(
+            sender_cpu
+                .iter()
+                .filter(|o| o.id != ctx.sender_pid || o.kind != OccupantKind::Thread),
+        )
+        .filter(|o| !ignore(o) && o.time_ns >= threshold)
+        .max_by_key(|o| o.time_ns)
+        .cloned();
+    let pi_boosts: Vec<PiBoost> = events
+        .iter()
+        .filter(|e| e.ts_ns >= from && e.ts_ns <= handler)
+        .filter_map(|e| match &e.kind {
+            EventKind::PiSetprio {
+                comm,
+                pid,
+                oldprio,
+                newprio,
+            } => {
+                let pol = ctx.policies.get(pid).map(|s| s.as_str());
+                Some(PiBoost {
+                    comm: comm.clone(),
+                    pid: *pid,
+                    cpu: e.cpu,
+                    ts_ns: e.ts_ns,
+                    from: prio_label(*oldprio, pol),
+                    to: prio_label(*newprio, if *newprio < 100 { Some("FIFO") } else { pol }),
+                })
+            }
+            _ => None,
+        })
+        .take(16)
+        .collect();
+    let head = format!(
+        "late {} (budget {})",
+        fmt_ns(latency),
+        fmt_ns(ctx.budget_ns)
+    );
+    let path = match (part, wake_ns, run_ns) {
+        (LatePart::Busy, _, _) => {
+            "the receiver was still running when the message was sent".to_string()
+        }
+        (LatePart::NoWakeup, _, _) => "no wakeup of the receiver in the trace".to_string(),
+        (_, Some(w), r) => format!(
+            "woken {} after the send, on CPU {} {} later",
+            fmt_ns(w.saturating_sub(send)),
+            rcpu,
+            r.map_or("not seen".to_string(), |r| fmt_ns(r.saturating_sub(w)))
+        ),
+        (_, None, _) => String::new(),
+    };
+    let mut verdict = match &culprit {
+        Some(c) => {
+            let when = match wake_ns {
+                Some(_) if c.after_wake_ns * 2 >= c.time_ns => "after the wake",
+                Some(_) => "before the wake",
+                None => "between the send and the handler",
+            };
+            format!(
+                "{head}: {} ran {} on CPU {} {when} ({path})",
+                c.label(),
+                fmt_ns(c.time_ns),
+                c.cpu
+            )
+        }
+        None => {
+            let other = receiver_cpu.iter().find(|o| !ignore(o));
+            format!(
+                "{head}: unexplained ({path}; {})",
+                match other {
+                    Some(o) => format!(
+                        "the most on CPU {rcpu} was {} for {}",
+                        o.label(),
+                        fmt_ns(o.time_ns)
+                    ),
+                    None => format!("nothing else ran on CPU {rcpu}"),
+                }
+            )
+        }
+    };
+    if let Some(p) = pi_boosts.first() {
+        verdict.push_str(&format!(
+            "; PI boost of {} (pid {}) {} -> {}",
+            p.comm, p.pid, p.from, p.to
+        ));
+    }
+    if !limits.is_empty() {
+        verdict.push_str(" [partial trace]");
+    }
+    Analysis {
+        context: ctx.clone(),
+        latency_ns: latency,
+        wake_ns,
+        run_ns,
+        part,
+        receiver_cpu,
+        sender_cpu,
+        pi_boosts,
+        culprit,
+        limits,
+        verdict,
+    }
+}
+
+impl Analysis {
+    /// The analysis as text: the verdict, the path, who ran, PI boosts.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write as _;
+        let c = &self.context;
+        let mut o = String::new();
+        let _ = writeln!(o, "{}", self.verdict);
+        let _ = writeln!(
+            o,
+            "  message seq {} ({}): sender pid {} on CPU {}, receiver pid {} on CPU {}",
+            c.seq, c.mechanism, c.sender_pid, c.sender_cpu, c.receiver_pid, c.receiver_cpu
+        );
+        let rel = |t: Option<u64>| {
+            t.map_or("-".to_string(), |t| {
+                format!("+{}", fmt_ns(t.saturating_sub(c.send_ns)))
+            })
+        };
+        let _ = writeln!(
+            o,
+            "  send +0, wakeup {}, on CPU {}, handler {}",
+            rel(self.wake_ns),
+            rel(self.run_ns),
+            rel(Some(c.handler_ns))
+        );
+        let table = |o: &mut String, title: String, v: &[Occupant]| {
+            if v.is_empty() {
+                return;
+            }
+            let _ = writeln!(o, "  {title}:");
+            for x in v.iter().take(12) {
+                let _ = writeln!(
+                    o,
+                    "    {:>10}  {:>10} after the wake  {}",
+                    fmt_ns(x.time_ns),
+                    fmt_ns(x.after_wake_ns),
+                    x.label()
+                );
+            }
+            if v.len() > 12 {
+                let _ = writeln!(o, "    ... {} more", v.len() - 12);
+            }
+        };
+        table(
+            &mut o,
+            format!(
+                "on the receiver's CPU {} from the send to the handler",
+                c.receiver_cpu
+            ),
+            &self.receiver_cpu,
+        );
+        table(
+            &mut o,
+            format!(
+                "on the sender's CPU {} from the send to the wakeup",
+                c.sender_cpu
+            ),
+            &self.sender_cpu,
+        );
+        for p in &self.pi_boosts {
+            let _ = writeln!(
+                o,
+                "  PI: {} (pid {}) on CPU {} at +{}: {} -> {}",
+                p.comm,
+                p.pid,
+                p.cpu,
+                fmt_ns(p.ts_ns.saturating_sub(c.send_ns)),
+                p.from,
+                p.to
+            );
+        }
+        for l in &self.limits {
+            let _ = writeln!(o, "  limit: {l}");
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::parse;
+    use super::*;
+
+    fn ctx(send_us: u64, handler_us: u64) -> MissContext {
+        MissContext {
+            mechanism: "io_uring".into(),
+            seq: 41,
+            send_ns: 100_000_000_000 + send_us * 1000,
+            handler_ns: 100_000_000_000 + handler_us * 1000,
+            budget_ns: 100_000,
+            sender_pid: 900,
+            sender_cpu: 1,
+            receiver_pid: 901,
+            receiver_cpu: 1,
+            policies: [(777, "FIFO".to_string()), (901, "FIFO".to_string())]
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    /// The sender and the receiver on CPU 1 (one isolated CPU); a FIFO 81
+    /// spinner wakes just after the send and holds the CPU for 380us; a
+    /// network interrupt hits it for 12us.
+    const SPIN: &str = "\
+# tracer: nop
+#
+         rt-send-900     [001] d..2.   99.999990: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=rt-send next_pid=900 next_prio=19
+         rt-send-900     [001] ...1.  100.000000: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+         rt-send-900     [001] d..2.  100.000002: sched_wakeup: comm=planted-spin pid=777 prio=18 target_cpu=001
+         rt-send-900     [001] d..2.  100.000003: sched_switch: prev_comm=rt-send prev_pid=900 prev_prio=19 prev_state=R+ ==> next_comm=planted-spin next_pid=777 next_prio=18
+    planted-spin-777     [001] d.h1.  100.000100: irq_handler_entry: irq=42 name=eth0
+    planted-spin-777     [001] d.h1.  100.000112: irq_handler_exit: irq=42 ret=handled
+    planted-spin-777     [001] d..2.  100.000395: sched_switch: prev_comm=planted-spin prev_pid=777 prev_prio=18 prev_state=S ==> next_comm=rt-send next_pid=900 next_prio=19
+         rt-send-900     [001] d..2.  100.000398: sched_wakeup: comm=rt-recv pid=901 prio=19 target_cpu=001
+         rt-send-900     [001] d..2.  100.000401: sched_switch: prev_comm=rt-send prev_pid=900 prev_prio=19 prev_state=S ==> next_comm=rt-recv next_pid=901 next_prio=19
+         rt-recv-901     [001] ...1.  100.000412: tracing_mark_write: rtdeploy handler seq=41 t=100000000412000
+";
+
+    #[test]
+    fn a_spinning_fifo_thread_is_named() {
+        let p = parse(SPIN);
+        assert_eq!(p.skipped, 0);
+        let a = analyse(&p.events, &ctx(0, 412));
+        assert_eq!(a.latency_ns, 412_000);
+        let c = a.culprit.as_ref().expect("a culprit");
+        assert_eq!(c.name, "planted-spin");
+        assert_eq!(c.priority.as_deref(), Some("FIFO 81"));
+        // 392us on the CPU, 12 of them in the interrupt.
+        assert_eq!(c.time_ns, 380_000);
+        assert_eq!(a.wake_ns, Some(100_000_398_000));
+        assert_eq!(a.part, LatePart::WokenLate);
+        assert_eq!(
+            a.verdict,
+            "late 412us (budget 100us): planted-spin (FIFO 81, pid 777) ran 380us on CPU 1 before the wake (woken 398us after the send, on CPU 1 3.0us later)"
+        );
+        assert!(a
+            .receiver_cpu
+            .iter()
+            .any(|o| o.kind == OccupantKind::Hardirq && o.name == "eth0" && o.time_ns == 12_000));
+        assert!(a.limits.is_empty(), "{:?}", a.limits);
+        let text = a.to_text();
+        assert!(text.contains("hardirq 42 (eth0)"), "{text}");
+    }
+
+    /// Receiver on CPU 3, woken at once from CPU 2, but an IRQ thread at
+    /// FIFO 90 holds CPU 3; a softirq runs inside it.
+    const IRQ_THREAD: &str = "\
+          <idle>-0       [003] d..2.   99.999900: sched_switch: prev_comm=rt-recv prev_pid=901 prev_prio=19 prev_state=S ==> next_comm=swapper/3 next_pid=0 next_prio=120
+          <idle>-0       [003] d..2.   99.999990: sched_switch: prev_comm=swapper/3 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=irq/130-eqos next_pid=512 next_prio=9
+         rt-send-900     [002] ...1.  100.000000: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+         rt-send-900     [002] d..2.  100.000004: sched_wakeup: comm=rt-recv pid=901 prio=19 target_cpu=003
+    irq/130-eqos-512     [003] ..s1.  100.000050: softirq_entry: vec=3 [action=NET_RX]
+    irq/130-eqos-512     [003] ..s1.  100.000070: softirq_exit: vec=3 [action=NET_RX]
+    irq/130-eqos-512     [003] d..2.  100.000404: sched_switch: prev_comm=irq/130-eqos prev_pid=512 prev_prio=9 prev_state=S ==> next_comm=rt-recv next_pid=901 next_prio=19
+         rt-recv-901     [003] ...1.  100.000410: tracing_mark_write: rtdeploy handler seq=41 t=100000000410000
+";
+
+    #[test]
+    fn an_irq_thread_after_the_wake() {
+        let mut c = ctx(0, 410);
+        c.sender_cpu = 2;
+        c.receiver_cpu = 3;
+        c.policies.insert(512, "FIFO".into());
+        let a = analyse(&parse(IRQ_THREAD).events, &c);
+        assert_eq!(a.part, LatePart::RanLate);
+        assert_eq!(a.run_ns, Some(100_000_404_000));
+        let cul = a.culprit.unwrap();
+        assert_eq!(cul.label(), "irq/130-eqos (FIFO 90, pid 512)");
+        assert_eq!(cul.time_ns, 384_000);
+        assert!(a.verdict.starts_with(
+            "late 410us (budget 100us): irq/130-eqos (FIFO 90, pid 512) ran 384us on CPU 3 after the wake"
+        ), "{}", a.verdict);
+        assert!(a.limits.is_empty(), "{:?}", a.limits);
+    }
+
+    #[test]
+    fn nothing_in_the_way_is_unexplained_and_pi_boosts_are_named() {
+        let text = "\
+          <idle>-0       [003] d..2.   99.999900: sched_switch: prev_comm=rt-recv prev_pid=901 prev_prio=19 prev_state=S ==> next_comm=swapper/3 next_pid=0 next_prio=120
+         rt-send-900     [002] ...1.  100.000000: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+         rt-send-900     [002] d..2.  100.000001: sched_pi_setprio: comm=low-pub pid=950 oldprio=120 newprio=19
+         rt-send-900     [002] d..2.  100.000300: sched_wakeup: comm=rt-recv pid=901 prio=19 target_cpu=003
+          <idle>-0       [003] d..2.  100.000302: sched_switch: prev_comm=swapper/3 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=rt-recv next_pid=901 next_prio=19
+";
+        let mut c = ctx(0, 305);
+        c.sender_cpu = 2;
+        c.receiver_cpu = 3;
+        let a = analyse(&parse(text).events, &c);
+        assert!(a.culprit.is_none());
+        assert_eq!(a.part, LatePart::WokenLate);
+        assert_eq!(
+            a.verdict,
+            "late 305us (budget 100us): unexplained (woken 300us after the send, on CPU 3 2.0us later; nothing else ran on CPU 3); PI boost of low-pub (pid 950) nice 0 -> FIFO 80"
+        );
+    }
+
+    #[test]
+    fn an_overwritten_start_is_said() {
+        let p = parse(IRQ_THREAD);
+        let mut c = ctx(0, 410);
+        c.sender_cpu = 2;
+        c.receiver_cpu = 3;
+        // The send happened before anything the buffer kept.
+        c.send_ns -= 10_000_000;
+        let a = analyse(&p.events, &c);
+        assert!(a.verdict.ends_with("[partial trace]"), "{}", a.verdict);
+        assert!(
+            a.limits.iter().any(|l| l.contains("CPU 3")),
+            "{:?}",
+            a.limits
+        );
+    }
+
+    #[test]
+    fn an_empty_trace_is_unexplained_not_a_panic() {
+        let a = analyse(&[], &ctx(0, 500));
+        assert!(a.verdict.contains("unexplained"), "{}", a.verdict);
+        assert_eq!(a.part, LatePart::NoWakeup);
+        let mut c = ctx(0, 500);
+        c.handler_ns = 0;
+        let a = analyse(&[], &c);
+        assert_eq!(a.latency_ns, 0);
+    }
+}
