@@ -415,6 +415,10 @@ pub struct CheckSection {
     pub io_load: u32,
     /// Budgets the check enforces.
     pub budgets: CheckBudgets,
+    /// Trace the kernel around every delivery over its budget and keep
+    /// at most this many traced misses (`deploy check --trace` without
+    /// it keeps 10); unset: no tracing, no cost.
+    pub trace_on_miss: Option<u32>,
 }
 
 impl Default for CheckSection {
@@ -428,6 +432,7 @@ impl Default for CheckSection {
             cpu_load: 1,
             io_load: 1,
             budgets: CheckBudgets::default(),
+            trace_on_miss: None,
         }
     }
 }
@@ -526,6 +531,13 @@ impl CheckSection {
                     "burst priority {} must be below the real-time priority {} (the scenario measures lower-priority interference)",
                     self.bursts.priority, self.priority
                 ),
+            ));
+        }
+        if self.trace_on_miss == Some(0) {
+            out.push((
+                format!("{path}.trace_on_miss"),
+                "0 (expected how many traced misses to keep, 1 or more; leave it out for no tracing)"
+                    .into(),
             ));
         }
         let b = &self.budgets;

@@ -88,6 +88,9 @@ enum Command {
     /// Timing validation under load against the budgets of robot.yaml
     /// (exit 0 all met, 1 a budget failed, 2 could not run).
     Check(cmd::check::CheckArgs),
+    /// Saved kernel traces of budget misses (`deploy check --trace`).
+    #[command(subcommand)]
+    Trace(cmd::trace::TraceCommand),
     /// Microbenchmarks of the runtime: wake latency per mechanism, publish
     /// cost, throughput (exit 0 ran, 2 could not run).
     #[command(subcommand)]
@@ -145,6 +148,7 @@ fn main() -> ExitCode {
         Command::Logs(a) => cmd::control::run_logs(&ctx, a),
         Command::Check(a) => cmd::check::run(&ctx, a),
         Command::Bench(c) => cmd::bench::run(&ctx, c),
+        Command::Trace(c) => cmd::trace::run(&ctx, c),
         Command::CheckWorker(a) => cmd::check::run_worker(a),
         Command::Keygen(a) => cmd::keygen::run(&ctx, a),
         Command::Bundle(a) => cmd::bundle::run(&ctx, a),

@@ -64,7 +64,10 @@ use serde::{Deserialize, Serialize};
 
 use controller::config::{CheckSection, Dur};
 
-pub use report::{BudgetResult, CheckReport, Measurement, MeasurementKind, CHECK_SCHEMA_VERSION};
+pub use report::{
+    BudgetResult, CheckReport, Measurement, MeasurementKind, TraceSummary, TraceVerdict,
+    CHECK_SCHEMA_VERSION,
+};
 pub use scenario::evaluate_budgets;
 
 /// How a receiver is woken: the runtime's own mechanism and those it is
@@ -293,6 +296,19 @@ pub struct CheckInputs {
     pub mechanisms: Vec<Mechanism>,
     /// Lines to carry into the report (e.g. a verify summary).
     pub notes: Vec<String>,
+    /// Trace every delivery over its budget ([`trace`]); `None`: no
+    /// tracing, no marker, no cost.
+    pub trace: Option<TraceRequest>,
+}
+
+/// Where and how many traced misses a run keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceRequest {
+    /// Saved misses go here (created when missing).
+    pub dir: PathBuf,
+    /// At most this many saved misses stay in `dir` (the oldest go), and
+    /// the report lists this many last verdicts.
+    pub keep: usize,
 }
 
 impl CheckInputs {
@@ -314,6 +330,7 @@ impl CheckInputs {
             process_budgets: vec![],
             mechanisms: vec![],
             notes: vec![],
+            trace: None,
         }
     }
 

@@ -261,6 +261,51 @@ pub struct CheckReport {
     /// Names of the failed budgets that decide the verdict.
     pub failed: Vec<String>,
     pub notes: Vec<String>,
+    /// Tracing of the misses (`--trace`, `check.trace_on_miss`); absent
+    /// when not asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSummary>,
+}
+
+/// What tracing did in a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TraceSummary {
+    /// Whether the tracer ran; when not, `reason` says why.
+    pub enabled: bool,
+    pub reason: Option<String>,
+    /// Where saved misses go.
+    pub dir: String,
+    /// The ftrace instance.
+    pub instance: Option<String>,
+    /// The CPUs traced (sender's and receiver's).
+    pub cpus: Vec<usize>,
+    /// Events enabled, and those this kernel lacks (with the reason).
+    pub events: Vec<String>,
+    pub missing_events: Vec<String>,
+    /// A delivery over this is a miss (the tightest delivery budget).
+    pub miss_threshold_ns: Option<u64>,
+    /// Real-time messages over the threshold (traced or not: one miss is
+    /// traced at a time).
+    pub over_threshold: u64,
+    /// Misses snapshotted and analysed.
+    pub snapshots: u64,
+    /// The last verdicts (at most the number kept), oldest first.
+    pub verdicts: Vec<TraceVerdict>,
+}
+
+/// One traced miss.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceVerdict {
+    pub mechanism: Mechanism,
+    pub seq: u64,
+    pub latency_ns: u64,
+    pub verdict: String,
+    /// Whether something was named (not "unexplained").
+    pub explained: bool,
+    /// The saved raw text (`deploy trace show` reads it) and trace-event
+    /// JSON; absent when saving failed.
+    pub text: Option<String>,
+    pub json: Option<String>,
 }
 
 impl CheckReport {
@@ -412,6 +457,37 @@ impl CheckReport {
                         (false, false) => "  FAIL",
                         (false, true) => "  FAIL (comparison only)",
                     }
+                );
+            }
+        }
+        if let Some(t) = &self.trace {
+            o.push('\n');
+            if t.enabled {
+                let _ = writeln!(
+                    o,
+                    "trace: cpus {:?}, {} over {}, {} traced, saved in {}{}",
+                    t.cpus,
+                    t.over_threshold,
+                    t.miss_threshold_ns.map_or("-".into(), fmt_ns),
+                    t.snapshots,
+                    t.dir,
+                    if t.missing_events.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; not traced: {}", t.missing_events.join(", "))
+                    }
+                );
+                for v in &t.verdicts {
+                    let _ = writeln!(o, "  {}", v.verdict);
+                    if let Some(p) = &v.text {
+                        let _ = writeln!(o, "    {p}");
+                    }
+                }
+            } else {
+                let _ = writeln!(
+                    o,
+                    "trace: off: {}",
+                    t.reason.as_deref().unwrap_or("not asked for")
                 );
             }
         }

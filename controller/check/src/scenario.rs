@@ -14,6 +14,7 @@ use crate::report::{
 };
 use crate::tempdir::TempDir;
 use crate::timer::TimerThreadSetup;
+use crate::trace::run::TraceRun;
 use crate::worker::{
     Shared, ACCOUNTED_SEQS, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, MAX_TIMERS,
     RT_CELL, TAG_STOP,
@@ -320,6 +321,18 @@ pub(crate) fn run(
     };
     let parent_locked = rt::lock_memory();
 
+    let sender_cpu = inputs.isolated[0];
+    let receiver_cpu = *inputs.isolated.get(1).unwrap_or(&inputs.isolated[0]);
+    // Before the workers: dropped after them (an instance a worker still
+    // holds a file of cannot be removed).
+    let mut tracing = inputs
+        .trace
+        .as_ref()
+        .map(|req| TraceRun::start(req, inputs, &env.sysroot, sender_cpu, receiver_cpu));
+    if let Some(t) = &tracing {
+        notes.extend(t.notes());
+    }
+
     // The shared file and the channel.
     let pid = std::process::id();
     let dir = shm_dir(&env.prefix);
@@ -480,11 +493,10 @@ pub(crate) fn run(
     }
 
     // The scenario, once per mechanism.
-    let sender_cpu = inputs.isolated[0];
-    let receiver_cpu = *inputs.isolated.get(1).unwrap_or(&inputs.isolated[0]);
     let churn = c.low_priority.churn.0.max(Duration::from_millis(10));
     let mut gen = 0u64;
     let mut accounting = vec![];
+    let mut trace_problems: Vec<String> = vec![];
     for (mi, &mech) in mechanisms.iter().enumerate() {
         let failed_before = run.shared.control().notify_failed.load(Ordering::SeqCst);
         let phase = (|| -> Result<(), CheckRunError> {
@@ -523,7 +535,11 @@ pub(crate) fn run(
                     format!("period_ns={}", c.period.as_nanos()),
                 ]
             };
-            let mut recv = run.spawn("rt-recv", &rt_args(receiver_cpu))?;
+            let trace_args =
+                |receiver: bool| tracing.as_ref().map_or(vec![], |t| t.worker_args(receiver));
+            let mut recv_args = rt_args(receiver_cpu);
+            recv_args.extend(trace_args(true));
+            let mut recv = run.spawn("rt-recv", &recv_args)?;
             let ready_by = Instant::now() + Duration::from_secs(10);
             // Acquire: pairs with the receiver's Release store.
             while run.shared.control().receiver_ready.load(Ordering::Acquire) == 0 {
@@ -534,7 +550,13 @@ pub(crate) fn run(
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-            let mut send = run.spawn("rt-send", &rt_args(sender_cpu))?;
+            if let Some(t) = &tracing {
+                t.arm(run.shared.control());
+            }
+            let mut send_args = rt_args(sender_cpu);
+            send_args.extend(trace_args(false));
+            let mut send = run.spawn("rt-send", &send_args)?;
+            let (send_pid, recv_pid) = (send.child.id(), recv.child.id());
             let phase_start = Instant::now();
             let phase_end = phase_start + scen_dur;
             // Staggered churn: slot i is replaced at churn * (k + (i+1)/n).
@@ -554,6 +576,11 @@ pub(crate) fn run(
                 );
                 Run::check_alive(&mut recv)?;
                 Run::check_alive(&mut send)?;
+                if let Some(t) = tracing.as_mut() {
+                    if let Some(p) = t.poll(run.shared.control(), mech, send_pid, recv_pid, true) {
+                        trace_problems.push(p);
+                    }
+                }
                 for w in run.loads.iter_mut() {
                     Run::check_alive(w)?;
                 }
@@ -584,6 +611,13 @@ pub(crate) fn run(
             run.poke();
             run.release_cell(&recv);
             finish(recv, Duration::from_secs(2))?;
+            if let Some(t) = tracing.as_mut() {
+                // A miss in the last moments of the phase.
+                if let Some(p) = t.poll(run.shared.control(), mech, send_pid, recv_pid, false) {
+                    trace_problems.push(p);
+                }
+                t.disarm(run.shared.control());
+            }
             let sh = &run.shared;
             let delivery = sh.hist(mech, H_DELIVERY).summary();
             let (unseen, sent_marked) = sh.unseen();
@@ -671,7 +705,16 @@ pub(crate) fn run(
     let fifo_refused = ctl.fifo_refused.load(Ordering::SeqCst);
     let mlock_failed = ctl.mlock_failed.load(Ordering::SeqCst);
     let low_started = ctl.low_started.load(Ordering::SeqCst);
+    let trace = tracing.as_ref().map(|t| t.summary(ctl));
+    trace_problems.dedup();
+    notes.extend(
+        trace_problems
+            .into_iter()
+            .take(4)
+            .map(|p| format!("a traced miss was not saved: {p}")),
+    );
     drop(run);
+    drop(tracing.take());
     let _ = t_start;
 
     let sched_fifo = timer_fifo && fifo_refused == 0;
@@ -728,6 +771,7 @@ pub(crate) fn run(
         verdict: String::new(),
         failed: vec![],
         notes,
+        trace,
     };
     report.decide();
     Ok(report)

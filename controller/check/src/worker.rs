@@ -187,6 +187,19 @@ pub(crate) struct Control {
     /// (two per slot: a slot's new process starts before its old one
     /// stops). Every publisher notifies every filled cell.
     pub cells: [AddressCell; CELLS],
+    /// Tracing (`crate::trace`): 1 while the instance records and a miss
+    /// may stop it; the engine raises it, the receiver that stops the
+    /// instance lowers it (one miss, one snapshot).
+    pub trace_armed: AtomicU64,
+    /// 1: the receiver stopped the instance on a miss described by the
+    /// three words below; the engine takes the snapshot, lowers this and
+    /// raises `trace_armed` again.
+    pub trace_miss: AtomicU64,
+    pub trace_miss_seq: AtomicU64,
+    pub trace_miss_send_ns: AtomicU64,
+    pub trace_miss_handler_ns: AtomicU64,
+    /// Real-time messages over the miss threshold (traced or not).
+    pub trace_over: AtomicU64,
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays: no padding, no
 // pointers, no Drop, valid for every bit pattern.
@@ -410,6 +423,10 @@ impl Args {
     fn path(&self, k: &'static str) -> Result<PathBuf, WorkerRunError> {
         self.str(k).map(PathBuf::from)
     }
+    /// An optional path argument.
+    fn opt_path(&self, k: &'static str) -> Option<PathBuf> {
+        self.map.get(k).map(PathBuf::from)
+    }
     fn cpus(&self, k: &'static str) -> Result<Vec<usize>, WorkerRunError> {
         self.str(k)?
             .split(',')
@@ -532,6 +549,7 @@ fn rt_send(a: &Args) -> Result<(), WorkerRunError> {
     let period = a.u64("period_ns")?.max(1);
     let send_h = shared.hist(mech, H_SEND);
     let mut peers = notified(mech).then(|| Peers::new(CELLS));
+    let marker = a.opt_path("trace").and_then(|d| TraceMarker::open(&d));
     // Acquire: pairs with the receiver's Release store; its subscription
     // is in place before the first message.
     while ctl.receiver_ready.load(Ordering::Acquire) == 0 {
@@ -552,6 +570,12 @@ fn rt_send(a: &Args) -> Result<(), WorkerRunError> {
         }
         let failed_before = peers.as_ref().map_or(0, |p| p.failed());
         let payload = [TAG_RT, seq];
+        // Outside the timed call; Relaxed: a hint (a marker more or less).
+        if let Some(m) = &marker {
+            if ctl.trace_armed.load(Ordering::Relaxed) != 0 {
+                m.mark("send", seq, monotonic_ns());
+            }
+        }
         let t0 = monotonic_ns();
         let r = publisher.publish_value(&payload);
         // The message is in the channel; now wake every receiver.
@@ -594,11 +618,85 @@ fn record_message(h: &Histogram, latency_ns: u64, m: &Message, only: Option<u64>
     }
     if let (Some(shared), TAG_RT) = (seen, tag) {
         shared.mark(MARK_SEEN, seq);
+        if let Some(t) = RECV_TRACE.get() {
+            t.handled(seq, m.send_time_ns, latency_ns);
+        }
     }
 }
 
 /// Where a real-time receiver marks what it saw.
 type Seen = Option<&'static Shared>;
+
+/// The instance's `trace_marker`, open for writing (see [`crate::trace`]).
+struct TraceMarker(std::fs::File);
+
+impl TraceMarker {
+    /// Opens `<instance>/trace_marker`; `None` when there is none (the
+    /// run goes on without markers).
+    fn open(instance: &Path) -> Option<TraceMarker> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(instance.join("trace_marker"))
+            .ok()
+            .map(TraceMarker)
+    }
+
+    /// Writes `rtdeploy <what> seq=<seq> t=<t_ns>` with no allocation.
+    fn mark(&self, what: &str, seq: u64, t_ns: u64) {
+        let mut buf = [0u8; 96];
+        let mut c = std::io::Cursor::new(&mut buf[..]);
+        if write!(c, "rtdeploy {what} seq={seq} t={t_ns}").is_ok() {
+            let n = c.position() as usize;
+            let _ = (&self.0).write(&buf[..n]);
+        }
+    }
+}
+
+/// The real-time receiver's side of tracing: the handler marker, and on a
+/// message over `miss_ns` the instance stopped at once.
+struct RecvTrace {
+    marker: Option<TraceMarker>,
+    on: std::fs::File,
+    miss_ns: u64,
+    ctl: &'static Control,
+}
+
+/// Set once in the real-time receiver when the run traces; never in
+/// other roles (so the handler path pays one load when not tracing).
+static RECV_TRACE: std::sync::OnceLock<RecvTrace> = std::sync::OnceLock::new();
+
+impl RecvTrace {
+    fn handled(&self, seq: u64, send_ns: u64, latency_ns: u64) {
+        let ctl = self.ctl;
+        let over = latency_ns > self.miss_ns;
+        if over {
+            ctl.trace_over.fetch_add(1, Ordering::Relaxed); // a statistic
+        }
+        // Relaxed: a hint; the compare-exchange below decides.
+        if ctl.trace_armed.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let handler_ns = send_ns.saturating_add(latency_ns);
+        if let Some(m) = &self.marker {
+            m.mark("handler", seq, handler_ns);
+        }
+        if over
+            && ctl
+                .trace_armed
+                .compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            let _ = (&self.on).write_all(b"0");
+            ctl.trace_miss_seq.store(seq, Ordering::Relaxed);
+            ctl.trace_miss_send_ns.store(send_ns, Ordering::Relaxed);
+            ctl.trace_miss_handler_ns
+                .store(handler_ns, Ordering::Relaxed);
+            // Release: the engine that sees the flag (Acquire) sees the
+            // three words above.
+            ctl.trace_miss.store(1, Ordering::Release);
+        }
+    }
+}
 
 fn tag_seq(m: &Message) -> (u64, u64) {
     m.value::<[u64; 2]>().map_or((0, 0), |v| (v[0], v[1]))
@@ -766,6 +864,22 @@ fn rt_recv(a: &Args) -> Result<(), WorkerRunError> {
         reason,
     })?;
     rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
+    if let Some(dir) = a.opt_path("trace") {
+        let on = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("tracing_on"))
+            .map_err(|source| WorkerRunError::File {
+                what: "open",
+                path: dir.join("tracing_on"),
+                source,
+            })?;
+        let _ = RECV_TRACE.set(RecvTrace {
+            marker: TraceMarker::open(&dir),
+            on,
+            miss_ns: a.u64("miss_ns")?,
+            ctl,
+        });
+    }
     let ch = open_channel(a)?;
     let h = shared.hist(mech, H_DELIVERY);
     receive(

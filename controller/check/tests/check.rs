@@ -179,6 +179,7 @@ fn report_of(
         verdict: String::new(),
         failed: vec![],
         notes: vec![],
+        trace: None,
     };
     r.decide();
     r

@@ -59,6 +59,42 @@ pub struct CheckArgs {
     /// Skip the verify pass that runs before the timing run.
     #[arg(long)]
     pub no_verify: bool,
+
+    /// Trace the kernel (tracefs) on the sender's and receiver's CPUs and
+    /// snapshot every delivery over its budget: raw text and trace-event
+    /// JSON in DIR (default <prefix>/var/lib/rtdeploy/traces), at most
+    /// robot.yaml `check.trace_on_miss` of them (default 10), each with a
+    /// verdict in the report; `deploy trace show FILE` prints one again.
+    /// Without tracefs the check runs untraced and says why.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true)]
+    pub trace: Option<Option<PathBuf>>,
+}
+
+/// Traced misses kept when robot.yaml does not say (`--trace` alone).
+pub const DEFAULT_TRACE_KEEP: usize = 10;
+
+/// Where and how many traced misses a run keeps: `--trace[=DIR]`, or
+/// robot.yaml's `check.trace_on_miss` (also for the supervisor's boot
+/// check); `None` when neither asks.
+pub fn trace_request(
+    ctx: &Ctx,
+    r: &Robot,
+    flag: Option<Option<&PathBuf>>,
+) -> Option<check::TraceRequest> {
+    let keep = r.check.trace_on_miss.map(|n| n as usize);
+    if flag.is_none() && keep.is_none() {
+        return None;
+    }
+    let dir = match flag {
+        Some(Some(d)) => d.clone(),
+        _ => releases::Layout::new(&ctx.prefix)
+            .boot_check_report()
+            .with_file_name("traces"),
+    };
+    Some(check::TraceRequest {
+        dir,
+        keep: keep.unwrap_or(DEFAULT_TRACE_KEEP).max(1),
+    })
 }
 
 /// Why a `--duration` or `--mechanism` argument was refused.
@@ -190,6 +226,7 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     let r = &loaded.robot;
     let mut inputs = inputs_from_robot(r);
     inputs.duration = args.duration;
+    inputs.trace = trace_request(ctx, r, args.trace.as_ref().map(|d| d.as_ref()));
     if args.compare {
         inputs.mechanisms = Mechanism::compared();
     } else if let Some(m) = args.mechanism {

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod release;
 pub mod status;
 pub mod supervise;
+pub mod trace;
 pub mod update;
 pub mod verify;
 

@@ -122,6 +122,26 @@ pub fn timeline(events: &[Event], end_ns: u64) -> Timeline {
         ));
         let mut open: Vec<(OccupantKind, String, i32, u64)> = vec![];
         for e in &evs {
+            // Every line names the task current on its CPU: a switch the
+            // buffer lacks (lost, or before it) shows as another task.
+            if !matches!(e.kind, EventKind::Switch { .. }) {
+                if let Some((name, id, prio, start)) = cur.take() {
+                    if id != e.pid {
+                        t.runs.push(Interval {
+                            cpu,
+                            kind: OccupantKind::Thread,
+                            name,
+                            id,
+                            prio,
+                            start_ns: start,
+                            end_ns: e.ts_ns,
+                        });
+                        cur = Some((e.comm.clone(), e.pid, prios.get(&e.pid).copied(), e.ts_ns));
+                    } else {
+                        cur = Some((name, id, prio, start));
+                    }
+                }
+            }
             match &e.kind {
                 EventKind::Switch {
                     prev_comm,
@@ -258,6 +278,8 @@ pub struct Occupant {
     /// `FIFO 50`, `nice 0` (threads).
     pub priority: Option<String>,
     pub cpu: u32,
+    /// `sender` or `receiver` for the two real-time threads.
+    pub role: Option<String>,
     /// Time in the window (a thread's without its interrupts).
     pub time_ns: u64,
     /// Of it, after the receiver's wakeup.
@@ -269,7 +291,10 @@ impl Occupant {
     pub fn label(&self) -> String {
         match self.kind {
             OccupantKind::Thread => format!(
-                "{} ({}, pid {})",
+                "{}{} ({}, pid {})",
+                self.role
+                    .as_deref()
+                    .map_or(String::new(), |r| format!("the {r} ")),
                 self.name,
                 self.priority.as_deref().unwrap_or("priority unknown"),
                 self.id
@@ -309,6 +334,17 @@ fn occupants(
                 .prio
                 .map(|p| prio_label(p, ctx.policies.get(&iv.id).map(|s| s.as_str()))),
             cpu,
+            role: (iv.kind == OccupantKind::Thread)
+                .then(|| {
+                    if iv.id == ctx.sender_pid {
+                        Some("sender".to_string())
+                    } else if iv.id == ctx.receiver_pid {
+                        Some("receiver".to_string())
+                    } else {
+                        None
+                    }
+                })
+                .flatten(),
             time_ns: 0,
             after_wake_ns: 0,
         });
@@ -782,6 +818,30 @@ mod tests {
             a.limits.iter().any(|l| l.contains("CPU 3")),
             "{:?}",
             a.limits
+        );
+    }
+
+    #[test]
+    fn a_switch_the_buffer_lacks_is_taken_from_the_current_task_column() {
+        // As kernel 6.18 in a VM printed it: the idle CPU's switch to the
+        // sender is missing; its lines name it as the current task.
+        let text = "\
+          <idle>-0       [001] d.h1.  99.999990: hrtimer_expire_entry: hrtimer=00000000bcab0c94 function=hrtimer_wakeup now=99999989000
+          <idle>-0       [001] dNh4.  99.999995: sched_wakeup: comm=rt-send pid=900 prio=19 target_cpu=001
+          <idle>-0       [001] dNh1.  99.999996: hrtimer_expire_exit: hrtimer=00000000bcab0c94
+         rt-send-900     [001] ...1.  100.000000: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+         rt-send-900     [001] d..4.  100.000005: sched_wakeup: comm=rt-recv pid=901 prio=19 target_cpu=001
+         rt-send-900     [001] d..2.  100.000080: sched_switch: prev_comm=rt-send prev_pid=900 prev_prio=19 prev_state=S ==> next_comm=rt-recv next_pid=901 next_prio=19
+";
+        let a = analyse(&parse(text).events, &ctx(0, 90));
+        let c = a.culprit.expect("the sender");
+        assert_eq!(c.label(), "the sender rt-send (RT 80, pid 900)");
+        assert_eq!(c.time_ns, 80_000);
+        assert_eq!(c.after_wake_ns, 75_000);
+        assert!(
+            !a.receiver_cpu.iter().any(|o| o.id == 0),
+            "{:?}",
+            a.receiver_cpu
         );
     }
 

@@ -6,9 +6,9 @@
 //! io_uring events of the sender's and receiver's CPUs in overwrite mode,
 //! and the two real-time workers write markers to its `trace_marker`
 //! (`rtdeploy send seq=N t=NS` before each publish, `rtdeploy handler
-//! seq=N t=NS` at each handler start, `rtdeploy wake seq=N` when a
-//! blocking wait returns; without tracing they hold no marker file and
-//! write nothing). A message over its budget makes the receiver turn the
+//! seq=N t=NS` at each handler start; the wake itself is the kernel's
+//! `sched_wakeup` of the receiver; without tracing they hold no marker
+//! file and write nothing). A message over its budget makes the receiver turn the
 //! instance off at once (as cyclictest's `-b` does); the engine then
 //! copies the CPUs' buffers ([`snapshot::Snapshot`]), analyses the window
 //! from the send to the handler ([`analyse::analyse`]: what ran on the
@@ -25,6 +25,7 @@
 pub mod analyse;
 pub mod chrome;
 pub mod model;
+pub(crate) mod run;
 pub mod snapshot;
 pub mod tracefs;
 

@@ -312,7 +312,6 @@ pub struct Mark {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MarkKind {
     Send,
-    Wake,
     Handler,
 }
 
@@ -323,7 +322,6 @@ impl Mark {
         let (what, f) = rest.split_once(' ').unwrap_or((rest, ""));
         let what = match what {
             "send" => MarkKind::Send,
-            "wake" => MarkKind::Wake,
             "handler" => MarkKind::Handler,
             _ => return None,
         };

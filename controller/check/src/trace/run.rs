@@ -1,0 +1,267 @@
+//! The engine's side of tracing in a run: starts the tracer (or says why
+//! not), arms it for each scenario phase, takes, analyses and saves the
+//! snapshot when the receiver reports a miss, and sums it up for the
+//! report.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use super::analyse::{MissContext, OccupantKind};
+use super::snapshot::{save, Snapshot};
+use super::tracefs::Tracer;
+use crate::report::{TraceSummary, TraceVerdict};
+use crate::worker::Control;
+use crate::{CheckInputs, Mechanism, TraceRequest};
+use controller::error::Chain;
+
+/// At most this many tasks get their policy read from `/proc` per
+/// snapshot.
+const MAX_POLICIES: usize = 256;
+
+pub(crate) struct TraceRun {
+    tracer: Option<Tracer>,
+    req: TraceRequest,
+    miss_ns: u64,
+    sender_cpu: usize,
+    receiver_cpu: usize,
+    proc_root: PathBuf,
+    verdicts: VecDeque<TraceVerdict>,
+    summary: TraceSummary,
+}
+
+/// The tightest budget on the real-time delivery's maximum: a delivery
+/// over it is a miss.
+pub(crate) fn miss_threshold(inputs: &CheckInputs) -> Option<u64> {
+    inputs
+        .check
+        .budgets
+        .delivery_max
+        .iter()
+        .chain(
+            inputs
+                .channel_budgets
+                .iter()
+                .chain(&inputs.process_budgets)
+                .map(|b| &b.limit),
+        )
+        .map(|d| d.as_nanos())
+        .min()
+}
+
+impl TraceRun {
+    /// Starts the tracer for the sender's and receiver's CPUs, stopped
+    /// until [`TraceRun::arm`]. When it cannot run, the run goes on
+    /// without it and the summary says why.
+    pub fn start(
+        req: &TraceRequest,
+        inputs: &CheckInputs,
+        sysroot: &Path,
+        sender_cpu: usize,
+        receiver_cpu: usize,
+    ) -> TraceRun {
+        let mut cpus = vec![sender_cpu, receiver_cpu];
+        cpus.sort_unstable();
+        cpus.dedup();
+        let miss = miss_threshold(inputs);
+        let mut summary = TraceSummary {
+            dir: req.dir.display().to_string(),
+            cpus: cpus.clone(),
+            miss_threshold_ns: miss,
+            ..TraceSummary::default()
+        };
+        let proc_root = sysroot.join("proc");
+        let tracer = match miss {
+            None => {
+                summary.reason = Some(
+                    "no budget on the delivery's maximum to miss (check.budgets.delivery_max, a channel's budget or a real-time process's budgets.wakeup)".into(),
+                );
+                None
+            }
+            Some(_) => match Tracer::start(&sysroot.join("sys"), &proc_root, &cpus) {
+                Ok(t) => {
+                    t.off();
+                    t.off_on_signal();
+                    summary.enabled = true;
+                    summary.instance = Some(t.dir().display().to_string());
+                    summary.events = t.events.clone();
+                    summary.missing_events = t.missing.clone();
+                    Some(t)
+                }
+                Err(e) => {
+                    summary.reason = Some(Chain(&e).to_string());
+                    None
+                }
+            },
+        };
+        TraceRun {
+            tracer,
+            req: req.clone(),
+            miss_ns: miss.unwrap_or(u64::MAX),
+            sender_cpu,
+            receiver_cpu,
+            proc_root,
+            verdicts: VecDeque::new(),
+            summary,
+        }
+    }
+
+    /// Notes for the report from the start (another tracer, stale
+    /// instances).
+    pub fn notes(&self) -> Vec<String> {
+        self.tracer.as_ref().map_or(vec![], |t| t.notes.clone())
+    }
+
+    /// Extra arguments of the real-time sender and receiver.
+    pub fn worker_args(&self, receiver: bool) -> Vec<String> {
+        let Some(t) = &self.tracer else {
+            return vec![];
+        };
+        let mut v = vec![format!("trace={}", t.dir().display())];
+        if receiver {
+            v.push(format!("miss_ns={}", self.miss_ns));
+        }
+        v
+    }
+
+    /// Clears the buffers and records; the receiver may stop it on a miss.
+    pub fn arm(&self, ctl: &Control) {
+        if let Some(t) = &self.tracer {
+            ctl.trace_miss.store(0, Ordering::SeqCst);
+            t.resume();
+            ctl.trace_armed.store(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Stops recording (end of a phase).
+    pub fn disarm(&self, ctl: &Control) {
+        if let Some(t) = &self.tracer {
+            ctl.trace_armed.store(0, Ordering::SeqCst);
+            t.off();
+        }
+    }
+
+    /// Takes the snapshot of a miss the receiver reported, if any; then
+    /// records again when `rearm`.
+    pub fn poll(
+        &mut self,
+        ctl: &Control,
+        mech: Mechanism,
+        sender_pid: u32,
+        receiver_pid: u32,
+        rearm: bool,
+    ) -> Option<String> {
+        let t = self.tracer.as_ref()?;
+        // Acquire: pairs with the receiver's Release store of the flag.
+        if ctl.trace_miss.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let context = MissContext {
+            mechanism: mech.short().to_string(),
+            seq: ctl.trace_miss_seq.load(Ordering::Relaxed),
+            send_ns: ctl.trace_miss_send_ns.load(Ordering::Relaxed),
+            handler_ns: ctl.trace_miss_handler_ns.load(Ordering::Relaxed),
+            budget_ns: self.miss_ns,
+            sender_pid: sender_pid as i32,
+            sender_cpu: self.sender_cpu as u32,
+            receiver_pid: receiver_pid as i32,
+            receiver_cpu: self.receiver_cpu as u32,
+            policies: BTreeMap::new(),
+        };
+        let mut snap = Snapshot {
+            context,
+            cpus: t.read_cpus(),
+        };
+        let parsed = snap.parsed();
+        let pids: BTreeSet<i32> = parsed
+            .events
+            .iter()
+            .map(|e| e.pid)
+            .filter(|&p| p > 0)
+            .take(MAX_POLICIES * 4)
+            .collect();
+        for pid in pids.into_iter().take(MAX_POLICIES) {
+            if let Some(p) = policy(&self.proc_root, pid) {
+                snap.context.policies.insert(pid, p.to_string());
+            }
+        }
+        let (a, parsed) = snap.analyse();
+        self.summary.snapshots += 1;
+        let saved = save(&self.req.dir, &snap, &a, &parsed, self.req.keep);
+        let problem = saved.as_ref().err().map(|e| Chain(e).to_string());
+        let explained = a
+            .culprit
+            .as_ref()
+            .is_some_and(|c| c.kind != OccupantKind::Thread || c.id != 0);
+        self.verdicts.push_back(TraceVerdict {
+            mechanism: mech,
+            seq: snap.context.seq,
+            latency_ns: a.latency_ns,
+            verdict: a.verdict.clone(),
+            explained,
+            text: saved.as_ref().ok().map(|s| s.text.display().to_string()),
+            json: saved.as_ref().ok().map(|s| s.json.display().to_string()),
+        });
+        while self.verdicts.len() > self.req.keep.max(1) {
+            self.verdicts.pop_front();
+        }
+        if rearm {
+            self.arm(ctl);
+        } else {
+            ctl.trace_miss.store(0, Ordering::SeqCst);
+        }
+        problem
+    }
+
+    /// The summary for the report; the tracer stays up until dropped.
+    pub fn summary(&self, ctl: &Control) -> TraceSummary {
+        let mut s = self.summary.clone();
+        s.over_threshold = ctl.trace_over.load(Ordering::SeqCst);
+        s.verdicts = self.verdicts.iter().cloned().collect();
+        s
+    }
+}
+
+/// The scheduling policy of task `pid` (`/proc/<pid>/stat`, field 41),
+/// as chrt names it.
+fn policy(proc_root: &Path, pid: i32) -> Option<&'static str> {
+    use std::io::Read;
+    let mut s = String::new();
+    std::fs::File::open(proc_root.join(pid.to_string()).join("stat"))
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut s)
+        .ok()?;
+    policy_of_stat(&s)
+}
+
+/// Field 41 of a `/proc/<pid>/stat` line (after the comm in parentheses,
+/// the state is field 3).
+pub(crate) fn policy_of_stat(stat: &str) -> Option<&'static str> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let p: u32 = rest.split_whitespace().nth(41 - 3)?.parse().ok()?;
+    Some(match p {
+        0 => "OTHER",
+        1 => "FIFO",
+        2 => "RR",
+        3 => "BATCH",
+        5 => "IDLE",
+        6 => "DEADLINE",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_field_of_proc_stat() {
+        // /proc/<pid>/stat of a SCHED_FIFO thread (kernel 6.18), comm
+        // with a space and a parenthesis.
+        let stat = "4242 (spin (x) y) R 1 4242 4242 0 -1 4194368 95 0 0 0 1200 3 0 0 -51 0 1 0 1000 2000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 50 1 0 0 0 0 0 0 0 0 0 0 0";
+        assert_eq!(policy_of_stat(stat), Some("FIFO"));
+        assert_eq!(policy_of_stat("1 (x) S 0"), None);
+        assert_eq!(policy_of_stat("garbage"), None);
+    }
+}
