@@ -162,6 +162,13 @@ pub fn parse_line(line: &str) -> Option<Event> {
     })
 }
 
+/// The timestamp of an event line (ns), without parsing the rest.
+pub fn line_ts(line: &str) -> Option<u64> {
+    let (_, _, rest) = split_cpu(line)?;
+    let (ts_field, _) = rest.split_once(": ")?;
+    parse_ts(ts_field.split_whitespace().last()?)
+}
+
 fn split_cpu(line: &str) -> Option<(&str, u32, &str)> {
     let mut from = 0;
     while let Some(i) = line[from..].find(" [") {

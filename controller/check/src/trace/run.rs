@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use super::analyse::{MissContext, OccupantKind};
-use super::snapshot::{save, Snapshot};
+use super::snapshot::{save, trim, Snapshot};
 use super::tracefs::Tracer;
 use crate::report::{TraceSummary, TraceVerdict};
 use crate::worker::Control;
@@ -18,6 +18,10 @@ use controller::error::Chain;
 /// At most this many tasks get their policy read from `/proc` per
 /// snapshot.
 const MAX_POLICIES: usize = 256;
+/// A snapshot keeps this much before the send ...
+const CONTEXT_BEFORE_NS: u64 = 20_000_000;
+/// ... and this much after the handler.
+const CONTEXT_AFTER_NS: u64 = 2_000_000;
 
 pub(crate) struct TraceRun {
     tracer: Option<Tracer>,
@@ -168,10 +172,26 @@ impl TraceRun {
             receiver_cpu: self.receiver_cpu as u32,
             policies: BTreeMap::new(),
         };
-        let mut snap = Snapshot {
-            context,
-            cpus: t.read_cpus(),
-        };
+        // The window with context: who ran before the send, what came
+        // right after the handler.
+        let (from, to) = (
+            context.send_ns.saturating_sub(CONTEXT_BEFORE_NS),
+            context.handler_ns.saturating_add(CONTEXT_AFTER_NS),
+        );
+        let cpus: Vec<(u32, String)> = t
+            .read_cpus()
+            .into_iter()
+            .map(|(c, text)| (c, trim(&text, from, to)))
+            .collect();
+        // Recording again before the analysis: the engine may get little
+        // CPU time (it runs on the loaded housekeeping CPUs), and a miss
+        // meanwhile is not lost.
+        if rearm {
+            self.arm(ctl);
+        } else {
+            ctl.trace_miss.store(0, Ordering::SeqCst);
+        }
+        let mut snap = Snapshot { context, cpus };
         let parsed = snap.parsed();
         let pids: BTreeSet<i32> = parsed
             .events
@@ -204,11 +224,6 @@ impl TraceRun {
         });
         while self.verdicts.len() > self.req.keep.max(1) {
             self.verdicts.pop_front();
-        }
-        if rearm {
-            self.arm(ctl);
-        } else {
-            ctl.trace_miss.store(0, Ordering::SeqCst);
         }
         problem
     }

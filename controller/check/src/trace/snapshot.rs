@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use super::analyse::{analyse, Analysis, MissContext};
 use super::chrome::trace_events;
-use super::model::{parse, Parsed};
+use super::model::{line_ts, parse, Parsed};
 
 /// The first line of a saved trace.
 pub const MAGIC: &str = "# rtdeploy trace v1";
@@ -163,6 +163,25 @@ impl Snapshot {
         }
         (a, p)
     }
+}
+
+/// Keeps the comment lines of `text` and its event lines from `from_ns`
+/// to `to_ns` (the window with some context around it); lines without a
+/// timestamp go.
+pub fn trim(text: &str, from_ns: u64, to_ns: u64) -> String {
+    let mut out = String::with_capacity(text.len().min(1 << 20));
+    for line in text.lines() {
+        let keep = if line.trim_start().starts_with('#') {
+            true
+        } else {
+            line_ts(line).is_some_and(|t| t >= from_ns && t <= to_ns)
+        };
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The files of one saved miss.
@@ -361,6 +380,16 @@ mod tests {
             a.limits.iter().any(|l| l.contains("1 lines")),
             "{:?}",
             a.limits
+        );
+    }
+
+    #[test]
+    fn trimming_keeps_the_window_and_the_comments() {
+        let text = "# tracer: nop\n  a-1 [001] .... 99.000000: sched_switch: x\n  a-1 [001] .... 100.000000: tracing_mark_write: rtdeploy send seq=1 t=1\n  a-1 [001] .... 101.000000: sched_switch: x\ngarbage\n";
+        let t = trim(text, 99_500_000_000, 100_500_000_000);
+        assert_eq!(
+            t,
+            "# tracer: nop\n  a-1 [001] .... 100.000000: tracing_mark_write: rtdeploy send seq=1 t=1\n"
         );
     }
 

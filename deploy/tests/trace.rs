@@ -1,0 +1,321 @@
+//! `deploy check --trace` for real on this machine: a planted SCHED_FIFO
+//! thread above the check's real-time priority spins on the receiver's
+//! CPU, the check misses its budget, and a verdict names the thread; the
+//! saved trace-event JSON matches docs/trace-event-schema.json (written
+//! from the format's published description); `deploy trace show` prints
+//! the analysis again and refuses what is not a saved trace; the ftrace
+//! instance is gone after the run. Skips, saying why, when not root or
+//! when the kernel has no tracefs. No timing figure is asserted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One check at a time: they pin to the same CPUs.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn repo(p: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+fn deploy(prefix: &Path, config: Option<&Path>, args: &[&str]) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-s", "KILL", "120"])
+        .arg(env!("CARGO_BIN_EXE_deploy"))
+        .arg("--prefix")
+        .arg(prefix);
+    if let Some(c) = config {
+        cmd.arg("-c").arg(c);
+    }
+    let out = cmd.args(args).output().expect("run deploy");
+    assert_ne!(out.status.code(), Some(137), "deploy hung (watchdog)");
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Why this machine cannot run the traced check, if it cannot.
+#[allow(unsafe_code)]
+fn cannot_trace() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("tracefs and SCHED_FIFO need root".into());
+    }
+    if !Path::new("/sys/kernel/tracing").is_dir()
+        && !Path::new("/sys/kernel/debug/tracing").is_dir()
+    {
+        return Some("the kernel has no tracefs (no /sys/kernel/tracing)".into());
+    }
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n < 2 {
+        return Some(format!(
+            "examples/dev.yaml needs CPUs 0 and 1, this machine has {n}"
+        ));
+    }
+    None
+}
+
+/// A thread named `planted-spin` at SCHED_FIFO `priority` on `cpu`,
+/// spinning `busy` every `every` until dropped.
+struct Spinner {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Spinner {
+    #[allow(unsafe_code)]
+    fn start(cpu: usize, priority: i32, busy: Duration, every: Duration) -> Spinner {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("planted-spin".into())
+            .spawn(move || {
+                // SAFETY: a zeroed cpu_set_t is a valid empty set; the
+                // calls get pointers to locals that outlive them.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                        return Err(format!("pin: {}", std::io::Error::last_os_error()));
+                    }
+                    let p = libc::sched_param {
+                        sched_priority: priority,
+                    };
+                    if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
+                        return Err(format!("fifo: {}", std::io::Error::last_os_error()));
+                    }
+                }
+                // Relaxed: a stop request.
+                while !s.load(Ordering::Relaxed) {
+                    let end = Instant::now() + busy;
+                    while Instant::now() < end {
+                        std::hint::spin_loop();
+                    }
+                    std::thread::sleep(every - busy);
+                }
+                Ok(())
+            })
+            .unwrap();
+        Spinner {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let r = t.join().unwrap();
+            if !std::thread::panicking() {
+                r.expect("the planted thread ran at SCHED_FIFO on its CPU");
+            }
+        }
+    }
+}
+
+fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(repo("docs/trace-event-schema.json")).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    jsonschema::validator_for(&schema).expect("docs/trace-event-schema.json is a valid schema")
+}
+
+fn schema_errors(v: &jsonschema::Validator, doc: &serde_json::Value) -> Vec<String> {
+    v.iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
+#[test]
+fn the_schema_refuses_what_the_format_does_not_allow() {
+    let v = schema();
+    let ok = serde_json::json!({"traceEvents": [
+        {"name": "a", "ph": "X", "ts": 1.5, "dur": 2, "pid": 1, "tid": 1},
+        {"name": "thread_name", "ph": "M", "ts": 0, "pid": 1, "tid": 1, "args": {"name": "CPU 1"}},
+        {"name": "m", "ph": "i", "s": "t", "ts": 3, "pid": 1, "tid": 1}
+    ], "displayTimeUnit": "ns"});
+    assert!(
+        schema_errors(&v, &ok).is_empty(),
+        "{:?}",
+        schema_errors(&v, &ok)
+    );
+    for bad in [
+        serde_json::json!({"events": []}),
+        serde_json::json!({"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "pid": 1, "tid": 1}]}),
+        serde_json::json!({"traceEvents": [{"name": "a", "ph": "Q", "ts": 1, "pid": 1, "tid": 1}]}),
+        serde_json::json!({"traceEvents": [{"name": "a", "ph": "i", "ts": "1", "pid": 1, "tid": 1}]}),
+        serde_json::json!({"traceEvents": [{"name": "a", "ph": "i", "ts": 1, "pid": 1}]}),
+        serde_json::json!({"traceEvents": [{"name": "a", "ph": "i", "s": "x", "ts": 1, "pid": 1, "tid": 1}]}),
+        serde_json::json!({"traceEvents": [], "displayTimeUnit": "s"}),
+    ] {
+        assert!(!schema_errors(&v, &bad).is_empty(), "accepted {bad}");
+    }
+}
+
+#[test]
+fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
+    if let Some(why) = cannot_trace() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = std::fs::read_to_string(repo("examples/dev.yaml"))
+        .unwrap()
+        .replace("delivery_max: 2ms", "delivery_max: 1ms")
+        .replace(
+            "budgets:\n    delivery_max",
+            "trace_on_miss: 40\n  budgets:\n    delivery_max",
+        );
+    assert!(yaml.contains("trace_on_miss: 40"), "dev.yaml changed shape");
+    let cfg = dir.path().join("robot.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let traces = dir.path().join("traces");
+    // dev.yaml: one isolated CPU (1) for the sender and the receiver at
+    // FIFO 80; the planted thread is above them there.
+    let spinner = Spinner::start(1, 85, Duration::from_millis(2), Duration::from_millis(20));
+    let out = deploy(
+        dir.path(),
+        Some(&cfg),
+        &[
+            "check",
+            "--duration",
+            "4s",
+            "--json",
+            "-q",
+            "--no-verify",
+            &format!("--trace={}", traces.display()),
+        ],
+    );
+    drop(spinner);
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        text(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let t = &doc["trace"];
+    if t["enabled"] != true {
+        eprintln!("skipped: tracing did not run here: {}", t["reason"]);
+        return;
+    }
+    // The run's instance is gone.
+    let instance = t["instance"].as_str().unwrap();
+    assert!(!Path::new(instance).exists(), "{instance} left behind");
+    assert!(t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e == "sched/sched_switch"));
+    let verdicts = t["verdicts"].as_array().unwrap();
+    assert!(
+        !verdicts.is_empty(),
+        "no miss traced ({} over the threshold): {t}",
+        t["over_threshold"]
+    );
+    assert_eq!(doc["verdict"], "fail", "the spinner makes the check miss");
+    let named: Vec<&serde_json::Value> = verdicts
+        .iter()
+        .filter(|v| v["verdict"].as_str().unwrap().contains("planted-spin ("))
+        .collect();
+    assert!(
+        !named.is_empty(),
+        "no verdict names the planted thread:\n{}",
+        verdicts
+            .iter()
+            .map(|v| v["verdict"].as_str().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        named[0]["verdict"]
+            .as_str()
+            .unwrap()
+            .contains("planted-spin (FIFO 85, pid "),
+        "{}",
+        named[0]["verdict"]
+    );
+    // Saved files: at most trace_on_miss pairs; JSON to the schema.
+    let files: Vec<PathBuf> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(files.len() <= 80, "{} files kept", files.len());
+    let v = schema();
+    let json_path = PathBuf::from(named[0]["json"].as_str().unwrap());
+    let trace_doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let errors = schema_errors(&v, &trace_doc);
+    assert!(
+        errors.is_empty(),
+        "{}:\n{}",
+        json_path.display(),
+        errors.join("\n")
+    );
+    assert!(trace_doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["ph"] == "X" && e["name"].as_str().unwrap_or("").starts_with("planted-spin")));
+    // `trace show` gives the same verdict again, from the text or the JSON.
+    let text_path = named[0]["text"].as_str().unwrap();
+    for f in [text_path, json_path.to_str().unwrap()] {
+        let show = deploy(dir.path(), None, &["trace", "show", f]);
+        assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+        let first = text(&show.stdout).lines().next().unwrap_or("").to_string();
+        assert_eq!(first, named[0]["verdict"].as_str().unwrap());
+    }
+}
+
+#[test]
+fn trace_show_refuses_what_is_not_a_saved_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("miss.txt");
+    std::fs::write(&bad, "{\"traceEvents\": []}\n").unwrap();
+    let out = deploy(dir.path(), None, &["trace", "show", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = text(&out.stderr);
+    assert!(e.contains("is not a saved rtdeploy trace"), "{e}");
+    std::fs::write(
+        &bad,
+        "# rtdeploy trace v1\n# rtdeploy context {\"seq\": 1}\n",
+    )
+    .unwrap();
+    let out = deploy(dir.path(), None, &["trace", "show", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = text(&out.stderr);
+    assert!(e.contains("miss.txt:2: bad context"), "{e}");
+    let out = deploy(
+        dir.path(),
+        None,
+        &[
+            "trace",
+            "show",
+            dir.path().join("none.txt").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn trace_on_miss_zero_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = std::fs::read_to_string(repo("examples/dev.yaml"))
+        .unwrap()
+        .replace(
+            "budgets:\n    delivery_max",
+            "trace_on_miss: 0\n  budgets:\n    delivery_max",
+        );
+    let cfg = dir.path().join("robot.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let out = deploy(dir.path(), Some(&cfg), &["config", "check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = text(&out.stderr) + &text(&out.stdout);
+    assert!(e.contains("check.trace_on_miss"), "{e}");
+}
