@@ -319,3 +319,71 @@ fn trace_on_miss_zero_is_a_config_error() {
     let e = text(&out.stderr) + &text(&out.stdout);
     assert!(e.contains("check.trace_on_miss"), "{e}");
 }
+
+#[test]
+fn trace_compare_runs_untraced_then_traced_and_states_the_cost() {
+    if let Some(why) = cannot_trace() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = deploy(
+        dir.path(),
+        Some(&repo("examples/dev.yaml")),
+        &[
+            "check",
+            "--duration",
+            "2s",
+            "--json",
+            "-q",
+            "--no-verify",
+            &format!("--trace={}", dir.path().join("t").display()),
+            "--trace-compare",
+        ],
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        text(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    if doc["trace"]["enabled"] != true {
+        eprintln!(
+            "skipped: tracing did not run here: {}",
+            doc["trace"]["reason"]
+        );
+        return;
+    }
+    let names: Vec<&str> = doc["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "timer cpu1",
+            "send",
+            "delivery",
+            "low-priority delivery",
+            "send (traced)",
+            "delivery (traced)",
+            "low-priority delivery (traced)"
+        ]
+    );
+    // The untraced run decides; the traced one is shown beside it.
+    let accounting = doc["accounting"].as_array().unwrap();
+    assert_eq!(accounting.len(), 2);
+    assert_eq!(accounting[0]["informational"], false);
+    assert_eq!(accounting[1]["informational"], true);
+    let notes = doc["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n.as_str().unwrap().starts_with(
+            "tracing overhead (io_uring, untraced -> traced in this run): delivery p50 "
+        )),
+        "{notes:?}"
+    );
+}

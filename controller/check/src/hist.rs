@@ -128,6 +128,28 @@ impl Histogram {
         }
     }
 
+    /// Empties the histogram; only while no writer runs (between two
+    /// runs, with the workers reaped).
+    pub fn reset(&self) {
+        // Relaxed: no writer runs; the next writers are started after
+        // this (process creation orders it).
+        let z = |a: &AtomicU64| a.store(0, Ordering::Relaxed);
+        for a in [
+            &self.count,
+            &self.sum_ns,
+            &self.min_inv,
+            &self.max_ns,
+            &self.over_100us,
+            &self.over_1ms,
+            &self.linear_overflow,
+            &self.errors,
+        ] {
+            z(a);
+        }
+        self.log.iter().for_each(z);
+        self.linear.iter().for_each(z);
+    }
+
     /// Counts an error on the measuring side.
     #[inline]
     pub fn error(&self) {

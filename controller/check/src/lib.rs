@@ -299,6 +299,10 @@ pub struct CheckInputs {
     /// Trace every delivery over its budget ([`trace`]); `None`: no
     /// tracing, no marker, no cost.
     pub trace: Option<TraceRequest>,
+    /// With `trace`: run the deciding mechanism's scenario twice, untraced
+    /// (it decides) then traced (measurements named `... (traced)`), and
+    /// state the tracer's cost on the figures in a note.
+    pub trace_compare: bool,
 }
 
 /// Where and how many traced misses a run keeps.
@@ -331,6 +335,7 @@ impl CheckInputs {
             mechanisms: vec![],
             notes: vec![],
             trace: None,
+            trace_compare: false,
         }
     }
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::notify::Notifier;
 use crate::report::{
-    seq_ranges, BudgetResult, CheckReport, DeliveryAccount, Measurement, MeasurementKind, Realtime,
-    ScenarioFacts, Statistic,
+    fmt_ns, seq_ranges, BudgetResult, CheckReport, DeliveryAccount, Measurement, MeasurementKind,
+    Realtime, ScenarioFacts, Statistic,
 };
 use crate::tempdir::TempDir;
 use crate::timer::TimerThreadSetup;
@@ -497,7 +497,38 @@ pub(crate) fn run(
     let mut gen = 0u64;
     let mut accounting = vec![];
     let mut trace_problems: Vec<String> = vec![];
-    for (mi, &mech) in mechanisms.iter().enumerate() {
+    // The phases: each mechanism, traced when tracing runs; with
+    // `trace_compare`, the deciding mechanism untraced, then traced (the
+    // tracer's cost on the same run's figures).
+    let tracing_on = tracing.as_ref().is_some_and(|t| t.enabled());
+    let compare_trace = inputs.trace_compare && tracing_on;
+    if inputs.trace_compare && !tracing_on {
+        notes.push("no tracing overhead figure: tracing did not run".into());
+    }
+    let phases: Vec<(usize, Mechanism, bool)> = if compare_trace {
+        vec![(0, mechanisms[0], false), (0, mechanisms[0], true)]
+    } else {
+        mechanisms
+            .iter()
+            .enumerate()
+            .map(|(mi, &m)| (mi, m, tracing_on))
+            .collect()
+    };
+    for &(mi, mech, traced) in &phases {
+        // The traced phase of a comparison is shown beside the untraced
+        // one, under its own measurement names; it does not decide.
+        let (suffix, shown_only) = if compare_trace && traced {
+            (" (traced)", true)
+        } else {
+            ("", mi > 0)
+        };
+        if compare_trace && traced {
+            // No worker runs between phases: the histograms are reset for
+            // the second run of the same mechanism.
+            for which in [H_SEND, H_DELIVERY, H_LOW_DELIVERY] {
+                run.shared.hist(mech, which).reset();
+            }
+        }
         let failed_before = run.shared.control().notify_failed.load(Ordering::SeqCst);
         let phase = (|| -> Result<(), CheckRunError> {
             let ctl = run.shared.control();
@@ -535,8 +566,10 @@ pub(crate) fn run(
                     format!("period_ns={}", c.period.as_nanos()),
                 ]
             };
-            let trace_args =
-                |receiver: bool| tracing.as_ref().map_or(vec![], |t| t.worker_args(receiver));
+            let trace_args = |receiver: bool| match &tracing {
+                Some(t) if traced => t.worker_args(receiver),
+                _ => vec![],
+            };
             let mut recv_args = rt_args(receiver_cpu);
             recv_args.extend(trace_args(true));
             let mut recv = run.spawn("rt-recv", &recv_args)?;
@@ -550,7 +583,7 @@ pub(crate) fn run(
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-            if let Some(t) = &tracing {
+            if let Some(t) = tracing.as_ref().filter(|_| traced) {
                 t.arm(run.shared.control());
             }
             let mut send_args = rt_args(sender_cpu);
@@ -573,13 +606,13 @@ pub(crate) fn run(
                 );
                 let worst = run.shared.hist(mech, H_DELIVERY).live().1;
                 progress.update(
-                    &format!("scenario ({})", mech.short()),
+                    &format!("scenario ({}{suffix})", mech.short()),
                     frac(t_start),
                     worst,
                 );
                 Run::check_alive(&mut recv)?;
                 Run::check_alive(&mut send)?;
-                if let Some(t) = tracing.as_mut() {
+                if let Some(t) = tracing.as_mut().filter(|_| traced) {
                     if let Some(p) = t.poll(run.shared.control(), mech, send_pid, recv_pid, true) {
                         trace_problems.push(p);
                     }
@@ -614,7 +647,7 @@ pub(crate) fn run(
             run.poke();
             run.release_cell(&recv);
             finish(recv, Duration::from_secs(2))?;
-            if let Some(t) = tracing.as_mut() {
+            if let Some(t) = tracing.as_mut().filter(|_| traced) {
                 // A miss in the last moments of the phase.
                 if let Some(p) = t.poll(run.shared.control(), mech, send_pid, recv_pid, false) {
                     trace_problems.push(p);
@@ -646,18 +679,18 @@ pub(crate) fn run(
                     String::new()
                 },
                 beyond_range: sent.saturating_sub(sent_marked),
-                informational: mi > 0,
+                informational: shown_only,
             });
             let cpu_s = Some(sender_cpu);
             measurements.push(Measurement::new(
-                "send",
+                format!("send{suffix}"),
                 MeasurementKind::Send,
                 Some(mech),
                 cpu_s,
                 sh.hist(mech, H_SEND).summary(),
             ));
             measurements.push(Measurement::new(
-                "delivery",
+                format!("delivery{suffix}"),
                 MeasurementKind::Delivery,
                 Some(mech),
                 Some(receiver_cpu),
@@ -677,7 +710,7 @@ pub(crate) fn run(
             }
             run.reap_retired(true);
             measurements.push(Measurement::new(
-                "low-priority delivery",
+                format!("low-priority delivery{suffix}"),
                 MeasurementKind::LowPriorityDelivery,
                 Some(mech),
                 None,
@@ -689,7 +722,7 @@ pub(crate) fn run(
             Ok(()) => {}
             // The deciding mechanism must run; a compared one that
             // failed is reported and the comparison goes on.
-            Err(e) if mi == 0 => return Err(e),
+            Err(e) if mi == 0 && !shown_only => return Err(e),
             Err(e) => notes.push(format!("{} failed: {e}", mech.label())),
         }
         let ctl = run.shared.control();
@@ -754,6 +787,9 @@ pub(crate) fn run(
         io_load: c.io_load,
         mechanisms: mechanisms.clone(),
     };
+    if compare_trace {
+        notes.extend(trace_overhead_note(&measurements, mechanisms[0]));
+    }
     let budgets = evaluate_budgets(inputs, &mechanisms, &measurements);
     for a in accounting.iter().filter(|a| a.beyond_range > 0) {
         notes.push(format!(
@@ -778,6 +814,46 @@ pub(crate) fn run(
     };
     report.decide();
     Ok(report)
+}
+
+/// The tracer's cost in one line: the untraced and traced runs of the
+/// same mechanism side by side (p50, p99, longest; send and delivery).
+fn trace_overhead_note(ms: &[Measurement], mech: Mechanism) -> Option<String> {
+    let find = |name: &str| {
+        ms.iter()
+            .find(|m| m.name == name && m.mechanism == Some(mech) && m.count > 0)
+    };
+    let ratio = |a: u64, b: u64| {
+        if a == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}x", b as f64 / a as f64)
+        }
+    };
+    let part = |what: &str, off: &Measurement, on: &Measurement| {
+        format!(
+            "{what} p50 {} -> {} ({}), p99 {} -> {} ({}), longest {} -> {}",
+            fmt_ns(off.p50_ns),
+            fmt_ns(on.p50_ns),
+            ratio(off.p50_ns, on.p50_ns),
+            fmt_ns(off.p99_ns),
+            fmt_ns(on.p99_ns),
+            ratio(off.p99_ns, on.p99_ns),
+            fmt_ns(off.max_ns),
+            fmt_ns(on.max_ns),
+        )
+    };
+    let (d0, d1) = (find("delivery")?, find("delivery (traced)")?);
+    let mut line = format!(
+        "tracing overhead ({}, untraced -> traced in this run): {}",
+        mech.short(),
+        part("delivery", d0, d1)
+    );
+    if let (Some(s0), Some(s1)) = (find("send"), find("send (traced)")) {
+        line.push_str("; ");
+        line.push_str(&part("send", s0, s1));
+    }
+    Some(line)
 }
 
 /// Every budget against its figure. Budgets on the scenario apply to each

@@ -68,6 +68,12 @@ pub struct CheckArgs {
     /// Without tracefs the check runs untraced and says why.
     #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true)]
     pub trace: Option<Option<PathBuf>>,
+
+    /// With --trace: run the scenario twice in this run, untraced (it
+    /// decides) and traced, side by side, and state the tracer's cost
+    /// (p50, p99, longest of send and delivery) in a note.
+    #[arg(long, requires = "trace", conflicts_with = "compare")]
+    pub trace_compare: bool,
 }
 
 /// Traced misses kept when robot.yaml does not say (`--trace` alone).
@@ -227,6 +233,7 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     let mut inputs = inputs_from_robot(r);
     inputs.duration = args.duration;
     inputs.trace = trace_request(ctx, r, args.trace.as_ref().map(|d| d.as_ref()));
+    inputs.trace_compare = args.trace_compare;
     if args.compare {
         inputs.mechanisms = Mechanism::compared();
     } else if let Some(m) = args.mechanism {

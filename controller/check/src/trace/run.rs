@@ -110,6 +110,11 @@ impl TraceRun {
         }
     }
 
+    /// Whether the tracer runs.
+    pub fn enabled(&self) -> bool {
+        self.tracer.is_some()
+    }
+
     /// Notes for the report from the start (another tracer, stale
     /// instances).
     pub fn notes(&self) -> Vec<String> {
