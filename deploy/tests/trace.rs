@@ -387,3 +387,101 @@ fn trace_compare_runs_untraced_then_traced_and_states_the_cost() {
         "{notes:?}"
     );
 }
+
+/// The instance directory of a `deploy` process, if it has one.
+fn instance_of(pid: u32) -> Option<PathBuf> {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .map(|r| Path::new(r).join(format!("instances/rtdeploy-{pid}")))
+        .find(|p| p.is_dir())
+}
+
+/// Starts a traced check, waits for its instance to record, signals it.
+fn traced_check_signalled(dir: &Path, sig: i32) -> (u32, Option<PathBuf>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_deploy"))
+        .arg("--prefix")
+        .arg(dir)
+        .arg("-c")
+        .arg(repo("examples/dev.yaml"))
+        .args(["check", "--duration", "30s", "-q", "--no-verify"])
+        .arg(format!("--trace={}", dir.join("t").display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Recording: the scenario phase has started (the timer phase runs
+    // with the instance stopped).
+    let on = loop {
+        let inst = instance_of(pid);
+        let recording = inst.as_ref().is_some_and(|i| {
+            std::fs::read_to_string(i.join("tracing_on")).is_ok_and(|s| s.trim() == "1")
+        });
+        if recording || Instant::now() > deadline {
+            break inst;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let rc = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(rc.success());
+    let _ = child.wait();
+    (pid, on)
+}
+
+#[test]
+fn a_signal_leaves_no_tracing_on_and_the_next_run_removes_what_sigkill_left() {
+    if let Some(why) = cannot_trace() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // SIGTERM: the handler stops recording before the process dies.
+    let (pid, inst) = traced_check_signalled(dir.path(), 15);
+    let Some(inst) = inst else {
+        eprintln!("skipped: the traced check never recorded here");
+        return;
+    };
+    assert!(inst.ends_with(format!("rtdeploy-{pid}")));
+    if inst.is_dir() {
+        let on = std::fs::read_to_string(inst.join("tracing_on")).unwrap();
+        assert_eq!(on.trim(), "0", "tracing left on after SIGTERM");
+    }
+    // SIGKILL: nothing runs; the instance stays, recording.
+    let (pid2, inst2) = traced_check_signalled(dir.path(), 9);
+    let inst2 = inst2.expect("an instance");
+    assert!(inst2.is_dir(), "{} gone", inst2.display());
+    // The next traced run removes both and says so.
+    let out = deploy(
+        dir.path(),
+        Some(&repo("examples/dev.yaml")),
+        &[
+            "check",
+            "--duration",
+            "1s",
+            "--json",
+            "-q",
+            "--no-verify",
+            &format!("--trace={}", dir.path().join("t").display()),
+        ],
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !inst2.exists(),
+        "{} left by SIGKILL not removed",
+        inst2.display()
+    );
+    assert!(!inst.exists(), "{} not removed", inst.display());
+    let notes = doc["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().contains(&format!("rtdeploy-{pid2}"))),
+        "{notes:?}"
+    );
+}

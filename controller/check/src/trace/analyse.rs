@@ -421,6 +421,11 @@ pub struct Analysis {
     /// is another CPU.
     pub sender_cpu: Vec<Occupant>,
     pub pi_boosts: Vec<PiBoost>,
+    /// The longest stretch of the window with no event on the receiver's
+    /// CPU, when it is most of the latency: (start, length). Time inside
+    /// one task these events do not show (a spinning lock, a long
+    /// syscall, the hypervisor running another vCPU).
+    pub silent: Option<(u64, u64)>,
     /// What held the receiver back, when one thing did.
     pub culprit: Option<Occupant>,
     /// Limits of what the trace shows.
@@ -433,6 +438,8 @@ pub struct Analysis {
 const CULPRIT_SHARE: u64 = 5;
 /// Nor below this.
 const CULPRIT_MIN_NS: u64 = 5_000;
+/// A stretch without events shorter than this is not worth a mention.
+const SILENT_MIN_NS: u64 = 50_000;
 
 /// Analyses the window of `ctx` in `events`.
 pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
@@ -585,6 +592,41 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
             )
         }
     };
+    // The longest gap between events on the receiver's CPU in the window.
+    let mut stamps: Vec<u64> = events
+        .iter()
+        .filter(|e| e.cpu == rcpu && e.ts_ns > send && e.ts_ns < handler)
+        .map(|e| e.ts_ns)
+        .collect();
+    stamps.push(send);
+    stamps.push(handler);
+    stamps.sort_unstable();
+    let silent = stamps
+        .windows(2)
+        .map(|w| (w[0], w[1] - w[0]))
+        .max_by_key(|g| g.1)
+        .filter(|g| g.1 >= SILENT_MIN_NS && g.1 * 2 >= latency);
+    // Worth saying when no other task explains the time: the stretch ran
+    // inside the real-time pair (or something unnamed), not in idle.
+    let silent_in = silent.and_then(|(at, _)| {
+        t.runs
+            .iter()
+            .find(|r| r.cpu == rcpu && r.start_ns <= at && r.end_ns > at)
+    });
+    let silent = silent.filter(|_| {
+        silent_in.is_some_and(|r| r.id != 0)
+            && culprit
+                .as_ref()
+                .is_none_or(|c| c.kind == OccupantKind::Thread && c.role.is_some())
+    });
+    if let (Some((at, len)), Some(r)) = (silent, silent_in) {
+        verdict.push_str(&format!(
+            "; no event on CPU {rcpu} for {} from +{} while {} ran",
+            fmt_ns(len),
+            fmt_ns(at - send),
+            r.name
+        ));
+    }
     if let Some(p) = pi_boosts.first() {
         verdict.push_str(&format!(
             "; PI boost of {} (pid {}) {} -> {}",
@@ -603,6 +645,7 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
         receiver_cpu,
         sender_cpu,
         pi_boosts,
+        silent,
         culprit,
         limits,
         verdict,
@@ -677,6 +720,15 @@ impl Analysis {
                 fmt_ns(p.ts_ns.saturating_sub(c.send_ns)),
                 p.from,
                 p.to
+            );
+        }
+        if let Some((at, len)) = self.silent {
+            let _ = writeln!(
+                o,
+                "  no event on CPU {} for {} from +{}: time inside one task these events do not show (a spinning lock, a long system call, or the hypervisor running something else)",
+                c.receiver_cpu,
+                fmt_ns(len),
+                fmt_ns(at.saturating_sub(c.send_ns))
             );
         }
         for l in &self.limits {
@@ -842,6 +894,37 @@ mod tests {
             !a.receiver_cpu.iter().any(|o| o.id == 0),
             "{:?}",
             a.receiver_cpu
+        );
+    }
+
+    #[test]
+    fn a_long_stretch_without_events_is_said() {
+        // As recorded on a VM: the sender wakes the receiver, then its
+        // wake call runs 528us before the next wakeup it makes.
+        let text = "\
+          <idle>-0       [001] dNh4. 11205.512165: sched_wakeup: comm=deploy pid=900 prio=19 target_cpu=001
+          deploy-900    [001] ...1. 11205.512183: tracing_mark_write: rtdeploy send seq=31636 t=11205512179289
+          deploy-900    [001] d..4. 11205.512188: sched_wakeup: comm=deploy pid=901 prio=19 target_cpu=001
+          deploy-900    [001] d..4. 11205.512716: sched_wakeup: comm=deploy pid=975 prio=120 target_cpu=000
+          deploy-900    [001] d..2. 11205.512732: sched_switch: prev_comm=deploy prev_pid=900 prev_prio=19 prev_state=S ==> next_comm=deploy next_pid=901 next_prio=19
+          deploy-901    [001] ...1. 11205.512749: tracing_mark_write: rtdeploy handler seq=31636 t=11205512742135
+";
+        let mut c = ctx(0, 0);
+        c.send_ns = 11_205_512_185_000;
+        c.handler_ns = 11_205_512_742_135;
+        let a = analyse(&parse(text).events, &c);
+        assert_eq!(a.silent, Some((11_205_512_188_000, 528_000)));
+        assert!(
+            a.verdict
+                .ends_with("; no event on CPU 1 for 528us from +3.0us while deploy ran"),
+            "{}",
+            a.verdict
+        );
+        assert!(
+            a.verdict
+                .starts_with("late 557us (budget 100us): the sender deploy"),
+            "{}",
+            a.verdict
         );
     }
 
