@@ -119,6 +119,15 @@ impl Drop for Spinner {
     }
 }
 
+/// A directory removed when dropped (a test's own ftrace instance).
+struct RmDir(PathBuf);
+
+impl Drop for RmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 fn schema() -> jsonschema::Validator {
     let text = std::fs::read_to_string(repo("docs/trace-event-schema.json")).unwrap();
     let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -176,6 +185,18 @@ fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
     let cfg = dir.path().join("robot.yaml");
     std::fs::write(&cfg, yaml).unwrap();
     let traces = dir.path().join("traces");
+    // Someone else's tracer, recording in an instance of its own: the run
+    // must leave it as it is.
+    let other = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .map(|r| Path::new(r).join("instances"))
+        .find(|p| p.is_dir())
+        .map(|p| RmDir(p.join(format!("other-tracer-{}", std::process::id()))));
+    if let Some(RmDir(o)) = &other {
+        std::fs::create_dir(o).unwrap();
+        std::fs::write(o.join("events/sched/sched_switch/enable"), "1").unwrap();
+        std::fs::write(o.join("tracing_on"), "1").unwrap();
+    }
     // dev.yaml: one isolated CPU (1) for the sender and the receiver at
     // FIFO 80; the planted thread is above them there.
     let spinner = Spinner::start(1, 85, Duration::from_millis(2), Duration::from_millis(20));
@@ -193,6 +214,21 @@ fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
         ],
     );
     drop(spinner);
+    if let Some(RmDir(o)) = &other {
+        let on = std::fs::read_to_string(o.join("tracing_on")).unwrap();
+        let ev = std::fs::read_to_string(o.join("events/sched/sched_switch/enable")).unwrap();
+        let clock = std::fs::read_to_string(o.join("trace_clock")).unwrap();
+        std::fs::remove_dir(o).unwrap();
+        assert_eq!(
+            (on.trim(), ev.trim()),
+            ("1", "1"),
+            "the other tracer was disturbed"
+        );
+        assert!(
+            !clock.contains("[mono]"),
+            "the other tracer's clock changed: {clock}"
+        );
+    }
     let code = out.status.code();
     assert!(
         code == Some(0) || code == Some(1),
