@@ -521,3 +521,73 @@ fn a_signal_leaves_no_tracing_on_and_the_next_run_removes_what_sigkill_left() {
         "{notes:?}"
     );
 }
+
+#[test]
+fn the_supervisors_boot_check_traces_with_trace_on_miss_and_status_names_why() {
+    use services::control::{self, Request};
+    if let Some(why) = cannot_trace() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("etc/rtdeploy")).unwrap();
+    // A budget no delivery meets: every message is a miss.
+    std::fs::write(
+        dir.path().join("etc/rtdeploy/robot.yaml"),
+        "robot:\n  name: tracebot\nboard:\n  model: generic\n  cpus: 2\ncpus:\n  housekeeping: 0\n  isolated: 1\ncheck:\n  trace_on_miss: 2\n  budgets:\n    delivery_max: 1ns\nboot_check:\n  duration: 1s\n  on_failure: degrade\nprocesses:\n  - name: bg\n    exec: /bin/sleep\n    args: [\"600\"]\n",
+    )
+    .unwrap();
+    let mut sup = Command::new(env!("CARGO_BIN_EXE_deploy"))
+        .arg("-q")
+        .arg("--prefix")
+        .arg(dir.path())
+        .args(["supervise", "--skip-cpu-plan"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sock = control::socket_path(dir.path());
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let s = control::request(&sock, &Request::Status)
+            .ok()
+            .and_then(|r| r.status)
+            .filter(|s| s.boot_check != "running" && !s.boot_check.is_empty());
+        if let Some(s) = s.filter(|s| s.processes.first().is_some_and(|p| p.state == "running")) {
+            break Some(s);
+        }
+        if Instant::now() > until {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = sup.kill();
+    let _ = sup.wait();
+    let s = status.expect("the supervisor started bg after its boot check");
+    eprintln!("boot check: {}", s.boot_check);
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("var/lib/rtdeploy/boot-check.json")).unwrap(),
+    )
+    .unwrap();
+    if report["trace"]["enabled"] != true {
+        eprintln!(
+            "skipped: tracing did not run: {}",
+            report["trace"]["reason"]
+        );
+        return;
+    }
+    let saved = std::fs::read_dir(dir.path().join("var/lib/rtdeploy/traces"))
+        .unwrap()
+        .count();
+    assert!(
+        (1..=4).contains(&saved),
+        "{saved} files kept for trace_on_miss: 2"
+    );
+    assert!(
+        s.boot_check.starts_with("failed: over budget")
+            && s.boot_check.contains("; why: late ")
+            && s.boot_check.contains("(trace "),
+        "{}",
+        s.boot_check
+    );
+}

@@ -259,12 +259,31 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
     match check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe, &path) {
         Ok(r) if r.passed() => BootCheckOutcome::Passed(format!("report {}", path.display())),
         Ok(r) => BootCheckOutcome::Failed(format!(
-            "over budget: {} (report {})",
+            "over budget: {} (report {}){}",
             r.failed.join(", "),
-            path.display()
+            path.display(),
+            last_trace_verdict(&r)
         )),
         Err(e) => {
             BootCheckOutcome::Failed(format!("could not run: {}", controller::error::Chain(&e)))
         }
     }
+}
+
+/// `; why: <verdict> (trace <file>)` for the last traced miss of a boot
+/// check (robot.yaml `check.trace_on_miss`), so that `deploy status`
+/// names it; empty without one.
+fn last_trace_verdict(r: &check::CheckReport) -> String {
+    r.trace
+        .as_ref()
+        .and_then(|t| t.verdicts.last())
+        .map_or(String::new(), |v| {
+            format!(
+                "; why: {}{}",
+                v.verdict,
+                v.text
+                    .as_deref()
+                    .map_or(String::new(), |p| format!(" (trace {p})"))
+            )
+        })
 }

@@ -27,7 +27,7 @@ pub const MAGIC: &str = "# rtdeploy trace v1";
 const CONTEXT: &str = "# rtdeploy context ";
 const CPU: &str = "# rtdeploy cpu ";
 /// A saved trace larger than this is refused.
-pub const MAX_FILE: u64 = 256 << 20;
+pub const MAX_FILE: u64 = 64 << 20;
 /// The context line is at most this long.
 const MAX_CONTEXT: usize = 1 << 20;
 

@@ -272,6 +272,12 @@ impl Tracer {
         let dir = root
             .join("instances")
             .join(format!("{PREFIX}{}", std::process::id()));
+        // One of an earlier process with this pid (killed before it
+        // removed it): stale by definition.
+        if dir.is_dir() {
+            let _ = write_file(&dir.join("tracing_on"), "0");
+            let _ = std::fs::remove_dir(&dir);
+        }
         std::fs::create_dir(&dir).map_err(|source| TraceSetupError::Instance {
             path: dir.clone(),
             source,
