@@ -405,6 +405,21 @@ pub struct PiBoost {
     pub to: String,
 }
 
+/// One kernel event on the wake path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelStep {
+    pub ts_ns: u64,
+    pub cpu: u32,
+    /// The task current on the CPU.
+    pub comm: String,
+    pub pid: i32,
+    pub event: String,
+    pub text: String,
+}
+
+/// At most this many io_uring events are listed.
+const MAX_IO_URING_STEPS: usize = 16;
+
 /// The analysis of one miss.
 #[derive(Debug, Clone, Serialize)]
 pub struct Analysis {
@@ -421,6 +436,9 @@ pub struct Analysis {
     /// is another CPU.
     pub sender_cpu: Vec<Occupant>,
     pub pi_boosts: Vec<PiBoost>,
+    /// io_uring events of the window (completions, task work queued and
+    /// run), oldest first: how the wake went through io_uring.
+    pub io_uring: Vec<KernelStep>,
     /// The longest stretch of the window with no event on the receiver's
     /// CPU, when it is most of the latency: (start, length). Time inside
     /// one task these events do not show (a spinning lock, a long
@@ -592,6 +610,22 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
             )
         }
     };
+    let io_uring: Vec<KernelStep> = events
+        .iter()
+        .filter(|e| e.ts_ns >= from && e.ts_ns <= handler)
+        .filter_map(|e| match &e.kind {
+            EventKind::Other { name, text } if name.starts_with("io_uring_") => Some(KernelStep {
+                ts_ns: e.ts_ns,
+                cpu: e.cpu,
+                comm: e.comm.clone(),
+                pid: e.pid,
+                event: name.clone(),
+                text: text.chars().take(120).collect(),
+            }),
+            _ => None,
+        })
+        .take(MAX_IO_URING_STEPS)
+        .collect();
     // The longest gap between events on the receiver's CPU in the window.
     let mut stamps: Vec<u64> = events
         .iter()
@@ -645,6 +679,7 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
         receiver_cpu,
         sender_cpu,
         pi_boosts,
+        io_uring,
         silent,
         culprit,
         limits,
@@ -720,6 +755,18 @@ impl Analysis {
                 fmt_ns(p.ts_ns.saturating_sub(c.send_ns)),
                 p.from,
                 p.to
+            );
+        }
+        for k in &self.io_uring {
+            let _ = writeln!(
+                o,
+                "  io_uring at +{} on CPU {} in {} (pid {}): {} {}",
+                fmt_ns(k.ts_ns.saturating_sub(c.send_ns)),
+                k.cpu,
+                k.comm,
+                k.pid,
+                k.event,
+                k.text
             );
         }
         if let Some((at, len)) = self.silent {
@@ -907,6 +954,8 @@ mod tests {
           deploy-900    [001] d..4. 11205.512188: sched_wakeup: comm=deploy pid=901 prio=19 target_cpu=001
           deploy-900    [001] d..4. 11205.512716: sched_wakeup: comm=deploy pid=975 prio=120 target_cpu=000
           deploy-900    [001] d..2. 11205.512732: sched_switch: prev_comm=deploy prev_pid=900 prev_prio=19 prev_state=S ==> next_comm=deploy next_pid=901 next_prio=19
+          deploy-901    [001] ..... 11205.512736: io_uring_complete: ring 00000000fa4e8a87, req 000000000d8b7db9, user_data 0x100000000000000, result 0, cflags 0x0 extra1 0 extra2 0
+          deploy-901    [001] ..... 11205.512737: io_uring_local_work_run: ring 00000000fa4e8a87, count 1, loops 1
           deploy-901    [001] ...1. 11205.512749: tracing_mark_write: rtdeploy handler seq=31636 t=11205512742135
 ";
         let mut c = ctx(0, 0);
@@ -925,6 +974,13 @@ mod tests {
                 .starts_with("late 557us (budget 100us): the sender deploy"),
             "{}",
             a.verdict
+        );
+        assert_eq!(a.io_uring.len(), 2);
+        assert_eq!(a.io_uring[1].event, "io_uring_local_work_run");
+        let text = a.to_text();
+        assert!(
+            text.contains("io_uring at +551us on CPU 1 in deploy (pid 901): io_uring_complete ring 00000000fa4e8a87"),
+            "{text}"
         );
     }
 

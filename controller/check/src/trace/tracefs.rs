@@ -208,6 +208,54 @@ pub fn remove_stale(tracefs: &Path, proc_root: &Path) -> Vec<String> {
     removed
 }
 
+/// What [`configure_instance`] set up.
+#[derive(Debug, Default)]
+pub struct Configured {
+    pub events: Vec<String>,
+    pub missing: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// Sets up the instance `dir` (of tracefs `root`) for `cpus`: the mono
+/// clock, the CPU mask, overwrite mode, the buffer size and the events
+/// of [`EVENTS`] the kernel has. Refuses when one of the first two
+/// (`sched_switch`, `sched_wakeup`) is missing.
+pub fn configure_instance(
+    dir: &Path,
+    root: &Path,
+    cpus: &[usize],
+) -> Result<Configured, TraceSetupError> {
+    let mut c = Configured::default();
+    write_file(&dir.join("trace_clock"), "mono")?;
+    write_file(&dir.join("tracing_cpumask"), &cpumask(cpus))?;
+    write_file(&dir.join("options/overwrite"), "1")?;
+    // A smaller buffer is better than none: the kernel may refuse.
+    if let Err(e) = write_file(&dir.join("buffer_size_kb"), &BUFFER_KB.to_string()) {
+        c.notes.push(format!(
+            "buffer size left as it was: {}",
+            controller::error::Chain(&e)
+        ));
+    }
+    for (i, ev) in EVENTS.iter().enumerate() {
+        let p = dir.join("events").join(ev).join("enable");
+        match write_file(&p, "1") {
+            Ok(()) => c.events.push(ev.to_string()),
+            Err(_) if i < NEEDED => {
+                return Err(TraceSetupError::NoEvent {
+                    events: ev.to_string(),
+                    path: root.to_path_buf(),
+                })
+            }
+            Err(e) => c.missing.push(if p.exists() {
+                format!("{ev} ({})", controller::error::Chain(&e))
+            } else {
+                format!("{ev} (not in this kernel)")
+            }),
+        }
+    }
+    Ok(c)
+}
+
 /// The fd of the running tracer's `tracing_on`, for the signal handler.
 static SIGNAL_OFF_FD: AtomicI32 = AtomicI32::new(-1);
 
@@ -306,31 +354,10 @@ impl Tracer {
     }
 
     fn configure(&mut self) -> Result<(), TraceSetupError> {
-        let d = self.dir.clone();
-        write_file(&d.join("trace_clock"), "mono")?;
-        write_file(&d.join("tracing_cpumask"), &cpumask(&self.cpus))?;
-        write_file(&d.join("options/overwrite"), "1")?;
-        // A smaller buffer is better than none: the kernel may refuse.
-        if let Err(e) = write_file(&d.join("buffer_size_kb"), &BUFFER_KB.to_string()) {
-            self.notes.push(format!("buffer size left as it was: {e}"));
-        }
-        for (i, ev) in EVENTS.iter().enumerate() {
-            let p = d.join("events").join(ev).join("enable");
-            match write_file(&p, "1") {
-                Ok(()) => self.events.push(ev.to_string()),
-                Err(_) if i < NEEDED => {
-                    return Err(TraceSetupError::NoEvent {
-                        events: ev.to_string(),
-                        path: self.root.clone(),
-                    })
-                }
-                Err(e) => self.missing.push(if p.exists() {
-                    format!("{ev} ({})", controller::error::Chain(&e))
-                } else {
-                    format!("{ev} (not in this kernel)")
-                }),
-            }
-        }
+        let c = configure_instance(&self.dir, &self.root, &self.cpus)?;
+        self.events = c.events;
+        self.missing = c.missing;
+        self.notes.extend(c.notes);
         Ok(())
     }
 
@@ -490,6 +517,64 @@ mod tests {
         assert_eq!(removed, ["rtdeploy-4000000"]);
         assert!(inst.join("rtdeploy-77").exists());
         assert!(inst.join("other").exists());
+    }
+
+    /// An instance directory as a kernel without io_uring and hrtimer
+    /// events has it (files only, as tracefs shows them).
+    fn fake_instance(events: &[&str]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for f in [
+            "trace_clock",
+            "tracing_cpumask",
+            "buffer_size_kb",
+            "options/overwrite",
+        ] {
+            let p = d.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "").unwrap();
+        }
+        for e in events {
+            let p = d.path().join("events").join(e);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("enable"), "0").unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn events_the_kernel_lacks_are_listed_and_the_needed_ones_refused() {
+        let d = fake_instance(&[
+            "sched/sched_switch",
+            "sched/sched_wakeup",
+            "irq/irq_handler_entry",
+            "irq/irq_handler_exit",
+        ]);
+        let c = configure_instance(d.path(), Path::new("/t"), &[1, 3]).unwrap();
+        assert_eq!(c.events.len(), 4);
+        assert_eq!(c.missing.len(), EVENTS.len() - 4);
+        assert!(c
+            .missing
+            .contains(&"io_uring/io_uring_complete (not in this kernel)".to_string()));
+        let read = |f: &str| std::fs::read_to_string(d.path().join(f)).unwrap();
+        assert_eq!(read("trace_clock"), "mono");
+        assert_eq!(read("tracing_cpumask"), "0000000a");
+        assert_eq!(read("options/overwrite"), "1");
+        assert_eq!(read("events/sched/sched_switch/enable"), "1");
+
+        let d = fake_instance(&["sched/sched_switch"]);
+        let e = configure_instance(d.path(), Path::new("/t"), &[1])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "the kernel has no sched/sched_wakeup event (tracefs /t): nothing to analyse without it"
+        );
+        // No mono clock file: said, with the path.
+        let d = tempfile::tempdir().unwrap();
+        let e = configure_instance(d.path(), Path::new("/t"), &[1])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cannot write `mono` to "), "{e}");
     }
 
     #[test]
