@@ -591,3 +591,65 @@ fn the_supervisors_boot_check_traces_with_trace_on_miss_and_status_names_why() {
         s.boot_check
     );
 }
+
+#[test]
+fn without_permission_the_check_runs_untraced_and_says_why() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    #[allow(unsafe_code)]
+    let root = unsafe { libc::geteuid() } == 0;
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if !root || !setpriv.exists() {
+        eprintln!("skipped: needs root and setpriv to run deploy as nobody");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let cfg = dir.path().join("robot.yaml");
+    std::fs::copy(repo("examples/dev.yaml"), &cfg).unwrap();
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "60"])
+        .arg(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_deploy"))
+        .arg("--prefix")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&cfg)
+        .args([
+            "check",
+            "--duration",
+            "1s",
+            "--json",
+            "-q",
+            "--no-verify",
+            "--trace",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let code = out.status.code();
+    if code == Some(2) {
+        eprintln!(
+            "skipped: the check cannot run as nobody here: {}",
+            text(&out.stderr)
+        );
+        return;
+    }
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        text(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &doc["trace"];
+    assert_eq!(t["enabled"], false, "{t}");
+    let reason = t["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("tracing needs root") || reason.contains("cannot mount tracefs"),
+        "{reason}"
+    );
+    assert!(t["verdicts"].as_array().unwrap().is_empty());
+}

@@ -87,18 +87,40 @@ pub enum TraceSetupError {
 /// real `/sys/kernel/tracing` when it is not mounted.
 pub fn find_tracefs(sys: &Path) -> Result<PathBuf, TraceSetupError> {
     let root = sys.join("kernel/tracing");
-    if root.join("instances").is_dir() {
-        return Ok(root);
-    }
-    let debug = sys.join("kernel/debug/tracing");
-    if debug.join("instances").is_dir() {
-        return Ok(debug);
+    for cand in [root.clone(), sys.join("kernel/debug/tracing")] {
+        match std::fs::metadata(cand.join("instances")) {
+            Ok(m) if m.is_dir() => return Ok(cand),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(TraceSetupError::NoTracefs {
+                    path: cand,
+                    why: "no permission: tracing needs root".into(),
+                })
+            }
+            _ => {}
+        }
     }
     if !root.is_dir() {
         return Err(TraceSetupError::NoTracefs {
             path: root,
             why: "the kernel has no tracefs mount point (CONFIG_TRACING?)".into(),
         });
+    }
+    match std::fs::read_dir(&root) {
+        Err(e) => {
+            return Err(TraceSetupError::NoTracefs {
+                path: root,
+                why: format!("cannot read it: {e}"),
+            })
+        }
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(TraceSetupError::NoTracefs {
+                    path: root,
+                    why: "mounted, but it has no instances directory (a kernel before 3.10?)"
+                        .into(),
+                });
+            }
+        }
     }
     if sys != Path::new("/sys") {
         return Err(TraceSetupError::NoTracefs {
