@@ -478,7 +478,11 @@ impl CheckReport {
                     }
                 );
                 for v in &t.verdicts {
-                    let _ = writeln!(o, "  {}", v.verdict);
+                    if self.scenario.mechanisms.len() > 1 {
+                        let _ = writeln!(o, "  [{}] {}", v.mechanism.short(), v.verdict);
+                    } else {
+                        let _ = writeln!(o, "  {}", v.verdict);
+                    }
                     if let Some(p) = &v.text {
                         let _ = writeln!(o, "    {p}");
                     }

@@ -387,8 +387,8 @@ pub enum LatePart {
     RanLate,
     /// On its CPU -> its handler took longest.
     HandlerLate,
-    /// The receiver was running when the message was sent (busy with
-    /// earlier work): no wakeup was needed.
+    /// The receiver was running, or preempted and runnable, when the
+    /// message was sent (busy with earlier work): no wakeup was needed.
     Busy,
     /// The trace has no wakeup of the receiver in the window.
     NoWakeup,
@@ -496,8 +496,24 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
     let running_at_send = t.runs.iter().any(|r| {
         r.cpu == rcpu && r.id == ctx.receiver_pid && r.start_ns <= send && r.end_ns > send
     });
+    // Preempted, not asleep: its last switch out on its CPU before the
+    // send left it runnable (`R`, `R+`), so no wakeup was needed.
+    let preempted_at_send = !running_at_send
+        && events
+            .iter()
+            .filter(|e| e.cpu == rcpu && e.ts_ns <= send)
+            .filter_map(|e| match &e.kind {
+                EventKind::Switch {
+                    prev_pid,
+                    prev_state,
+                    ..
+                } if *prev_pid == ctx.receiver_pid => Some((e.ts_ns, prev_state.starts_with('R'))),
+                _ => None,
+            })
+            .max_by_key(|x| x.0)
+            .is_some_and(|x| x.1);
     let part = match (wake_ns, run_ns) {
-        (None, _) if running_at_send => LatePart::Busy,
+        (None, _) if running_at_send || preempted_at_send => LatePart::Busy,
         (None, _) => LatePart::NoWakeup,
         (Some(w), r) => {
             let r = r.unwrap_or(handler);
@@ -570,7 +586,12 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
     );
     let path = match (part, wake_ns, run_ns) {
         (LatePart::Busy, _, _) => {
-            "the receiver was still running when the message was sent".to_string()
+            if running_at_send {
+                "the receiver was still running when the message was sent".to_string()
+            } else {
+                "the receiver was preempted (runnable, not waiting) when the message was sent"
+                    .to_string()
+            }
         }
         (LatePart::NoWakeup, _, _) => "no wakeup of the receiver in the trace".to_string(),
         (_, Some(w), r) => format!(
@@ -981,6 +1002,24 @@ mod tests {
         assert!(
             text.contains("io_uring at +551us on CPU 1 in deploy (pid 901): io_uring_complete ring 00000000fa4e8a87"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_receiver_preempted_before_the_send_needs_no_wakeup() {
+        let text = "\
+         rt-recv-901     [001] d..2.   99.999990: sched_switch: prev_comm=rt-recv prev_pid=901 prev_prio=19 prev_state=R+ ==> next_comm=rt-send next_pid=900 next_prio=19
+         rt-send-900     [001] ...1.  100.000000: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+         rt-send-900     [001] d..2.  100.000060: sched_switch: prev_comm=rt-send prev_pid=900 prev_prio=19 prev_state=S ==> next_comm=rt-recv next_pid=901 next_prio=19
+";
+        let a = analyse(&parse(text).events, &ctx(0, 70));
+        assert_eq!(a.part, LatePart::Busy);
+        assert!(
+            a.verdict.contains(
+                "(the receiver was preempted (runnable, not waiting) when the message was sent)"
+            ),
+            "{}",
+            a.verdict
         );
     }
 
