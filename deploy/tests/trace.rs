@@ -513,6 +513,24 @@ fn a_signal_leaves_no_tracing_on_and_the_next_run_removes_what_sigkill_left() {
         inst2.display()
     );
     assert!(!inst.exists(), "{} not removed", inst.display());
+    // No worker of the signalled runs outlives them (one started just
+    // before its engine died included).
+    let mine = dir.path().to_string_lossy().into_owned();
+    let until = Instant::now() + Duration::from_secs(5);
+    let left = loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains("__check-worker") && c.contains(&mine))
+            .collect();
+        if left.is_empty() || Instant::now() > until {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(left.is_empty(), "workers left running: {left:?}");
     let notes = doc["notes"].as_array().unwrap();
     assert!(
         notes

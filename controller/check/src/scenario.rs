@@ -121,6 +121,7 @@ impl Run<'_> {
 
     fn spawn(&self, role: &str, extra: &[String]) -> Result<Worker, CheckRunError> {
         let mut cmd = Command::new(&self.env.exe);
+        cmd.env(crate::worker::PARENT_ENV, std::process::id().to_string());
         cmd.arg("__check-worker")
             .arg(role)
             .args(self.base_args())

@@ -465,10 +465,27 @@ impl Args {
     }
 }
 
+/// The environment variable that carries the engine's pid to its
+/// workers.
+pub const PARENT_ENV: &str = "RTDEPLOY_CHECK_ENGINE";
+
 /// Runs a worker role; returns the process exit code. `args[0]` is the
 /// role, the rest `key=value`.
 pub fn main(args: &[String]) -> i32 {
     rt::die_with_parent();
+    // An engine that died before the request above took hold sends no
+    // signal: the worker would run on as an orphan (a SCHED_FIFO sender
+    // publishing forever). It is gone when the parent is not the one
+    // that started us.
+    if let Some(engine) = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        if std::os::unix::process::parent_id() != engine {
+            eprintln!("check worker: the engine (pid {engine}) is gone");
+            return 2;
+        }
+    }
     let Some((role, rest)) = args.split_first() else {
         eprintln!("check worker: no role given");
         return 2;

@@ -222,12 +222,27 @@ pub fn remove_stale(tracefs: &Path, proc_root: &Path) -> Vec<String> {
         if pid != std::process::id() && !proc_root.join(pid.to_string()).exists() {
             let dir = e.path();
             let _ = write_file(&dir.join("tracing_on"), "0");
-            if std::fs::remove_dir(&dir).is_ok() {
+            if remove_instance(&dir) {
                 removed.push(name);
             }
         }
     }
     removed
+}
+
+/// Removes an instance directory, waiting up to 2 s while a file of it
+/// is still open (EBUSY: the workers of a killed run are still exiting).
+fn remove_instance(dir: &Path) -> bool {
+    for _ in 0..100 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return true,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// What [`configure_instance`] set up.
@@ -346,7 +361,7 @@ impl Tracer {
         // removed it): stale by definition.
         if dir.is_dir() {
             let _ = write_file(&dir.join("tracing_on"), "0");
-            let _ = std::fs::remove_dir(&dir);
+            remove_instance(&dir);
         }
         std::fs::create_dir(&dir).map_err(|source| TraceSetupError::Instance {
             path: dir.clone(),
@@ -493,15 +508,7 @@ impl Drop for Tracer {
         self.on = None;
         // A worker that still holds the marker file open makes rmdir
         // fail with EBUSY until it exits.
-        for _ in 0..100 {
-            match std::fs::remove_dir(&self.dir) {
-                Ok(()) => return,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Err(_) => return,
-            }
-        }
+        remove_instance(&self.dir);
     }
 }
 
