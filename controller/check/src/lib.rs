@@ -30,6 +30,10 @@
 //! all six; the sender's timed call is the publish plus its
 //! notifications, as the futex mechanisms' is the publish plus its wake.
 //!
+//! With [`CheckInputs::trace`] the run also traces the kernel on the
+//! sender's and receiver's CPUs and analyses every delivery over its budget
+//! into a verdict (see [`trace`]); without it nothing of the tracer runs.
+//!
 //! Every worker process is the calling executable itself, started with the
 //! hidden arguments `__check-worker <role> key=value...` (see [`worker`]),
 //! so one binary on the robot is enough. Workers and the engine share one
