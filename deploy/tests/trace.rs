@@ -236,6 +236,17 @@ fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
         text(&out.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    // The report with its trace part still matches docs/check-schema.json.
+    let report_schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("docs/check-schema.json")).unwrap())
+            .unwrap();
+    let rv = jsonschema::validator_for(&report_schema).unwrap();
+    let errors = schema_errors(&rv, &doc);
+    assert!(
+        errors.is_empty(),
+        "check-schema.json:\n{}",
+        errors.join("\n")
+    );
     let t = &doc["trace"];
     if t["enabled"] != true {
         eprintln!("skipped: tracing did not run here: {}", t["reason"]);
