@@ -40,6 +40,9 @@ use conns::{Access, Conns};
 use table::{Table, TableSetup};
 use trial::ReleaseWatch;
 
+/// A turn of the event loop that works this long is said on stderr.
+const STALL: Duration = Duration::from_secs(1);
+
 pub use controller::rt::find_cgroup;
 pub use startup::{
     BootCheckHook, BootCheckOutcome, Hooks, IrqScanHook, Options, Roots, StepHook,
@@ -171,6 +174,7 @@ impl Supervisor {
         loop {
             let now = Instant::now();
             self.tick(now);
+            let timers = now.elapsed();
             if !ready_sent && self.table.started_all() {
                 ready_sent = true;
                 self.notify("READY=1");
@@ -179,10 +183,29 @@ impl Supervisor {
             if self.table.shutting_down() && self.table.all_down() {
                 break;
             }
-            self.wait_and_dispatch()?;
+            let events = self.wait_and_dispatch()?;
+            self.say_if_stalled(timers, events);
         }
         self.finish();
         Ok(())
+    }
+
+    /// One turn of the loop that worked (not slept) longer than
+    /// [`STALL`] is said, with where the time went: a loop that stalls
+    /// misses systemd's watchdog and restarts every process.
+    fn say_if_stalled(&self, timers: Duration, events: Duration) {
+        if timers + events >= STALL {
+            self.stderr.say(format!(
+                "event loop: one turn worked {:.1}s (timers {:.1}s, events {:.1}s){}",
+                (timers + events).as_secs_f64(),
+                timers.as_secs_f64(),
+                events.as_secs_f64(),
+                match self.notifier.as_ref().and_then(|n| n.watchdog) {
+                    Some(w) => format!("; the watchdog is fed every {:.1}s", w.as_secs_f64()),
+                    None => String::new(),
+                }
+            ));
+        }
     }
 
     fn notify(&self, state: &str) {
@@ -242,7 +265,9 @@ impl Supervisor {
         }
     }
 
-    fn wait_and_dispatch(&mut self) -> Result<(), SupervisorStartError> {
+    /// Waits for the next event or timer and handles what came; returns
+    /// how long the handling took (the wait not counted).
+    fn wait_and_dispatch(&mut self) -> Result<Duration, SupervisorStartError> {
         use crate::sys::{poll, Poll};
         #[derive(Clone, Copy)]
         enum Tag {
@@ -271,8 +296,10 @@ impl Supervisor {
         for (i, pidfd, output) in self.table.poll_fds() {
             fds.push(Poll::read(pidfd));
             tags.push(Tag::Exit);
-            fds.push(Poll::read(output));
-            tags.push(Tag::Output(i));
+            if let Some(output) = output {
+                fds.push(Poll::read(output));
+                tags.push(Tag::Output(i));
+            }
         }
         for (k, fd, want_write) in self.conns.poll_fds() {
             let mut e = Poll::read(fd);
@@ -281,6 +308,7 @@ impl Supervisor {
             tags.push(Tag::Conn(k));
         }
         poll(&mut fds, self.next_deadline()).map_err(SupervisorStartError::Poll)?;
+        let woke = Instant::now();
         let mut reap = false;
         let mut accept = false;
         let mut drop_output = Vec::new();
@@ -320,7 +348,7 @@ impl Supervisor {
             }
         }
         for i in drop_output {
-            self.table.replace_closed_output(i);
+            self.table.close_output(i);
         }
         if reap || self.pid1 {
             self.table.reap(self.handle_signals, &mut self.conns);
@@ -332,7 +360,7 @@ impl Supervisor {
         }
         self.conns.expire(Instant::now());
         self.conns.remove_dead();
-        Ok(())
+        Ok(woke.elapsed())
     }
 
     fn next_deadline(&self) -> Option<Duration> {

@@ -26,6 +26,10 @@ use crate::restart::{Decision, ExitKind, Tracker};
 use crate::spawn::{self, SpawnContext};
 use crate::status::{InForceStatus, ProcessStatus};
 
+/// At most this much of one process's output is read per turn of the
+/// event loop.
+const OUTPUT_PER_TURN: usize = 1 << 20;
+
 /// How often the timing reports are read (they are published once a second).
 const TIMING_POLL: Duration = Duration::from_millis(500);
 
@@ -76,6 +80,10 @@ pub(super) struct Proc {
     state: PState,
     reason: Option<String>,
     child: Option<spawn::Child>,
+    /// The child's output pipe reached end of file while it lives (it
+    /// closed stdout and stderr): no longer polled, or the hang-up would
+    /// wake the loop on every turn.
+    output_closed: bool,
     log: Option<RotatingLog>,
     log_path: PathBuf,
     restarts: u32,
@@ -198,6 +206,7 @@ impl Table {
                 state: PState::Waiting,
                 reason: None,
                 child: None,
+                output_closed: false,
                 log: None,
                 restarts: 0,
                 tracker: Tracker::default(),
@@ -474,6 +483,7 @@ impl Table {
                 let warnings = child.warnings.clone();
                 let p = &mut self.procs[i];
                 p.child = Some(child);
+                p.output_closed = false;
                 p.state = PState::Running;
                 p.reason = None;
                 p.degraded = degraded;
@@ -655,10 +665,14 @@ impl Table {
     /// followers; false at end of file.
     fn drain_output(&mut self, i: usize, fd: &OwnedFd, out: &mut impl Followers) -> bool {
         let mut buf = [0u8; 16384];
-        loop {
+        let mut taken = 0;
+        // A process that writes as fast as this reads would otherwise keep
+        // the loop here for good: the rest waits for the next turn.
+        while taken < OUTPUT_PER_TURN {
             match rustix::io::read(fd, &mut buf) {
                 Ok(0) => return false,
                 Ok(n) => {
+                    taken += n;
                     if let Some(l) = &mut self.procs[i].log {
                         if let Err(e) = l.write(&buf[..n]) {
                             self.stderr.say(e);
@@ -671,6 +685,7 @@ impl Table {
                 Err(_) => return true,
             }
         }
+        true
     }
 
     /// Drains the output pipe of running process `i`; false when the pipe
@@ -684,17 +699,10 @@ impl Table {
         open
     }
 
-    /// A pipe at EOF while the process lives (it closed stdout): stop
-    /// polling it by swapping in /dev/null's read end would be wrong, so
-    /// replace it with a fresh pipe whose write end is closed at once.
-    pub(super) fn replace_closed_output(&mut self, i: usize) {
-        if let Some(c) = &mut self.procs[i].child {
-            if let Ok((r, _w)) = rustix::pipe::pipe_with(
-                rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
-            ) {
-                c.output = r;
-            }
-        }
+    /// A pipe at end of file while the process lives (it closed stdout
+    /// and stderr): stop polling it until the next start.
+    pub(super) fn close_output(&mut self, i: usize) {
+        self.procs[i].output_closed = true;
     }
 
     /// Reaps: each managed child through its pidfd, then (as reaper,
@@ -743,10 +751,14 @@ impl Table {
 
     /// The descriptors to poll: per running process, its index, its
     /// pidfd and its output pipe.
-    pub(super) fn poll_fds(&self) -> impl Iterator<Item = (usize, RawFd, RawFd)> + '_ {
+    pub(super) fn poll_fds(&self) -> impl Iterator<Item = (usize, RawFd, Option<RawFd>)> + '_ {
         self.procs.iter().enumerate().filter_map(|(i, p)| {
             let c = p.child.as_ref()?;
-            Some((i, c.pidfd.as_raw_fd(), c.output.as_raw_fd()))
+            Some((
+                i,
+                c.pidfd.as_raw_fd(),
+                (!p.output_closed).then(|| c.output.as_raw_fd()),
+            ))
         })
     }
 
