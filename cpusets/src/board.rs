@@ -279,6 +279,15 @@ pub const BOARDS: &[Board] = &[
         flash_config: None,
     },
     Board {
+        model: "qemu-aarch64",
+        description: "QEMU aarch64 virt machine booted by U-Boot from /boot/extlinux/extlinux.conf (-smp sets the CPU count, 4 by default)",
+        arch: "aarch64",
+        cpus: Some(4),
+        clusters: &[],
+        boot: BootLoader::Extlinux,
+        flash_config: None,
+    },
+    Board {
         model: "generic",
         description: "any Linux machine; board.cpus gives the CPU count",
         arch: "any",
@@ -310,6 +319,12 @@ impl Board {
             .iter()
             .map(|c| CpuSet::parse_list(c).expect("board table holds valid CPU lists"))
             .collect()
+    }
+
+    /// Whether `board.cpus` may set the CPU count: `generic` needs it, a
+    /// QEMU machine follows `-smp`; a real board's count is fixed.
+    pub fn takes_cpu_count(&self) -> bool {
+        self.model == "generic" || self.model.starts_with("qemu-")
     }
 
     /// The storage the board's module has, empty for boards that are not
@@ -372,6 +387,14 @@ mod tests {
         assert!(has("jetson-orin-nano", Storage::Sd));
         assert!(!has("jetson-orin-nx-16", Storage::Sd));
         assert!(find("qemu-x86_64").unwrap().storage().is_empty());
+
+        // The QEMU machines follow -smp; the aarch64 one boots as a Jetson
+        // does, from extlinux.conf, but is never flashed.
+        let q = find("qemu-aarch64").unwrap();
+        assert_eq!((q.arch, q.boot), ("aarch64", BootLoader::Extlinux));
+        assert!(q.flash_config.is_none() && q.takes_cpu_count());
+        assert!(find("qemu-x86_64").unwrap().takes_cpu_count());
+        assert!(!find("jetson-orin-nano").unwrap().takes_cpu_count());
 
         let devkit = |m: &str| {
             find(m)

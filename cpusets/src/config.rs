@@ -28,8 +28,8 @@ pub const MAX_CPUS: u32 = crate::cpuset::MAX_CPU + 1;
 pub struct BoardSection {
     /// A model from [`board::BOARDS`].
     pub model: String,
-    /// CPU count: required for `generic`, optional for `qemu-x86_64`
-    /// (follows `-smp`), refused for boards whose count is fixed.
+    /// CPU count: required for `generic`, optional for the QEMU machines
+    /// (`-smp`), refused for boards whose count is fixed.
     #[serde(default)]
     pub cpus: Option<u32>,
 }
@@ -45,7 +45,7 @@ impl BoardSection {
     /// turned into a set of billions of CPUs).
     pub fn cpu_count(&self) -> Option<u32> {
         let n = match self.board() {
-            Some(b) if b.model == "qemu-x86_64" => self.cpus.or(b.cpus),
+            Some(b) if b.takes_cpu_count() => self.cpus.or(b.cpus),
             Some(b) => b.cpus.or(self.cpus),
             None => None,
         };
@@ -71,11 +71,11 @@ impl BoardSection {
                 "board.model".into(),
                 "board `generic` needs `cpus:` with the CPU count".into(),
             )),
-            Some(b) if b.model != "generic" && b.model != "qemu-x86_64" && self.cpus.is_some() => {
+            Some(b) if !b.takes_cpu_count() && self.cpus.is_some() => {
                 out.push((
                     "board.cpus".into(),
                     format!(
-                        "board `{}` has {} CPUs; remove `cpus:` (only `generic` and `qemu-x86_64` take it)",
+                        "board `{}` has {} CPUs; remove `cpus:` (only `generic` and the `qemu-*` machines take it)",
                         b.model,
                         b.cpus.unwrap_or(0)
                     ),
