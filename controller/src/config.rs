@@ -574,7 +574,13 @@ pub struct BootCheckSection {
     pub enabled: bool,
     pub duration: Dur,
     pub on_failure: OnFailure,
+    /// Boot checks kept in the history (`deploy check --history`), the
+    /// newest last; older ones are dropped.
+    pub history: u32,
 }
+
+/// The most boot checks `boot_check.history` may keep.
+pub const MAX_BOOT_HISTORY: u32 = 1000;
 
 impl Default for BootCheckSection {
     fn default() -> Self {
@@ -582,6 +588,7 @@ impl Default for BootCheckSection {
             enabled: true,
             duration: Dur::from_secs(5),
             on_failure: OnFailure::Refuse,
+            history: 20,
         }
     }
 }
@@ -592,6 +599,15 @@ impl BootCheckSection {
             out.push((
                 "boot_check.duration".into(),
                 "0 (expected a positive duration like `5s`, or `enabled: false`)".into(),
+            ));
+        }
+        if self.history == 0 || self.history > MAX_BOOT_HISTORY {
+            out.push((
+                "boot_check.history".into(),
+                format!(
+                    "{} (expected the number of boot checks to keep, 1 to {MAX_BOOT_HISTORY})",
+                    self.history
+                ),
             ));
         }
     }

@@ -21,11 +21,12 @@
 //! [`status`] what `deploy status` shows; [`procfs`] reads back what the
 //! kernel put in force; [`logfile`] the rotated logs; [`accounts`] users and
 //! groups under the prefix; [`pid1`] init duties; [`notify`] sd_notify;
-//! [`unit`](mod@unit) the systemd unit; [`trial`] the verdict on a release
+//! [`unit`](mod@unit) the systemd unit; [`boot_history`] the boot checks kept over time; [`trial`] the verdict on a release
 //! in trial; [`release`] the release store (the `releases` crate) as the
 //! supervisor sees it.
 
 pub mod accounts;
+pub mod boot_history;
 pub mod config;
 pub mod control;
 pub mod health;

@@ -74,6 +74,78 @@ pub struct CheckArgs {
     /// (p50, p99, longest of send and delivery) in a note.
     #[arg(long, requires = "trace", conflicts_with = "compare")]
     pub trace_compare: bool,
+
+    /// Run nothing: show the boot checks kept in
+    /// <prefix>/var/lib/rtdeploy/boot-check-history.jsonl (p99, max and
+    /// verdict per boot) and the kernel or release changes that made them
+    /// worse. Exit 0 (1 when the latest boot check did not pass).
+    #[arg(long, conflicts_with_all = ["compare", "mechanism", "boot", "duration", "trace", "histogram", "plot"])]
+    pub history: bool,
+}
+
+/// The history record of a boot check: the real-time delivery's worst
+/// p99 and longest (the figures the budgets hold), the verdict, and what
+/// failed; `kernel` is asked for only when the check did not run.
+pub fn boot_record(
+    result: &Result<check::CheckReport, check::CheckRunError>,
+    release: Option<String>,
+    kernel: impl FnOnce() -> String,
+) -> services::boot_history::BootRecord {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match result {
+        Ok(r) => {
+            let delivery = r
+                .measurements
+                .iter()
+                .filter(|m| m.kind == check::MeasurementKind::Delivery && m.count > 0);
+            services::boot_history::BootRecord {
+                unix_time: r.started_unix,
+                kernel: r.host.kernel_release.clone(),
+                release,
+                verdict: r.verdict.clone(),
+                p99_ns: delivery.clone().map(|m| m.p99_ns).max(),
+                max_ns: delivery.map(|m| m.max_ns).max(),
+                failed: r.failed.clone(),
+            }
+        }
+        Err(e) => services::boot_history::BootRecord {
+            unix_time: now,
+            kernel: kernel(),
+            release,
+            verdict: "error".into(),
+            p99_ns: None,
+            max_ns: None,
+            failed: vec![controller::error::Chain(e).to_string()],
+        },
+    }
+}
+
+/// `deploy check --history`.
+fn show_history(ctx: &Ctx) -> anyhow::Result<Exit> {
+    let path = releases::Layout::new(&ctx.prefix).boot_check_history();
+    let h = services::boot_history::read(&path)?;
+    if ctx.json {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            path: String,
+            #[serde(flatten)]
+            history: &'a services::boot_history::History,
+            trend: services::boot_history::Trend,
+        }
+        ctx.print_json(&Out {
+            path: path.display().to_string(),
+            history: &h,
+            trend: services::boot_history::trend(&h.records),
+        })?;
+    } else {
+        crate::ctx::write_stdout(&services::boot_history::render(&h))?;
+    }
+    Ok(match h.records.last() {
+        Some(r) if r.verdict != "pass" => Exit::Failed,
+        _ => Exit::Ok,
+    })
 }
 
 /// Traced misses kept when robot.yaml does not say (`--trace` alone).
@@ -228,6 +300,9 @@ impl Progress for Bar {
 }
 
 pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
+    if args.history {
+        return show_history(ctx);
+    }
     let loaded = super::load_robot(ctx)?;
     let r = &loaded.robot;
     let mut inputs = inputs_from_robot(r);

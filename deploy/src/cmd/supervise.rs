@@ -191,7 +191,12 @@ fn scan_irqs(
     known: &std::sync::Mutex<Option<IrqWatch>>,
     last_error: &mut Option<String>,
 ) -> Option<StepStatus> {
-    let now = match IrqWatch::read(&ctx.sysroot) {
+    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
+    let scanned = match known.as_ref() {
+        Some(k) => k.rescan(&ctx.sysroot),
+        None => IrqWatch::read(&ctx.sysroot),
+    };
+    let now = match scanned {
         Ok(w) => w,
         Err(e) => {
             let msg = controller::error::Chain(&e).to_string();
@@ -207,7 +212,6 @@ fn scan_irqs(
         }
     };
     *last_error = None;
-    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
     let appeared = known.as_ref().map(|k| k.appeared(&now)).unwrap_or_default();
     let first = known.is_none();
     *known = Some(now);
@@ -256,17 +260,48 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
         }
     };
     let path = releases::Layout::new(&ctx.prefix).boot_check_report();
-    match check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe, &path) {
-        Ok(r) if r.passed() => BootCheckOutcome::Passed(format!("report {}", path.display())),
+    let result = check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe, &path);
+    let kept = keep_in_history(ctx, robot, &result);
+    match result {
+        Ok(r) if r.passed() => BootCheckOutcome::Passed(format!("report {}{kept}", path.display())),
         Ok(r) => BootCheckOutcome::Failed(format!(
-            "over budget: {} (report {}){}",
+            "over budget: {} (report {}){}{kept}",
             r.failed.join(", "),
             path.display(),
             last_trace_verdict(&r)
         )),
-        Err(e) => {
-            BootCheckOutcome::Failed(format!("could not run: {}", controller::error::Chain(&e)))
-        }
+        Err(e) => BootCheckOutcome::Failed(format!(
+            "could not run: {}{kept}",
+            controller::error::Chain(&e)
+        )),
+    }
+}
+
+/// Adds this boot check to the history (`boot_check.history` kept);
+/// returns `; ...` for the status when that failed or dropped damaged
+/// lines of the old file, else nothing.
+fn keep_in_history(
+    ctx: &Ctx,
+    robot: &Robot,
+    result: &Result<check::CheckReport, check::CheckRunError>,
+) -> String {
+    let layout = releases::Layout::new(&ctx.prefix);
+    let release = std::fs::read_link(layout.current())
+        .ok()
+        .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let record = super::check::boot_record(result, release, || {
+        check::host::read_host_facts(&ctx.sysroot).kernel_release
+    });
+    let path = layout.boot_check_history();
+    match services::boot_history::append(&path, record, robot.boot_check.history as usize) {
+        Ok(notes) if notes.is_empty() => String::new(),
+        Ok(notes) => format!(
+            "; history {}: {} damaged line(s) dropped ({})",
+            path.display(),
+            notes.len(),
+            notes[0]
+        ),
+        Err(e) => format!("; {}", controller::error::Chain(&e)),
     }
 }
 

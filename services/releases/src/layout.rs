@@ -12,6 +12,7 @@
 //! opt/rtdeploy/store/<sha256>              content-addressed file contents
 //! var/lib/rtdeploy/state.json              committed | trial (written via temp + rename, fsync'd)
 //! var/lib/rtdeploy/boot-check.json         the boot timing check's report
+//! var/lib/rtdeploy/boot-check-history.jsonl the last boot checks, one JSON line each
 //! var/lib/rtdeploy/cpusets-apply.json      what `deploy apply` could not move
 //! run/rtdeploy/update.lock                 flock(2); the holder writes `pid=<pid> name=<name>`
 //! run/rtdeploy/control.sock                the supervisor's control socket
@@ -54,6 +55,9 @@ pub mod rel {
     pub const STATE: &str = "var/lib/rtdeploy/state.json";
     /// The boot timing check's report.
     pub const BOOT_CHECK_REPORT: &str = "var/lib/rtdeploy/boot-check.json";
+    /// The last boot checks' figures, one JSON object per line, oldest
+    /// first (rewritten via temp + rename).
+    pub const BOOT_CHECK_HISTORY: &str = "var/lib/rtdeploy/boot-check-history.jsonl";
     /// What `deploy apply` recorded (unmovable IRQs).
     pub const CPUSETS_APPLY_STATE: &str = "var/lib/rtdeploy/cpusets-apply.json";
     /// The update lock.
@@ -153,6 +157,10 @@ impl Layout {
     /// `var/lib/rtdeploy/boot-check.json`.
     pub fn boot_check_report(&self) -> PathBuf {
         self.under(rel::BOOT_CHECK_REPORT)
+    }
+    /// `var/lib/rtdeploy/boot-check-history.jsonl`.
+    pub fn boot_check_history(&self) -> PathBuf {
+        self.under(rel::BOOT_CHECK_HISTORY)
     }
     /// `var/lib/rtdeploy/cpusets-apply.json`.
     pub fn cpusets_apply_state(&self) -> PathBuf {

@@ -1,0 +1,595 @@
+//! The boot checks kept over time: `var/lib/rtdeploy/boot-check-history.jsonl`,
+//! one JSON object per line ([`BootRecord`]), oldest first, at most
+//! `boot_check.history` lines. The supervisor's boot check appends to it
+//! (read, append, keep the last N, write a temporary file, fsync, rename);
+//! `deploy check --history` reads it and shows the trend ([`trend`]).
+//!
+//! The file lives on the robot's disk and may be damaged (a power cut on a
+//! file system without data journaling, a hand edit): reading is bounded
+//! ([`MAX_FILE_BYTES`], [`MAX_LINE_BYTES`]), and a line that is not a
+//! record is skipped with a note naming its line number, never an error.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The most of the file read: the newest end of it. 1000 records
+/// (`boot_check.history` at most) of a few hundred bytes fit well.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// A longer line is not a record.
+pub const MAX_LINE_BYTES: usize = 16 << 10;
+
+/// Strings kept per field, and failed budgets kept per record.
+const MAX_TEXT: usize = 256;
+const MAX_FAILED: usize = 16;
+
+/// One boot check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootRecord {
+    /// When it ran, seconds since the Unix epoch.
+    pub unix_time: u64,
+    /// `uname -r`.
+    pub kernel: String,
+    /// The release `opt/rtdeploy/current` named (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
+    /// `pass`, `fail`, or `error` (the check could not run).
+    pub verdict: String,
+    /// The real-time delivery's 99th percentile and longest, nanoseconds
+    /// (absent when the check measured none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ns: Option<u64>,
+    /// The budgets that failed, or why the check could not run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+}
+
+impl BootRecord {
+    /// Cuts what came from outside to the sizes the file keeps.
+    fn bounded(mut self) -> BootRecord {
+        let cut = |s: &mut String| {
+            if s.len() > MAX_TEXT {
+                let mut end = MAX_TEXT;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+            }
+        };
+        cut(&mut self.kernel);
+        cut(&mut self.verdict);
+        if let Some(r) = &mut self.release {
+            cut(r);
+        }
+        self.failed.truncate(MAX_FAILED);
+        self.failed.iter_mut().for_each(cut);
+        self
+    }
+}
+
+/// What [`read`] found: the records, oldest first, and what was skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct History {
+    pub records: Vec<BootRecord>,
+    /// One line per skipped part of the file.
+    pub notes: Vec<String>,
+}
+
+/// Reading the history failed (a missing file is an empty history).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the boot check history {}", path.display())]
+pub struct BootHistoryReadError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+/// Writing the history failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BootHistoryWriteError {
+    #[error(transparent)]
+    Read(#[from] BootHistoryReadError),
+    #[error("cannot write the boot check history {}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Parses the text of a history file: every line that is a record, notes
+/// for the others.
+pub fn parse(text: &[u8]) -> History {
+    let mut h = History::default();
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let n = i + 1;
+        if line.len() > MAX_LINE_BYTES {
+            h.notes.push(format!(
+                "line {n}: {} bytes, longer than a record can be ({MAX_LINE_BYTES}): skipped",
+                line.len()
+            ));
+            continue;
+        }
+        match serde_json::from_slice::<BootRecord>(line) {
+            Ok(r) => h.records.push(r.bounded()),
+            Err(e) => h
+                .notes
+                .push(format!("line {n}: not a boot record ({e}): skipped")),
+        }
+    }
+    h
+}
+
+/// Reads the history at `path`: at most its last [`MAX_FILE_BYTES`].
+pub fn read(path: &Path) -> Result<History, BootHistoryReadError> {
+    let err = |source| BootHistoryReadError {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(History::default()),
+        Err(e) => return Err(err(e)),
+    };
+    let len = f.metadata().map_err(err)?.len();
+    let mut skipped_head = false;
+    if len > MAX_FILE_BYTES {
+        f.seek(SeekFrom::Start(len - MAX_FILE_BYTES)).map_err(err)?;
+        skipped_head = true;
+    }
+    let mut buf = Vec::new();
+    f.take(MAX_FILE_BYTES).read_to_end(&mut buf).map_err(err)?;
+    let mut from = 0;
+    if skipped_head {
+        // The first line read is likely the tail of one: start after it.
+        from = buf
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(buf.len(), |p| p + 1);
+    }
+    let mut h = parse(&buf[from..]);
+    if skipped_head {
+        h.notes.insert(
+            0,
+            format!(
+                "the file is {len} bytes: only its last {MAX_FILE_BYTES} were read (line numbers count from there)"
+            ),
+        );
+    }
+    Ok(h)
+}
+
+/// Appends `record` to the history at `path`, keeping the last `keep`
+/// records; the file is replaced atomically (temporary file in the same
+/// directory, fsync, rename, fsync of the directory). Returns the notes of
+/// the read (lines of the old file that were dropped).
+pub fn append(
+    path: &Path,
+    record: BootRecord,
+    keep: usize,
+) -> Result<Vec<String>, BootHistoryWriteError> {
+    let mut h = read(path)?;
+    h.records.push(record.bounded());
+    let keep = keep.max(1);
+    if h.records.len() > keep {
+        let drop = h.records.len() - keep;
+        h.records.drain(..drop);
+    }
+    let mut text = Vec::new();
+    for r in &h.records {
+        serde_json::to_writer(&mut text, r).expect("records serialize");
+        text.push(b'\n');
+    }
+    write_atomic(path, &text).map_err(|source| BootHistoryWriteError::Write {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(h.notes)
+}
+
+/// Writes `bytes` to `path` via a temporary file beside it, fsync and
+/// rename(2), then fsyncs the directory: a reader sees the old file or
+/// the new one, also after a power cut.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map_or("file".into(), |n| n.to_string_lossy());
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Consecutive boots with the same kernel and release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Era {
+    pub kernel: String,
+    pub release: Option<String>,
+    /// Indexes into the records, first and last.
+    pub first: usize,
+    pub last: usize,
+    /// Medians over the era's boots that measured.
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+    pub failed: usize,
+    pub boots: usize,
+}
+
+/// A change of kernel or release after which the boot checks got worse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Regression {
+    /// `release` or `kernel` or `kernel and release`.
+    pub changed: String,
+    pub from: String,
+    pub to: String,
+    /// The first boot of the new era (index into the records).
+    pub at: usize,
+    /// What got worse, one phrase each.
+    pub worse: Vec<String>,
+}
+
+/// The trend: eras of kernel and release, and the changes that made it
+/// worse.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Trend {
+    pub eras: Vec<Era>,
+    pub regressions: Vec<Regression>,
+}
+
+fn median(mut v: Vec<u64>) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    Some(v[(v.len() - 1) / 2])
+}
+
+/// A figure is worse when its median over the new era's boots rose by
+/// more than a quarter and by more than 2 µs (smaller moves are the noise
+/// of a few-second check).
+fn rose(before: Option<u64>, after: Option<u64>) -> Option<(u64, u64)> {
+    let (b, a) = (before?, after?);
+    (a > b + b / 4 && a > b + 2_000).then_some((b, a))
+}
+
+/// Groups the records into eras and compares each era with the one before.
+pub fn trend(records: &[BootRecord]) -> Trend {
+    let mut eras: Vec<Era> = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        match eras.last_mut() {
+            Some(e) if e.kernel == r.kernel && e.release == r.release => e.last = i,
+            _ => eras.push(Era {
+                kernel: r.kernel.clone(),
+                release: r.release.clone(),
+                first: i,
+                last: i,
+                p99_ns: None,
+                max_ns: None,
+                failed: 0,
+                boots: 0,
+            }),
+        }
+    }
+    for e in &mut eras {
+        let rs = &records[e.first..=e.last];
+        e.boots = rs.len();
+        e.failed = rs.iter().filter(|r| r.verdict != "pass").count();
+        e.p99_ns = median(rs.iter().filter_map(|r| r.p99_ns).collect());
+        e.max_ns = median(rs.iter().filter_map(|r| r.max_ns).collect());
+    }
+    let mut regressions = Vec::new();
+    for w in eras.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        let mut worse = Vec::new();
+        if let Some((x, y)) = rose(a.p99_ns, b.p99_ns) {
+            worse.push(format!("p99 {} -> {}", fmt_us(x), fmt_us(y)));
+        }
+        if let Some((x, y)) = rose(a.max_ns, b.max_ns) {
+            worse.push(format!("max {} -> {}", fmt_us(x), fmt_us(y)));
+        }
+        if a.failed == 0 && b.failed > 0 {
+            worse.push(format!(
+                "{} of {} boot(s) failed, none before",
+                b.failed, b.boots
+            ));
+        }
+        if worse.is_empty() {
+            continue;
+        }
+        let rel = |r: &Option<String>| r.clone().unwrap_or_else(|| "(none)".into());
+        let (changed, from, to) = match (a.kernel != b.kernel, a.release != b.release) {
+            (true, true) => (
+                "kernel and release",
+                format!("{} / {}", a.kernel, rel(&a.release)),
+                format!("{} / {}", b.kernel, rel(&b.release)),
+            ),
+            (true, false) => ("kernel", a.kernel.clone(), b.kernel.clone()),
+            _ => ("release", rel(&a.release), rel(&b.release)),
+        };
+        regressions.push(Regression {
+            changed: changed.into(),
+            from,
+            to,
+            at: b.first,
+            worse,
+        });
+    }
+    Trend { eras, regressions }
+}
+
+/// Microseconds with one decimal.
+pub fn fmt_us(ns: u64) -> String {
+    format!("{:.1}us", ns as f64 / 1000.0)
+}
+
+/// `YYYY-MM-DD HH:MM:SS` UTC of a Unix time.
+pub fn fmt_utc(unix: u64) -> String {
+    let days = (unix / 86_400) as i64;
+    let secs = unix % 86_400;
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// The text `deploy check --history` prints.
+pub fn render(h: &History) -> String {
+    let mut out = String::new();
+    for n in &h.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    if h.records.is_empty() {
+        out.push_str("no boot check recorded yet\n");
+        return out;
+    }
+    out.push_str(&format!(
+        "{:<19}  {:<20} {:<24} {:<7} {:>9} {:>9}\n",
+        "WHEN (UTC)", "RELEASE", "KERNEL", "VERDICT", "P99", "MAX"
+    ));
+    let t = trend(&h.records);
+    for (i, r) in h.records.iter().enumerate() {
+        if let Some(g) = t.regressions.iter().find(|g| g.at == i) {
+            out.push_str(&format!(
+                "-- worse after the {} changed ({} -> {}): {}\n",
+                g.changed,
+                g.from,
+                g.to,
+                g.worse.join(", ")
+            ));
+        }
+        out.push_str(&format!(
+            "{:<19}  {:<20} {:<24} {:<7} {:>9} {:>9}{}\n",
+            fmt_utc(r.unix_time),
+            r.release.as_deref().unwrap_or("-"),
+            r.kernel,
+            r.verdict,
+            r.p99_ns.map_or("-".into(), fmt_us),
+            r.max_ns.map_or("-".into(), fmt_us),
+            if r.failed.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", r.failed.join(", "))
+            }
+        ));
+    }
+    if t.regressions.is_empty() {
+        out.push_str(&format!(
+            "{} boot check(s); no kernel or release change made them worse\n",
+            h.records.len()
+        ));
+    }
+    for g in &t.regressions {
+        out.push_str(&format!(
+            "the {} {} made it worse than {}: {}\n",
+            g.changed,
+            g.to,
+            g.from,
+            g.worse.join(", ")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(
+        t: u64,
+        kernel: &str,
+        release: &str,
+        verdict: &str,
+        p99_us: u64,
+        max_us: u64,
+    ) -> BootRecord {
+        BootRecord {
+            unix_time: t,
+            kernel: kernel.into(),
+            release: Some(release.into()),
+            verdict: verdict.into(),
+            p99_ns: Some(p99_us * 1000),
+            max_ns: Some(max_us * 1000),
+            failed: if verdict == "fail" {
+                vec!["check.budgets.delivery_max".into()]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    #[test]
+    fn append_keeps_the_last_n_and_replaces_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("var/lib/rtdeploy/boot-check-history.jsonl");
+        for i in 0..5 {
+            let notes = append(&path, rec(i, "6.1.0-rt", "1-aaaaaaaa", "pass", 10, 20), 3).unwrap();
+            assert!(notes.is_empty(), "{notes:?}");
+        }
+        let h = read(&path).unwrap();
+        assert_eq!(
+            h.records.iter().map(|r| r.unix_time).collect::<Vec<_>>(),
+            [2, 3, 4]
+        );
+        // No temporary file left beside it.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn a_missing_file_is_an_empty_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = read(&dir.path().join("none.jsonl")).unwrap();
+        assert!(h.records.is_empty() && h.notes.is_empty());
+        assert!(render(&h).contains("no boot check recorded yet"));
+    }
+
+    #[test]
+    fn corrupt_lines_are_skipped_with_a_note_and_dropped_on_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let good = serde_json::to_string(&rec(1, "k", "r", "pass", 10, 20)).unwrap();
+        let long = format!("{{\"kernel\":\"{}\"}}", "x".repeat(MAX_LINE_BYTES));
+        let text = format!("{good}\n\0\0\0garbage\n{{\"unix_time\":-1}}\n\n{long}\n{good}");
+        std::fs::write(&path, text).unwrap();
+        let h = read(&path).unwrap();
+        assert_eq!(h.records.len(), 2);
+        assert_eq!(h.notes.len(), 3, "{:?}", h.notes);
+        assert!(
+            h.notes[0].starts_with("line 2: not a boot record"),
+            "{}",
+            h.notes[0]
+        );
+        assert!(h.notes[2].starts_with("line 5: "), "{}", h.notes[2]);
+        let notes = append(&path, rec(2, "k", "r", "pass", 10, 20), 10).unwrap();
+        assert_eq!(notes.len(), 3);
+        assert_eq!(
+            read(&path).unwrap(),
+            History {
+                records: vec![
+                    rec(1, "k", "r", "pass", 10, 20),
+                    rec(1, "k", "r", "pass", 10, 20),
+                    rec(2, "k", "r", "pass", 10, 20)
+                ],
+                notes: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn a_huge_file_is_read_from_its_end_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let good = serde_json::to_string(&rec(7, "k", "r", "pass", 10, 20)).unwrap();
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![b'x'; MAX_FILE_BYTES as usize + 100])
+            .unwrap();
+        f.write_all(format!("\n{good}\n").as_bytes()).unwrap();
+        drop(f);
+        let h = read(&path).unwrap();
+        assert_eq!(h.records.len(), 1);
+        assert!(h.notes[0].contains("only its last"), "{:?}", h.notes);
+    }
+
+    #[test]
+    fn oversized_fields_are_cut() {
+        let mut r = rec(1, &"k".repeat(1000), "r", "fail", 1, 2);
+        r.failed = vec!["é".repeat(500); 100];
+        let r = r.bounded();
+        assert_eq!(r.kernel.len(), MAX_TEXT);
+        assert_eq!(r.failed.len(), MAX_FAILED);
+        assert!(r.failed[0].len() <= MAX_TEXT);
+    }
+
+    #[test]
+    fn the_release_that_made_it_worse_is_named() {
+        let rs = vec![
+            rec(100, "6.1.0-rt", "1-aaaaaaaa", "pass", 10, 20),
+            rec(200, "6.1.0-rt", "1-aaaaaaaa", "pass", 11, 22),
+            rec(300, "6.1.0-rt", "2-bbbbbbbb", "fail", 40, 90),
+            rec(400, "6.1.0-rt", "2-bbbbbbbb", "fail", 42, 95),
+            // A new kernel that changes nothing worth saying.
+            rec(500, "6.1.1-rt", "2-bbbbbbbb", "fail", 41, 96),
+        ];
+        let t = trend(&rs);
+        assert_eq!(t.eras.len(), 3);
+        assert_eq!(t.regressions.len(), 1, "{t:#?}");
+        let g = &t.regressions[0];
+        assert_eq!(
+            (g.changed.as_str(), g.from.as_str(), g.to.as_str(), g.at),
+            ("release", "1-aaaaaaaa", "2-bbbbbbbb", 2)
+        );
+        assert_eq!(
+            g.worse,
+            [
+                "p99 10.0us -> 40.0us",
+                "max 20.0us -> 90.0us",
+                "2 of 2 boot(s) failed, none before"
+            ]
+        );
+        let text = render(&History {
+            records: rs,
+            notes: vec![],
+        });
+        assert!(
+            text.contains(
+                "the release 2-bbbbbbbb made it worse than 1-aaaaaaaa: p99 10.0us -> 40.0us"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("1970-01-01 00:05:00"), "{text}");
+    }
+
+    #[test]
+    fn small_moves_and_improvements_are_not_regressions() {
+        let rs = vec![
+            rec(1, "a", "1", "pass", 10, 20),
+            rec(2, "b", "1", "pass", 11, 21),
+            rec(3, "b", "2", "pass", 5, 10),
+        ];
+        assert!(trend(&rs).regressions.is_empty());
+        let rs = vec![
+            rec(1, "a", "1", "pass", 10, 20),
+            rec(2, "b", "1", "pass", 30, 21),
+        ];
+        let t = trend(&rs);
+        assert_eq!(t.regressions[0].changed, "kernel");
+        assert_eq!(t.regressions[0].worse, ["p99 10.0us -> 30.0us"]);
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(fmt_utc(0), "1970-01-01 00:00:00");
+        assert_eq!(fmt_utc(951_782_400), "2000-02-29 00:00:00");
+        assert_eq!(fmt_utc(1_796_170_306), "2026-12-02 00:11:46");
+    }
+}
