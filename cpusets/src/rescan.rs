@@ -117,6 +117,25 @@ impl IrqWatch {
         Ok(IrqWatch { irqs, threads })
     }
 
+    /// The next scan after `self`: `/proc/interrupts` again, and the walk
+    /// over every task's `comm` only when its interrupts or their actions
+    /// changed. A threaded handler's `irq/N-name` thread is made when its
+    /// action is installed (and goes with it), so unchanged interrupts mean
+    /// unchanged threads; the walk is the costly part (one open and read
+    /// per task), and the supervisor scans every `irqs.rescan`.
+    pub fn rescan(&self, sysroot: &Path) -> Result<IrqWatch, ModelReadError> {
+        let interrupts = read_interrupts(&sys_path(sysroot, "/proc/interrupts"))?;
+        let irqs: BTreeSet<(u32, String)> = interrupts
+            .rows
+            .iter()
+            .filter_map(|r| r.irq.map(|n| (n, r.actions().join(", "))))
+            .collect();
+        if irqs == self.irqs {
+            return Ok(self.clone());
+        }
+        IrqWatch::read(sysroot)
+    }
+
     /// What `now` has that `self` had not.
     pub fn appeared(&self, now: &IrqWatch) -> Appeared {
         Appeared {
@@ -167,5 +186,35 @@ mod tests {
         assert_eq!(a.describe(), "IRQ 19 (can0), thread irq/19-can0 (pid 4242)");
         // Gone again: nothing appeared.
         assert!(now.appeared(&before).is_empty());
+    }
+
+    #[test]
+    fn a_rescan_walks_the_tasks_only_when_the_interrupts_changed() {
+        let t = tree(BEFORE, &[(1, "systemd"), (90, "irq/14-mmc0")]);
+        let first = IrqWatch::read(t.path()).unwrap();
+        // A task that appears with the interrupts unchanged is not looked
+        // for: the walk is skipped (an IRQ thread comes with its action).
+        fs::create_dir_all(t.path().join("proc/91")).unwrap();
+        fs::write(t.path().join("proc/91/comm"), "irq/14-mmc0\n").unwrap();
+        let same = first.rescan(t.path()).unwrap();
+        assert_eq!(same, first);
+        // An action added: the walk runs and finds the new thread.
+        fs::write(
+            t.path().join("proc/interrupts"),
+            format!("{BEFORE} 19:          0          0     GICv3  72 Level     can0\n"),
+        )
+        .unwrap();
+        fs::create_dir_all(t.path().join("proc/4242")).unwrap();
+        fs::write(t.path().join("proc/4242/comm"), "irq/19-can0\n").unwrap();
+        let next = first.rescan(t.path()).unwrap();
+        let a = first.appeared(&next);
+        assert_eq!(a.irqs, [(19, "can0".to_string())]);
+        assert_eq!(
+            a.threads,
+            [
+                (91, "irq/14-mmc0".to_string()),
+                (4242, "irq/19-can0".to_string())
+            ]
+        );
     }
 }

@@ -86,6 +86,8 @@ pub struct Supervisor {
     irq_scan: Option<(IrqScanHook, Duration)>,
     next_irq_scan: Option<Instant>,
     last_irq_scan: Option<StepStatus>,
+    /// How long this turn's IRQ scan took (zero without one).
+    irq_scan_took: Duration,
 }
 
 impl Supervisor {
@@ -150,6 +152,7 @@ impl Supervisor {
             stderr,
             next_irq_scan: irq_scan.as_ref().map(|(_, every)| started + *every),
             irq_scan,
+            irq_scan_took: Duration::ZERO,
             last_irq_scan: None,
         };
         for s in &sup.startup {
@@ -196,9 +199,10 @@ impl Supervisor {
     fn say_if_stalled(&self, timers: Duration, events: Duration) {
         if timers + events >= STALL {
             self.stderr.say(format!(
-                "event loop: one turn worked {:.1}s (timers {:.1}s, events {:.1}s){}",
+                "event loop: one turn worked {:.1}s (timers {:.1}s, of which the IRQ scan {:.1}s; events {:.1}s){}",
                 (timers + events).as_secs_f64(),
                 timers.as_secs_f64(),
+                self.irq_scan_took.min(timers).as_secs_f64(),
                 events.as_secs_f64(),
                 match self.notifier.as_ref().and_then(|n| n.watchdog) {
                     Some(w) => format!("; the watchdog is fed every {:.1}s", w.as_secs_f64()),
@@ -219,6 +223,7 @@ impl Supervisor {
     /// Timers: the watchdog, the process table's, the release trial's,
     /// shutdown progress, and replies that were waiting on them.
     fn tick(&mut self, now: Instant) {
+        self.irq_scan_took = Duration::ZERO;
         if let Some(t) = self.next_watchdog {
             if now >= t {
                 self.notify("WATCHDOG=1");
@@ -251,7 +256,10 @@ impl Supervisor {
             return;
         }
         self.next_irq_scan = Some(now + *every);
-        if let Some(st) = hook() {
+        let began = Instant::now();
+        let st = hook();
+        self.irq_scan_took = began.elapsed();
+        if let Some(st) = st {
             self.stderr
                 .say(format!("{}: {} ({})", st.step, st.result, st.detail));
             self.last_irq_scan = Some(st);
