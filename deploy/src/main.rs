@@ -76,6 +76,9 @@ enum Command {
     /// Per process: state, pid, restarts, the policy/priority/CPUs in
     /// force, last exit, wakeup figures, budget (exit 1 when one failed).
     Status(cmd::status::StatusArgs),
+    /// The supervisor's metrics in the Prometheus text format (what it
+    /// writes to robot.yaml's `metrics.textfile`).
+    Metrics(cmd::metrics::MetricsArgs),
     /// Start a process the supervisor stopped or gave up on.
     Start(cmd::control::StartArgs),
     /// Stop a process (SIGTERM, then SIGKILL after its stop_timeout), or
@@ -142,6 +145,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => cmd::verify::run(&ctx, a),
         Command::Supervise(a) => cmd::supervise::run(&ctx, a),
         Command::Status(a) => cmd::status::run(&ctx, a),
+        Command::Metrics(a) => cmd::metrics::run(&ctx, a),
         Command::Start(a) => cmd::control::run_start(&ctx, a),
         Command::Stop(a) => cmd::control::run_stop(&ctx, a),
         Command::Restart(a) => cmd::control::run_restart(&ctx, a),

@@ -358,6 +358,46 @@ pub fn start_order(processes: &[ProcessConfig]) -> Option<Vec<usize>> {
     Some(order)
 }
 
+/// `metrics:` — the Prometheus textfile the supervisor writes.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// Where the supervisor writes the exposition (node_exporter's
+    /// textfile collector directory, a `*.prom` file); absolute, or
+    /// relative to the install prefix. None: not written.
+    pub textfile: Option<String>,
+    /// How often.
+    pub every: Dur,
+}
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        MetricsSection {
+            textfile: None,
+            every: Dur::from_secs(10),
+        }
+    }
+}
+
+impl MetricsSection {
+    pub fn validate(&self, out: &mut Vec<Problem>) {
+        if self.every.0 < std::time::Duration::from_secs(1) {
+            out.push((
+                "metrics.every".into(),
+                format!("{} (expected 1s or longer)", self.every),
+            ));
+        }
+        if let Some(t) = &self.textfile {
+            if !t.ends_with(".prom") || t.ends_with("/.prom") {
+                out.push((
+                    "metrics.textfile".into(),
+                    format!("`{t}` (expected a file name ending in `.prom`, which node_exporter's textfile collector reads)"),
+                ));
+            }
+        }
+    }
+}
+
 /// `update:`
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

@@ -43,6 +43,17 @@ pub struct Health {
     pub over_budget: u64,
     /// Why the last report that went over did so.
     pub last_over: Option<String>,
+    /// The latest new report of this run, and the worst wakeup and
+    /// handler run of this run's reports.
+    pub last_report: Option<TimingReport>,
+    pub run_wakeup_max_ns: Option<u64>,
+    pub run_handler_max_ns: Option<u64>,
+    /// The tightest wakeup limit of the latest report's watchers and
+    /// timers, and the handler budget.
+    pub wakeup_budget: Option<Duration>,
+    pub handler_budget: Option<Duration>,
+    /// Histograms and totals over every run (the metrics).
+    pub metrics: crate::metrics::ProcessMetrics,
 }
 
 impl Health {
@@ -66,6 +77,9 @@ impl Health {
         self.wakeup_p99_ns = None;
         self.wakeup_max_ns = None;
         self.backend = None;
+        self.last_report = None;
+        self.run_wakeup_max_ns = None;
+        self.run_handler_max_ns = None;
     }
 
     pub fn ready(&self) -> bool {
@@ -95,15 +109,26 @@ impl Health {
             .filter(|e| matches!(e.kind, EntryKind::Watcher | EntryKind::Timer) && e.count > 0);
         self.wakeup_p99_ns = waits.clone().map(|e| e.latency_p99_ns).max();
         self.wakeup_max_ns = waits.clone().map(|e| e.latency_max_ns).max();
+        let handler_max = waits.clone().map(|e| e.handler_max_ns).max();
+        self.run_wakeup_max_ns = self.run_wakeup_max_ns.max(self.wakeup_max_ns);
+        self.run_handler_max_ns = self.run_handler_max_ns.max(handler_max);
+        let limit_of = |e: &controller::timing_report::EntryReport| match (
+            p.budgets.wakeup,
+            channel_budgets.get(&e.name),
+        ) {
+            (Some(b), Some(c)) => Some(b.0.min(*c)),
+            (Some(b), None) => Some(b.0),
+            (None, Some(c)) if e.kind == EntryKind::Watcher => Some(*c),
+            _ => None,
+        };
+        self.wakeup_budget = waits.clone().filter_map(limit_of).min();
+        self.handler_budget = p.budgets.handler.map(|h| h.0);
+        self.metrics
+            .observe(r, self.wakeup_budget, self.handler_budget);
+        self.last_report = Some(r.clone());
         let mut over = Vec::new();
         for e in waits {
-            let limit = match (p.budgets.wakeup, channel_budgets.get(&e.name)) {
-                (Some(b), Some(c)) => Some(b.0.min(*c)),
-                (Some(b), None) => Some(b.0),
-                (None, Some(c)) if e.kind == EntryKind::Watcher => Some(*c),
-                _ => None,
-            };
-            if let Some(limit) = limit {
+            if let Some(limit) = limit_of(e) {
                 if e.latency_max_ns > limit.as_nanos() as u64 {
                     over.push(format!(
                         "{} wakeup max {}us > {}us",
@@ -159,6 +184,58 @@ impl Health {
                 self.last_over.as_deref().unwrap_or("")
             ),
         }
+    }
+
+    /// The timing part of the status (none before the first report).
+    pub fn timing_status(&self) -> Option<crate::metrics::TimingStatus> {
+        use crate::metrics::{EntryStatus, TimingStatus};
+        let r = self.last_report.as_ref()?;
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let waits = r
+            .entries
+            .iter()
+            .filter(|e| matches!(e.kind, EntryKind::Watcher | EntryKind::Timer) && e.count > 0);
+        let period_s = r.period_ns.max(1) as f64 / 1e9;
+        Some(TimingStatus {
+            seq: r.seq,
+            period_s,
+            wakeup_avg_us: waits.clone().map(|e| e.latency_avg_ns).max().map(us),
+            wakeup_p99_us: self.wakeup_p99_ns.map(us),
+            wakeup_max_us: self.wakeup_max_ns.map(us),
+            handler_avg_us: waits.clone().map(|e| e.handler_avg_ns).max().map(us),
+            handler_max_us: waits.map(|e| e.handler_max_ns).max().map(us),
+            run_wakeup_max_us: self.run_wakeup_max_ns.map(us),
+            run_handler_max_us: self.run_handler_max_ns.map(us),
+            wakeup_budget_us: self.wakeup_budget.map(|d| d.as_secs_f64() * 1e6),
+            handler_budget_us: self.handler_budget.map(|d| d.as_secs_f64() * 1e6),
+            reports: self.metrics.reports,
+            reports_skipped: self.metrics.reports_skipped,
+            wakeup_hist: self.metrics.wakeup.clone(),
+            handler_hist: self.metrics.handler.clone(),
+            entries: r
+                .entries
+                .iter()
+                .map(|e| {
+                    let kind = crate::metrics::kind_name(e.kind);
+                    EntryStatus {
+                        kind: e.kind,
+                        name: e.name.clone(),
+                        rate_hz: e.count as f64 / period_s,
+                        latency_avg_us: us(e.latency_avg_ns),
+                        latency_p99_us: us(e.latency_p99_ns),
+                        latency_max_us: us(e.latency_max_ns),
+                        handler_max_us: us(e.handler_max_ns),
+                        lost: e.lost,
+                        totals: self
+                            .metrics
+                            .entries
+                            .get(&(kind, e.name.clone()))
+                            .cloned()
+                            .unwrap_or_default(),
+                    }
+                })
+                .collect(),
+        })
     }
 
     pub fn unhealthy(&self, now: Duration) -> bool {

@@ -21,6 +21,8 @@
 //! [`status`] what `deploy status` shows; [`procfs`] reads back what the
 //! kernel put in force; [`logfile`] the rotated logs; [`accounts`] users and
 //! groups under the prefix; [`pid1`] init duties; [`notify`] sd_notify;
+//! [`journal`] events to the systemd journal; [`metrics`] the Prometheus
+//! exposition and its textfile;
 //! [`unit`](mod@unit) the systemd unit; [`boot_history`] the boot checks kept over time; [`trial`] the verdict on a release
 //! in trial; [`release`] the release store (the `releases` crate) as the
 //! supervisor sees it.
@@ -30,7 +32,9 @@ pub mod boot_history;
 pub mod config;
 pub mod control;
 pub mod health;
+pub mod journal;
 pub mod logfile;
+pub mod metrics;
 pub mod notify;
 pub mod pid1;
 pub mod procfs;

@@ -151,6 +151,11 @@ pub struct ProcessStatus {
     /// Started although the boot check failed (`on_failure: degrade`), or
     /// a report went over budget.
     pub degraded: bool,
+    /// The latest timing report in detail and the metrics gathered from
+    /// the reports (absent from older supervisors and before the first
+    /// report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<crate::metrics::TimingStatus>,
 }
 
 /// Renders the human table of `deploy status`.

@@ -124,6 +124,13 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         health_window: robot.update.health_window.0,
         keep: robot.update.keep,
         irq_scan_every: robot.irqs.rescan_every(),
+        journal: true,
+        metrics_textfile: robot.metrics.textfile.as_ref().map(|t| {
+            // Absolute paths are on the robot's root, under the prefix
+            // like every other on-robot path.
+            let path = ctx.prefix.join(t.trim_start_matches('/'));
+            (path, robot.metrics.every.0)
+        }),
         ..Default::default()
     };
     let sup = Supervisor::new(cfg, roots, opts, hooks, notifier)

@@ -50,6 +50,7 @@ pub struct Robot {
     pub check: CheckSection,
     pub boot_check: BootCheckSection,
     pub update: UpdateSection,
+    pub metrics: services::config::MetricsSection,
 }
 
 impl Robot {

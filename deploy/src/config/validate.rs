@@ -87,6 +87,7 @@ pub const SECTIONS: &[&str] = &[
     "check",
     "boot_check",
     "update",
+    "metrics",
 ];
 
 /// Channel names under this prefix are the runtime's own.
@@ -322,6 +323,7 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     let check: Option<controller::config::CheckSection> = c.section("check");
     let boot_check: Option<controller::config::BootCheckSection> = c.section("boot_check");
     let update: Option<services::config::UpdateSection> = c.section("update");
+    let metrics: Option<services::config::MetricsSection> = c.section("metrics");
 
     // Each section's own rules, on every section that parsed.
     let mut p = Vec::new();
@@ -370,6 +372,9 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     if let Some(update) = &update {
         update.validate(&mut p);
     }
+    if let Some(metrics) = &metrics {
+        metrics.validate(&mut p);
+    }
     c.problems(p);
 
     // The rules across sections need every section whole.
@@ -387,6 +392,7 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
             check: check?,
             boot_check: boot_check?,
             update: update?,
+            metrics: metrics?,
         })
     })();
     let r = parsed?;

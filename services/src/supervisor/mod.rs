@@ -56,10 +56,26 @@ struct Stderr {
 }
 
 impl Stderr {
+    /// An event of the supervisor: to the journal when it is there
+    /// ([`crate::journal`]), on stderr when verbose.
     fn say(self, msg: impl std::fmt::Display) {
-        if self.verbose {
-            eprintln!("rtdeploy supervise: {msg}");
-        }
+        crate::journal::event(
+            self.verbose,
+            crate::journal::Priority::Info,
+            None,
+            &msg.to_string(),
+        );
+    }
+
+    /// A warning about one process (the journal gets its name as
+    /// `RTDEPLOY_PROCESS`).
+    fn warn_about(self, process: &str, msg: impl std::fmt::Display) {
+        crate::journal::event(
+            self.verbose,
+            crate::journal::Priority::Warning,
+            Some(process),
+            &msg.to_string(),
+        );
     }
 }
 
@@ -88,6 +104,8 @@ pub struct Supervisor {
     last_irq_scan: Option<StepStatus>,
     /// How long this turn's IRQ scan took (zero without one).
     irq_scan_took: Duration,
+    /// The Prometheus textfile (robot.yaml `metrics:`).
+    metrics: Option<crate::metrics::Textfile>,
 }
 
 impl Supervisor {
@@ -101,6 +119,9 @@ impl Supervisor {
     ) -> Result<Supervisor, SupervisorStartError> {
         let mut hooks = hooks;
         let irq_scan = hooks.irq_scan.take().zip(opts.irq_scan_every);
+        if opts.journal {
+            crate::journal::init(crate::journal::Journal::from_env(&cfg.robot.name));
+        }
         let s = startup::start_up(&cfg, &roots, &opts, hooks)?;
         let stderr = Stderr {
             verbose: opts.verbose,
@@ -154,6 +175,10 @@ impl Supervisor {
             irq_scan,
             irq_scan_took: Duration::ZERO,
             last_irq_scan: None,
+            metrics: opts
+                .metrics_textfile
+                .clone()
+                .map(|(path, every)| crate::metrics::Textfile::new(path, every)),
         };
         for s in &sup.startup {
             if s.result != "ok" {
@@ -236,6 +261,7 @@ impl Supervisor {
         }
         self.table.tick(now, &mut self.conns);
         self.table.poll_reports_if_due(now, &mut self.conns);
+        self.write_metrics_if_due(now);
         self.scan_irqs_if_due(now);
         if !self.table.shutting_down() {
             self.releases
@@ -245,6 +271,17 @@ impl Supervisor {
             self.table.shutdown_step(&mut self.conns);
         }
         self.conns.answer_pending(&self.table);
+    }
+
+    /// Writes the Prometheus textfile when `metrics.every` has passed.
+    fn write_metrics_if_due(&mut self, now: Instant) {
+        let Some(mut m) = self.metrics.take() else {
+            return;
+        };
+        if let Some(e) = m.write_if_due(now, || self.status()) {
+            self.stderr.say(e);
+        }
+        self.metrics = Some(m);
     }
 
     /// Places interrupts and IRQ threads that appeared since the last scan.

@@ -89,6 +89,11 @@ pub struct Options {
     pub keep: u32,
     /// `irqs.rescan`: how often [`Hooks::irq_scan`] runs (none: never).
     pub irq_scan_every: Option<Duration>,
+    /// Send events to the systemd journal when it is there
+    /// ([`crate::journal`]).
+    pub journal: bool,
+    /// `metrics.textfile` (resolved) and `metrics.every`.
+    pub metrics_textfile: Option<(PathBuf, Duration)>,
 }
 
 impl Default for Options {
@@ -103,6 +108,8 @@ impl Default for Options {
             health_window: Duration::from_secs(30),
             keep: 3,
             irq_scan_every: None,
+            journal: false,
+            metrics_textfile: None,
         }
     }
 }

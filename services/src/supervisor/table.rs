@@ -367,7 +367,7 @@ impl Table {
                     let msg = format!("timing report unreadable: {}", controller::error::Chain(&e));
                     if self.procs[i].timing_error.as_deref() != Some(msg.as_str()) {
                         self.note(i, &msg, out);
-                        self.stderr.say(format!("{name}: {msg}"));
+                        self.stderr.warn_about(&name, &msg);
                         self.procs[i].timing_error = Some(msg);
                     }
                     continue;
@@ -388,7 +388,7 @@ impl Table {
                         out,
                     );
                     self.stderr
-                        .say(format!("{name}: timing report over budget (#{n}): {why}"));
+                        .warn_about(&name, format!("timing report over budget (#{n}): {why}"));
                 }
             }
             if !was_ready && self.procs[i].health.ready() {
@@ -817,6 +817,7 @@ impl Table {
                     },
                     over_budget_reports: p.health.over_budget,
                     degraded: p.degraded || p.health.over_budget > 0,
+                    timing: p.health.timing_status(),
                 }
             })
             .collect()

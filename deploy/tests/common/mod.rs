@@ -1,0 +1,126 @@
+//! Shared by the tests that run a supervisor with the example controllers
+//! (`controller/examples`: talker and listener on one channel).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use services::control::{self, Request};
+use services::status::SupervisorStatus;
+
+pub const DEPLOY: &str = env!("CARGO_BIN_EXE_deploy");
+
+/// The example controllers cargo built beside this test's `deploy`
+/// (`cargo test --workspace` builds them; `cargo build -p controller
+/// --examples` does too), or why not.
+pub fn examples() -> Result<(PathBuf, PathBuf), String> {
+    let dir = Path::new(DEPLOY)
+        .parent()
+        .expect("deploy is in a directory")
+        .join("examples");
+    let (t, l) = (dir.join("talker"), dir.join("listener"));
+    if t.is_file() && l.is_file() {
+        Ok((t, l))
+    } else {
+        Err(format!(
+            "the example controllers are not built in {} (cargo build -p controller --examples)",
+            dir.display()
+        ))
+    }
+}
+
+/// A prefix whose robot.yaml runs talker (1 kHz on `/demo/ping`, its
+/// timer's wakeup budget 50ms) and listener (its wakeup budget 1us: a
+/// budget no machine meets, so every report is a miss), `extra` appended.
+pub fn robot_with_examples(extra: &str) -> Result<tempfile::TempDir, String> {
+    let (talker, listener) = examples()?;
+    let dir = tempfile::Builder::new()
+        .prefix("rtdeploy-ex-")
+        .tempdir()
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("etc/rtdeploy")).unwrap();
+    let yaml = [
+        "robot:\n  name: exbot\nboard:\n  model: generic\n  cpus: 2\n".to_string(),
+        "cpus:\n  housekeeping: 0\n  isolated: 1\nboot_check:\n  enabled: false\n".into(),
+        "channels:\n  - name: /demo/ping\n    max_size: 64\n    rate: 1000\n    retention: 100ms\n"
+            .into(),
+        "processes:\n".into(),
+        format!("  - name: talker\n    exec: {}\n", talker.display()),
+        "    args: [--channel, /demo/ping, --period-us, \"1000\", --every, \"100000\"]\n".into(),
+        "    publishes: [/demo/ping]\n    budgets: {wakeup: 50ms}\n".into(),
+        format!("  - name: listener\n    exec: {}\n", listener.display()),
+        "    args: [--channel, /demo/ping, --every, \"100000\"]\n".into(),
+        "    subscribes: [/demo/ping]\n    budgets: {wakeup: 1us}\n    after: [talker]\n".into(),
+        extra.to_string(),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("etc/rtdeploy/robot.yaml"), yaml).unwrap();
+    Ok(dir)
+}
+
+/// Kills the supervisor when a test ends before it stopped it.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+pub fn supervise(prefix: &Path) -> Guard {
+    Command::new(DEPLOY)
+        .args([
+            "-q",
+            "--prefix",
+            prefix.to_str().unwrap(),
+            "supervise",
+            "--skip-cpu-plan",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap()
+}
+
+/// Waits (watchdog 30 s) until the supervisor answers and `f` holds.
+pub fn wait_status(
+    prefix: &Path,
+    what: &str,
+    f: impl Fn(&SupervisorStatus) -> bool,
+) -> SupervisorStatus {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = control::request(&control::socket_path(prefix), &Request::Status)
+            .ok()
+            .and_then(|r| r.status);
+        if let Some(s) = s {
+            if f(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < until,
+                "timed out waiting for {what}: {s:#?}"
+            );
+        } else {
+            assert!(
+                Instant::now() < until,
+                "timed out waiting for the supervisor ({what})"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Both examples reporting, `n` reports of the listener read.
+pub fn wait_reports(prefix: &Path, n: u64) -> SupervisorStatus {
+    wait_status(prefix, "talker and listener reporting", |s| {
+        s.processes
+            .iter()
+            .all(|p| p.timing.as_ref().is_some_and(|t| t.reports >= n))
+    })
+}
