@@ -19,7 +19,7 @@
 #   aarch64-target/         cargo's target directory (cargo decides what a
 #                           source change rebuilds)
 # Output: $RTDEPLOY_AARCH64_OUT (default <repo>/target-aarch64): deploy,
-# talker, listener, and with --tests the test binaries.
+# talker, listener (stripped), and with --tests the test binaries.
 #
 # Exit status: 0 built, 2 a step failed (its output is printed).
 set -euo pipefail
@@ -122,16 +122,25 @@ build() {
 log "building deploy, talker and listener for $TRIPLE"
 build "cargo build --release --locked --target $TRIPLE -p deploy --bin deploy && cargo build --release --locked --target $TRIPLE -p controller --example talker --example listener" ||
     die "the aarch64 build failed"
-rel=$TARGET/$TRIPLE/release
-cp "$rel/deploy" "$rel/examples/talker" "$rel/examples/listener" "$OUT/"
+# Stripped (debug info off), as they go into images and bundles; the
+# unstripped ones stay in the target directory.
+build "mkdir -p /target/stripped && for f in deploy examples/talker examples/listener; do aarch64-linux-gnu-strip -o /target/stripped/\${f##*/} /target/$TRIPLE/release/\$f || exit 1; done" ||
+    die "aarch64-linux-gnu-strip failed"
+cp "$TARGET/stripped/deploy" "$TARGET/stripped/talker" "$TARGET/stripped/listener" "$OUT/"
 
 if [ "$WITH_TESTS" = 1 ]; then
+    command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends jq >/dev/null; } ||
+        die "cannot install jq (it reads cargo's list of test binaries)"
     log "building the controller's test binaries for $TRIPLE"
     build "cargo test --release --locked --target $TRIPLE -p controller --features fault-injection --no-run --message-format=json" \
         >"$OUT/tests.json" || die "the aarch64 test build failed"
+    rm -rf "$OUT/tests"
     mkdir -p "$OUT/tests"
     : >"$OUT/tests.txt"
-    grep -o '"executable":"[^"]*"' "$OUT/tests.json" | cut -d'"' -f4 | while read -r exe; do
+    # The test targets' executables (cargo also lists the examples it
+    # built for them).
+    jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null) | .executable' \
+        "$OUT/tests.json" | while read -r exe; do
         [ -n "$exe" ] || continue
         host=$TARGET${exe#/target}
         cp "$host" "$OUT/tests/"
