@@ -79,6 +79,9 @@ enum Command {
     /// The supervisor's metrics in the Prometheus text format (what it
     /// writes to robot.yaml's `metrics.textfile`).
     Metrics(cmd::metrics::MetricsArgs),
+    /// Live view: processes' wakeups against their budgets, channels,
+    /// CPUs (q quits, p pauses, s sorts, / filters; --once prints one frame).
+    Top(cmd::top::TopArgs),
     /// Start a process the supervisor stopped or gave up on.
     Start(cmd::control::StartArgs),
     /// Stop a process (SIGTERM, then SIGKILL after its stop_timeout), or
@@ -146,6 +149,7 @@ fn main() -> ExitCode {
         Command::Supervise(a) => cmd::supervise::run(&ctx, a),
         Command::Status(a) => cmd::status::run(&ctx, a),
         Command::Metrics(a) => cmd::metrics::run(&ctx, a),
+        Command::Top(a) => cmd::top::run(&ctx, a),
         Command::Start(a) => cmd::control::run_start(&ctx, a),
         Command::Stop(a) => cmd::control::run_stop(&ctx, a),
         Command::Restart(a) => cmd::control::run_restart(&ctx, a),

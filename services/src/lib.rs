@@ -22,10 +22,11 @@
 //! kernel put in force; [`logfile`] the rotated logs; [`accounts`] users and
 //! groups under the prefix; [`pid1`] init duties; [`notify`] sd_notify;
 //! [`journal`] events to the systemd journal; [`metrics`] the Prometheus
-//! exposition and its textfile;
-//! [`unit`](mod@unit) the systemd unit; [`boot_history`] the boot checks kept over time; [`trial`] the verdict on a release
-//! in trial; [`release`] the release store (the `releases` crate) as the
-//! supervisor sees it.
+//! exposition and its textfile; [`top`] what `deploy top` shows;
+//! [`unit`](mod@unit) the systemd unit; [`boot_history`] the boot checks
+//! kept over time; [`trial`] the verdict on a release in trial;
+//! [`release`] the release store (the `releases` crate) as the supervisor
+//! sees it.
 
 pub mod accounts;
 pub mod boot_history;
@@ -44,5 +45,6 @@ pub mod spawn;
 pub mod status;
 pub mod supervisor;
 mod sys;
+pub mod top;
 pub mod trial;
 pub mod unit;

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod release;
 pub mod status;
 pub mod supervise;
+pub mod top;
 pub mod trace;
 pub mod update;
 pub mod verify;

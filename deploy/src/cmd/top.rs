@@ -1,0 +1,611 @@
+//! `deploy top`: the robot's timing live, refreshed every `--interval`
+//! (default 1 s): per process its state, scheduling, backend, wakeup
+//! figures against its budget (misses highlighted), handler time and
+//! restarts; per channel its rate and losses; per CPU whether it is
+//! online, its frequency, utilisation and interrupts per second (any on an
+//! isolated CPU highlighted). Keys: `q` quit, `p`/space pause, `s` next
+//! sort, `/` filter by process name (Enter applies, Esc clears).
+//!
+//! The supervisor is asked on a thread of its own, so a supervisor that
+//! is gone, slow or answers in a layout this build does not know is a
+//! message on the screen, and `top` keeps running and asking. A terminal
+//! smaller than [`MIN_COLS`]x[`MIN_ROWS`] says so until it grows.
+//!
+//! `--once` prints one frame (two CPU samples `--interval` apart) and
+//! exits: as a table, or with `--json` as JSON. Exit codes: 0; 2 when
+//! `--once` found no supervisor (the frame says why), or the terminal
+//! could not be set up.
+
+use std::io::Write as _;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use controller::config::Dur;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::{execute, terminal};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row, Table};
+use services::control::{self, Request};
+use services::status::SupervisorStatus;
+use services::top::{self, CpuSample, Frame, SortKey};
+
+use crate::ctx::{Ctx, Exit};
+
+/// The smallest terminal drawn.
+pub const MIN_COLS: u16 = 60;
+pub const MIN_ROWS: u16 = 12;
+
+/// The longest error shown (a bad reply quotes the reply).
+const MAX_ERROR: usize = 300;
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Print one frame and exit (a table; with --json, JSON).
+    #[arg(long)]
+    pub once: bool,
+    /// Time between refreshes (and between the two CPU samples of --once).
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_interval)]
+    pub interval: Dur,
+    /// Order of the processes: config, name, p99, max, misses, restarts.
+    #[arg(long, value_name = "KEY", default_value = "config", value_parser = parse_sort)]
+    pub sort: SortKey,
+    /// Only processes whose name contains TEXT.
+    #[arg(long, value_name = "TEXT")]
+    pub filter: Option<String>,
+}
+
+fn parse_interval(s: &str) -> Result<Dur, String> {
+    let d = Dur::parse(s).map_err(|e| e.to_string())?;
+    if d.0 < Duration::from_millis(100) {
+        return Err(format!("{s} (expected 100ms or longer)"));
+    }
+    Ok(d)
+}
+
+fn parse_sort(s: &str) -> Result<SortKey, String> {
+    SortKey::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = SortKey::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown sort `{s}` (expected one of {})", names.join(", "))
+    })
+}
+
+fn cut(s: String) -> String {
+    if s.len() <= MAX_ERROR {
+        return s;
+    }
+    let mut end = MAX_ERROR;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// One status request: the status, or why there is none.
+fn fetch(ctx: &Ctx) -> Result<SupervisorStatus, String> {
+    let sock = control::socket_path(&ctx.prefix);
+    match control::request(&sock, &Request::Status) {
+        Ok(r) if r.ok => r
+            .status
+            .ok_or_else(|| "the supervisor answered without a status".to_string()),
+        Ok(r) => Err(format!(
+            "the supervisor refused: {}",
+            r.error.unwrap_or_default()
+        )),
+        Err(e @ control::ControlRequestError::BadReply { .. }) => Err(cut(format!(
+            "a status this deploy cannot read (another supervisor version?): {}",
+            controller::error::Chain(&e)
+        ))),
+        Err(e) => Err(cut(controller::error::Chain(&e).to_string())),
+    }
+}
+
+/// The isolated CPUs of robot.yaml, or a note why they are unknown.
+struct Isolated {
+    cpus: Vec<u32>,
+    note: Option<String>,
+}
+
+fn isolated(ctx: &Ctx) -> Isolated {
+    match crate::config::load(&ctx.config_path) {
+        Ok(l) => Isolated {
+            cpus: l.robot.cpus.isolated.iter().collect(),
+            note: None,
+        },
+        Err(e) => Isolated {
+            cpus: Vec::new(),
+            note: Some(format!(
+                "isolated CPUs unknown ({}): {e}",
+                ctx.config_path.display()
+            )),
+        },
+    }
+}
+
+pub fn run(ctx: &Ctx, args: TopArgs) -> anyhow::Result<Exit> {
+    let iso = isolated(ctx);
+    if args.once {
+        return once(ctx, &args, &iso);
+    }
+    interactive(ctx, &args, &iso)
+}
+
+fn build(
+    status: &Result<SupervisorStatus, String>,
+    prev: &CpuSample,
+    cur: &CpuSample,
+    secs: f64,
+    iso: &Isolated,
+    sort: SortKey,
+    filter: Option<&str>,
+) -> Frame {
+    let mut notes = cur.notes.clone();
+    notes.extend(iso.note.clone());
+    top::frame(
+        status.as_ref().map_err(Clone::clone),
+        top::cpu_rows(prev, cur, secs, &iso.cpus),
+        &notes,
+        sort,
+        filter,
+    )
+}
+
+fn once(ctx: &Ctx, args: &TopArgs, iso: &Isolated) -> anyhow::Result<Exit> {
+    let t0 = Instant::now();
+    let prev = CpuSample::read(&ctx.sysroot);
+    std::thread::sleep(args.interval.0);
+    let cur = CpuSample::read(&ctx.sysroot);
+    let secs = t0.elapsed().as_secs_f64();
+    let status = fetch(ctx);
+    let frame = build(
+        &status,
+        &prev,
+        &cur,
+        secs,
+        iso,
+        args.sort,
+        args.filter.as_deref(),
+    );
+    if ctx.json {
+        ctx.print_json(&frame)?;
+    } else {
+        // The same view as the terminal's, 100 columns wide, as tall as it
+        // needs, without colours.
+        let height =
+            8 + frame.processes.len() + frame.channels.len() + frame.cpus.len() + frame.notes.len();
+        let area = Rect::new(0, 0, 100, height.min(1000) as u16);
+        let mut buf = ratatui::buffer::Buffer::empty(area);
+        let view = View {
+            interval: args.interval.0,
+            ..Default::default()
+        };
+        draw_frame(&frame, &view, area, &mut buf);
+        let mut out = String::new();
+        for y in 0..area.height {
+            let line: String = (0..area.width)
+                .map(|x| buf[(x, y)].symbol().to_string())
+                .collect();
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        crate::ctx::write_stdout(out.trim_end_matches('\n'))?;
+        crate::ctx::write_stdout("\n")?;
+    }
+    Ok(if status.is_err() {
+        Exit::Error
+    } else {
+        Exit::Ok
+    })
+}
+
+/// What the keys changed.
+#[derive(Debug, Default)]
+struct View {
+    paused: bool,
+    /// Typing a filter: what is typed so far.
+    editing: Option<String>,
+    interval: Duration,
+}
+
+/// Restores the terminal however `top` ends.
+struct TermGuard;
+
+impl Drop for TermGuard {
+    fn drop(&mut self) {
+        let _ = terminal::disable_raw_mode();
+        let _ = execute!(
+            std::io::stdout(),
+            terminal::LeaveAlternateScreen,
+            ratatui::crossterm::cursor::Show
+        );
+    }
+}
+
+fn interactive(ctx: &Ctx, args: &TopArgs, iso: &Isolated) -> anyhow::Result<Exit> {
+    terminal::enable_raw_mode()
+        .context("cannot put the terminal in raw mode (is stdout a terminal?)")?;
+    let _guard = TermGuard;
+    execute!(std::io::stdout(), terminal::EnterAlternateScreen)
+        .context("cannot switch to the alternate screen")?;
+    let mut term =
+        ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
+            .context("cannot set up the terminal")?;
+    term.clear().context("cannot clear the terminal")?;
+
+    // The supervisor is asked on its own thread: a hung one stalls no key.
+    let (tx, rx) = mpsc::channel::<Result<SupervisorStatus, String>>();
+    let fetch_ctx = ctx.clone();
+    let every = args.interval.0;
+    std::thread::spawn(move || loop {
+        if tx.send(fetch(&fetch_ctx)).is_err() {
+            return;
+        }
+        std::thread::sleep(every);
+    });
+
+    let mut view = View {
+        interval: every,
+        ..Default::default()
+    };
+    let mut sort = args.sort;
+    let mut filter = args.filter.clone();
+    let mut status: Result<SupervisorStatus, String> = Err("asking the supervisor...".into());
+    let mut prev = CpuSample::read(&ctx.sysroot);
+    let mut prev_at = Instant::now();
+    let mut cur = prev.clone();
+    let mut secs = 0.0;
+    let mut next_sample = prev_at + every;
+    let mut frame = build(&status, &prev, &cur, secs, iso, sort, filter.as_deref());
+    loop {
+        // The newest status, unless paused.
+        let mut fresh = false;
+        while let Ok(s) = rx.try_recv() {
+            if !view.paused {
+                status = s;
+                fresh = true;
+            }
+        }
+        let now = Instant::now();
+        if now >= next_sample && !view.paused {
+            prev = std::mem::replace(&mut cur, CpuSample::read(&ctx.sysroot));
+            secs = now.duration_since(prev_at).as_secs_f64();
+            prev_at = now;
+            next_sample = now + every;
+            fresh = true;
+        }
+        if fresh || !view.paused {
+            frame = build(&status, &prev, &cur, secs, iso, sort, filter.as_deref());
+        }
+        term.draw(|f| {
+            let area = f.area();
+            draw(&frame, &view, area, f.buffer_mut());
+        })
+        .context("cannot draw")?;
+        if !event::poll(Duration::from_millis(100)).context("cannot read the terminal")? {
+            continue;
+        }
+        let Event::Key(k) = event::read().context("cannot read the terminal")? else {
+            continue; // a resize redraws on the next turn
+        };
+        if k.kind != KeyEventKind::Press {
+            continue;
+        }
+        if let Some(text) = view.editing.as_mut() {
+            match k.code {
+                KeyCode::Enter => {
+                    let t = view.editing.take().unwrap_or_default();
+                    filter = (!t.is_empty()).then_some(t);
+                }
+                KeyCode::Esc => {
+                    view.editing = None;
+                    filter = None;
+                }
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                KeyCode::Char(c) if text.len() < 64 && !c.is_control() => text.push(c),
+                _ => {}
+            }
+            frame = build(&status, &prev, &cur, secs, iso, sort, filter.as_deref());
+            continue;
+        }
+        match k.code {
+            KeyCode::Char('q') | KeyCode::Esc => break,
+            KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => break,
+            KeyCode::Char('p') | KeyCode::Char(' ') => view.paused = !view.paused,
+            KeyCode::Char('s') => sort = sort.next(),
+            KeyCode::Char('/') => view.editing = Some(String::new()),
+            _ => {}
+        }
+        frame = build(&status, &prev, &cur, secs, iso, sort, filter.as_deref());
+    }
+    drop(term);
+    let _ = std::io::stdout().flush();
+    Ok(Exit::Ok)
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces (a
+/// longer word is cut).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    for word in text.split(' ') {
+        let mut word: String = word.to_string();
+        while word.chars().count() > width {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            let head: String = word.chars().take(width).collect();
+            word = word.chars().skip(width).collect();
+            out.push(head);
+        }
+        let need = cur.chars().count() + usize::from(!cur.is_empty()) + word.chars().count();
+        if need > width && !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(&word);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Microseconds in at most 6 columns.
+fn us(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v < 100.0 => format!("{v:.1}"),
+        Some(v) if v < 100_000.0 => format!("{v:.0}"),
+        Some(v) if v < 10_000_000.0 => format!("{:.0}ms", v / 1000.0),
+        Some(v) => format!("{:.0}s", v / 1e6),
+    }
+}
+
+fn backend(b: Option<&str>) -> String {
+    match b {
+        None => "-".into(),
+        Some("io_uring-futex") => "uring".into(),
+        Some("futex_waitv") => "waitv".into(),
+        Some("doorbell") => "bell".into(),
+        Some(o) => o.chars().take(5).collect(),
+    }
+}
+
+fn draw(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer::Buffer) {
+    if area.width < MIN_COLS || area.height < MIN_ROWS {
+        let msg = format!(
+            "terminal {}x{} is too small for deploy top: it needs {MIN_COLS}x{MIN_ROWS} (80x24 shows it all); q quits",
+            area.width, area.height
+        );
+        ratatui::widgets::Widget::render(
+            Paragraph::new(msg).wrap(ratatui::widgets::Wrap { trim: true }),
+            area,
+            buf,
+        );
+        return;
+    }
+    draw_frame(frame, view, area, buf);
+}
+
+fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer::Buffer) {
+    use ratatui::widgets::Widget as _;
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    let alarm = Style::default().fg(Color::Red).add_modifier(Modifier::BOLD);
+    let warn = Style::default().fg(Color::Yellow);
+
+    let mut head = vec![Span::styled("rtdeploy top", bold)];
+    if let Some(r) = &frame.robot {
+        head.push(Span::raw(format!("  robot {r}")));
+    }
+    if let Some(u) = frame.supervisor_uptime_s {
+        head.push(Span::raw(format!("  up {u:.0}s")));
+    }
+    if let Some(b) = &frame.boot_check {
+        let short: String = b.chars().take(24).collect();
+        head.push(Span::raw(format!("  boot check {short}")));
+    }
+    if view.paused {
+        head.push(Span::styled("  PAUSED", alarm));
+    }
+    let mut lines = vec![Line::from(head)];
+    if let Some(e) = &frame.error {
+        lines.push(Line::styled(
+            "no supervisor status (still asking every refresh):",
+            alarm,
+        ));
+        // Wrapped by hand: the header's height is its line count.
+        for l in wrap(e, area.width.max(8) as usize).into_iter().take(4) {
+            lines.push(Line::styled(l, alarm));
+        }
+    }
+    for n in &frame.notes {
+        lines.push(Line::styled(format!("note: {n}"), warn));
+    }
+    let head_h = (lines.len() as u16).min(area.height / 3).max(1);
+
+    let n_ch = frame.channels.len() as u16;
+    let n_cpu = frame.cpus.len() as u16;
+    let rest = area.height.saturating_sub(head_h + 1);
+    let ch_h = if n_ch == 0 {
+        0
+    } else {
+        (n_ch + 1).min(rest / 4).max(2)
+    };
+    let cpu_h = if n_cpu == 0 {
+        0
+    } else {
+        (n_cpu + 1).min(rest / 3).max(2)
+    };
+    let [head_a, proc_a, ch_a, cpu_a, foot_a] = Layout::vertical([
+        Constraint::Length(head_h),
+        Constraint::Min(2),
+        Constraint::Length(ch_h),
+        Constraint::Length(cpu_h),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    Paragraph::new(lines).render(head_a, buf);
+
+    let header = Row::new([
+        "NAME", "STATE", "SCHED", "CPUS", "BKND", "P99us", "MAXus", "RUNMX", "HMAX", "BUDG",
+        "MISS", "RST",
+    ])
+    .style(bold);
+    let rows = frame.processes.iter().map(|p| {
+        let over = |v: Option<f64>, b: Option<f64>| matches!((v, b), (Some(v), Some(b)) if v > b);
+        let max_style = if over(p.wakeup_max_us, p.wakeup_budget_us) {
+            alarm
+        } else {
+            Style::default()
+        };
+        let h_style = if over(p.handler_max_us, p.handler_budget_us) {
+            alarm
+        } else {
+            Style::default()
+        };
+        let row = Row::new([
+            Cell::from(p.name.clone()),
+            Cell::from(p.state.clone()),
+            Cell::from(p.sched.clone().unwrap_or_else(|| "-".into())),
+            Cell::from(p.cpus.clone().unwrap_or_else(|| "-".into())),
+            Cell::from(backend(p.backend.as_deref())),
+            Cell::from(us(p.wakeup_p99_us)),
+            Cell::from(us(p.wakeup_max_us)).style(max_style),
+            Cell::from(us(p.run_wakeup_max_us)),
+            Cell::from(us(p.handler_max_us)).style(h_style),
+            Cell::from(us(p.wakeup_budget_us)),
+            Cell::from(p.over_budget_reports.to_string()),
+            Cell::from(p.restarts.to_string()),
+        ]);
+        if p.miss {
+            row.style(alarm)
+        } else if p.state != "running" {
+            row.style(warn)
+        } else {
+            row
+        }
+    });
+    Table::new(
+        rows,
+        [
+            Constraint::Length(9),
+            Constraint::Length(8),
+            Constraint::Length(7),
+            Constraint::Length(4),
+            Constraint::Length(5),
+            Constraint::Length(6),
+            Constraint::Length(6),
+            Constraint::Length(6),
+            Constraint::Length(6),
+            Constraint::Length(5),
+            Constraint::Length(4),
+            Constraint::Length(3),
+        ],
+    )
+    .header(header)
+    .column_spacing(1)
+    .render(proc_a, buf);
+
+    if ch_h > 0 {
+        let rows = frame.channels.iter().map(|c| {
+            let r = Row::new([
+                c.name.clone(),
+                c.publishers.to_string(),
+                c.subscribers.to_string(),
+                format!("{:.0}", c.rate_hz),
+                c.lost.to_string(),
+                c.lost_total.to_string(),
+            ]);
+            if c.lost > 0 {
+                r.style(warn)
+            } else {
+                r
+            }
+        });
+        Table::new(
+            rows,
+            [
+                Constraint::Length(24),
+                Constraint::Length(4),
+                Constraint::Length(4),
+                Constraint::Length(9),
+                Constraint::Length(8),
+                Constraint::Length(10),
+            ],
+        )
+        .header(Row::new(["CHANNEL", "PUB", "SUB", "RATE/s", "LOST/s", "LOST"]).style(bold))
+        .render(ch_a, buf);
+    }
+
+    if cpu_h > 0 {
+        let rows = frame.cpus.iter().map(|c| {
+            let r = Row::new([
+                format!("cpu{}", c.cpu),
+                if c.online { "online" } else { "offline" }.to_string(),
+                if c.isolated { "isolated" } else { "-" }.to_string(),
+                c.freq_mhz.map_or("-".into(), |m| m.to_string()),
+                c.util_pct.map_or("-".into(), |u| format!("{u:.0}%")),
+                c.irqs_per_s.map_or("-".into(), |r| format!("{r:.0}")),
+            ]);
+            if c.alarm {
+                r.style(alarm)
+            } else if !c.online {
+                r.style(warn)
+            } else {
+                r
+            }
+        });
+        Table::new(
+            rows,
+            [
+                Constraint::Length(7),
+                Constraint::Length(8),
+                Constraint::Length(9),
+                Constraint::Length(6),
+                Constraint::Length(6),
+                Constraint::Length(9),
+            ],
+        )
+        .header(Row::new(["CPU", "STATE", "ROLE", "MHZ", "UTIL", "IRQ/s"]).style(bold))
+        .render(cpu_a, buf);
+    }
+
+    let foot = match &view.editing {
+        Some(t) => format!("filter: {t}_   (Enter applies, Esc clears)"),
+        None => format!(
+            "q quit  p pause  s sort: {}  / filter: {}  every {:.1}s",
+            frame.sort.name(),
+            frame.filter.as_deref().unwrap_or("-"),
+            view.interval.as_secs_f64()
+        ),
+    };
+    Paragraph::new(foot)
+        .style(Style::default().add_modifier(Modifier::REVERSED))
+        .render(foot_a, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_wrap_at_spaces_within_the_width() {
+        assert_eq!(
+            wrap("cannot connect to /run/x: refused", 12),
+            ["cannot", "connect to", "/run/x:", "refused"]
+        );
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert!(wrap("", 5).is_empty());
+        assert_eq!(us(Some(12.34)), "12.3");
+        assert_eq!(us(Some(1234.0)), "1234");
+        assert_eq!(us(Some(250_000.0)), "250ms");
+        assert_eq!(us(None), "-");
+    }
+}
