@@ -206,6 +206,10 @@ pub struct TimingStatus {
     pub entries: Vec<EntryStatus>,
 }
 
+fn t(p: &crate::status::ProcessStatus) -> Option<&TimingStatus> {
+    p.timing.as_ref()
+}
+
 /// A label value escaped for the text format (backslash, double quote,
 /// newline).
 fn label(v: &str) -> String {
@@ -343,7 +347,6 @@ pub fn exposition(s: &SupervisorStatus) -> String {
         "Timing reports over a budget.",
         &|p| Some(p.over_budget_reports as f64),
     );
-    let t = |p: &crate::status::ProcessStatus| p.timing.clone();
     per(
         &mut f,
         "rtdeploy_timing_reports_total",
@@ -383,16 +386,16 @@ pub fn exposition(s: &SupervisorStatus) -> String {
         (
             "rtdeploy_report_wakeup_max_microseconds",
             "Worst wakeup (event to handler start) per timing report.",
-            (|t: &TimingStatus| t.wakeup_hist.clone())
-                as fn(&TimingStatus) -> Option<ReportHistogram>,
+            (|t: &TimingStatus| t.wakeup_hist.as_ref())
+                as fn(&TimingStatus) -> Option<&ReportHistogram>,
         ),
         (
             "rtdeploy_report_handler_max_microseconds",
             "Longest handler run per timing report.",
-            |t: &TimingStatus| t.handler_hist.clone(),
+            |t: &TimingStatus| t.handler_hist.as_ref(),
         ),
     ] {
-        let hs: Vec<(&str, ReportHistogram)> = procs
+        let hs: Vec<(&str, &ReportHistogram)> = procs
             .iter()
             .filter_map(|p| Some((p.name.as_str(), pick(p.timing.as_ref()?)?)))
             .collect();

@@ -1,7 +1,9 @@
 //! What `deploy top` shows, as a value: one [`Frame`] from the
 //! supervisor's status (or why there is none) and two samples of the CPUs
 //! ([`CpuSample`]: `/proc/stat`, `/proc/interrupts`, the CPUs' `online`
-//! and `cpufreq/scaling_cur_freq`). The terminal view and `--once --json`
+//! and `cpufreq` frequencies, nvpmodel's status file for the power mode).
+//! A CPU whose `scaling_max_freq` is below `cpuinfo_max_freq` shows the
+//! cap: a power mode or thermal throttling holds it there. The terminal view and `--once --json`
 //! both print a frame; building one is pure, reading a sample is the only
 //! I/O, bounded ([`MAX_PROC_BYTES`]) since /proc text is read as hostile
 //! as any other input: a file that does not parse leaves its columns
@@ -43,6 +45,14 @@ pub struct CpuSample {
     /// Per CPU present in sysfs: online, and its current frequency (kHz).
     pub online: BTreeMap<u32, bool>,
     pub freq_khz: BTreeMap<u32, u64>,
+    /// Per CPU: the frequency it may reach now (`scaling_max_freq`, lowered
+    /// by a power mode or thermal throttling) and its hardware's
+    /// (`cpuinfo_max_freq`), kHz.
+    pub max_khz: BTreeMap<u32, u64>,
+    pub hw_max_khz: BTreeMap<u32, u64>,
+    /// The Jetson power mode in force (nvpmodel's status file), where the
+    /// board has one.
+    pub power_mode: Option<u32>,
     /// What could not be read or parsed.
     pub notes: Vec<String>,
 }
@@ -127,12 +137,22 @@ impl CpuSample {
                 .map(|t| t.trim() == "1")
                 .unwrap_or(true);
             s.online.insert(cpu, online);
-            if let Ok(t) = read_bounded(&c.join("cpufreq/scaling_cur_freq"), 32) {
-                if let Ok(khz) = t.trim().parse() {
-                    s.freq_khz.insert(cpu, khz);
+            for (file, map) in [
+                ("cpufreq/scaling_cur_freq", &mut s.freq_khz),
+                ("cpufreq/scaling_max_freq", &mut s.max_khz),
+                ("cpufreq/cpuinfo_max_freq", &mut s.hw_max_khz),
+            ] {
+                if let Ok(t) = read_bounded(&c.join(file), 32) {
+                    if let Ok(khz) = t.trim().parse() {
+                        map.insert(cpu, khz);
+                    }
                 }
             }
         }
+        let status = sysroot.join(cpusets::power::STATUS_FILE.trim_start_matches('/'));
+        s.power_mode = read_bounded(&status, 4096)
+            .ok()
+            .and_then(|t| cpusets::power::parse_status(&t));
         s
     }
 }
@@ -144,6 +164,9 @@ pub struct CpuRow {
     pub online: bool,
     pub isolated: bool,
     pub freq_mhz: Option<u64>,
+    /// The frequency it is held under, when below its hardware's maximum
+    /// (a power mode's cap or thermal throttling).
+    pub capped_mhz: Option<u64>,
     /// Busy share since the previous sample, percent.
     pub util_pct: Option<f64>,
     /// Interrupts per second since the previous sample.
@@ -176,6 +199,10 @@ pub fn cpu_rows(prev: &CpuSample, cur: &CpuSample, secs: f64, isolated: &[u32]) 
                 online: cur.online.get(&cpu).copied().unwrap_or(true),
                 isolated: iso,
                 freq_mhz: cur.freq_khz.get(&cpu).map(|k| k / 1000),
+                capped_mhz: match (cur.max_khz.get(&cpu), cur.hw_max_khz.get(&cpu)) {
+                    (Some(&m), Some(&hw)) if m < hw => Some(m / 1000),
+                    _ => None,
+                },
                 util_pct,
                 irqs_per_s,
                 alarm: iso && irqs_per_s.is_some_and(|r| r > 0.0),
@@ -270,6 +297,8 @@ pub struct Frame {
     pub robot: Option<String>,
     pub supervisor_uptime_s: Option<f64>,
     pub boot_check: Option<String>,
+    /// The Jetson power mode in force (nvpmodel), where there is one.
+    pub power_mode: Option<u32>,
     /// The supervisor could not be asked, or answered oddly: why.
     pub error: Option<String>,
     /// Things worth knowing about the data (an older status layout, a
@@ -443,6 +472,8 @@ mod tests {
         cur.stat = BTreeMap::from([(0, (60, 200)), (1, (0, 200))]);
         cur.interrupts = BTreeMap::from([(0, 130), (1, 7)]);
         cur.freq_khz = BTreeMap::from([(1, 1_510_400)]);
+        cur.max_khz = BTreeMap::from([(0, 1_984_000), (1, 1_510_400)]);
+        cur.hw_max_khz = BTreeMap::from([(0, 1_984_000), (1, 1_984_000)]);
         let rows = cpu_rows(&prev, &cur, 2.0, &[1]);
         assert_eq!(rows[0].util_pct, Some(50.0));
         assert_eq!(rows[0].irqs_per_s, Some(10.0));
@@ -453,9 +484,32 @@ mod tests {
         );
         assert!(rows[1].alarm && rows[1].isolated);
         assert_eq!(rows[1].freq_mhz, Some(1510));
+        assert_eq!((rows[0].capped_mhz, rows[1].capped_mhz), (None, Some(1510)));
         // A counter that went backwards (CPU hot-unplug) is no negative rate.
         cur.interrupts.insert(1, 0);
         assert_eq!(cpu_rows(&prev, &cur, 2.0, &[1])[1].irqs_per_s, Some(0.0));
+    }
+
+    #[test]
+    fn the_power_mode_and_caps_are_read_from_the_sysroot() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = dir.path().join("sys/devices/system/cpu/cpu2/cpufreq");
+        std::fs::create_dir_all(&c).unwrap();
+        std::fs::write(c.join("scaling_cur_freq"), "729600\n").unwrap();
+        std::fs::write(c.join("scaling_max_freq"), "1510400\n").unwrap();
+        std::fs::write(c.join("cpuinfo_max_freq"), "1984000\n").unwrap();
+        std::fs::write(c.parent().unwrap().join("online"), "0\n").unwrap();
+        let nv = dir.path().join("var/lib/nvpmodel");
+        std::fs::create_dir_all(&nv).unwrap();
+        std::fs::write(nv.join("status"), "pmode:0002 fmode:quiet\n").unwrap();
+        let s = CpuSample::read(dir.path());
+        assert_eq!(s.power_mode, Some(2));
+        let rows = cpu_rows(&s, &s, 1.0, &[2]);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].online, rows[0].freq_mhz, rows[0].capped_mhz),
+            (false, Some(729), Some(1510))
+        );
     }
 
     #[test]

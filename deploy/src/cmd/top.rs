@@ -2,8 +2,9 @@
 //! (default 1 s): per process its state, scheduling, backend, wakeup
 //! figures against its budget (misses highlighted), handler time and
 //! restarts; per channel its rate and losses; per CPU whether it is
-//! online, its frequency, utilisation and interrupts per second (any on an
-//! isolated CPU highlighted). Keys: `q` quit, `p`/space pause, `s` next
+//! online, its frequency and the cap it is held under (power mode or
+//! throttling), utilisation and interrupts per second (any on an isolated
+//! CPU highlighted); the Jetson power mode where there is one. Keys: `q` quit, `p`/space pause, `s` next
 //! sort, `/` filter by process name (Enter applies, Esc clears).
 //!
 //! The supervisor is asked on a thread of its own, so a supervisor that
@@ -144,13 +145,15 @@ fn build(
 ) -> Frame {
     let mut notes = cur.notes.clone();
     notes.extend(iso.note.clone());
-    top::frame(
+    let mut f = top::frame(
         status.as_ref().map_err(Clone::clone),
         top::cpu_rows(prev, cur, secs, &iso.cpus),
         &notes,
         sort,
         filter,
-    )
+    );
+    f.power_mode = cur.power_mode;
+    f
 }
 
 fn once(ctx: &Ctx, args: &TopArgs, iso: &Isolated) -> anyhow::Result<Exit> {
@@ -411,6 +414,9 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
         let short: String = b.chars().take(24).collect();
         head.push(Span::raw(format!("  boot check {short}")));
     }
+    if let Some(m) = frame.power_mode {
+        head.push(Span::raw(format!("  power mode {m}")));
+    }
     if view.paused {
         head.push(Span::styled("  PAUSED", alarm));
     }
@@ -551,6 +557,7 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
                 if c.online { "online" } else { "offline" }.to_string(),
                 if c.isolated { "isolated" } else { "-" }.to_string(),
                 c.freq_mhz.map_or("-".into(), |m| m.to_string()),
+                c.capped_mhz.map_or("-".into(), |m| m.to_string()),
                 c.util_pct.map_or("-".into(), |u| format!("{u:.0}%")),
                 c.irqs_per_s.map_or("-".into(), |r| format!("{r:.0}")),
             ]);
@@ -570,10 +577,11 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
                 Constraint::Length(9),
                 Constraint::Length(6),
                 Constraint::Length(6),
+                Constraint::Length(6),
                 Constraint::Length(9),
             ],
         )
-        .header(Row::new(["CPU", "STATE", "ROLE", "MHZ", "UTIL", "IRQ/s"]).style(bold))
+        .header(Row::new(["CPU", "STATE", "ROLE", "MHZ", "CAPMHZ", "UTIL", "IRQ/s"]).style(bold))
         .render(cpu_a, buf);
     }
 
