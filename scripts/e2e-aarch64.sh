@@ -461,6 +461,7 @@ if BOOT_ID2=$(wait_ssh "$LOG1" "$BOOT_LIMIT" "$BOOT_ID"); then
     pass "the guest rebooted through U-Boot and answers over ssh ($(secs $(($(now_ms) - REBOOT_T))) s)"
 else
     fail "the guest reboots" "$BOOT_ID2" "$LOG1"
+    BOOT_ID2=
 fi
 phase_end
 if [ -n "${BOOT_ID2:-}" ] && [ "$BOOT_ID2" != "$BOOT_ID" ]; then
