@@ -241,6 +241,18 @@ g() {
     shift
     timeout -k 5 "$limit" ssh "${SSH_OPTS[@]}" root@127.0.0.1 "$@"
 }
+# q LIMIT COMMAND: g for a query (no standard input), tried up to three
+# times when ssh itself failed (exit 255) or the limit hit (124): under
+# emulation a busy guest can be slow to take a connection.
+q() {
+    local i rc=0
+    for i in 1 2 3; do
+        g "$@" </dev/null
+        rc=$?
+        case $rc in 124 | 255) [ "$i" -lt 3 ] && sleep 5 ;; *) return "$rc" ;; esac
+    done
+    return "$rc"
+}
 # qemu_args DISK [NET]: the machine; with NET, a user network with the
 # guest's ssh port forwarded to 127.0.0.1:$PORT.
 qemu_args() {
@@ -299,7 +311,7 @@ if tr -d '\r' <"$LOG1" | grep -q "extlinux"; then
 else
     fail "U-Boot read /boot/extlinux/extlinux.conf" "no sign of it on the console" "$LOG1"
 fi
-CMDLINE=$(g 30 cat /proc/cmdline)
+CMDLINE=$(q 60 cat /proc/cmdline)
 missing=''
 for t in $PLAN_CMDLINE; do
     case " $CMDLINE " in *" $t "*) ;; *) missing="$missing $t" ;; esac
@@ -309,13 +321,13 @@ if [ -z "$missing" ] && [ -n "$CMDLINE" ]; then
 else
     fail "/proc/cmdline carries every planned token" "missing:$missing (cmdline: $CMDLINE)" "$LOG1"
 fi
-check "the kernel is PREEMPT_RT (/sys/kernel/realtime)" 1 "$(g 30 cat /sys/kernel/realtime)" "$LOG1"
-check "/sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(g 30 cat /sys/devices/system/cpu/isolated)" "$LOG1"
-check "uname -m" aarch64 "$(g 30 uname -m)" "$LOG1"
+check "the kernel is PREEMPT_RT (/sys/kernel/realtime)" 1 "$(q 60 cat /sys/kernel/realtime)" "$LOG1"
+check "/sys/devices/system/cpu/isolated equals the plan" "$PLAN_ISOLATED" "$(q 60 cat /sys/devices/system/cpu/isolated)" "$LOG1"
+check "uname -m" aarch64 "$(q 60 uname -m)" "$LOG1"
 
 # systemd: the unit reached READY=1 (Type=notify: active, not activating)
 # and the watchdog is fed (its timestamp moves; no restart).
-unit_state() { g 30 systemctl show rtdeploy.service -p ActiveState -p SubState -p Type -p NRestarts -p WatchdogUSec -p WatchdogTimestampMonotonic; }
+unit_state() { q 60 systemctl show rtdeploy.service -p ActiveState -p SubState -p Type -p NRestarts -p WatchdogUSec -p WatchdogTimestampMonotonic; }
 limit=$(($(date +%s) + 240))
 while :; do
     st=$(unit_state)
@@ -327,7 +339,7 @@ prop() { sed -n "s/^$1=//p" <<<"$2"; }
 if [ "$(prop ActiveState "$st")/$(prop SubState "$st")/$(prop Type "$st")" = active/running/notify ]; then
     pass "systemd: rtdeploy.service is active (Type=notify, READY=1 reached)"
 else
-    fail "systemd: rtdeploy.service is active (Type=notify, READY=1 reached)" "$(tr '\n' ' ' <<<"$st"); $(g 30 systemctl status --no-pager -n 30 rtdeploy.service)" "$LOG1"
+    fail "systemd: rtdeploy.service is active (Type=notify, READY=1 reached)" "$(tr '\n' ' ' <<<"$st"); $(q 60 systemctl status --no-pager -n 30 rtdeploy.service)" "$LOG1"
 fi
 w1=$(prop WatchdogTimestampMonotonic "$st")
 sleep 12
@@ -344,7 +356,7 @@ fi
 wait_running() {
     local limit=$(($(date +%s) + $1)) s
     while [ "$(date +%s)" -lt "$limit" ]; do
-        s=$(g 30 deploy --json status 2>/dev/null)
+        s=$(q 60 deploy --json status 2>/dev/null)
         [ "$(jq -r '[.processes[] | select(.state == "running")] | length' <<<"$s" 2>/dev/null)" = 2 ] && {
             printf '%s\n' "$s"
             return 0
@@ -361,7 +373,7 @@ if [ "$(jq -r '.result' <<<"$step" 2>/dev/null)" = ok ]; then
 else
     fail "the supervisor applied the CPU plan" "startup step: ${step:-missing}" "$LOG1"
 fi
-if vout=$(g 60 deploy verify 2>&1); then
+if vout=$(q 60 deploy verify 2>&1); then
     pass "deploy verify exits 0 in the guest"
 else
     fail "deploy verify exits 0 in the guest" "$vout" "$LOG1"
@@ -377,14 +389,14 @@ check "deploy status names each process's backend" "listener=io_uring-futex talk
 limit=$(($(date +%s) + 120))
 count=
 while [ "$(date +%s)" -lt "$limit" ]; do
-    count=$(g 30 deploy logs listener 2>/dev/null | grep -Eo 'received [0-9]+' | grep -Eo '[0-9]+' | sort -n | tail -n1)
+    count=$(q 60 deploy logs listener 2>/dev/null | grep -Eo 'received [0-9]+' | grep -Eo '[0-9]+' | sort -n | tail -n1)
     [ -n "$count" ] && [ "$count" -ge 1000 ] && break
     sleep 3
 done
 if [ -n "$count" ] && [ "$count" -ge 1000 ]; then
-    pass "the controllers exchanged at least 1000 messages ($count, $(g 30 deploy logs listener | grep -o 'backend [a-z_-]*' | tail -n1))"
+    pass "the controllers exchanged at least 1000 messages ($count, $(q 60 deploy logs listener | grep -o 'backend [a-z_-]*' | tail -n1))"
 else
-    fail "the controllers exchanged at least 1000 messages" "${count:-no count}: $(g 30 deploy logs listener | tail -n 5)" "$LOG1"
+    fail "the controllers exchanged at least 1000 messages" "${count:-no count}: $(q 60 deploy logs listener | tail -n 5)" "$LOG1"
 fi
 bc=$(jq -r '.boot_check // empty' <<<"$STATUS")
 case $bc in
@@ -407,7 +419,7 @@ update() {
 release_verdict() {
     local limit=$(($(date +%s) + $1)) r='' st cur other
     while [ "$(date +%s)" -lt "$limit" ]; do
-        r=$(g 30 deploy --json status 2>/dev/null | jq -c '.release // empty' 2>/dev/null)
+        r=$(q 60 deploy --json status 2>/dev/null | jq -c '.release // empty' 2>/dev/null)
         st=$(jq -r '.state' <<<"$r" 2>/dev/null)
         cur=$(jq -r '.current // empty' <<<"$r" 2>/dev/null)
         other=$(jq -r '.other // empty' <<<"$r" 2>/dev/null)
@@ -444,7 +456,7 @@ update_and_judge() {
 }
 update_and_judge "$WORK/v2.bundle" 2 committed "deploy update --host over ssh: release 2 installed, trial -> committed"
 update_and_judge "$WORK/v3.bundle" 3 rolled-back "deploy update --host over ssh: release 3 crashes in its trial and rolls back by itself"
-REL=$(g 30 deploy --json releases)
+REL=$(q 60 deploy --json releases)
 CUR=$(jq -r '.releases[]? | select(.current) | .name' <<<"$REL")
 case $CUR in
 2-*) pass "after the rollback release 2 is current again ($CUR, $(jq -r '.state.state' <<<"$REL"))" ;;
@@ -467,13 +479,13 @@ phase_end
 if [ -n "${BOOT_ID2:-}" ] && [ "$BOOT_ID2" != "$BOOT_ID" ]; then
     phase_start "boot 2: assertions, the runtime's tests in the guest"
     STATUS=$(wait_running 240) || fail "after the reboot talker and listener run" "$STATUS" "$LOG1"
-    REL=$(g 30 deploy --json releases)
+    REL=$(q 60 deploy --json releases)
     CUR=$(jq -r '.releases[]? | select(.current) | .name' <<<"$REL")
     case "$CUR $(jq -r '.state.state' <<<"$REL") $(jq -r '.release.current // empty' <<<"$STATUS")" in
     "2-"*" committed 2-"*) pass "after the reboot the committed release runs ($CUR)" ;;
     *) fail "after the reboot the committed release runs" "deploy releases: $REL; status: $(jq -c .release <<<"$STATUS")" "$LOG1" ;;
     esac
-    check "after the reboot rtdeploy.service is active" active "$(g 30 systemctl is-active rtdeploy.service)" "$LOG1"
+    check "after the reboot rtdeploy.service is active" active "$(q 60 systemctl is-active rtdeploy.service)" "$LOG1"
 
     # The runtime's suites, cross-built, run in the guest.
     TESTS_DIR=/root/rtdeploy-tests
