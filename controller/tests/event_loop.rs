@@ -264,14 +264,28 @@ fn timing_reports_are_published_and_read_back() {
     lp.watch_raw(&ch, |_, _| {}).unwrap();
     let mut s = lp.make_raw_sender(&ch).unwrap();
     let start = Instant::now();
+    let shm = dir.path().to_path_buf();
+    let mut looked = Instant::now();
     lp.add_timer(
         "tick",
         controller::sys::monotonic_ns(),
         Some(Duration::from_millis(1)),
         move |ctx| {
             s.send(&1u64.to_ne_bytes()).unwrap();
-            if start.elapsed() > Duration::from_millis(200) {
-                ctx.exit();
+            // Until the second report is out (seven periods on a quiet
+            // machine; a slow one, such as an emulated guest, takes longer),
+            // with a bound that fails the test below.
+            if start.elapsed() > Duration::from_millis(200)
+                && looked.elapsed() > Duration::from_millis(20)
+            {
+                looked = Instant::now();
+                let seq = controller::timing_report::read_latest(&shm, "reporter")
+                    .ok()
+                    .flatten()
+                    .map_or(0, |r| r.seq);
+                if seq >= 2 || start.elapsed() > Duration::from_secs(15) {
+                    ctx.exit();
+                }
             }
         },
     );
