@@ -31,6 +31,9 @@ impl Tmux {
 
     fn run(&self, args: &[&str]) -> Output {
         Command::new("tmux")
+            // tmux runs the pane's command with the user's shell, and an
+            // account like nobody has nologin as its shell.
+            .env("SHELL", "/bin/sh")
             .arg("-L")
             .arg(&self.socket)
             .args(args)
