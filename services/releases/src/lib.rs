@@ -43,6 +43,7 @@ pub mod prune;
 pub mod serve;
 pub mod state;
 pub mod switch;
+pub mod utc;
 
 pub use error::ReleaseError;
 #[cfg(feature = "fault-injection")]
