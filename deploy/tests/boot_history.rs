@@ -2,25 +2,14 @@
 //! releases land in the history, bounded by `boot_check.history`, and
 //! `deploy check --history` names the release that made latency worse.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{supervise, DEPLOY};
 use services::control::{self, Request};
-
-const DEPLOY: &str = env!("CARGO_BIN_EXE_deploy");
-
-/// Kills the supervisor if a test fails before it stopped it.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 fn prefix_with(boot_check: &str) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
@@ -49,18 +38,7 @@ fn switch_release(prefix: &Path, name: &str) {
 /// Starts the supervisor, waits (watchdog 60 s) until its boot check is
 /// over, stops it with SIGTERM; returns the boot check's status line.
 fn boot(prefix: &Path) -> String {
-    let mut sup = Command::new(DEPLOY)
-        .args([
-            "-q",
-            "--prefix",
-            prefix.to_str().unwrap(),
-            "supervise",
-            "--skip-cpu-plan",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .map(Guard)
-        .unwrap();
+    let mut sup = supervise(prefix);
     let until = Instant::now() + Duration::from_secs(60);
     let line = loop {
         if let Ok(r) = control::request(&control::socket_path(prefix), &Request::Status) {
