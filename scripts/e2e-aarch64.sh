@@ -274,7 +274,9 @@ wait_ssh() {
             echo "QEMU exited"
             return 1
         fi
-        if tr -d '\r' <"$log" | grep -q -e 'initrd: cannot mount' -e 'Kernel panic'; then
+        # grep reads the file itself: under pipefail, `tr | grep -q` fails
+        # whenever grep quits early and tr dies of SIGPIPE on a long log.
+        if grep -a -q -e 'initrd: cannot mount' -e 'Kernel panic' "$log"; then
             echo "the guest failed to boot: $(tr -d '\r' <"$log" | grep -m1 -e 'initrd: cannot mount' -e 'Kernel panic')"
             return 1
         fi
@@ -306,7 +308,7 @@ phase_end
 
 phase_start "boot 1: assertions"
 # U-Boot booted our label, from our extlinux.conf.
-if tr -d '\r' <"$LOG1" | grep -q "extlinux"; then
+if grep -a -q "extlinux" "$LOG1"; then
     pass "U-Boot read /boot/extlinux/extlinux.conf ($(tr -d '\r' <"$LOG1" | grep -m1 -i -e 'Retrieving file: /boot/Image' -e 'extlinux' | head -c 120))"
 else
     fail "U-Boot read /boot/extlinux/extlinux.conf" "no sign of it on the console" "$LOG1"
