@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::board::{self, Board};
 use crate::cpuset::CpuSet;
+use crate::model::glob_match;
 use crate::power::{self, NvpmodelMode};
 
 /// A validation problem: the field path and what is wrong with it.
@@ -510,7 +511,9 @@ pub struct IrqsSection {
     /// How often the supervisor looks for interrupts and IRQ threads that
     /// appeared since it applied the plan (a CAN interface brought up, a
     /// USB device plugged in, a driver loaded late) and places them;
-    /// default 1s, `0s` never.
+    /// default 1s, `0s` never. While scanning is on, the kernel's device
+    /// events (a device added or bound) and a network link going up also
+    /// bring the next scan forward, to about 100 ms after the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rescan: Option<Dur>,
 }
@@ -526,7 +529,8 @@ impl IrqsSection {
     }
 }
 
-/// One `irqs.overrides` entry: exactly one of `irq` and `name`.
+/// One `irqs.overrides` entry: exactly one of `irq`, `name` and
+/// `interface`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IrqOverride {
@@ -535,16 +539,37 @@ pub struct IrqOverride {
     /// A glob on the interrupt's action name in /proc/interrupts.
     #[serde(default)]
     pub name: Option<String>,
+    /// A glob on the network interface that owns the interrupt (see
+    /// [`crate::model::Irq::interfaces`]): `can0`, `eth*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
     pub cpus: CpuSet,
 }
 
-/// A rule for kernel threads whose name matches a glob.
+impl IrqOverride {
+    /// True when this override selects `irq`.
+    pub fn selects(&self, irq: &crate::model::Irq) -> bool {
+        match (&self.irq, &self.name, &self.interface) {
+            (Some(n), _, _) => *n == irq.irq,
+            (None, Some(g), _) => irq.actions.iter().any(|a| glob_match(g, a)),
+            (None, None, Some(g)) => irq.interfaces.iter().any(|i| glob_match(g, i)),
+            (None, None, None) => false,
+        }
+    }
+}
+
+/// A rule for kernel threads: those whose name matches a glob, the IRQ
+/// threads of the interrupts a network interface owns, or both at once.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThreadRule {
     /// A glob on the thread name (`comm`), like `irq/*-eth0*`.
-    #[serde(rename = "match")]
-    pub pattern: String,
+    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// A glob on the network interface that owns the thread's interrupt
+    /// (`irqs.threads` only): `can0`, `eth*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
     pub policy: Policy,
     #[serde(default)]
     pub priority: Option<u32>,
@@ -556,6 +581,37 @@ pub struct ThreadRule {
     /// starve them (checked as a warning).
     #[serde(default)]
     pub feeds: Vec<String>,
+}
+
+impl ThreadRule {
+    /// The selectors as the plan and its reasons name the rule:
+    /// `` `irq/*-can0` ``, `` interface `can0` `` or both.
+    pub fn describe(&self) -> String {
+        match (&self.pattern, &self.interface) {
+            (Some(p), Some(i)) => format!("`{p}` on interface `{i}`"),
+            (Some(p), None) => format!("`{p}`"),
+            (None, Some(i)) => format!("interface `{i}`"),
+            (None, None) => "(no selector)".into(),
+        }
+    }
+
+    /// True when the rule selects a thread known by `names` (its `comm`
+    /// and, for an IRQ thread, `irq/N-<action>`), whose interrupt (if any)
+    /// is `irq`. Every selector given must hold.
+    pub fn selects(&self, names: &[String], irq: Option<&crate::model::Irq>) -> bool {
+        if self.pattern.is_none() && self.interface.is_none() {
+            return false;
+        }
+        let by_name = self
+            .pattern
+            .as_ref()
+            .is_none_or(|p| names.iter().any(|n| glob_match(p, n)));
+        let by_interface = self
+            .interface
+            .as_ref()
+            .is_none_or(|g| irq.is_some_and(|irq| irq.interfaces.iter().any(|i| glob_match(g, i))));
+        by_name && by_interface
+    }
 }
 
 /// Checks a glob as the thread and IRQ rules use it: `*`, `?` and `[...]`.
@@ -604,20 +660,42 @@ impl IrqsSection {
         }
         for (i, o) in self.overrides.iter().enumerate() {
             let base = format!("irqs.overrides[{i}]");
-            match (&o.irq, &o.name) {
-                (Some(_), Some(_)) | (None, None) => out.push((
+            match (&o.irq, &o.name, &o.interface) {
+                (Some(_), None, None) => {}
+                (None, Some(glob), None) => validate_glob(&format!("{base}.name"), glob, out),
+                (None, None, Some(glob)) => {
+                    validate_glob(&format!("{base}.interface"), glob, out)
+                }
+                _ => out.push((
                     base.clone(),
-                    "give exactly one of `irq` (a number) and `name` (a glob)".into(),
+                    "give exactly one of `irq` (a number), `name` (a glob on the action) and `interface` (a glob on the network interface)".into(),
                 )),
-                (None, Some(glob)) => validate_glob(&format!("{base}.name"), glob, out),
-                (Some(_), None) => {}
             }
             within(format!("{base}.cpus"), &o.cpus, out);
         }
         for (field, rules) in [("threads", &self.threads), ("kthreads", &self.kthreads)] {
             for (i, r) in rules.iter().enumerate() {
                 let base = format!("irqs.{field}[{i}]");
-                validate_glob(&format!("{base}.match"), &r.pattern, out);
+                match (&r.pattern, &r.interface) {
+                    (None, None) => out.push((
+                        base.clone(),
+                        "give `match` (a glob on the thread name), `interface` (a glob on the network interface that owns its interrupt), or both".into(),
+                    )),
+                    (Some(p), i) => {
+                        validate_glob(&format!("{base}.match"), p, out);
+                        if let Some(i) = i {
+                            validate_glob(&format!("{base}.interface"), i, out);
+                        }
+                    }
+                    (None, Some(i)) => validate_glob(&format!("{base}.interface"), i, out),
+                }
+                if field == "kthreads" && r.interface.is_some() {
+                    out.push((
+                        format!("{base}.interface"),
+                        "only IRQ threads have an interface (move the rule to `irqs.threads`)"
+                            .into(),
+                    ));
+                }
                 validate_priority(&format!("{base}.priority"), r.policy, r.priority, out);
                 if let Some(set) = &r.cpus {
                     within(format!("{base}.cpus"), set, out);

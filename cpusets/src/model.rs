@@ -383,6 +383,13 @@ pub struct Irq {
     pub affinity: Option<CpuSet>,
     /// `effective_affinity_list`, where the architecture has it.
     pub effective: Option<CpuSet>,
+    /// The network interfaces that own this interrupt: those whose device
+    /// lists it (a PCI function's `msi_irqs/N` or legacy `irq`, a virtio
+    /// device's parent's), and those it is named after (an action that is
+    /// the interface's name or starts with `<name>-`, as `can0` from
+    /// mttcan's `open` or `eth0-TxRx-0`). Sorted, no duplicates.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<String>,
 }
 
 impl Irq {
@@ -631,6 +638,7 @@ mod tests {
             hwirq: Some(hw),
             affinity: None,
             effective: None,
+            interfaces: Vec::new(),
         };
         assert!(irq("GICv3", 30).is_per_cpu());
         assert!(!irq("GICv3", 200).is_per_cpu());

@@ -337,12 +337,7 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
             },
         };
         for (i, o) in iso.irqs.overrides.iter().enumerate() {
-            let hit = match (&o.irq, &o.name) {
-                (Some(n), _) => *n == irq.irq,
-                (None, Some(g)) => irq.actions.iter().any(|a| glob_match(g, a)),
-                (None, None) => false,
-            };
-            if hit {
+            if o.selects(irq) {
                 placement.cpus = o.cpus.clone();
                 placement.reason = format!("irqs.overrides[{i}]");
             }
@@ -351,11 +346,7 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
     }
     if !inv.irqs.is_empty() {
         for (i, o) in iso.irqs.overrides.iter().enumerate() {
-            let used = inv.irqs.iter().any(|irq| match (&o.irq, &o.name) {
-                (Some(n), _) => *n == irq.irq,
-                (None, Some(g)) => irq.actions.iter().any(|a| glob_match(g, a)),
-                (None, None) => false,
-            });
+            let used = inv.irqs.iter().any(|irq| o.selects(irq));
             if !used {
                 warnings.push(format!("irqs.overrides[{i}] matches no interrupt"));
             }
@@ -382,16 +373,18 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
         // `comm` is cut at 15 characters (`irq/201-3210000`), so an IRQ
         // thread is also matched by its full name, `irq/N-<action>`.
         let mut names = vec![task.comm.clone()];
-        if let Some(n) = task.irq_number() {
-            if let Some(irq) = inv.irqs.iter().find(|i| i.irq == n) {
-                names.extend(irq.actions.iter().map(|a| format!("irq/{n}-{a}")));
-            }
+        let irq = task
+            .irq_number()
+            .and_then(|n| inv.irqs.iter().find(|i| i.irq == n));
+        if let Some(irq) = irq {
+            let n = irq.irq;
+            names.extend(irq.actions.iter().map(|a| format!("irq/{n}-{a}")));
         }
         // The last matching rule wins, as with overrides.
         let rule = rules
             .iter()
             .enumerate()
-            .rfind(|(_, r)| names.iter().any(|name| glob_match(&r.pattern, name)));
+            .rfind(|(_, r)| r.selects(&names, irq));
         if let Some((i, _)) = rule {
             used[offset + i] = true;
         }
@@ -416,7 +409,7 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
                     policy: Some(r.policy),
                     priority: Some(r.priority.unwrap_or(0)),
                     cpus,
-                    reason: format!("irqs.{field}[{i}] `{}`", r.pattern),
+                    reason: format!("irqs.{field}[{i}] {}", r.describe()),
                 })
             }
             (ThreadKind::Irq, None) => {
@@ -467,8 +460,8 @@ pub fn plan(iso: &Isolation, inv: &Inventory) -> Result<RuntimePlan, PlanBuildEr
                     n - iso.irqs.threads.len()
                 };
                 warnings.push(format!(
-                    "irqs.{field}[{i}] `{}` matches no kernel thread",
-                    r.pattern
+                    "irqs.{field}[{i}] {} matches no kernel thread",
+                    r.describe()
                 ));
             }
         }
@@ -597,7 +590,7 @@ impl fmt::Display for RuntimePlan {
                 .as_ref()
                 .map(|c| format!(" on {c}"))
                 .unwrap_or_default();
-            writeln!(f, "  rule `{}`: {}{prio}{cpus}", r.pattern, r.policy)?;
+            writeln!(f, "  rule {}: {}{prio}{cpus}", r.describe(), r.policy)?;
         }
         for t in &self.threads {
             let sched = match (t.policy, t.priority) {

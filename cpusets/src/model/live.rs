@@ -1,6 +1,7 @@
 //! Reads the live system's state from a sysroot (`/` on a robot, a
 //! temporary tree in tests). Only reads: writing is `apply`'s job.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -98,7 +99,8 @@ impl Live {
             what: e.to_string(),
         })?;
         let interrupts = read_interrupts(&sys_path(root, "/proc/interrupts"))?;
-        let irqs = read_irqs(root, &interrupts)?;
+        let mut irqs = read_irqs(root, &interrupts)?;
+        attach_interfaces(&mut irqs, &read_net_irqs(root));
         let tasks = read_tasks(root)?;
         Ok(Live {
             online,
@@ -168,9 +170,94 @@ pub fn read_irqs(root: &Path, interrupts: &Interrupts) -> Result<Vec<Irq>, Model
             hwirq: row.and_then(|r| r.hwirq()),
             affinity: read_cpu_list(&dir.join("smp_affinity_list"))?,
             effective: read_cpu_list(&dir.join("effective_affinity_list"))?,
+            interfaces: Vec::new(),
         });
     }
     Ok(irqs)
+}
+
+/// At most this many network interfaces, and interrupts per device, are
+/// read from /sys: a bound against a strange or hostile sysfs.
+const NET_LIMIT: usize = 4096;
+
+/// The network interfaces in /sys/class/net, each with the interrupts its
+/// device lists: a PCI function's MSI/MSI-X vectors (`msi_irqs/N`) and its
+/// legacy `irq`; for a virtio device (whose vectors its PCI parent holds),
+/// the parent's. Interfaces without a device (`lo`, bridges) have none.
+/// Unreadable entries are skipped: ownership read from sysfs is a hint
+/// for rules, never a reason to fail a plan.
+pub fn read_net_irqs(root: &Path) -> BTreeMap<String, Vec<u32>> {
+    let mut out = BTreeMap::new();
+    let Ok(rd) = fs::read_dir(sys_path(root, "/sys/class/net")) else {
+        return out;
+    };
+    for entry in rd.filter_map(|e| e.ok()).take(NET_LIMIT) {
+        let Some(name) = entry.file_name().to_str().map(String::from) else {
+            continue;
+        };
+        // IFNAMSIZ: 15 characters and the NUL.
+        if name.is_empty() || name.len() > 15 {
+            continue;
+        }
+        let device = entry.path().join("device");
+        let mut irqs = device_irqs(&device);
+        let virtio = fs::read_link(device.join("subsystem"))
+            .ok()
+            .and_then(|t| t.file_name().map(|f| f == "virtio"))
+            .unwrap_or(false);
+        if virtio {
+            irqs.extend(device_irqs(&device.join("..")));
+        }
+        irqs.sort_unstable();
+        irqs.dedup();
+        out.insert(name, irqs);
+    }
+    out
+}
+
+/// The interrupts a device directory lists: `msi_irqs/N` and a non-zero
+/// `irq`.
+fn device_irqs(device: &Path) -> Vec<u32> {
+    let mut irqs: Vec<u32> = fs::read_dir(device.join("msi_irqs"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .take(NET_LIMIT)
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Ok(Some(text)) = read_opt(&device.join("irq")) {
+        if let Ok(n) = text.trim().parse::<u32>() {
+            if n != 0 {
+                irqs.push(n);
+            }
+        }
+    }
+    irqs
+}
+
+/// Sets each interrupt's [`Irq::interfaces`] from the device listing of
+/// [`read_net_irqs`] and from its action names: an action that is an
+/// interface's name, or starts with `<name>-`, is that interface's (mttcan
+/// requests `can0` in `open`; many NIC drivers name queue vectors
+/// `eth0-TxRx-0`).
+pub fn attach_interfaces(irqs: &mut [Irq], net: &BTreeMap<String, Vec<u32>>) {
+    for irq in irqs.iter_mut() {
+        let mut owners: Vec<String> = net
+            .iter()
+            .filter(|(name, listed)| {
+                listed.contains(&irq.irq)
+                    || irq.actions.iter().any(|a| {
+                        a.strip_prefix(name.as_str())
+                            .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+                    })
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        owners.sort();
+        owners.dedup();
+        irq.interfaces = owners;
+    }
 }
 
 /// Every task: the threads in /proc/PID/task when the directory exists,

@@ -184,6 +184,7 @@ pub fn orin() -> Sections {
             overrides: vec![IrqOverride {
                 irq: None,
                 name: Some("eqos*".into()),
+                interface: None,
                 cpus: cpus("2-3"),
             }],
             threads: vec![

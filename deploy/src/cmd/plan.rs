@@ -289,7 +289,7 @@ fn rule_line(out: &mut String, r: &ThreadRule) {
         .as_ref()
         .map(|c| format!("cpus {c}"))
         .unwrap_or_else(|| "cpus unchanged".into());
-    let _ = writeln!(out, "  {:<28} {}{prio:<4} {cpus}", r.pattern, r.policy);
+    let _ = writeln!(out, "  {:<28} {}{prio:<4} {cpus}", r.describe(), r.policy);
 }
 
 /// The human form: a few aligned tables.

@@ -661,10 +661,10 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                 c.warn(
                     &format!("{field}.priority"),
                     format!(
-                        "process `{}` ({} {pp}) runs above the IRQ threads `{}` ({} {rp}) that feed it on CPUs {shared}: while it runs, its own input waits",
+                        "process `{}` ({} {pp}) runs above the IRQ threads {} ({} {rp}) that feed it on CPUs {shared}: while it runs, its own input waits",
                         echo::value(&p.name),
                         p.policy,
-                        echo::value(&rule.pattern),
+                        echo::value(&rule.describe()),
                         rule.policy
                     ),
                 );
