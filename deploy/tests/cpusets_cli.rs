@@ -324,6 +324,48 @@ fn wait_status(
     }
 }
 
+/// can1 comes up in a fake Orin tree: IRQ 300 and its thread, as the
+/// kernel would show them before anyone placed them (every CPU,
+/// SCHED_FIFO 50). Returns the IRQ's /proc/irq directory and the thread's
+/// /proc directory.
+fn bring_up_can1(root: &Path) -> (PathBuf, PathBuf) {
+    let irq = root.join("proc/irq/300");
+    fs::create_dir_all(irq.join("can1")).unwrap();
+    fs::write(irq.join("smp_affinity_list"), "0-5\n").unwrap();
+    fs::write(irq.join("smp_affinity"), "3f\n").unwrap();
+    fs::write(irq.join("effective_affinity_list"), "0\n").unwrap();
+    fs::write(irq.join("effective_affinity"), "01\n").unwrap();
+    // The new thread's stat and status are another IRQ thread's of the
+    // tree, renamed.
+    let (pid, comm) = fs::read_dir(root.join("proc"))
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = fs::read_to_string(e.path().join("comm")).ok()?;
+            comm.starts_with("irq/")
+                .then(|| (pid, comm.trim().to_string()))
+        })
+        .min()
+        .expect("an IRQ thread in the tree");
+    let thread = root.join("proc/4300");
+    fs::create_dir_all(&thread).unwrap();
+    let stat = fs::read_to_string(root.join(format!("proc/{pid}/stat")))
+        .unwrap()
+        .replacen(&format!("{pid} ({comm})"), "4300 (irq/300-can1)", 1);
+    let status_text = fs::read_to_string(root.join(format!("proc/{pid}/status")))
+        .unwrap()
+        .replace(&comm, "irq/300-can1")
+        .replace(&format!("\t{pid}\n"), "\t4300\n");
+    fs::write(thread.join("status"), status_text).unwrap();
+    fs::write(thread.join("comm"), "irq/300-can1\n").unwrap();
+    fs::write(thread.join("stat"), stat).unwrap();
+    let mut interrupts = fs::read_to_string(root.join("proc/interrupts")).unwrap();
+    interrupts.push_str(" 300:          0          0          0          0          0          0     GICv3  99 Level     can1\n");
+    fs::write(root.join("proc/interrupts"), interrupts).unwrap();
+    (irq, thread)
+}
+
 /// An interrupt and its IRQ thread that appear while the supervisor runs
 /// (a CAN interface brought up: mttcan requests its IRQ in `open`, under
 /// the interface name) are placed by the next scan as robot.yaml says: the
@@ -357,29 +399,7 @@ fn the_supervisor_places_an_irq_that_appears_after_it_started() {
         s.irq_scan
     );
 
-    // can1 comes up: IRQ 300 and its thread, as the kernel would show
-    // them before anyone placed them (every CPU, SCHED_FIFO 50).
-    let irq = t.path().join("proc/irq/300");
-    fs::create_dir_all(irq.join("can1")).unwrap();
-    fs::write(irq.join("smp_affinity_list"), "0-5\n").unwrap();
-    fs::write(irq.join("smp_affinity"), "3f\n").unwrap();
-    fs::write(irq.join("effective_affinity_list"), "0\n").unwrap();
-    fs::write(irq.join("effective_affinity"), "01\n").unwrap();
-    let thread = t.path().join("proc/4300");
-    fs::create_dir_all(&thread).unwrap();
-    let stat = fs::read_to_string(t.path().join("proc/106/stat"))
-        .unwrap()
-        .replacen("106 (irq/19-can0)", "4300 (irq/300-can1)", 1);
-    let status_text = fs::read_to_string(t.path().join("proc/106/status"))
-        .unwrap()
-        .replace("irq/19-can0", "irq/300-can1")
-        .replace("\t106\n", "\t4300\n");
-    fs::write(thread.join("status"), status_text).unwrap();
-    fs::write(thread.join("comm"), "irq/300-can1\n").unwrap();
-    fs::write(thread.join("stat"), stat).unwrap();
-    let mut interrupts = fs::read_to_string(t.path().join("proc/interrupts")).unwrap();
-    interrupts.push_str(" 300:          0          0          0          0          0          0     GICv3  99 Level     can1\n");
-    fs::write(t.path().join("proc/interrupts"), interrupts).unwrap();
+    let (irq, thread) = bring_up_can1(t.path());
 
     let s = wait("the scan to place can1", &|s| s.irq_scan.is_some());
     let scan = s.irq_scan.unwrap();
@@ -404,6 +424,71 @@ fn the_supervisor_places_an_irq_that_appears_after_it_started() {
     assert!(
         status_text.contains("Cpus_allowed_list:\t5\n"),
         "{status_text}"
+    );
+}
+
+/// With a scan period far longer than the test waits, the kernel's own
+/// device event (root asks the kernel to send one for `lo`) brings the
+/// scan forward: the IRQ that appeared is placed within seconds, and the
+/// scan's status says it ran early and why.
+#[test]
+fn a_kernel_event_brings_the_irq_scan_forward() {
+    let uevent = "/sys/class/net/lo/uevent";
+    if let Err(e) = fs::OpenOptions::new().write(true).open(uevent) {
+        eprintln!("skipped: cannot make the kernel send a uevent ({uevent}: {e}; needs root)");
+        return;
+    }
+    let (t, p) = tree("orin-nano-5.15");
+    cgroup_dirs(
+        t.path(),
+        "sys/fs/cgroup",
+        &[
+            ("cgroup.subtree_control", ""),
+            ("cpuset.cpus", ""),
+            ("cpuset.cpus.partition", "member"),
+            ("cpuset.cpus.exclusive", ""),
+        ],
+    );
+    let _sup = supervise(
+        t.path(),
+        p.path(),
+        "robot:\n  name: canbot\nboard:\n  model: jetson-orin-nano\ncpus:\n  housekeeping: 0-3\n  isolated: 4-5\nirqs:\n  default_affinity: 0-3\n  rescan: 1h\n  threads:\n    - match: \"irq/*-can1\"\n      policy: fifo\n      priority: 92\n      cpus: 5\nboot_check:\n  enabled: false\nprocesses:\n  - name: idle\n    exec: /bin/sleep\n    args: [\"600\"]\n",
+    );
+    wait_status(p.path(), "start-up", &|s| !s.startup.is_empty());
+    let (irq, _) = bring_up_can1(t.path());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let s = services::control::request(
+        &services::control::socket_path(p.path()),
+        &services::control::Request::Status,
+    )
+    .unwrap()
+    .status
+    .unwrap();
+    assert!(
+        s.irq_scan.is_none(),
+        "no event yet, no scan: {:?}",
+        s.irq_scan
+    );
+
+    fs::write(uevent, "change").unwrap();
+    let s = wait_status(p.path(), "an early scan to place can1", &|s| {
+        s.irq_scan.is_some()
+    });
+    let scan = s.irq_scan.unwrap();
+    assert!(
+        scan.detail
+            .starts_with("placed IRQ 300 (can1), thread irq/300-can1 (pid 4300): "),
+        "{scan:?}"
+    );
+    assert!(
+        scan.detail.contains("(scanned early after uevent "),
+        "{scan:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(irq.join("smp_affinity_list"))
+            .unwrap()
+            .trim(),
+        "0-3"
     );
 }
 

@@ -33,6 +33,7 @@ pub mod boot_history;
 pub mod config;
 pub mod control;
 pub mod health;
+pub mod hotplug;
 pub mod journal;
 pub mod logfile;
 pub mod metrics;

@@ -124,6 +124,7 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         health_window: robot.update.health_window.0,
         keep: robot.update.keep,
         irq_scan_every: robot.irqs.rescan_every(),
+        irq_scan_on_events: true,
         journal: true,
         metrics_textfile: robot.metrics.textfile.as_ref().map(|t| {
             // Absolute paths are on the robot's root, under the prefix

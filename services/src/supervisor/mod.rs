@@ -43,6 +43,13 @@ use trial::ReleaseWatch;
 /// A turn of the event loop that works this long is said on stderr.
 const STALL: Duration = Duration::from_secs(1);
 
+/// An IRQ scan a kernel event asked for runs this long after the event
+/// (the driver may still be setting up) ...
+const EARLY_SCAN_DELAY: Duration = Duration::from_millis(100);
+/// ... and never sooner than this after the last scan, however many
+/// events arrive.
+const EARLY_SCAN_GAP: Duration = Duration::from_millis(250);
+
 pub use controller::rt::find_cgroup;
 pub use startup::{
     BootCheckHook, BootCheckOutcome, Hooks, IrqScanHook, Options, Roots, StepHook,
@@ -104,6 +111,12 @@ pub struct Supervisor {
     last_irq_scan: Option<StepStatus>,
     /// How long this turn's IRQ scan took (zero without one).
     irq_scan_took: Duration,
+    /// When the last IRQ scan ran.
+    last_irq_scan_at: Option<Instant>,
+    /// Kernel event sockets that bring the next IRQ scan forward, and the
+    /// event that did so for the scan now due.
+    hotplug: Vec<crate::hotplug::EventSocket>,
+    early_scan: Option<String>,
     /// The Prometheus textfile (robot.yaml `metrics:`).
     metrics: Option<crate::metrics::Textfile>,
 }
@@ -175,11 +188,25 @@ impl Supervisor {
             irq_scan,
             irq_scan_took: Duration::ZERO,
             last_irq_scan: None,
+            last_irq_scan_at: None,
+            hotplug: Vec::new(),
+            early_scan: None,
             metrics: opts
                 .metrics_textfile
                 .clone()
                 .map(|(path, every)| crate::metrics::Textfile::new(path, every)),
         };
+        if sup.irq_scan.is_some() && opts.irq_scan_on_events {
+            use crate::hotplug::{EventSocket, Kind};
+            for kind in [Kind::Uevent, Kind::Link] {
+                match EventSocket::open(kind) {
+                    Ok(s) => sup.hotplug.push(s),
+                    Err(e) => stderr.say(format!(
+                        "irq scan: no {kind:?} events from the kernel ({e}); scanning on its period only"
+                    )),
+                }
+            }
+        }
         for s in &sup.startup {
             if s.result != "ok" {
                 stderr.say(format!("{}: {} ({})", s.step, s.result, s.detail));
@@ -296,10 +323,34 @@ impl Supervisor {
         let began = Instant::now();
         let st = hook();
         self.irq_scan_took = began.elapsed();
-        if let Some(st) = st {
+        self.last_irq_scan_at = Some(now);
+        let early = self.early_scan.take();
+        if let Some(mut st) = st {
+            if let Some(why) = early {
+                st.detail = format!("{} (scanned early after {why})", st.detail);
+            }
             self.stderr
                 .say(format!("{}: {} ({})", st.step, st.result, st.detail));
             self.last_irq_scan = Some(st);
+        }
+    }
+
+    /// Reads a kernel event socket; an event that can bring an interrupt
+    /// brings the next IRQ scan forward.
+    fn read_hotplug(&mut self, j: usize, now: Instant) {
+        let Some(trigger) = self.hotplug.get(j).and_then(|s| s.drain().trigger) else {
+            return;
+        };
+        let Some(due) = self.next_irq_scan else {
+            return;
+        };
+        let mut at = now + EARLY_SCAN_DELAY;
+        if let Some(last) = self.last_irq_scan_at {
+            at = at.max(last + EARLY_SCAN_GAP);
+        }
+        if at < due {
+            self.next_irq_scan = Some(at);
+            self.early_scan.get_or_insert(trigger);
         }
     }
 
@@ -321,6 +372,7 @@ impl Supervisor {
             Exit,
             Output(usize),
             Conn(usize),
+            Hotplug(usize),
         }
         // Requests that waited behind a reply given since (answer_pending).
         for k in 0..self.conns.len() {
@@ -352,6 +404,10 @@ impl Supervisor {
             fds.push(e);
             tags.push(Tag::Conn(k));
         }
+        for (j, s) in self.hotplug.iter().enumerate() {
+            fds.push(Poll::read(s.raw_fd()));
+            tags.push(Tag::Hotplug(j));
+        }
         poll(&mut fds, self.next_deadline()).map_err(SupervisorStartError::Poll)?;
         let woke = Instant::now();
         let mut reap = false;
@@ -372,6 +428,7 @@ impl Supervisor {
                     }
                 }
                 Tag::Listener if e.readable => accept = true,
+                Tag::Hotplug(j) if e.readable => self.read_hotplug(j, woke),
                 Tag::Exit if e.readable => reap = true,
                 Tag::Output(i) if e.readable => {
                     let open = self.table.read_output(i, &mut self.conns);

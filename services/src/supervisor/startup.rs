@@ -89,6 +89,9 @@ pub struct Options {
     pub keep: u32,
     /// `irqs.rescan`: how often [`Hooks::irq_scan`] runs (none: never).
     pub irq_scan_every: Option<Duration>,
+    /// Also run the IRQ scan soon after the kernel says a device was
+    /// added or bound, or a network link came up ([`crate::hotplug`]).
+    pub irq_scan_on_events: bool,
     /// Send events to the systemd journal when it is there
     /// ([`crate::journal`]).
     pub journal: bool,
@@ -108,6 +111,7 @@ impl Default for Options {
             health_window: Duration::from_secs(30),
             keep: 3,
             irq_scan_every: None,
+            irq_scan_on_events: false,
             journal: false,
             metrics_textfile: None,
         }
