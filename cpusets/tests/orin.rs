@@ -1,5 +1,7 @@
-//! Plan, apply and verify on the hand-written Jetson Orin Nano tree
-//! (PREEMPT_RT 5.15 booted with the planned command line, before apply).
+//! Plan, apply and verify on the Jetson Orin Nano tree (R36's PREEMPT_RT
+//! 5.15 booted with the planned command line, before apply; assembled by
+//! cpusets/fixtures/make-orin-nano.py, which cites where each name comes
+//! from).
 
 mod common;
 
@@ -34,10 +36,14 @@ fn plan_places_interrupts_and_threads() {
     let t = tree("orin-nano-5.15");
     let plan = orin().plan(t.path());
     let irq = |n: u32| plan.irqs.iter().find(|p| p.irq == n).unwrap();
-    assert_eq!(irq(14).cpus.to_string(), "0-3");
-    assert_eq!(irq(16).cpus.to_string(), "2-3", "eqos* override");
-    assert_eq!(irq(17).cpus.to_string(), "2-3");
-    assert_eq!(irq(17).reason, "irqs.overrides[0]");
+    assert_eq!(irq(67).cpus.to_string(), "0-3");
+    assert_eq!(
+        irq(301).cpus.to_string(),
+        "2-3",
+        "the enP8p1s0 interface override"
+    );
+    assert_eq!(irq(301).reason, "irqs.overrides[0]");
+    assert_eq!(irq(154).cpus.to_string(), "0-3");
     let thread = |comm: &str| {
         plan.threads
             .iter()
@@ -45,7 +51,7 @@ fn plan_places_interrupts_and_threads() {
             .unwrap_or_else(|| panic!("{comm} not planned"))
     };
     // The comm is cut at 15 characters; the rule matches the full name.
-    let spi = thread("irq/18-3210000.");
+    let spi = thread("irq/68-3210000.");
     assert_eq!(
         (
             spi.policy,
@@ -54,12 +60,22 @@ fn plan_places_interrupts_and_threads() {
         ),
         (Some(Policy::Fifo), Some(88), "4".into())
     );
-    assert_eq!(thread("irq/19-can0").priority, Some(92));
+    // PREEMPT_RT gives a handler with a thread function a second thread,
+    // irq/N-s-<name>; the rule matches it by the interrupt's full name too.
+    let spi2 = thread("irq/68-s-321000");
     assert_eq!(
-        thread("irq/16-eqos.com").cpus.as_ref().unwrap().to_string(),
-        "2-3"
+        (spi2.priority, spi2.cpus.as_ref().unwrap().to_string()),
+        (Some(88), "4".into())
     );
-    let mmc = thread("irq/14-mmc0");
+    assert_eq!(thread("irq/239-can0").priority, Some(92));
+    let eth = thread("irq/301-enP8p1s");
+    assert_eq!(
+        (eth.priority, eth.cpus.as_ref().unwrap().to_string()),
+        (Some(50), "2-3".into()),
+        "{}",
+        eth.reason
+    );
+    let mmc = thread("irq/67-mmc0");
     assert_eq!(
         (mmc.policy, mmc.cpus.as_ref().unwrap().to_string()),
         (None, "0-3".into())
@@ -99,7 +115,7 @@ fn dry_run_writes_nothing_and_shows_each_write() {
     assert_eq!(snapshot(t.path()), before, "dry run changed the tree");
     let text = report.render(false);
     assert!(
-        text.contains("would write /proc/irq/14/smp_affinity_list  0-5 -> 0-3"),
+        text.contains("would write /proc/irq/67/smp_affinity_list  0-5 -> 0-3"),
         "{text}"
     );
     assert!(
@@ -139,8 +155,8 @@ fn apply_writes_the_plan_and_twice_changes_nothing() {
     let plan = orin().plan(root);
     let report = apply::apply(&plan, root, &apply_opts(false)).unwrap();
     assert_eq!(report.failures().count(), 0, "{}", report.render(true));
-    assert_eq!(read(root, "/proc/irq/14/smp_affinity_list"), "0-3");
-    assert_eq!(read(root, "/proc/irq/17/smp_affinity_list"), "2-3");
+    assert_eq!(read(root, "/proc/irq/67/smp_affinity_list"), "0-3");
+    assert_eq!(read(root, "/proc/irq/301/smp_affinity_list"), "2-3");
     assert_eq!(read(root, "/proc/irq/default_smp_affinity"), "f");
     assert_eq!(read(root, "/proc/sys/kernel/sched_rt_runtime_us"), "-1");
     assert_eq!(read(root, "/proc/sys/kernel/timer_migration"), "0");
@@ -192,7 +208,7 @@ fn apply_writes_the_plan_and_twice_changes_nothing() {
         "115200"
     );
     // Threads: the fake tree shows what the kernel would.
-    let spi = pid_of(root, "irq/18-3210000.");
+    let spi = pid_of(root, "irq/68-3210000.");
     let stat = read(root, &format!("/proc/{spi}/stat"));
     assert!(stat.ends_with(" 0 88 1 0 0 0 0 0 0 0 0 0 0 0"), "{stat}");
     assert!(read(root, &format!("/proc/{spi}/status")).contains("Cpus_allowed_list:\t4"));
@@ -201,9 +217,10 @@ fn apply_writes_the_plan_and_twice_changes_nothing() {
         read(root, &format!("/proc/{kswapd}/status")).contains("Cpus_allowed_list:\t0-3"),
         "kswapd0 moved"
     );
-    // kworker/R-* is pinned by the kernel: unmovable, not an error.
+    // A workqueue rescuer (rcu_gp on 5.15) is pinned by the kernel:
+    // unmovable, not an error.
     assert!(
-        report.actions.iter().all(|a| !a.item.contains("kworker/R")),
+        report.actions.iter().all(|a| !a.item.contains("rcu_gp")),
         "not planned: PF_NO_SETAFFINITY"
     );
 
@@ -225,8 +242,9 @@ fn unmovable_interrupt_is_recorded_not_an_error() {
     let t = tree("orin-nano-5.15");
     let root = t.path();
     make_cgroup_v2_dirs(root, "/sys/fs/cgroup", false);
-    // 11 is the arch_timer PPI, 22 an MSI the PCIe controller pins.
-    let files: Vec<_> = [11, 22]
+    // 13 is the arch_timer PPI, 303 an MSI (nvme0q0) the PCIe controller
+    // pins.
+    let files: Vec<_> = [13, 303]
         .iter()
         .map(|n| root.join(format!("proc/irq/{n}/smp_affinity_list")))
         .collect();
@@ -252,33 +270,33 @@ fn unmovable_interrupt_is_recorded_not_an_error() {
     let report = apply::apply(&plan, root, &apply_opts(false));
     chattr("-i");
     let report = report.unwrap();
-    assert_eq!(report.unmovable_irqs(), vec![11, 22]);
+    assert_eq!(report.unmovable_irqs(), vec![13, 303]);
     assert_eq!(report.failures().count(), 0, "{}", report.render(true));
     assert!(report
         .render(false)
-        .contains("unmovable   /proc/irq/22/smp_affinity_list  0-5 -> 0-3"));
+        .contains("unmovable   /proc/irq/303/smp_affinity_list  0-5 -> 0-3"));
 
     // verify lists it as unmovable when told so, as drift otherwise.
     settle_irqs(root);
     let mut opts = verify_opts(root);
     let v = verify::verify(&plan, root, &opts).unwrap();
-    assert_eq!(v.check("irq.22").unwrap().status, Status::Drift);
+    assert_eq!(v.check("irq.303").unwrap().status, Status::Drift);
     assert_eq!(
-        v.check("irq.11").unwrap().status,
+        v.check("irq.13").unwrap().status,
         Status::Unmovable,
         "arch_timer is a PPI"
     );
     opts.unmovable_irqs = report.unmovable_irqs();
     let v = verify::verify(&plan, root, &opts).unwrap();
-    assert_eq!(v.check("irq.22").unwrap().status, Status::Unmovable);
+    assert_eq!(v.check("irq.303").unwrap().status, Status::Unmovable);
     // The timer ticks on the isolated CPUs: listed, not drift.
     assert_eq!(v.check("irq.activity").unwrap().status, Status::Ok);
     let ticks = v.check("irq.activity.unmovable").unwrap();
     assert_eq!(
         ticks.items,
         vec![
-            "irq 11 arch_timer fired 1 times on CPU 4".to_string(),
-            "irq 11 arch_timer fired 1 times on CPU 5".into()
+            "irq 13 arch_timer fired 1 times on CPU 4".to_string(),
+            "irq 13 arch_timer fired 1 times on CPU 5".into()
         ]
     );
     assert!(v.in_sync(), "{}", v.render(false));
@@ -304,8 +322,8 @@ fn verify_before_apply_names_the_drift() {
     assert!(!v.in_sync());
     let drifted: Vec<&str> = v.drifted().map(|c| c.id.as_str()).collect();
     for id in [
-        "irq.14",
-        "irq.16",
+        "irq.67",
+        "irq.301",
         "sysctl.kernel.sched_rt_runtime_us",
         "workqueue.cpumask",
         "cgroup.rt.cpus",
@@ -321,7 +339,7 @@ fn verify_before_apply_names_the_drift() {
         "cmdline.effect.isolated",
         "cmdline.effect.nohz_full",
         "irq.activity",
-        "irq.13",
+        "irq.154",
     ] {
         assert_eq!(
             v.check(id).unwrap().status,
@@ -338,10 +356,11 @@ fn verify_after_apply_is_in_sync() {
     let v = verify::verify(&plan, t.path(), &verify_opts(t.path())).unwrap();
     assert!(v.in_sync(), "{}", v.render(true));
     assert_eq!(v.check("cgroup.rt.partition").unwrap().status, Status::Ok);
-    // Kernel-pinned kworker/R-rcu_g may still run anywhere: listed, not drift.
+    // The kernel-pinned rescuer rcu_gp may still run anywhere: listed, not
+    // drift.
     let pinned = v.check("tasks.isolated.pinned").unwrap();
     assert!(
-        pinned.items.iter().any(|i| i.contains("kworker/R-rcu_g")),
+        pinned.items.iter().any(|i| i.contains("`rcu_gp`")),
         "{pinned:?}"
     );
 }
@@ -350,14 +369,14 @@ fn verify_after_apply_is_in_sync() {
 fn verify_names_an_irq_on_an_isolated_cpu() {
     let (t, plan) = applied();
     let root = t.path();
-    write(root, "/proc/irq/17/smp_affinity_list", "4\n");
-    write(root, "/proc/irq/17/effective_affinity_list", "4\n");
+    write(root, "/proc/irq/301/smp_affinity_list", "4\n");
+    write(root, "/proc/irq/301/effective_affinity_list", "4\n");
     // ... and it fired there during the sampling window.
     let after = fs::read_to_string(root.join("proc/interrupts.after")).unwrap();
     let after: String = after
         .lines()
         .map(|l| {
-            if l.trim_start().starts_with("17:") {
+            if l.trim_start().starts_with("301:") {
                 let mut f: Vec<String> = l.split_whitespace().map(String::from).collect();
                 f[5] = "25".into(); // CPU4
                 format!("{}\n", f.join(" "))
@@ -369,16 +388,17 @@ fn verify_names_an_irq_on_an_isolated_cpu() {
     write(root, "/proc/interrupts.after", &after);
     let v = verify::verify(&plan, root, &verify_opts(root)).unwrap();
     assert!(!v.in_sync());
-    assert_eq!(v.check("irq.17").unwrap().status, Status::Drift);
+    assert_eq!(v.check("irq.301").unwrap().status, Status::Drift);
     let act = v.check("irq.activity").unwrap();
     assert_eq!(act.status, Status::Drift);
     assert_eq!(
         act.items,
-        vec!["irq 17 eqos.vm0 fired 25 times on CPU 4".to_string()]
+        vec!["irq 301 enP8p1s0-0 fired 25 times on CPU 4".to_string()]
     );
     let text = v.render(false);
     assert!(
-        text.contains("irq.17") && text.contains("eqos.vm0: affinity 4 effective 4, planned 2-3"),
+        text.contains("irq.301")
+            && text.contains("enP8p1s0-0: affinity 4 effective 4, planned 2-3"),
         "{text}"
     );
 }
@@ -387,14 +407,14 @@ fn verify_names_an_irq_on_an_isolated_cpu() {
 fn verify_names_an_irq_thread_at_the_wrong_priority() {
     let (t, plan) = applied();
     let root = t.path();
-    let can = pid_of(root, "irq/19-can0");
+    let can = pid_of(root, "irq/239-can0");
     let stat = read(root, &format!("/proc/{can}/stat"));
     let wrong = cpusets::model::TaskStat::with_sched(&stat, 1, 10).unwrap();
     write(root, &format!("/proc/{can}/stat"), &wrong);
     let v = verify::verify(&plan, root, &verify_opts(root)).unwrap();
     let c = v.check(&format!("thread.{can}")).unwrap();
     assert_eq!(c.status, Status::Drift);
-    assert_eq!(c.detail, "irq/19-can0 is fifo 10, planned fifo 92");
+    assert_eq!(c.detail, "irq/239-can0 is fifo 10, planned fifo 92");
     assert_eq!(v.drifted().count(), 1, "{}", v.render(false));
 }
 

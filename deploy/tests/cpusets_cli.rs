@@ -178,8 +178,8 @@ fn verify_with_drift_exits_1_and_names_each_item() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     for id in [
-        "irq.14",
-        "irq.17",
+        "irq.67",
+        "irq.301",
         "sysctl.kernel.sched_rt_runtime_us",
         "workqueue.cpumask",
         "cgroup.rt.partition",
@@ -200,7 +200,7 @@ fn verify_with_drift_exits_1_and_names_each_item() {
         &["verify", "--interrupts-after", after.to_str().unwrap()],
     );
     let out = stdout(&o);
-    assert!(out.contains("DRIFT       irq.14                             mmc0: affinity 0-5 effective 0, planned 0-3"), "{out}");
+    assert!(out.contains("DRIFT       irq.67                             mmc0: affinity 0-5 effective 0, planned 0-3"), "{out}");
     assert!(out.contains("fix: run `deploy apply`"), "{out}");
 }
 

@@ -160,6 +160,16 @@ fn rule(pattern: &str, policy: Policy, priority: u32, on: Option<&str>) -> Threa
     .unwrap()
 }
 
+fn interface_rule(interface: &str, policy: Policy, priority: u32, on: Option<&str>) -> ThreadRule {
+    serde_json::from_value(serde_json::json!({
+        "interface": interface,
+        "policy": policy,
+        "priority": priority,
+        "cpus": on,
+    }))
+    .unwrap()
+}
+
 pub fn orin() -> Sections {
     let mut sysctl = SysctlSection::new();
     sysctl.insert("kernel.sched_rt_runtime_us".into(), SysctlValue::Int(-1));
@@ -183,16 +193,16 @@ pub fn orin() -> Sections {
             default_affinity: Some(cpus("0-3")),
             overrides: vec![IrqOverride {
                 irq: None,
-                name: Some("eqos*".into()),
-                interface: None,
+                name: None,
+                interface: Some("enP8p1s0".into()),
                 cpus: cpus("2-3"),
             }],
             threads: vec![
                 // Tegra names these handlers after the device node
-                // (`irq/18-3210000.spi`), so the globs are `*spi*`.
+                // (`irq/68-3210000.spi`), so the globs are `*spi*`.
                 rule("irq/*spi*", Policy::Fifo, 88, Some("4")),
                 rule("irq/*-can0", Policy::Fifo, 92, Some("5")),
-                rule("irq/*-eqos*", Policy::Fifo, 50, Some("2-3")),
+                interface_rule("enP8p1s0", Policy::Fifo, 50, Some("2-3")),
             ],
             kthreads: vec![rule("rcuc/*", Policy::Fifo, 1, None)],
             rescan: None,
