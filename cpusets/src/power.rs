@@ -142,7 +142,14 @@ const fn mode(
 // R35 and R36 agree on the AGX Orin files' CPU lines. For the P3767
 // modules (Orin NX, Orin Nano) only R36's `_super` files were found; R36's
 // plain `nvpmodel_p3767_000n.conf` were not, so the plain files below are
-// R35's. They differ from the `_super` ones: R35's Orin NX 16GB 15W caps
+// R35's. (Looked for and not found: the plain R36 files in LineageOS's
+// concord, whose R36 commits add only the `_super` ones, or any other
+// public copy from JetPack 6.0-6.2; jetpack-nixos and Canonical's
+// tegra-snap-samples take the files from NVIDIA's nvidia-l4t-nvpmodel
+// package rather than carry them. NVIDIA's R36.3 Developer Guide,
+// "Supported Modes and Power Efficiency", tabulates the plain modes' CPU
+// counts and caps and would check these entries; it was not read here.)
+// They differ from the `_super` ones: R35's Orin NX 16GB 15W caps
 // the CPUs at 1651200 kHz, R36's `_super` at 1420800 kHz; the `_super`
 // files add a 40W (NX) or 25W (Nano) mode and MAXN_SUPER, and boot in
 // their highest mode but one (NX: 40W; Nano: 25W).
