@@ -293,15 +293,16 @@ fn boot_check_writes_its_report_under_the_prefix() {
     );
 }
 
-/// The six mechanisms in the order `--compare` runs them, with their
+/// The seven mechanisms in the order `--compare` runs them, with their
 /// table labels.
-const MECHANISMS: [(&str, &str); 6] = [
+const MECHANISMS: [(&str, &str); 7] = [
     ("io_uring", "io_uring futex (armed)"),
     ("futex_waitv", "futex_waitv"),
     ("doorbell", "doorbell"),
     ("futex", "futex"),
     ("eventfd", "eventfd"),
     ("signalfd", "RT signal + signalfd"),
+    ("msg_ring", "io_uring MSG_RING"),
 ];
 
 /// The measurement `name` of `mech` in a JSON report.
@@ -375,7 +376,7 @@ fn ran(doc: &serde_json::Value) -> Vec<&str> {
 }
 
 #[test]
-fn compare_runs_all_six_mechanisms_and_delivers_every_message() {
+fn compare_runs_all_seven_mechanisms_and_delivers_every_message() {
     if !enough_cpus() {
         return;
     }
@@ -477,14 +478,14 @@ fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
 }
 
 #[test]
-fn eventfd_and_signalfd_run_alone_and_decide() {
+fn eventfd_signalfd_and_msg_ring_run_alone_and_decide() {
     if !enough_cpus() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
-    for mech in ["eventfd", "signalfd"] {
+    for mech in ["eventfd", "signalfd", "msg_ring"] {
         let out = deploy(
             dir.path(),
             &cfg,

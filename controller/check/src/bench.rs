@@ -441,6 +441,9 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
                 Mechanism::FutexWaitv if !p.futex_waitv => {
                     Some("kernel lacks futex_waitv (5.16+)".into())
                 }
+                Mechanism::MsgRing => crate::notify::probe_msg_ring()
+                    .err()
+                    .map(|e| format!("no io_uring MSG_RING wake here (5.18+): {e}")),
                 _ => None,
             };
             if let Some(why) = skip {
@@ -627,16 +630,22 @@ fn run_one(
             shared.done.store(1, Ordering::Release);
             reap(pid, m)?;
         }
-        Mechanism::Eventfd => {
-            let waiter = Waiter::eventfd().map_err(|e| sys_err_from("eventfd", e))?;
+        Mechanism::Eventfd | Mechanism::MsgRing => {
+            let (waiter, what) = if m == Mechanism::Eventfd {
+                (Waiter::eventfd(), "eventfd")
+            } else {
+                (Waiter::msg_ring(), "io_uring MSG_RING")
+            };
+            let waiter = waiter.map_err(|e| sys_err_from(what, e))?;
             let notifier = Notifier::connect(&waiter.address())
-                .map_err(|e| sys_err_from("eventfd connect", e))?;
+                .map_err(|e| sys_err_from("notifier connect", e))?;
             let pid = fork_sender(shared, opts, *sched, n, |i| {
                 shared.stamp(i + 1);
                 let _ = notifier.notify();
             })?;
             while smp.lat.len() < total as usize {
-                // The counter is the number of sends since the last read.
+                // The counter (eventfd) or the completions (MSG_RING):
+                // the number of sends since the last wait.
                 let r = waiter.wait();
                 let now = sys::monotonic_ns();
                 let Ok(k) = r else { break };

@@ -109,6 +109,12 @@ pub enum Mechanism {
     /// a signalfd; see [`crate::notify`].
     #[serde(rename = "signalfd")]
     Signalfd,
+    /// io_uring `IORING_OP_MSG_RING`: every publisher posts a completion
+    /// into the subscriber's own ring (fetched with `pidfd_getfd(2)`)
+    /// after each message, and the subscriber waits in `io_uring_enter`;
+    /// see [`crate::notify`].
+    #[serde(rename = "msg_ring")]
+    MsgRing,
     /// A pipe written by the publisher and read by the receiver (measured
     /// by `bench wake` only; the check does not drive it).
     #[serde(rename = "pipe")]
@@ -117,25 +123,27 @@ pub enum Mechanism {
 
 impl Mechanism {
     /// Every mechanism, in the order `bench wake` measures them.
-    pub const ALL: [Mechanism; 7] = [
+    pub const ALL: [Mechanism; 8] = [
         Mechanism::IoUringFutex,
         Mechanism::FutexWaitv,
         Mechanism::Doorbell,
         Mechanism::Futex,
         Mechanism::Eventfd,
         Mechanism::Signalfd,
+        Mechanism::MsgRing,
         Mechanism::Pipe,
     ];
 
     /// The mechanisms the check drives, in the order `--compare` runs
     /// them.
-    pub const CHECKED: [Mechanism; 6] = [
+    pub const CHECKED: [Mechanism; 7] = [
         Mechanism::IoUringFutex,
         Mechanism::FutexWaitv,
         Mechanism::Doorbell,
         Mechanism::Futex,
         Mechanism::Eventfd,
         Mechanism::Signalfd,
+        Mechanism::MsgRing,
     ];
 
     /// The runtime's own mechanism on this kernel: the one of the backend
@@ -167,6 +175,7 @@ impl Mechanism {
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "signalfd",
+            Mechanism::MsgRing => "msg_ring",
             Mechanism::Pipe => "pipe",
         }
     }
@@ -180,6 +189,7 @@ impl Mechanism {
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "RT signal + signalfd",
+            Mechanism::MsgRing => "io_uring MSG_RING",
             Mechanism::Pipe => "pipe",
         }
     }
@@ -219,6 +229,11 @@ pub enum MechanismUnavailableError {
     },
     #[error("the check does not drive {mechanism} wakes (`deploy bench wake` measures them)")]
     NotDriven { mechanism: Mechanism },
+    #[error("kernel {kernel} cannot wake a subscriber with io_uring MSG_RING (needs 5.18 or later and pidfd_getfd)")]
+    NoMsgRing {
+        kernel: String,
+        source: std::io::Error,
+    },
 }
 
 impl std::fmt::Display for Mechanism {

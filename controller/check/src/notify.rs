@@ -22,6 +22,14 @@
 //!   (`si_code` `SI_QUEUE`), so no other thread of the receiver can take
 //!   it; needs permission to signal the receiver (same uid or root).
 //!
+//! - io_uring `IORING_OP_MSG_RING`: the receiver waits in `io_uring_enter`
+//!   on a ring of its own for a completion; the address is its pid and the
+//!   ring's fd number, which a notifier fetches with `pidfd_getfd` as for
+//!   the eventfd. A notifier submits one `MSG_RING` on a small ring of its
+//!   own per notification, which posts a completion into the receiver's
+//!   ring (Linux 5.18+); its own completion is skipped on success
+//!   (`IOSQE_CQE_SKIP_SUCCESS`), so nothing builds up on the sender's side.
+//!
 //! Waiters publish their address through an [`AddressCell`] in shared
 //! memory; notifiers keep a [`Peers`] cache of connected notifiers, one per
 //! cell, refreshed when a cell's generation changes.
@@ -42,6 +50,7 @@ use controller::shm::ShmAtomic;
 pub enum NotifyKind {
     Eventfd,
     Signal,
+    MsgRing,
 }
 
 impl NotifyKind {
@@ -49,16 +58,25 @@ impl NotifyKind {
         match self {
             NotifyKind::Eventfd => 1,
             NotifyKind::Signal => 2,
+            NotifyKind::MsgRing => 3,
         }
     }
     fn from_code(c: u64) -> Option<NotifyKind> {
         match c {
             1 => Some(NotifyKind::Eventfd),
             2 => Some(NotifyKind::Signal),
+            3 => Some(NotifyKind::MsgRing),
             _ => None,
         }
     }
 }
+
+/// The `user_data` of the completions a `MSG_RING` notification posts in
+/// the receiver's ring.
+const MSG_RING_TAG: u64 = u64::from_le_bytes(*b"RTDWAKE1");
+/// Completion queue size of a receiver's ring: notifications that arrive
+/// while it runs wait there (the kernel keeps any overflow, IORING_FEAT_NODROP).
+const MSG_RING_CQ: u32 = 1024;
 
 /// Where a waiter is, as plain values another process can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +86,8 @@ pub struct Address {
     pub pid: u32,
     /// The receiving thread's id (signals are queued at it).
     pub tid: u32,
-    /// The eventfd's descriptor number in `pid`, or the signal number.
+    /// The eventfd's or the ring's descriptor number in `pid`, or the
+    /// signal number.
     pub value: i32,
 }
 
@@ -97,7 +116,11 @@ fn signal_set(signo: i32) -> libc::sigset_t {
 /// signal waiter changed that thread's signal mask), hence not `Send`.
 pub struct Waiter {
     kind: NotifyKind,
+    /// The eventfd, the signalfd, or (MSG_RING) a duplicate of the ring's
+    /// descriptor for [`Waiter::as_raw_fd`].
     fd: OwnedFd,
+    /// The receiving ring of a MSG_RING waiter.
+    ring: Option<io_uring::IoUring>,
     signo: i32,
     /// The signal mask before a signal waiter blocked its signal.
     old_mask: Option<libc::sigset_t>,
@@ -122,6 +145,7 @@ impl Waiter {
             kind: NotifyKind::Eventfd,
             // SAFETY: `fd` is a fresh descriptor nothing else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            ring: None,
             signo: 0,
             old_mask: None,
             tid: gettid(),
@@ -177,8 +201,35 @@ impl Waiter {
             kind: NotifyKind::Signal,
             // SAFETY: `fd` is a fresh descriptor nothing else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            ring: None,
             signo,
             old_mask: Some(old),
+            tid: gettid(),
+            _not_send: PhantomData,
+        })
+    }
+
+    /// A new io_uring whose completions are the notifications: each
+    /// notifier's `MSG_RING` posts one. See
+    /// [`io_uring_prep_msg_ring(3)`](https://man7.org/linux/man-pages/man3/io_uring_prep_msg_ring.3.html).
+    pub fn msg_ring() -> io::Result<Waiter> {
+        let ring = io_uring::IoUring::builder()
+            .setup_cqsize(MSG_RING_CQ)
+            .build(8)
+            .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
+        let ring_fd = ring.as_raw_fd();
+        // SAFETY: duplicates a descriptor we own; checked.
+        let fd = unsafe { libc::fcntl(ring_fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(last_err("dup of the ring"));
+        }
+        Ok(Waiter {
+            kind: NotifyKind::MsgRing,
+            // SAFETY: `fd` is a fresh descriptor nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            ring: Some(ring),
+            signo: 0,
+            old_mask: None,
             tid: gettid(),
             _not_send: PhantomData,
         })
@@ -197,6 +248,7 @@ impl Waiter {
             value: match self.kind {
                 NotifyKind::Eventfd => self.fd.as_raw_fd(),
                 NotifyKind::Signal => self.signo,
+                NotifyKind::MsgRing => self.ring.as_ref().map_or(-1, |r| r.as_raw_fd()),
             },
         }
     }
@@ -241,6 +293,23 @@ impl Waiter {
                 }
                 // RT signals queue one per notification.
                 Ok(r as u64 / SIGINFO_BYTES as u64)
+            }
+            NotifyKind::MsgRing => {
+                let ring = self.ring.as_ref().expect("a MSG_RING waiter has its ring");
+                // io_uring_enter(0 to submit, 1 to wait for): returns at
+                // once when completions are already there.
+                match ring.submitter().submit_and_wait(1) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
+                    Err(e) => return Err(io::Error::new(e.kind(), format!("io_uring_enter: {e}"))),
+                }
+                // SAFETY: only this thread reads this ring's completion
+                // queue (a waiter is not Send and wait takes no lock
+                // another reader could hold).
+                let mut cq = unsafe { ring.completion_shared() };
+                cq.sync();
+                let n = (&mut cq).filter(|c| c.user_data() == MSG_RING_TAG).count();
+                Ok(n as u64)
             }
         }
     }
@@ -298,15 +367,63 @@ pub fn probe_pidfd_getfd() -> io::Result<()> {
     Ok(())
 }
 
-/// The sending side of a pair.
-#[derive(Debug)]
+/// Whether this kernel lets a notifier wake a waiter through io_uring
+/// MSG_RING: a ring is made, its descriptor fetched with `pidfd_getfd` from
+/// this process, and one notification sent and received.
+pub fn probe_msg_ring() -> io::Result<()> {
+    probe_pidfd_getfd()?;
+    let w = Waiter::msg_ring()?;
+    let fd = getfd_from(std::process::id(), w.address().value)?;
+    if fd < 0 {
+        return Err(last_err("pidfd_getfd of the ring"));
+    }
+    // SAFETY: a fresh descriptor nothing else owns; closed on drop.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let n = Notifier {
+        kind: NotifyKind::MsgRing,
+        fd: Some(fd),
+        ring: Some(
+            io_uring::IoUring::new(8)
+                .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?,
+        ),
+        tgid: 0,
+        tid: 0,
+        signo: 0,
+        _not_sync: PhantomData,
+    };
+    n.notify()?;
+    match w.wait()? {
+        1 => Ok(()),
+        k => Err(io::Error::other(format!(
+            "one MSG_RING posted {k} completions"
+        ))),
+    }
+}
+
+/// The sending side of a pair. May move to another thread, but is used by
+/// one at a time (a MSG_RING notifier's submission queue is not shared).
 pub struct Notifier {
     kind: NotifyKind,
-    /// Our own descriptor of the waiter's eventfd.
+    /// Our own descriptor of the waiter's eventfd or ring.
     fd: Option<OwnedFd>,
+    /// The ring a MSG_RING notifier submits on.
+    ring: Option<io_uring::IoUring>,
     tgid: i32,
     tid: i32,
     signo: i32,
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("kind", &self.kind)
+            .field("fd", &self.fd)
+            .field("tgid", &self.tgid)
+            .field("tid", &self.tid)
+            .field("signo", &self.signo)
+            .finish()
+    }
 }
 
 impl Notifier {
@@ -316,11 +433,19 @@ impl Notifier {
         let mut n = Notifier {
             kind: addr.kind,
             fd: None,
+            ring: None,
             tgid: addr.pid as i32,
             tid: addr.tid as i32,
             signo: addr.value,
+            _not_sync: PhantomData,
         };
-        if addr.kind == NotifyKind::Eventfd {
+        if addr.kind == NotifyKind::MsgRing {
+            n.ring = Some(
+                io_uring::IoUring::new(8)
+                    .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?,
+            );
+        }
+        if matches!(addr.kind, NotifyKind::Eventfd | NotifyKind::MsgRing) {
             let fd = if addr.pid == std::process::id() {
                 // SAFETY: duplicates a descriptor number; checked.
                 unsafe { libc::fcntl(addr.value, libc::F_DUPFD_CLOEXEC, 0) }
@@ -339,11 +464,45 @@ impl Notifier {
         Ok(n)
     }
 
-    /// One notification: writes 1 to the eventfd, or queues the signal at
-    /// the waiting thread. Allocation-free, one syscall.
+    /// One notification: writes 1 to the eventfd, queues the signal at
+    /// the waiting thread, or submits a MSG_RING to the waiter's ring.
+    /// Allocation-free, one syscall.
     #[inline]
     pub fn notify(&self) -> io::Result<()> {
         match (&self.fd, self.kind) {
+            (Some(fd), NotifyKind::MsgRing) => {
+                let ring = self
+                    .ring
+                    .as_ref()
+                    .expect("a MSG_RING notifier has its ring");
+                let sqe = io_uring::opcode::MsgRingData::new(
+                    io_uring::types::Fd(fd.as_raw_fd()),
+                    0,
+                    MSG_RING_TAG,
+                    None,
+                )
+                .build()
+                .flags(io_uring::squeue::Flags::SKIP_SUCCESS);
+                // SAFETY: a notifier is used by one thread at a time (not
+                // Sync), so nothing else touches this submission or
+                // completion queue; the entry refers to no memory.
+                unsafe {
+                    let mut sq = ring.submission_shared();
+                    if sq.push(&sqe).is_err() {
+                        return Err(io::Error::from_raw_os_error(libc::EBUSY));
+                    }
+                    sq.sync();
+                }
+                ring.submit()?;
+                // A failed MSG_RING still posts its completion here.
+                // SAFETY: as above, this thread alone reads this queue.
+                let mut cq = unsafe { ring.completion_shared() };
+                cq.sync();
+                match (&mut cq).map(|c| c.result()).find(|&r| r < 0) {
+                    Some(r) => Err(io::Error::from_raw_os_error(-r)),
+                    None => Ok(()),
+                }
+            }
             (Some(fd), _) => {
                 let one = 1u64;
                 // SAFETY: writes 8 bytes from a valid u64.
@@ -554,6 +713,32 @@ mod tests {
         let w = Waiter::signal(libc::SIGRTMIN() + 3).unwrap();
         let n = Notifier::connect(&w.address()).unwrap();
         for _ in 0..5 {
+            n.notify().unwrap();
+        }
+        let mut got = 0;
+        while got < 5 {
+            got += w.wait().unwrap();
+        }
+        assert_eq!(got, 5);
+    }
+
+    #[test]
+    fn msg_ring_posts_one_completion_per_notification() {
+        let w = match Waiter::msg_ring() {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("skipped: no io_uring here ({e})");
+                return;
+            }
+        };
+        let n = Notifier::connect(&w.address()).unwrap();
+        if let Err(e) = n.notify() {
+            // EINVAL: a kernel before 5.18 has no MSG_RING.
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+            eprintln!("skipped: no IORING_OP_MSG_RING here ({e})");
+            return;
+        }
+        for _ in 0..4 {
             n.notify().unwrap();
         }
         let mut got = 0;

@@ -371,6 +371,12 @@ pub fn mechanism_availability(m: Mechanism) -> Result<(), MechanismUnavailableEr
             }
         }),
         Mechanism::Signalfd => Ok(()),
+        Mechanism::MsgRing => {
+            crate::notify::probe_msg_ring().map_err(|source| MechanismUnavailableError::NoMsgRing {
+                kernel: controller::sys::kernel_release(),
+                source,
+            })
+        }
         Mechanism::Pipe => Err(MechanismUnavailableError::NotDriven { mechanism: m }),
     }
 }
@@ -726,7 +732,10 @@ fn tag_of(m: &Message) -> u64 {
 /// Whether publishers wake receivers through [`crate::notify`] (not the
 /// channel's futex word) with `mech`.
 fn notified(mech: Mechanism) -> bool {
-    matches!(mech, Mechanism::Eventfd | Mechanism::Signalfd)
+    matches!(
+        mech,
+        Mechanism::Eventfd | Mechanism::Signalfd | Mechanism::MsgRing
+    )
 }
 
 /// Drains `sub`, recording each message's delivery latency.
@@ -822,12 +831,12 @@ fn receive(
             drain(&mut sub, h, only, seen);
             Ok(())
         }
-        Mechanism::Eventfd | Mechanism::Signalfd => {
+        Mechanism::Eventfd | Mechanism::Signalfd | Mechanism::MsgRing => {
             let mut sub = ch.subscriber(proc_root).map_err(WorkerRunError::Attach)?;
-            let waiter = if mech == Mechanism::Eventfd {
-                Waiter::eventfd()
-            } else {
-                Waiter::signal(check_signal())
+            let waiter = match mech {
+                Mechanism::Eventfd => Waiter::eventfd(),
+                Mechanism::MsgRing => Waiter::msg_ring(),
+                _ => Waiter::signal(check_signal()),
             }
             .map_err(|source| WorkerRunError::Waiter {
                 mechanism: mech,

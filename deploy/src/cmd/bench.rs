@@ -44,7 +44,7 @@ pub struct WakeArgs {
     #[arg(long, default_value_t = 5)]
     pub rounds: u32,
     /// Only these mechanisms (io_uring, futex_waitv, doorbell, futex, eventfd,
-    /// signalfd, pipe); repeatable.
+    /// signalfd, msg_ring, pipe); repeatable.
     #[arg(long = "mechanism")]
     pub mechanisms: Vec<String>,
     /// SCHED_FIFO priority of sender and receiver.

@@ -38,7 +38,7 @@ pub struct CheckArgs {
 
     /// The wake mechanism: io_uring, futex_waitv or doorbell (the runtime's
     /// backends; default: the one its probe picks here), futex, eventfd,
-    /// signalfd.
+    /// signalfd, msg_ring.
     #[arg(long, value_name = "M", value_parser = parse_mechanism)]
     pub mechanism: Option<Mechanism>,
 
