@@ -124,6 +124,125 @@ fn three_supervised_boots_are_kept_with_kernel_release_and_time() {
     assert!(doc["notes"].as_array().unwrap().is_empty(), "{doc:#}");
 }
 
+/// A SCHED_FIFO 99 thread on `cpu` that runs `busy` out of every
+/// `period` until dropped: what a release that brought a busy real-time
+/// task onto the isolated CPU does to the real-time work there.
+struct Spinner {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Spinner {
+    fn start(cpu: usize, busy: Duration, period: Duration) -> Spinner {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes
+            // within it; sched_setaffinity and sched_setscheduler act on
+            // this thread (0) with valid arguments.
+            #[allow(unsafe_code)]
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                    return Err(format!("affinity: {}", std::io::Error::last_os_error()));
+                }
+                let p = libc::sched_param { sched_priority: 99 };
+                if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
+                    return Err(format!("SCHED_FIFO: {}", std::io::Error::last_os_error()));
+                }
+            }
+            while !stop2.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                while t.elapsed() < busy {
+                    std::hint::spin_loop();
+                }
+                std::thread::sleep(period - busy);
+            }
+            Ok(())
+        });
+        Spinner {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Result<(), String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Three real supervised boots, each a real boot check: releases 1 and
+/// 2 on a quiet isolated CPU, release 3 with a busy SCHED_FIFO 99 task
+/// there (10 ms of every 40). The history names release 3 as the one that
+/// made latency worse than release 2, from the measured figures.
+#[test]
+fn three_boots_where_the_third_release_made_latency_worse() {
+    if !Path::new("/sys/devices/system/cpu/cpu1").exists() {
+        eprintln!("skipped: the boot check needs CPU 1 (isolated in this robot.yaml)");
+        return;
+    }
+    let probe = Spinner::start(1, Duration::from_millis(1), Duration::from_millis(2));
+    std::thread::sleep(Duration::from_millis(20));
+    if let Err(e) = probe.finish() {
+        eprintln!("skipped: cannot run a SCHED_FIFO task to disturb the check ({e}; needs root)");
+        return;
+    }
+    let prefix = prefix_with("boot_check:\n  duration: 2s\n  on_failure: degrade\n  history: 5\n");
+    let mut lines = Vec::new();
+    for name in ["1-aaaaaaaa", "2-bbbbbbbb"] {
+        switch_release(prefix.path(), name);
+        lines.push(boot(prefix.path()));
+    }
+    switch_release(prefix.path(), "3-cccccccc");
+    let spinner = Spinner::start(1, Duration::from_millis(10), Duration::from_millis(40));
+    lines.push(boot(prefix.path()));
+    spinner.finish().unwrap();
+    eprintln!("boot checks: {lines:#?}");
+
+    let (_, doc) = history_json(prefix.path());
+    let records = doc["records"].as_array().unwrap();
+    assert_eq!(records.len(), 3, "{doc:#}");
+    let p99 = |i: usize| records[i]["p99_ns"].as_u64().unwrap_or(0);
+    let max = |i: usize| records[i]["max_ns"].as_u64().unwrap_or(0);
+    eprintln!(
+        "p99 {} {} {} ns, max {} {} {} ns",
+        p99(0),
+        p99(1),
+        p99(2),
+        max(0),
+        max(1),
+        max(2)
+    );
+    // A 10 ms busy task at a higher priority on the receiver's CPU puts
+    // the worst delivery of a 2 s check at milliseconds.
+    assert!(max(2) >= 5_000_000, "{doc:#}");
+    let regressions = doc["trend"]["regressions"].as_array().unwrap();
+    let last = regressions.last().unwrap_or_else(|| panic!("{doc:#}"));
+    assert_eq!(last["changed"], "release", "{doc:#}");
+    assert_eq!(last["to"], "3-cccccccc", "{doc:#}");
+    assert_eq!(last["from"], "2-bbbbbbbb", "{doc:#}");
+    assert!(
+        last["worse"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("max ")),
+        "{doc:#}"
+    );
+}
+
 #[test]
 fn the_history_names_the_release_that_made_it_worse_and_skips_damage() {
     let prefix = prefix_with("");
