@@ -4,7 +4,10 @@
 //! Why each setting:
 //! - `Type=notify` + `WatchdogSec`: systemd knows when start-up (CPU plan,
 //!   channels, boot check, processes) is done, and restarts a supervisor
-//!   whose event loop hangs;
+//!   whose event loop hangs; start-up may take longer than systemd's
+//!   default TimeoutStartSec (90 s) when `boot_check.duration` is long, so
+//!   the supervisor extends it (`EXTEND_TIMEOUT_USEC`) by the check's
+//!   duration and a margin before running the check;
 //! - `LimitRTPRIO=99`, `LimitMEMLOCK=infinity`, `LimitRTTIME=infinity`:
 //!   the supervisor hands each process its own, lower limits, and may only
 //!   do so from limits at least as high;

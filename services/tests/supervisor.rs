@@ -408,6 +408,70 @@ fn systemd_notifications_ready_then_watchdog() {
     assert!(rest.iter().any(|m| m == "STOPPING=1"), "{rest:?}");
 }
 
+/// A boot check as long as robot.yaml says would outlast systemd's start
+/// timeout: before running it the supervisor asks systemd to wait for it
+/// (EXTEND_TIMEOUT_USEC covers the check and a margin), then says READY=1.
+#[test]
+fn systemd_start_timeout_is_extended_by_the_boot_check() {
+    use services::notify::Notifier;
+    use std::os::unix::net::UnixDatagram;
+    let prefix = common::prefix();
+    let path = prefix.path().join("notify.sock");
+    let server = UnixDatagram::bind(&path).unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let notifier =
+        Notifier::new(Some(path.to_str().unwrap()), None, None, std::process::id()).unwrap();
+    let p = process(json!({"name": "p", "exec": "/bin/sleep", "args": ["60"]}));
+    let mut cfg = config(vec![p], None);
+    cfg.boot_check.enabled = true;
+    cfg.boot_check.duration = controller::config::Dur(Duration::from_secs(300));
+    let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran2 = ran.clone();
+    let hooks = Hooks {
+        boot_check: Some(Box::new(move |d| {
+            ran2.store(true, std::sync::atomic::Ordering::SeqCst);
+            services::supervisor::BootCheckOutcome::Passed(format!("{}s", d.as_secs()))
+        })),
+        ..Hooks::default()
+    };
+    let opts = services::supervisor::Options {
+        handle_signals: false,
+        verbose: false,
+        ..Default::default()
+    };
+    let sup = services::supervisor::Supervisor::new(
+        cfg,
+        common::roots(prefix.path()),
+        opts,
+        hooks,
+        notifier,
+    )
+    .unwrap();
+    assert!(ran.load(std::sync::atomic::Ordering::SeqCst));
+    let mut buf = [0u8; 256];
+    let n = server.recv(&mut buf).unwrap();
+    let first = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let extend: u64 = first
+        .lines()
+        .find_map(|l| l.strip_prefix("EXTEND_TIMEOUT_USEC="))
+        .unwrap_or_else(|| panic!("{first:?}"))
+        .parse()
+        .unwrap();
+    assert_eq!(extend, 420_000_000, "300 s of check and a 120 s margin");
+    let socket = services::control::socket_path(prefix.path());
+    let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
+    let n = server.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1");
+    assert!(
+        services::control::request(&socket, &Request::StopAll)
+            .unwrap()
+            .ok
+    );
+    thread.join().unwrap().unwrap();
+}
+
 #[test]
 fn boot_check_failure_with_degrade_starts_realtime_processes_marked_degraded() {
     if !common::is_root() {

@@ -43,6 +43,10 @@ use trial::ReleaseWatch;
 /// A turn of the event loop that works this long is said on stderr.
 const STALL: Duration = Duration::from_secs(1);
 
+/// Start-up beyond the boot check's own duration (the CPU plan, the
+/// channels, the check's set-up) that systemd is asked to wait for.
+const START_MARGIN: Duration = Duration::from_secs(120);
+
 /// An IRQ scan a kernel event asked for runs this long after the event
 /// (the driver may still be setting up) ...
 const EARLY_SCAN_DELAY: Duration = Duration::from_millis(100);
@@ -134,6 +138,25 @@ impl Supervisor {
         let irq_scan = hooks.irq_scan.take().zip(opts.irq_scan_every);
         if opts.journal {
             crate::journal::init(crate::journal::Journal::from_env(&cfg.robot.name));
+        }
+        // systemd gives a Type=notify service 90 s (TimeoutStartSec) to
+        // say READY=1 and kills it then; start-up runs the boot check, as
+        // long as robot.yaml says, so the limit is extended to cover it.
+        if let (Some(n), true) = (
+            &notifier,
+            cfg.boot_check.enabled && hooks.boot_check.is_some(),
+        ) {
+            let extend = cfg.boot_check.duration.0 + START_MARGIN;
+            if let Err(e) = n.send(&format!(
+                "EXTEND_TIMEOUT_USEC={}\nSTATUS=start-up: CPU plan, channels, boot check ({:.0}s)",
+                extend.as_micros(),
+                cfg.boot_check.duration.0.as_secs_f64()
+            )) {
+                Stderr {
+                    verbose: opts.verbose,
+                }
+                .say(e);
+            }
         }
         let s = startup::start_up(&cfg, &roots, &opts, hooks)?;
         let stderr = Stderr {
