@@ -1089,10 +1089,10 @@ impl EventLoop {
         rep.raw.period_ns = rep.period;
         let _ = rep.publisher.publish_value(&*rep.raw);
         for w in &mut self.watchers {
-            w.stats.clear();
+            w.stats.new_period();
         }
         for t in &mut self.timers {
-            t.stats.clear();
+            t.stats.new_period();
         }
         for (_, c) in &self.senders {
             c.window_count.set(0);
@@ -1621,9 +1621,7 @@ impl EventLoop {
                 let msg = w.sub.staged(&meta);
                 (w.handler)(&mut ctx, &msg);
                 let end = sys::monotonic_ns();
-                w.stats.latency.record(now.saturating_sub(event_ns));
-                w.stats.handler.record(end - now);
-                w.stats.count += 1;
+                w.stats.record(now.saturating_sub(event_ns), end - now);
                 w.total += 1;
             } else {
                 let end = if self.report_timer == Some(i) {
@@ -1638,9 +1636,7 @@ impl EventLoop {
                         h(&mut ctx);
                     }
                     let end = sys::monotonic_ns();
-                    t.stats.latency.record(now.saturating_sub(event_ns));
-                    t.stats.handler.record(end - now);
-                    t.stats.count += 1;
+                    t.stats.record(now.saturating_sub(event_ns), end - now);
                     t.total += 1;
                     end
                 };

@@ -3,9 +3,19 @@
 //! supervisor with [`read_latest`].
 //!
 //! The loop keeps fixed-size log histograms (no allocation on the handle
-//! path) and, once per report period, folds each into a fixed-size binary
-//! entry ([`RawReport`], a [`ShmSafe`] type published as bytes). Readers
-//! turn it into the serde-serialisable [`TimingReport`].
+//! path): per entry one for the report period's wakeup latency, one for
+//! its handler runs and one for the wakeup latency since the loop started.
+//! Once per report period it folds them into a fixed-size binary entry
+//! ([`RawReport`], a [`ShmSafe`] type published as bytes). Readers turn it
+//! into the serde-serialisable [`TimingReport`].
+//!
+//! # Layouts
+//!
+//! The report's first word names its layout (`RTDTIME3` now). A robot
+//! updated in parts runs controllers built against an earlier runtime, so
+//! [`read_latest`] also reads the previous layout (`RTDTIME2`: no median,
+//! nothing since start; those fields are `None`), on its own channel
+//! geometry, and names any other layout as one it does not know.
 
 use std::path::Path;
 
@@ -20,9 +30,11 @@ const SUB: usize = 1 << SUB_BITS;
 pub const BUCKETS: usize = SUB + (64 - SUB_BITS as usize) * SUB;
 
 /// A log histogram of nanosecond values, fixed size, allocation-free.
+/// Counts are 64-bit: the since-start histogram of a 10 kHz loop would
+/// fill a 32-bit bucket in five days.
 #[derive(Clone, Copy, Debug)]
 pub struct Histogram {
-    counts: [u32; BUCKETS],
+    counts: [u64; BUCKETS],
     n: u64,
     sum: u64,
     min: u64,
@@ -96,7 +108,7 @@ impl Histogram {
         let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
         let mut seen = 0u64;
         for (b, &c) in self.counts.iter().enumerate() {
-            seen += c as u64;
+            seen = seen.saturating_add(c);
             if seen >= rank {
                 return bucket_high(b).min(self.max).max(self.min);
             }
@@ -117,11 +129,15 @@ pub enum EntryKind {
     Sender,
 }
 
-/// Live counters of one watcher, timer or sender inside a loop.
+/// Live counters of one watcher, timer or sender inside a loop: the
+/// current report period's, and the wakeup latency since the loop started.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EntryStats {
     pub latency: Histogram,
     pub handler: Histogram,
+    /// Every wakeup latency since the loop started (kept by
+    /// [`EntryStats::new_period`]).
+    pub latency_since_start: Histogram,
     pub count: u64,
     pub eagain: u64,
     pub lost: u64,
@@ -135,15 +151,35 @@ pub struct EntryStats {
 }
 
 impl EntryStats {
-    pub fn clear(&mut self) {
-        *self = EntryStats::default();
+    /// Records one handled event: its wakeup latency (in the period's and
+    /// the since-start histograms) and its handler run.
+    #[inline]
+    pub fn record(&mut self, latency_ns: u64, handler_ns: u64) {
+        self.latency.record(latency_ns);
+        self.latency_since_start.record(latency_ns);
+        self.handler.record(handler_ns);
+        self.count += 1;
+    }
+
+    /// Starts a new report period: every figure back to zero but the
+    /// since-start histogram.
+    pub fn new_period(&mut self) {
+        *self = EntryStats {
+            latency_since_start: self.latency_since_start,
+            ..EntryStats::default()
+        };
     }
 }
 
 /// Most entries one report carries.
 pub const MAX_ENTRIES: usize = 32;
 const NAME_BYTES: usize = 48;
-const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"RTDTIME2");
+/// The layout published now.
+pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"RTDTIME3");
+/// The layout before the median and since-start figures.
+pub const REPORT_MAGIC_V2: u64 = u64::from_le_bytes(*b"RTDTIME2");
+/// What every layout's magic starts with.
+const MAGIC_PREFIX: &[u8; 7] = b"RTDTIME";
 
 crate::shm_struct! {
 /// One entry in binary form.
@@ -166,6 +202,12 @@ pub struct RawEntry {
     pub total: u64,
     pub healed: u64,
     pub faults: u64,
+    /// The period's median wakeup latency.
+    pub latency_p50: u64,
+    /// Wakeup latency since the loop started.
+    pub since_start_latency_p50: u64,
+    pub since_start_latency_p99: u64,
+    pub since_start_latency_max: u64,
 }
 }
 
@@ -215,10 +257,59 @@ impl Default for RawReport {
                 total: 0,
                 healed: 0,
                 faults: 0,
+                latency_p50: 0,
+                since_start_latency_p50: 0,
+                since_start_latency_p99: 0,
+                since_start_latency_max: 0,
             }; MAX_ENTRIES],
         }
     }
 }
+
+/// The previous layout (`RTDTIME2`), as controllers built before the
+/// median and the since-start figures publish it: read, never written.
+mod v2 {
+    use super::{MAX_ENTRIES, NAME_BYTES};
+
+    crate::shm_struct! {
+    #[derive(Debug)]
+    pub struct RawEntryV2 {
+        pub kind: u64,
+        pub name: [u8; NAME_BYTES],
+        pub count: u64,
+        pub latency_min: u64,
+        pub latency_avg: u64,
+        pub latency_p99: u64,
+        pub latency_max: u64,
+        pub handler_avg: u64,
+        pub handler_p99: u64,
+        pub handler_max: u64,
+        pub eagain: u64,
+        pub lost: u64,
+        pub missed: u64,
+        pub errors: u64,
+        pub total: u64,
+        pub healed: u64,
+        pub faults: u64,
+    }
+    }
+
+    crate::shm_struct! {
+    #[derive(Debug)]
+    pub struct RawReportV2 {
+        pub magic: u64,
+        pub pid: u64,
+        pub seq: u64,
+        pub time_ns: u64,
+        pub period_ns: u64,
+        pub backend: u64,
+        pub process: [u8; 64],
+        pub entries: u64,
+        pub entry: [RawEntryV2; MAX_ENTRIES],
+    }
+    }
+}
+use v2::RawReportV2;
 
 /// Copies `s` into a NUL-padded byte array (truncating).
 pub fn fill_name<const N: usize>(out: &mut [u8; N], s: &str) {
@@ -244,8 +335,12 @@ impl RawEntry {
         self.count = s.count;
         self.latency_min = s.latency.min();
         self.latency_avg = s.latency.mean();
+        self.latency_p50 = s.latency.quantile(0.5);
         self.latency_p99 = s.latency.quantile(0.99);
         self.latency_max = s.latency.max();
+        self.since_start_latency_p50 = s.latency_since_start.quantile(0.5);
+        self.since_start_latency_p99 = s.latency_since_start.quantile(0.99);
+        self.since_start_latency_max = s.latency_since_start.max();
         self.handler_avg = s.handler.mean();
         self.handler_p99 = s.handler.quantile(0.99);
         self.handler_max = s.handler.max();
@@ -272,8 +367,19 @@ pub struct EntryReport {
     /// Send time (or deadline) to handler start, nanoseconds.
     pub latency_min_ns: u64,
     pub latency_avg_ns: u64,
+    /// The median (`None` from a report of the previous layout).
+    #[serde(default)]
+    pub latency_p50_ns: Option<u64>,
     pub latency_p99_ns: u64,
     pub latency_max_ns: u64,
+    /// Wakeup latency since the loop started: median, 99th percentile,
+    /// longest (`None` from a report of the previous layout).
+    #[serde(default)]
+    pub since_start_latency_p50_ns: Option<u64>,
+    #[serde(default)]
+    pub since_start_latency_p99_ns: Option<u64>,
+    #[serde(default)]
+    pub since_start_latency_max_ns: Option<u64>,
     pub handler_avg_ns: u64,
     pub handler_p99_ns: u64,
     pub handler_max_ns: u64,
@@ -306,11 +412,46 @@ pub struct TimingReport {
     pub period_ns: u64,
     /// `io_uring-futex` or `futex_waitv`.
     pub backend: String,
+    /// The binary layout it was published in: 3, or 2 from a controller
+    /// built against the previous runtime (no median, nothing since start).
+    #[serde(default = "current_layout")]
+    pub layout: u32,
     pub entries: Vec<EntryReport>,
 }
 
+fn current_layout() -> u32 {
+    LAYOUT
+}
+
+/// The layout version [`REPORT_MAGIC`] names.
+pub const LAYOUT: u32 = 3;
+
+fn kind_of(code: u64) -> Option<EntryKind> {
+    match code {
+        1 => Some(EntryKind::Watcher),
+        2 => Some(EntryKind::Timer),
+        3 => Some(EntryKind::Sender),
+        _ => None,
+    }
+}
+
+fn backend_name(code: u64) -> String {
+    crate::event_loop::Backend::from_code(code)
+        .map_or("unknown", |b| b.name())
+        .into()
+}
+
+/// Why published bytes are not a report this reader can decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportDecodeError {
+    #[error("a timing report in layout {magic}, which this reader does not know (it reads RTDTIME3 and RTDTIME2)")]
+    UnknownLayout { magic: String },
+    #[error("{len} bytes that are not a timing report")]
+    Garbled { len: usize },
+}
+
 impl TimingReport {
-    /// Decodes a published report.
+    /// Decodes a published report of the current layout.
     pub fn from_raw(r: &RawReport) -> Option<TimingReport> {
         if r.magic != REPORT_MAGIC {
             return None;
@@ -319,21 +460,19 @@ impl TimingReport {
         let entries = r.entry[..n]
             .iter()
             .filter_map(|e| {
-                let kind = match e.kind {
-                    1 => EntryKind::Watcher,
-                    2 => EntryKind::Timer,
-                    3 => EntryKind::Sender,
-                    _ => return None,
-                };
                 Some(EntryReport {
-                    kind,
+                    kind: kind_of(e.kind)?,
                     name: name_of(&e.name),
                     count: e.count,
                     total: e.total,
                     latency_min_ns: e.latency_min,
                     latency_avg_ns: e.latency_avg,
+                    latency_p50_ns: Some(e.latency_p50),
                     latency_p99_ns: e.latency_p99,
                     latency_max_ns: e.latency_max,
+                    since_start_latency_p50_ns: Some(e.since_start_latency_p50),
+                    since_start_latency_p99_ns: Some(e.since_start_latency_p99),
+                    since_start_latency_max_ns: Some(e.since_start_latency_max),
                     handler_avg_ns: e.handler_avg,
                     handler_p99_ns: e.handler_p99,
                     handler_max_ns: e.handler_max,
@@ -352,11 +491,78 @@ impl TimingReport {
             seq: r.seq,
             time_ns: r.time_ns,
             period_ns: r.period_ns,
-            backend: crate::event_loop::Backend::from_code(r.backend)
-                .map_or("unknown", |b| b.name())
-                .into(),
+            backend: backend_name(r.backend),
+            layout: LAYOUT,
             entries,
         })
+    }
+
+    /// Decodes a report of the previous layout: what it has, the median
+    /// and since-start figures `None`.
+    fn from_raw_v2(r: &RawReportV2) -> TimingReport {
+        let n = (r.entries as usize).min(MAX_ENTRIES);
+        let entries = r.entry[..n]
+            .iter()
+            .filter_map(|e| {
+                Some(EntryReport {
+                    kind: kind_of(e.kind)?,
+                    name: name_of(&e.name),
+                    count: e.count,
+                    total: e.total,
+                    latency_min_ns: e.latency_min,
+                    latency_avg_ns: e.latency_avg,
+                    latency_p50_ns: None,
+                    latency_p99_ns: e.latency_p99,
+                    latency_max_ns: e.latency_max,
+                    since_start_latency_p50_ns: None,
+                    since_start_latency_p99_ns: None,
+                    since_start_latency_max_ns: None,
+                    handler_avg_ns: e.handler_avg,
+                    handler_p99_ns: e.handler_p99,
+                    handler_max_ns: e.handler_max,
+                    eagain: e.eagain,
+                    lost: e.lost,
+                    missed: e.missed,
+                    errors: e.errors,
+                    healed: e.healed,
+                    faults: e.faults,
+                })
+            })
+            .collect();
+        TimingReport {
+            process: name_of(&r.process),
+            pid: r.pid as u32,
+            seq: r.seq,
+            time_ns: r.time_ns,
+            period_ns: r.period_ns,
+            backend: backend_name(r.backend),
+            layout: 2,
+            entries,
+        }
+    }
+
+    /// Decodes published bytes of any layout this reader knows, by their
+    /// magic and length.
+    pub fn decode(data: &[u8]) -> Result<TimingReport, ReportDecodeError> {
+        let garbled = ReportDecodeError::Garbled { len: data.len() };
+        let Some(head) = data.get(..8) else {
+            return Err(garbled);
+        };
+        let mut m = [0u8; 8];
+        m.copy_from_slice(head);
+        match u64::from_le_bytes(m) {
+            REPORT_MAGIC => crate::shm::from_bytes::<RawReport>(data)
+                .as_ref()
+                .and_then(TimingReport::from_raw)
+                .ok_or(garbled),
+            REPORT_MAGIC_V2 => crate::shm::from_bytes::<RawReportV2>(data)
+                .map(|r| TimingReport::from_raw_v2(&r))
+                .ok_or(garbled),
+            _ if m.starts_with(MAGIC_PREFIX) => Err(ReportDecodeError::UnknownLayout {
+                magic: m.escape_ascii().to_string(),
+            }),
+            _ => Err(garbled),
+        }
     }
 }
 
@@ -367,7 +573,16 @@ pub fn timing_channel_name(process: &str) -> String {
 
 /// Geometry of a timing channel.
 pub fn timing_geometry() -> ChannelGeometry {
-    ChannelGeometry::new(std::mem::size_of::<RawReport>() as u64, 4, 2).with_subscribers(4)
+    geometry_for(std::mem::size_of::<RawReport>())
+}
+
+/// Geometry of a timing channel of the previous layout (`RTDTIME2`).
+fn timing_geometry_v2() -> ChannelGeometry {
+    geometry_for(std::mem::size_of::<RawReportV2>())
+}
+
+fn geometry_for(report_bytes: usize) -> ChannelGeometry {
+    ChannelGeometry::new(report_bytes as u64, 4, 2).with_subscribers(4)
 }
 
 /// Reading a timing report failed.
@@ -378,8 +593,13 @@ pub enum TimingReadError {
         process: String,
         source: ChannelOpenError,
     },
-    #[error("timing channel {path} holds a message of {len} bytes that is not a timing report")]
-    Garbled { path: String, len: usize },
+    #[error("timing channel {path} has slots of {slot_bytes} bytes: a timing report layout this reader does not know (it reads RTDTIME3 and RTDTIME2)")]
+    UnknownGeometry { path: String, slot_bytes: u64 },
+    #[error("timing channel {path} holds {source}")]
+    Decode {
+        path: String,
+        source: ReportDecodeError,
+    },
     #[error("timing channel {path}: {fault}")]
     Fault { path: String, fault: ChannelFault },
 }
@@ -388,15 +608,37 @@ pub enum TimingReadError {
 /// `None` when it has published none yet.
 ///
 /// The file belongs to another process and may hold anything: its geometry
-/// is checked against [`timing_geometry`] before it is mapped (nothing is
+/// is checked against [`timing_geometry`] (or, when only its slot size
+/// differs, the previous layout's) before it is mapped (nothing is
 /// prefaulted), the read is bounded, and a truncated file is an error, so
 /// the caller (the supervisor's loop) never blocks or grows on it.
 pub fn read_latest(shm_dir: &Path, process: &str) -> Result<Option<TimingReport>, TimingReadError> {
-    let ch = Channel::open_to_inspect(shm_dir, &timing_channel_name(process), &timing_geometry())
-        .map_err(|source| TimingReadError::Open {
+    let name = timing_channel_name(process);
+    let open_err = |source| TimingReadError::Open {
         process: process.into(),
         source,
-    })?;
+    };
+    let ch = match Channel::open_to_inspect(shm_dir, &name, &timing_geometry()) {
+        Ok(ch) => ch,
+        // The queue length matched (it is compared first): a channel of
+        // another report layout, which the slot size tells.
+        Err(ChannelOpenError::Mismatch {
+            path,
+            field: "slot size",
+            found,
+            ..
+        }) => {
+            let old = timing_geometry_v2();
+            if found != old.slot_bytes {
+                return Err(TimingReadError::UnknownGeometry {
+                    path: path.display().to_string(),
+                    slot_bytes: found,
+                });
+            }
+            Channel::open_to_inspect(shm_dir, &name, &old).map_err(open_err)?
+        }
+        Err(source) => return Err(open_err(source)),
+    };
     let mut r = ch.reader();
     let m = match r.latest() {
         Ok(Some(m)) => m,
@@ -408,12 +650,12 @@ pub fn read_latest(shm_dir: &Path, process: &str) -> Result<Option<TimingReport>
             })
         }
     };
-    let garbled = || TimingReadError::Garbled {
-        path: ch.path().display().to_string(),
-        len: m.data.len(),
-    };
-    let raw: RawReport = m.value().ok_or_else(garbled)?;
-    TimingReport::from_raw(&raw).map(Some).ok_or_else(garbled)
+    TimingReport::decode(m.data)
+        .map(Some)
+        .map_err(|source| TimingReadError::Decode {
+            path: ch.path().display().to_string(),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -459,9 +701,8 @@ mod tests {
     #[test]
     fn raw_round_trip() {
         let mut s = EntryStats::default();
-        s.latency.record(5_000);
-        s.latency.record(7_000);
-        s.count = 2;
+        s.record(5_000, 100);
+        s.record(7_000, 300);
         s.eagain = 1;
         let mut raw = RawReport {
             entries: 1,
@@ -482,8 +723,118 @@ mod tests {
             (e.latency_min_ns, e.latency_max_ns, e.latency_avg_ns),
             (5_000, 7_000, 6_000)
         );
+        // A quantile is the top of its bucket (4096..=5119 for 5 us),
+        // clamped to the largest value seen.
+        assert_eq!(e.latency_p50_ns, Some(5_119));
+        assert_eq!(
+            (
+                e.since_start_latency_p50_ns,
+                e.since_start_latency_p99_ns,
+                e.since_start_latency_max_ns
+            ),
+            (Some(5_119), Some(7_000), Some(7_000))
+        );
+        assert_eq!(back.layout, 3);
         let json = serde_json::to_string(&back).unwrap();
         let again: TimingReport = serde_json::from_str(&json).unwrap();
         assert_eq!(again, back);
+        // The bytes as published decode to the same report.
+        assert_eq!(TimingReport::decode(crate::shm::as_bytes(&raw)), Ok(back));
+    }
+
+    #[test]
+    fn a_new_period_keeps_the_since_start_histogram() {
+        let mut s = EntryStats::default();
+        for v in [1_000, 2_000, 3_000, 400_000] {
+            s.record(v, 10);
+        }
+        s.missed = 3;
+        s.new_period();
+        assert_eq!((s.count, s.missed, s.latency.count()), (0, 0, 0));
+        assert_eq!(s.handler.count(), 0);
+        s.record(5_000, 10);
+        assert_eq!(s.latency.max(), 5_000);
+        let h = &s.latency_since_start;
+        assert_eq!((h.count(), h.min(), h.max()), (5, 1_000, 400_000));
+        // The median of 1, 2, 3, 5 and 400 us is 3 us, within its bucket.
+        assert!(
+            (3_000..3_584).contains(&h.quantile(0.5)),
+            "{}",
+            h.quantile(0.5)
+        );
+        let mut raw = RawReport::default().entry[0];
+        raw.fill(EntryKind::Timer, "t", &s, 5);
+        assert_eq!(raw.latency_p50, 5_000, "clamped to the period's only value");
+        assert_eq!(raw.since_start_latency_max, 400_000);
+        assert_eq!(raw.since_start_latency_p99, 400_000);
+        assert_eq!(raw.since_start_latency_p50, h.quantile(0.5));
+    }
+
+    #[test]
+    fn counts_do_not_wrap_past_32_bits() {
+        let mut h = Histogram::default();
+        h.counts[bucket_of(10)] = u32::MAX as u64;
+        h.n = u32::MAX as u64;
+        h.record(10);
+        h.record(1_000);
+        assert_eq!(h.counts[bucket_of(10)], u32::MAX as u64 + 1);
+        // Rank 2^31 of 2^32 + 1 values lies in the full bucket.
+        assert_eq!(h.quantile(0.5), bucket_high(bucket_of(10)));
+        assert_eq!(h.quantile(1.0), 1_000);
+    }
+
+    #[test]
+    fn bytes_of_an_unknown_layout_or_no_report_are_said_so() {
+        let mut raw = RawReport {
+            magic: u64::from_le_bytes(*b"RTDTIME9"),
+            ..RawReport::default()
+        };
+        assert_eq!(
+            TimingReport::decode(crate::shm::as_bytes(&raw)),
+            Err(ReportDecodeError::UnknownLayout {
+                magic: "RTDTIME9".into()
+            })
+        );
+        let e = TimingReport::decode(crate::shm::as_bytes(&raw)).unwrap_err();
+        assert!(e.to_string().contains("does not know"), "{e}");
+        raw.magic = u64::from_le_bytes(*b"RTDTIME\xff");
+        assert!(matches!(
+            TimingReport::decode(crate::shm::as_bytes(&raw)),
+            Err(ReportDecodeError::UnknownLayout { magic }) if magic == "RTDTIME\\xff"
+        ));
+        // The current magic at the previous layout's length, and the
+        // reverse: not a report.
+        raw.magic = REPORT_MAGIC;
+        let bytes = crate::shm::as_bytes(&raw);
+        let short = &bytes[..std::mem::size_of::<RawReportV2>()];
+        assert_eq!(
+            TimingReport::decode(short),
+            Err(ReportDecodeError::Garbled { len: short.len() })
+        );
+        let mut v2 = bytes.to_vec();
+        v2[..8].copy_from_slice(b"RTDTIME2");
+        assert!(matches!(
+            TimingReport::decode(&v2),
+            Err(ReportDecodeError::Garbled { .. })
+        ));
+        assert!(matches!(
+            TimingReport::decode(&[1, 2, 3]),
+            Err(ReportDecodeError::Garbled { len: 3 })
+        ));
+        assert!(matches!(
+            TimingReport::decode(&[0; 4096]),
+            Err(ReportDecodeError::Garbled { len: 4096 })
+        ));
+    }
+
+    #[test]
+    fn the_layouts_have_different_slot_sizes() {
+        // How a reader tells an old channel from a current one before
+        // mapping it.
+        assert_ne!(
+            timing_geometry().slot_bytes,
+            timing_geometry_v2().slot_bytes
+        );
+        assert_eq!(std::mem::size_of::<RawReportV2>(), 5752);
     }
 }

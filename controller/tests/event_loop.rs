@@ -319,6 +319,24 @@ fn timing_reports_are_published_and_read_back() {
     );
     let sender = &rep.entries[3];
     assert!(sender.total >= sender.count && sender.total > 0);
+    // The median of the window, and the latency since the loop started,
+    // which bounds the window's.
+    assert_eq!(rep.layout, controller::timing_report::LAYOUT);
+    for e in &rep.entries[..3] {
+        let p50 = e.latency_p50_ns.unwrap();
+        assert!(
+            e.count == 0 || (e.latency_min_ns..=e.latency_p99_ns).contains(&p50),
+            "{e:?}"
+        );
+        let (s50, s99, smax) = (
+            e.since_start_latency_p50_ns.unwrap(),
+            e.since_start_latency_p99_ns.unwrap(),
+            e.since_start_latency_max_ns.unwrap(),
+        );
+        assert!(s50 <= s99 && s99 <= smax, "{e:?}");
+        assert!(smax >= e.latency_max_ns, "{e:?}");
+        assert!(e.total == 0 || smax > 0, "{e:?}");
+    }
     println!("{}", serde_json::to_string_pretty(&rep).unwrap());
     assert!(controller::timing_report::read_latest(dir.path(), "nobody").is_err());
 }

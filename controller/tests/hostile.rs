@@ -425,6 +425,73 @@ fn a_sparse_gigabyte_timing_file_costs_its_reader_nothing() {
 }
 
 #[test]
+fn garbage_in_the_median_and_since_start_fields_is_read_as_given() {
+    const NAME: &str = "garbage_in_the_median_and_since_start_fields_is_read_as_given";
+    if !is_child(NAME) {
+        return run_case(NAME);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, _) = Channel::create(
+        dir.path(),
+        &timing_report::timing_channel_name("liar"),
+        &timing_report::timing_geometry(),
+        None,
+        Path::new(PROC),
+    )
+    .unwrap();
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    // Another process of the group publishes a report whose new fields
+    // contradict each other and the old ones, with an entry count far past
+    // the table and entries of no kind.
+    let mut raw = timing_report::RawReport {
+        entries: u64::MAX,
+        ..Default::default()
+    };
+    for (i, e) in raw.entry.iter_mut().enumerate() {
+        e.kind = if i % 3 == 2 { 0xdead } else { 1 + i as u64 % 3 };
+        e.name = [0xff; 48];
+        e.latency_max = 10;
+        e.latency_p50 = u64::MAX;
+        e.since_start_latency_p50 = u64::MAX;
+        e.since_start_latency_p99 = 7;
+        e.since_start_latency_max = 0;
+    }
+    for round in 0..1000u64 {
+        raw.seq = round;
+        p.publish_value(&raw).unwrap();
+        let r = timing_report::read_latest(dir.path(), "liar")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.seq, round);
+        // Bounded by the table, entries of no kind left out.
+        assert_eq!(r.entries.len(), 22);
+        for e in &r.entries {
+            // As given: the reader neither invents nor mends figures.
+            assert_eq!(e.latency_p50_ns, Some(u64::MAX));
+            assert_eq!(
+                (
+                    e.since_start_latency_p50_ns,
+                    e.since_start_latency_p99_ns,
+                    e.since_start_latency_max_ns
+                ),
+                (Some(u64::MAX), Some(7), Some(0))
+            );
+            assert_eq!(e.name.chars().count(), 48, "lossy, bounded: {:?}", e.name);
+        }
+    }
+    // A magic one bit away from the current one: another layout, said so.
+    raw.magic ^= 1 << 58;
+    p.publish_value(&raw).unwrap();
+    match timing_report::read_latest(dir.path(), "liar") {
+        Err(TimingReadError::Decode { source, .. }) => {
+            assert!(source.to_string().contains("does not know"), "{source}")
+        }
+        other => panic!("a report of another magic: {other:?}"),
+    }
+    println!("read as given");
+}
+
+#[test]
 fn a_fifo_or_symlink_in_place_of_a_channel_is_refused_without_blocking() {
     const NAME: &str = "a_fifo_or_symlink_in_place_of_a_channel_is_refused_without_blocking";
     if !is_child(NAME) {
