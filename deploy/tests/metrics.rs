@@ -417,6 +417,15 @@ fn metrics_of_the_example_controllers_are_valid_text_exposition() {
     );
     assert!(get("rtdeploy_events_total", "talker", Some(("kind", "sender"))) > 0.0);
     assert_eq!(get("rtdeploy_process_running", "talker", None), 1.0);
+    // The median of the latest report and the wakeups since each loop
+    // started, as gauges.
+    for p in ["talker", "listener"] {
+        let g = |what: &str| get(&format!("rtdeploy_wakeup_{what}_microseconds"), p, None);
+        assert!(g("p50") <= g("p99"), "{p}:\n{text}");
+        assert!(g("since_start_p50") <= g("since_start_p99"), "{p}:\n{text}");
+        assert!(g("since_start_p99") <= g("since_start_max"), "{p}:\n{text}");
+        assert!(g("since_start_max") > 0.0, "{p}:\n{text}");
+    }
 
     // The textfile: written by the supervisor, atomically (no temporary
     // file left beside it), and as valid.

@@ -196,12 +196,32 @@ impl Health {
             .iter()
             .filter(|e| matches!(e.kind, EntryKind::Watcher | EntryKind::Timer) && e.count > 0);
         let period_s = r.period_ns.max(1) as f64 / 1e9;
+        // The worst over watchers and timers of a figure the previous
+        // report layout lacks: `None` when no entry has it.
+        let worst = |f: fn(&controller::timing_report::EntryReport) -> Option<u64>| {
+            waits.clone().filter_map(f).max().map(us)
+        };
+        // Since start: every entry the loop has, also those idle in the
+        // latest window.
+        let since_start = |f: fn(&controller::timing_report::EntryReport) -> Option<u64>| {
+            r.entries
+                .iter()
+                .filter(|e| matches!(e.kind, EntryKind::Watcher | EntryKind::Timer) && e.total > 0)
+                .filter_map(f)
+                .max()
+                .map(us)
+        };
         Some(TimingStatus {
             seq: r.seq,
             period_s,
+            layout: Some(r.layout),
             wakeup_avg_us: waits.clone().map(|e| e.latency_avg_ns).max().map(us),
+            wakeup_p50_us: worst(|e| e.latency_p50_ns),
             wakeup_p99_us: self.wakeup_p99_ns.map(us),
             wakeup_max_us: self.wakeup_max_ns.map(us),
+            since_start_wakeup_p50_us: since_start(|e| e.since_start_latency_p50_ns),
+            since_start_wakeup_p99_us: since_start(|e| e.since_start_latency_p99_ns),
+            since_start_wakeup_max_us: since_start(|e| e.since_start_latency_max_ns),
             handler_avg_us: waits.clone().map(|e| e.handler_avg_ns).max().map(us),
             handler_max_us: waits.map(|e| e.handler_max_ns).max().map(us),
             run_wakeup_max_us: self.run_wakeup_max_ns.map(us),
@@ -222,8 +242,12 @@ impl Health {
                         name: e.name.clone(),
                         rate_hz: e.count as f64 / period_s,
                         latency_avg_us: us(e.latency_avg_ns),
+                        latency_p50_us: e.latency_p50_ns.map(us),
                         latency_p99_us: us(e.latency_p99_ns),
                         latency_max_us: us(e.latency_max_ns),
+                        since_start_latency_p50_us: e.since_start_latency_p50_ns.map(us),
+                        since_start_latency_p99_us: e.since_start_latency_p99_ns.map(us),
+                        since_start_latency_max_us: e.since_start_latency_max_ns.map(us),
                         handler_max_us: us(e.handler_max_ns),
                         lost: e.lost,
                         totals: self
@@ -336,6 +360,47 @@ mod tests {
             h.describe(Duration::from_secs(17)),
             "unhealthy: no timing report for 4.0s; 1 report(s) over budget"
         );
+    }
+
+    #[test]
+    fn the_status_carries_the_median_and_since_start_figures_or_none() {
+        let p = cfg(None);
+        let none = BTreeMap::new();
+        let mut h = Health::new(&p);
+        assert!(h.timing_status().is_none());
+        h.on_report(&report(8, 3, 50), 8, Duration::from_secs(1), &p, &none);
+        let t = h.timing_status().unwrap();
+        assert_eq!(t.layout, Some(3));
+        assert_eq!(t.wakeup_p50_us, Some(1.5));
+        assert_eq!(
+            (
+                t.since_start_wakeup_p50_us,
+                t.since_start_wakeup_p99_us,
+                t.since_start_wakeup_max_us
+            ),
+            (Some(1.6), Some(4.0), Some(3000.0))
+        );
+        assert_eq!(t.entries[0].latency_p50_us, Some(1.5));
+        assert_eq!(t.entries[0].since_start_latency_max_us, Some(3000.0));
+        // A report of the previous layout: what it has, the rest absent.
+        let mut old = report(8, 4, 60);
+        old.layout = 2;
+        for e in &mut old.entries {
+            e.latency_p50_ns = None;
+            e.since_start_latency_p50_ns = None;
+            e.since_start_latency_p99_ns = None;
+            e.since_start_latency_max_ns = None;
+        }
+        h.on_report(&old, 8, Duration::from_secs(2), &p, &none);
+        let t = h.timing_status().unwrap();
+        assert_eq!(t.layout, Some(2));
+        assert_eq!((t.wakeup_p99_us, t.wakeup_max_us), (Some(3.0), Some(60.0)));
+        assert_eq!(t.wakeup_p50_us, None);
+        assert_eq!(t.since_start_wakeup_p99_us, None);
+        assert_eq!(t.since_start_wakeup_max_us, None);
+        assert_eq!(t.entries[0].since_start_latency_p99_us, None);
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["since_start_wakeup_p99_us"], serde_json::Value::Null);
     }
 
     #[test]

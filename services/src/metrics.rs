@@ -168,8 +168,19 @@ pub struct EntryStatus {
     /// Events per second in the latest window.
     pub rate_hz: f64,
     pub latency_avg_us: f64,
+    /// The window's median (`None` from a report of the previous layout
+    /// and from older supervisors).
+    #[serde(default)]
+    pub latency_p50_us: Option<f64>,
     pub latency_p99_us: f64,
     pub latency_max_us: f64,
+    /// Since the process's event loop started (`None` as the median).
+    #[serde(default)]
+    pub since_start_latency_p50_us: Option<f64>,
+    #[serde(default)]
+    pub since_start_latency_p99_us: Option<f64>,
+    #[serde(default)]
+    pub since_start_latency_max_us: Option<f64>,
     pub handler_max_us: f64,
     /// Lost (watchers) in the latest window.
     pub lost: u64,
@@ -183,14 +194,32 @@ pub struct TimingStatus {
     /// The latest report's sequence number and window.
     pub seq: u64,
     pub period_s: f64,
+    /// The binary layout of the latest report: 3, or 2 from a controller
+    /// built against the previous runtime, which carries no median and
+    /// nothing since start (those figures are then `None`). `None` from
+    /// older supervisors.
+    #[serde(default)]
+    pub layout: Option<u32>,
     /// Worst over watchers and timers in the latest window: average,
-    /// 99th percentile, longest (the reports carry no median).
+    /// median, 99th percentile, longest.
     pub wakeup_avg_us: Option<f64>,
+    #[serde(default)]
+    pub wakeup_p50_us: Option<f64>,
     pub wakeup_p99_us: Option<f64>,
     pub wakeup_max_us: Option<f64>,
     pub handler_avg_us: Option<f64>,
     pub handler_max_us: Option<f64>,
-    /// Since this run of the process started.
+    /// Worst over watchers and timers since the process's event loop
+    /// started, from the loop's own histograms (every wakeup, also those
+    /// of reports the supervisor did not read).
+    #[serde(default)]
+    pub since_start_wakeup_p50_us: Option<f64>,
+    #[serde(default)]
+    pub since_start_wakeup_p99_us: Option<f64>,
+    #[serde(default)]
+    pub since_start_wakeup_max_us: Option<f64>,
+    /// The worst of the reports the supervisor read since this run of the
+    /// process started.
     pub run_wakeup_max_us: Option<f64>,
     pub run_handler_max_us: Option<f64>,
     /// The tightest wakeup budget of its watchers and timers, its handler
@@ -363,10 +392,38 @@ pub fn exposition(s: &SupervisorStatus) -> String {
     );
     per(
         &mut f,
+        "rtdeploy_wakeup_p50_microseconds",
+        "gauge",
+        "Worst median wakeup of the latest report.",
+        &|p| t(p).and_then(|t| t.wakeup_p50_us),
+    );
+    per(
+        &mut f,
         "rtdeploy_wakeup_p99_microseconds",
         "gauge",
         "Worst 99th percentile wakeup of the latest report.",
         &|p| t(p).and_then(|t| t.wakeup_p99_us),
+    );
+    per(
+        &mut f,
+        "rtdeploy_wakeup_since_start_p50_microseconds",
+        "gauge",
+        "Worst median wakeup since the process's event loop started.",
+        &|p| t(p).and_then(|t| t.since_start_wakeup_p50_us),
+    );
+    per(
+        &mut f,
+        "rtdeploy_wakeup_since_start_p99_microseconds",
+        "gauge",
+        "Worst 99th percentile wakeup since the process's event loop started.",
+        &|p| t(p).and_then(|t| t.since_start_wakeup_p99_us),
+    );
+    per(
+        &mut f,
+        "rtdeploy_wakeup_since_start_max_microseconds",
+        "gauge",
+        "Longest wakeup since the process's event loop started.",
+        &|p| t(p).and_then(|t| t.since_start_wakeup_max_us),
     );
     per(
         &mut f,
