@@ -22,7 +22,8 @@
 //! kernel put in force; [`logfile`] the rotated logs; [`accounts`] users and
 //! groups under the prefix; [`pid1`] init duties; [`notify`] sd_notify;
 //! [`journal`] events to the systemd journal; [`metrics`] the Prometheus
-//! exposition and its textfile; [`top`] what `deploy top` shows;
+//! exposition and its textfile; [`top`] what `deploy top` shows, with
+//! [`thermal`] the board's thermal zones;
 //! [`unit`](mod@unit) the systemd unit; [`boot_history`] the boot checks
 //! kept over time; [`trial`] the verdict on a release in trial;
 //! [`release`] the release store (the `releases` crate) as the supervisor
@@ -46,6 +47,7 @@ pub mod spawn;
 pub mod status;
 pub mod supervisor;
 mod sys;
+pub mod thermal;
 pub mod top;
 pub mod trial;
 pub mod unit;
