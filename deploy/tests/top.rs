@@ -1,7 +1,8 @@
 //! `deploy top`: driven in tmux (send-keys, capture-pane) against a
 //! running supervisor with the example controllers, the listener's budget
-//! planted so that every report misses it; `--once --json` for scripts;
-//! a supervisor that is gone or answers in another layout.
+//! planted so that every report misses it, and a sysroot whose thermal
+//! zones (one at its passive trip point) are fake; `--once --json` for
+//! scripts; a supervisor that is gone or answers in another layout.
 
 mod common;
 
@@ -79,6 +80,39 @@ impl Drop for Tmux {
     }
 }
 
+/// A sysroot for top: this machine's /proc and CPUs (symlinks), and two
+/// thermal zones, `cpu-thermal` below its passive trip point and
+/// `gpu-thermal` at it.
+fn fake_sysroot() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("sys/class/thermal")).unwrap();
+    std::os::unix::fs::symlink("/proc", root.join("proc")).unwrap();
+    std::os::unix::fs::symlink("/sys/devices", root.join("sys/devices")).unwrap();
+    for (n, kind, temp) in [(0, "cpu-thermal", "48250"), (1, "gpu-thermal", "95500")] {
+        let z = root.join(format!("sys/class/thermal/thermal_zone{n}"));
+        std::fs::create_dir_all(&z).unwrap();
+        for (file, text) in [
+            ("type", kind),
+            ("temp", temp),
+            ("trip_point_0_type", "passive"),
+            ("trip_point_0_temp", "95500"),
+            ("trip_point_1_type", "critical"),
+            ("trip_point_1_temp", "104500"),
+        ] {
+            std::fs::write(z.join(file), format!("{text}\n")).unwrap();
+        }
+    }
+    dir
+}
+
+/// Whether a column of top shows a figure (`12.3`, `1234`, `12ms`,
+/// `1.2s`), not `-`.
+fn figure(s: &str) -> bool {
+    let n = s.trim_end_matches("ms").trim_end_matches('s');
+    !n.is_empty() && n.parse::<f64>().is_ok()
+}
+
 /// The screen line that starts with `name`.
 fn row<'a>(screen: &'a str, name: &str) -> Option<&'a str> {
     screen.lines().find(|l| l.starts_with(name))
@@ -111,8 +145,12 @@ fn top_in_tmux_shows_the_rows_and_a_planted_miss_and_survives_the_supervisor() {
     let p = prefix.path().to_str().unwrap();
     let mut sup = supervise(prefix.path());
     wait_reports(prefix.path(), 2);
+    let sysroot = fake_sysroot();
 
-    let cmd = format!("{DEPLOY} --prefix {p} top");
+    let cmd = format!(
+        "{DEPLOY} --prefix {p} --sysroot {} top",
+        sysroot.path().display()
+    );
     let started = tmux.run(&[
         "new-session",
         "-d",
@@ -137,20 +175,45 @@ fn top_in_tmux_shows_the_rows_and_a_planted_miss_and_survives_the_supervisor() {
         ["uring", "waitv", "bell"].contains(&talker[4]),
         "the backend: {screen}"
     );
+    // Median, p99 and longest of the latest report; p99 and longest since
+    // the loop started: figures, not `-`.
+    for (col, v) in talker.iter().enumerate().take(10).skip(5) {
+        assert!(figure(v), "column {col}: {screen}");
+    }
+    assert!(
+        screen.contains(" P50 ") && screen.contains(" SMAX "),
+        "{screen}"
+    );
     let listener: Vec<&str> = row(&screen, "listener")
         .unwrap()
         .split_whitespace()
         .collect();
     // The planted miss: a 1us budget, over in every report, highlighted.
     assert_eq!(listener[1], "degraded", "{screen}");
-    assert_eq!(listener[9], "1.0", "the budget column: {screen}");
-    assert!(listener[10].parse::<u64>().unwrap() >= 1, "{screen}");
+    assert_eq!(listener[11], "1.0", "the budget column: {screen}");
+    assert!(listener[12].parse::<u64>().unwrap() >= 1, "{screen}");
     let coloured = tmux.capture(true);
     let line = coloured
         .lines()
         .find(|l| l.contains("listener "))
         .expect("the listener row");
     assert!(red(line), "the listener row is not highlighted: {line:?}");
+    // The thermal zones: the one at its passive trip point first, marked
+    // and in red; the other plain.
+    let thermal = row(&screen, "thermal:").expect("the thermal line");
+    assert!(
+        thermal.starts_with("thermal: gpu 95.5C>=95.5 THROTTLED cpu 48.2C"),
+        "{screen}"
+    );
+    let line = coloured
+        .lines()
+        .find(|l| l.contains("THROTTLED"))
+        .expect("the thermal line");
+    assert!(red(line), "the throttled zone is not highlighted: {line:?}");
+    assert!(
+        !red(coloured.lines().find(|l| l.contains("talker ")).unwrap()),
+        "the talker row meets its budget"
+    );
     let ch: Vec<&str> = row(&screen, "/demo/ping")
         .unwrap()
         .split_whitespace()
@@ -204,10 +267,16 @@ fn top_in_tmux_shows_the_rows_and_a_planted_miss_and_survives_the_supervisor() {
 }
 
 fn once_json(prefix: &Path) -> (Option<i32>, serde_json::Value) {
+    once_json_in(prefix, Path::new("/"))
+}
+
+fn once_json_in(prefix: &Path, sysroot: &Path) -> (Option<i32>, serde_json::Value) {
     let out = Command::new(DEPLOY)
         .args([
             "--prefix",
             prefix.to_str().unwrap(),
+            "--sysroot",
+            sysroot.to_str().unwrap(),
             "--json",
             "top",
             "--once",
@@ -233,7 +302,8 @@ fn once_json_is_one_frame_for_scripts() {
     };
     let _sup = supervise(prefix.path());
     wait_reports(prefix.path(), 2);
-    let (code, f) = once_json(prefix.path());
+    let sysroot = fake_sysroot();
+    let (code, f) = once_json_in(prefix.path(), sysroot.path());
     assert_eq!(code, Some(0), "{f:#}");
     assert_eq!(f["schema_version"], 1);
     assert_eq!(f["robot"], "exbot");
@@ -246,6 +316,62 @@ fn once_json_is_one_frame_for_scripts() {
     assert!(
         procs[1]["wakeup_p99_us"].as_f64().unwrap() <= procs[1]["wakeup_max_us"].as_f64().unwrap()
     );
+    // The median of the latest report, and since the loop started.
+    for p in procs {
+        let v = |k: &str| {
+            p[k].as_f64()
+                .unwrap_or_else(|| panic!("{k} of {}: {f:#}", p["name"]))
+        };
+        assert!(v("wakeup_p50_us") <= v("wakeup_p99_us"), "{p:#}");
+        assert!(v("since_start_wakeup_p50_us") <= v("since_start_wakeup_p99_us"));
+        assert!(v("since_start_wakeup_p99_us") <= v("since_start_wakeup_max_us"));
+        assert!(
+            v("since_start_wakeup_max_us") >= v("wakeup_max_us"),
+            "{p:#}"
+        );
+        assert_eq!(p["report_layout"], 3);
+    }
+    let zones = f["thermal"].as_array().unwrap();
+    let z: Vec<(&str, f64, bool)> = zones
+        .iter()
+        .map(|z| {
+            (
+                z["name"].as_str().unwrap(),
+                z["temp_c"].as_f64().unwrap(),
+                z["throttling"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        z,
+        [("cpu-thermal", 48.25, false), ("gpu-thermal", 95.5, true)]
+    );
+    assert_eq!(zones[1]["passive_c"], 95.5);
+
+    // deploy status --json carries the same figures in its timing block.
+    let out = Command::new(DEPLOY)
+        .args([
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "--json",
+            "status",
+        ])
+        .output()
+        .unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &s["processes"][0]["timing"];
+    assert_eq!(t["layout"], 3, "{s:#}");
+    for k in [
+        "wakeup_p50_us",
+        "since_start_wakeup_p50_us",
+        "since_start_wakeup_p99_us",
+        "since_start_wakeup_max_us",
+    ] {
+        assert!(t[k].as_f64().is_some(), "{k}: {t:#}");
+    }
+    let e = &t["entries"][0];
+    assert!(e["latency_p50_us"].as_f64().is_some(), "{e:#}");
+    assert!(e["since_start_latency_p99_us"].as_f64().is_some(), "{e:#}");
     assert_eq!(f["channels"][0]["name"], "/demo/ping");
     assert_eq!(f["channels"][0]["publishers"], 1);
     let cpus = f["cpus"].as_array().unwrap();

@@ -1,22 +1,27 @@
 //! What `deploy top` shows, as a value: one [`Frame`] from the
 //! supervisor's status (or why there is none) and two samples of the CPUs
 //! ([`CpuSample`]: `/proc/stat`, `/proc/interrupts`, the CPUs' `online`
-//! and `cpufreq` frequencies, nvpmodel's status file for the power mode).
-//! A CPU whose `scaling_max_freq` is below `cpuinfo_max_freq` shows the
-//! cap: a power mode or thermal throttling holds it there. The terminal view and `--once --json`
-//! both print a frame; building one is pure, reading a sample is the only
-//! I/O, bounded ([`MAX_PROC_BYTES`]) since /proc text is read as hostile
-//! as any other input: a file that does not parse leaves its columns
-//! empty with a note, never an error.
+//! and `cpufreq` frequencies, nvpmodel's status file for the power mode,
+//! the thermal zones). A CPU whose `scaling_max_freq` is below
+//! `cpuinfo_max_freq` shows the cap: a power mode or thermal throttling
+//! holds it there; a thermal zone at or past a passive trip point is one
+//! the kernel throttles ([`crate::thermal`]). The terminal view and
+//! `--once --json` both print a frame; building one is pure, reading a
+//! sample is the only I/O, bounded ([`MAX_PROC_BYTES`]) since /proc text
+//! is read as hostile as any other input: a file that does not parse
+//! leaves its columns empty with a note, never an error.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
+use controller::timing_report::LAYOUT;
+
 use serde::Serialize;
 
 use crate::metrics::TimingStatus;
 use crate::status::SupervisorStatus;
+use crate::thermal::ThermalZone;
 
 /// The most read of a /proc or /sys file (a 256-CPU machine's
 /// /proc/interrupts is well under this).
@@ -53,6 +58,8 @@ pub struct CpuSample {
     /// The Jetson power mode in force (nvpmodel's status file), where the
     /// board has one.
     pub power_mode: Option<u32>,
+    /// The thermal zones, where the board has them.
+    pub thermal: Vec<ThermalZone>,
     /// What could not be read or parsed.
     pub notes: Vec<String>,
 }
@@ -153,6 +160,9 @@ impl CpuSample {
         s.power_mode = read_bounded(&status, 4096)
             .ok()
             .and_then(|t| cpusets::power::parse_status(&t));
+        let (thermal, notes) = crate::thermal::read(sysroot);
+        s.thermal = thermal;
+        s.notes.extend(notes);
         s
     }
 }
@@ -222,10 +232,20 @@ pub struct ProcessRow {
     pub cpus: Option<String>,
     /// Latest report (worst over watchers and timers), microseconds.
     pub wakeup_avg_us: Option<f64>,
+    pub wakeup_p50_us: Option<f64>,
     pub wakeup_p99_us: Option<f64>,
     pub wakeup_max_us: Option<f64>,
-    /// Worst since this run started.
+    /// Since the process's event loop started (worst over watchers and
+    /// timers); `None` when its reports have the previous layout or the
+    /// supervisor is older.
+    pub since_start_wakeup_p50_us: Option<f64>,
+    pub since_start_wakeup_p99_us: Option<f64>,
+    pub since_start_wakeup_max_us: Option<f64>,
+    /// Worst of the reports the supervisor read since this run started.
     pub run_wakeup_max_us: Option<f64>,
+    /// The layout of its latest timing report (3; 2 from a controller
+    /// built against the previous runtime).
+    pub report_layout: Option<u32>,
     pub handler_avg_us: Option<f64>,
     pub handler_max_us: Option<f64>,
     pub wakeup_budget_us: Option<f64>,
@@ -299,6 +319,9 @@ pub struct Frame {
     pub boot_check: Option<String>,
     /// The Jetson power mode in force (nvpmodel), where there is one.
     pub power_mode: Option<u32>,
+    /// The thermal zones, where the board has them; `throttling` marks one
+    /// at or past a passive trip point.
+    pub thermal: Vec<ThermalZone>,
     /// The supervisor could not be asked, or answered oddly: why.
     pub error: Option<String>,
     /// Things worth knowing about the data (an older status layout, a
@@ -336,9 +359,14 @@ fn process_row(p: &crate::status::ProcessStatus) -> ProcessRow {
         }),
         cpus: p.in_force.as_ref().map(|f| f.cpus.clone()),
         wakeup_avg_us: t.and_then(|t| t.wakeup_avg_us),
+        wakeup_p50_us: t.and_then(|t| t.wakeup_p50_us),
         wakeup_p99_us: t.and_then(|t| t.wakeup_p99_us).or(p.wakeup_p99_us),
         wakeup_max_us,
+        since_start_wakeup_p50_us: t.and_then(|t| t.since_start_wakeup_p50_us),
+        since_start_wakeup_p99_us: t.and_then(|t| t.since_start_wakeup_p99_us),
+        since_start_wakeup_max_us: t.and_then(|t| t.since_start_wakeup_max_us),
         run_wakeup_max_us: t.and_then(|t| t.run_wakeup_max_us),
+        report_layout: t.and_then(|t| t.layout),
         handler_avg_us: t.and_then(|t| t.handler_avg_us),
         handler_max_us,
         wakeup_budget_us,
@@ -382,6 +410,15 @@ fn channel_rows(s: &SupervisorStatus) -> Vec<ChannelRow> {
     by.into_values().collect()
 }
 
+/// `a, b, c and 2 more`: at most `max` names.
+fn names(all: &[&str], max: usize) -> String {
+    let shown = all[..all.len().min(max)].join(", ");
+    match all.len().saturating_sub(max) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
 /// Builds a frame from what was fetched.
 pub fn frame(
     status: Result<&SupervisorStatus, String>,
@@ -415,6 +452,34 @@ pub fn frame(
     if running_without_detail > 0 {
         f.notes.push(format!(
             "{running_without_detail} process(es) report timing but the status has no detail: an older supervisor (wakeup p99 and max only; no handler times, channels or budgets)"
+        ));
+    }
+    let old_layout: Vec<&str> = s
+        .processes
+        .iter()
+        .filter(|p| {
+            p.state == "running"
+                && p.timing
+                    .as_ref()
+                    .is_some_and(|t| t.layout.is_some_and(|l| l < LAYOUT))
+        })
+        .map(|p| p.name.as_str())
+        .collect();
+    if !old_layout.is_empty() {
+        f.notes.push(format!(
+            "{} {} timing reports of an older layout (built against an earlier runtime): no median and nothing since start (-)",
+            names(&old_layout, 4),
+            if old_layout.len() == 1 { "publishes" } else { "publish" },
+        ));
+    }
+    let without_layout = s
+        .processes
+        .iter()
+        .filter(|p| p.state == "running" && p.timing.as_ref().is_some_and(|t| t.layout.is_none()))
+        .count();
+    if without_layout > 0 {
+        f.notes.push(format!(
+            "{without_layout} process(es) with timing from an older supervisor: no median and nothing since start (-)"
         ));
     }
     let matches = |name: &str| filter.is_none_or(|q| name.contains(q));
@@ -518,6 +583,21 @@ mod tests {
         let s = CpuSample::read(dir.path());
         assert_eq!(s.notes.len(), 3, "{:?}", s.notes);
         assert!(cpu_rows(&s, &s, 1.0, &[]).is_empty());
+        assert!(s.thermal.is_empty());
+    }
+
+    #[test]
+    fn the_sample_carries_the_thermal_zones() {
+        let dir = tempfile::tempdir().unwrap();
+        let z = dir.path().join("sys/class/thermal/thermal_zone0");
+        std::fs::create_dir_all(&z).unwrap();
+        std::fs::write(z.join("type"), "cpu-thermal\n").unwrap();
+        std::fs::write(z.join("temp"), "99000\n").unwrap();
+        std::fs::write(z.join("trip_point_0_type"), "passive\n").unwrap();
+        std::fs::write(z.join("trip_point_0_temp"), "95500\n").unwrap();
+        let s = CpuSample::read(dir.path());
+        assert_eq!(s.thermal.len(), 1);
+        assert!(s.thermal[0].throttling);
     }
 
     fn status_json() -> &'static str {
@@ -527,8 +607,11 @@ mod tests {
             "processes": [
                 {"name": "talker", "state": "running", "restarts": 0, "budget": "ok",
                  "over_budget_reports": 0, "degraded": false, "backend": "io_uring-futex",
-                 "timing": {"seq": 4, "period_s": 1.0, "wakeup_avg_us": 5.0, "wakeup_p99_us": 9.0,
+                 "timing": {"seq": 4, "period_s": 1.0, "layout": 3, "wakeup_avg_us": 5.0,
+                    "wakeup_p50_us": 4.5, "wakeup_p99_us": 9.0,
                     "wakeup_max_us": 12.0, "handler_avg_us": 1.0, "handler_max_us": 2.0,
+                    "since_start_wakeup_p50_us": 4.0, "since_start_wakeup_p99_us": 11.0,
+                    "since_start_wakeup_max_us": 35.0,
                     "run_wakeup_max_us": 30.0, "run_handler_max_us": 3.0,
                     "wakeup_budget_us": 200.0, "handler_budget_us": null,
                     "reports": 4, "reports_skipped": 0,
@@ -541,7 +624,7 @@ mod tests {
                          "totals": {"events": 4000, "lost": 0, "missed": 0, "errors": 0, "faults": 0}}]}},
                 {"name": "listener", "state": "running", "restarts": 2, "budget": "over",
                  "over_budget_reports": 3, "degraded": true,
-                 "timing": {"seq": 4, "period_s": 1.0, "wakeup_avg_us": 5.0, "wakeup_p99_us": 40.0,
+                 "timing": {"seq": 4, "period_s": 1.0, "layout": 2, "wakeup_avg_us": 5.0, "wakeup_p99_us": 40.0,
                     "wakeup_max_us": 80.0, "handler_avg_us": 1.0, "handler_max_us": 2.0,
                     "run_wakeup_max_us": 80.0, "run_handler_max_us": 3.0,
                     "wakeup_budget_us": 1.0, "handler_budget_us": null,
@@ -566,6 +649,25 @@ mod tests {
         assert_eq!(f.processes[1].state, "degraded");
         assert_eq!(f.processes[2].wakeup_p99_us, Some(3.0));
         assert!(f.notes[0].contains("an older supervisor"), "{:?}", f.notes);
+        let t = &f.processes[0];
+        assert_eq!(
+            (
+                t.wakeup_p50_us,
+                t.since_start_wakeup_p99_us,
+                t.since_start_wakeup_max_us
+            ),
+            (Some(4.5), Some(11.0), Some(35.0))
+        );
+        // The listener's controller publishes the previous layout: its
+        // figures are there, the new ones absent and the frame says why.
+        let l = &f.processes[1];
+        assert_eq!((l.report_layout, l.wakeup_p99_us), (Some(2), Some(40.0)));
+        assert_eq!((l.wakeup_p50_us, l.since_start_wakeup_max_us), (None, None));
+        assert_eq!(
+            f.notes[1],
+            "listener publishes timing reports of an older layout (built against an earlier runtime): no median and nothing since start (-)"
+        );
+        assert_eq!(f.notes.len(), 2, "{:?}", f.notes);
         assert_eq!(
             f.channels,
             [ChannelRow {
@@ -592,6 +694,30 @@ mod tests {
         );
         assert_eq!(f.error.as_deref(), Some("no supervisor"));
         assert!(f.processes.is_empty());
+    }
+
+    #[test]
+    fn names_are_bounded() {
+        assert_eq!(names(&["a"], 2), "a");
+        assert_eq!(names(&["a", "b", "c", "d"], 2), "a, b and 2 more");
+    }
+
+    #[test]
+    fn timing_from_an_older_supervisor_is_said_so() {
+        let mut s: SupervisorStatus = serde_json::from_str(status_json()).unwrap();
+        for p in &mut s.processes {
+            if let Some(t) = p.timing.as_mut() {
+                t.layout = None;
+            }
+        }
+        let f = frame(Ok(&s), vec![], &[], SortKey::Config, None);
+        assert!(
+            f.notes
+                .iter()
+                .any(|n| n.starts_with("2 process(es) with timing from an older supervisor")),
+            "{:?}",
+            f.notes
+        );
     }
 
     #[test]

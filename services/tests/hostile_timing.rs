@@ -10,7 +10,7 @@ use std::path::Path;
 
 use common::{config, process, start};
 use controller::channel::{Channel, ChannelGeometry};
-use controller::timing_report::{timing_channel_name, timing_geometry};
+use controller::timing_report::{timing_channel_name, timing_geometry, RawReport};
 use serde_json::json;
 use services::supervisor::Hooks;
 
@@ -84,5 +84,156 @@ fn a_garbage_timing_channel_does_not_freeze_the_supervisor() {
     });
     assert_ne!(s.processes[1].pid, Some(pid));
     assert_eq!(s.processes[0].state, "running");
+    sup.stop_all();
+}
+
+/// A report of the previous layout (`RTDTIME2`: a 120-byte head, then 32
+/// entries of 176 bytes) with one watcher, built from its field list.
+fn v2_report(pid: u64, seq: u64, p99_ns: u64, max_ns: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 120 + 32 * 176];
+    let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+    put(8, pid);
+    put(16, seq);
+    put(32, 1_000_000_000);
+    put(40, 1);
+    put(112, 1);
+    put(120, 1); // a watcher
+    put(120 + 56, 100); // count
+    put(120 + 56 + 24, p99_ns);
+    put(120 + 56 + 32, max_ns);
+    put(120 + 56 + 96, 1000); // total
+    b[..8].copy_from_slice(b"RTDTIME2");
+    b[128..132].copy_from_slice(b"/imu");
+    b
+}
+
+#[test]
+fn old_layouts_unknown_layouts_and_garbage_figures_leave_the_supervisor_answering() {
+    let names = ["old", "alien", "liar", "victim"];
+    let procs = names
+        .iter()
+        .map(|n| {
+            process(json!({
+                "name": n, "exec": "/bin/sleep", "args": ["600"],
+                "restart": {"initial_backoff": "50ms", "max_backoff": "100ms"},
+            }))
+        })
+        .collect();
+    let sup = start(config(procs, None), Hooks::default());
+    let s = sup.wait_for("all running", |s| {
+        s.processes.iter().all(|p| p.state == "running")
+    });
+    let pid = |n: &str| {
+        s.processes
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap()
+            .pid
+            .unwrap() as u64
+    };
+    let shm = sup.prefix.path().join("dev/shm/rtdeploy");
+    let proc_root = Path::new("/proc");
+    let channel = |name: &str, payload: u64| {
+        let g = ChannelGeometry::new(payload, 4, 2).with_subscribers(4);
+        Channel::create(&shm, &timing_channel_name(name), &g, None, proc_root)
+            .unwrap()
+            .0
+    };
+    // A controller built against the previous runtime.
+    let old = channel("old", 120 + 32 * 176);
+    let mut p = old.publisher(proc_root).unwrap();
+    p.publish(&v2_report(pid("old"), 1, 9_000, 40_000)).unwrap();
+    // One of a layout this supervisor does not know.
+    let alien = channel("alien", 20_000);
+    alien
+        .publisher(proc_root)
+        .unwrap()
+        .publish(&[1u8; 20_000])
+        .unwrap();
+    // The current layout with figures that make no sense.
+    let liar = channel("liar", std::mem::size_of::<RawReport>() as u64);
+    let mut raw = RawReport {
+        pid: pid("liar"),
+        seq: 1,
+        period_ns: 1_000_000_000,
+        entries: 2,
+        ..Default::default()
+    };
+    for e in &mut raw.entry[..2] {
+        e.kind = 2;
+        e.count = 10;
+        e.total = 10;
+        e.latency_p50 = u64::MAX;
+        e.since_start_latency_p50 = u64::MAX;
+        e.since_start_latency_p99 = 3;
+        e.since_start_latency_max = 0;
+    }
+    liar.publisher(proc_root)
+        .unwrap()
+        .publish_value(&raw)
+        .unwrap();
+
+    let s = sup.wait_for("the reports read", |s| {
+        ["old", "liar"].iter().all(|n| {
+            s.processes
+                .iter()
+                .any(|p| p.name == *n && p.timing.is_some())
+        })
+    });
+    let t = |n: &str| {
+        s.processes
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap()
+            .timing
+            .clone()
+            .unwrap()
+    };
+    let o = t("old");
+    assert_eq!(o.layout, Some(2));
+    assert_eq!((o.wakeup_p99_us, o.wakeup_max_us), (Some(9.0), Some(40.0)));
+    assert_eq!(o.wakeup_p50_us, None);
+    assert_eq!(o.since_start_wakeup_p99_us, None);
+    assert_eq!(o.entries[0].name, "/imu");
+    let l = t("liar");
+    assert_eq!(l.layout, Some(3));
+    assert_eq!(l.wakeup_p50_us, Some(u64::MAX as f64 / 1000.0));
+    assert_eq!(
+        (l.since_start_wakeup_p99_us, l.since_start_wakeup_max_us),
+        (Some(0.003), Some(0.0))
+    );
+    sup.wait_log("alien", "timing report unreadable");
+    let log = sup.log("alien");
+    assert!(
+        log.contains("a timing report layout this reader does not know"),
+        "{log}"
+    );
+    assert!(!sup.log("old").contains("unreadable"), "{}", sup.log("old"));
+    // What the status feeds: the exposition and top's frame take it.
+    let text = services::metrics::exposition(&s);
+    assert!(
+        text.contains("rtdeploy_wakeup_since_start_p99_microseconds{robot=\"testbot\",process=\"liar\"} 0.003"),
+        "{text}"
+    );
+    assert!(!text.contains("rtdeploy_wakeup_p50_microseconds{robot=\"testbot\",process=\"old\""));
+    let f = services::top::frame(Ok(&s), vec![], &[], Default::default(), None);
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.starts_with("old publishes timing reports of an older layout")),
+        "{:?}",
+        f.notes
+    );
+
+    // It still reaps and restarts.
+    let v = sup.process("victim").pid.unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(v).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    sup.wait_for("victim restarted", |s| {
+        s.processes[3].restarts == 1 && s.processes[3].state == "running"
+    });
     sup.stop_all();
 }

@@ -1,11 +1,14 @@
 //! `deploy top`: the robot's timing live, refreshed every `--interval`
 //! (default 1 s): per process its state, scheduling, backend, wakeup
-//! figures against its budget (misses highlighted), handler time and
-//! restarts; per channel its rate and losses; per CPU whether it is
+//! median, p99 and longest of the latest report and p99 and longest since
+//! its loop started, against its budget (misses highlighted), handler time
+//! and restarts; per channel its rate and losses; per CPU whether it is
 //! online, its frequency and the cap it is held under (power mode or
 //! throttling), utilisation and interrupts per second (any on an isolated
-//! CPU highlighted); the Jetson power mode where there is one. Keys: `q` quit, `p`/space pause, `s` next
-//! sort, `/` filter by process name (Enter applies, Esc clears).
+//! CPU highlighted); the Jetson power mode where there is one, and each
+//! thermal zone's temperature (one at or past a passive trip point, where
+//! the kernel throttles, highlighted). Keys: `q` quit, `p`/space pause,
+//! `s` next sort, `/` filter by process name (Enter applies, Esc clears).
 //!
 //! The supervisor is asked on a thread of its own, so a supervisor that
 //! is gone, slow or answers in a layout this build does not know is a
@@ -153,6 +156,7 @@ fn build(
         filter,
     );
     f.power_mode = cur.power_mode;
+    f.thermal = cur.thermal.clone();
     f
 }
 
@@ -177,8 +181,12 @@ fn once(ctx: &Ctx, args: &TopArgs, iso: &Isolated) -> anyhow::Result<Exit> {
     } else {
         // The same view as the terminal's, 100 columns wide, as tall as it
         // needs, without colours.
-        let height =
-            8 + frame.processes.len() + frame.channels.len() + frame.cpus.len() + frame.notes.len();
+        let height = 8
+            + frame.processes.len()
+            + frame.channels.len()
+            + frame.cpus.len()
+            + frame.notes.len()
+            + THERMAL_LINES;
         let area = Rect::new(0, 0, 100, height.min(1000) as u16);
         let mut buf = ratatui::buffer::Buffer::empty(area);
         let view = View {
@@ -360,15 +368,86 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     out
 }
 
-/// Microseconds in at most 6 columns.
+/// Microseconds in at most 4 columns: `12.3`, `1234`, `12ms`, `1.2s`,
+/// `123s`, then `>1ks` (no wakeup takes that long; garbage might).
 fn us(v: Option<f64>) -> String {
     match v {
         None => "-".into(),
-        Some(v) if v < 100.0 => format!("{v:.1}"),
-        Some(v) if v < 100_000.0 => format!("{v:.0}"),
-        Some(v) if v < 10_000_000.0 => format!("{:.0}ms", v / 1000.0),
-        Some(v) => format!("{:.0}s", v / 1e6),
+        Some(v) if v < 99.95 => format!("{v:.1}"),
+        Some(v) if v < 9_999.5 => format!("{v:.0}"),
+        Some(v) if v < 99_500.0 => format!("{:.0}ms", v / 1e3),
+        Some(v) if v < 9_950_000.0 => format!("{:.1}s", v / 1e6),
+        Some(v) if v < 999_500_000.0 => format!("{:.0}s", v / 1e6),
+        Some(_) => ">1ks".into(),
     }
+}
+
+/// The most lines the thermal zones take on screen (all are in the JSON).
+const THERMAL_LINES: usize = 2;
+
+/// A zone's name without the `-thermal` every Jetson zone ends with.
+fn zone_name(name: &str) -> &str {
+    ["-thermal", "_thermal", "-therm"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+        .filter(|n| !n.is_empty())
+        .unwrap_or(name)
+}
+
+/// The thermal zones as at most `max_lines` lines of `width`: those the
+/// kernel throttles first (with their passive trip point), then the rest
+/// in zone order; what does not fit is counted.
+fn thermal_lines(
+    zones: &[services::thermal::ThermalZone],
+    width: usize,
+    max_lines: usize,
+) -> Vec<Vec<(String, bool)>> {
+    if zones.is_empty() || max_lines == 0 {
+        return Vec::new();
+    }
+    let mut order: Vec<&services::thermal::ThermalZone> = zones.iter().collect();
+    order.sort_by_key(|z| (!z.throttling, z.zone));
+    let items: Vec<(String, bool)> = order
+        .iter()
+        .map(|z| {
+            let temp = z.temp_c.map_or("-".into(), |t| format!("{t:.1}C"));
+            let text = match (z.throttling, z.passive_c) {
+                (true, Some(p)) => format!("{} {temp}>={p:.1} THROTTLED", zone_name(&z.name)),
+                _ => format!("{} {temp}", zone_name(&z.name)),
+            };
+            (text, z.throttling)
+        })
+        .collect();
+    let label = "thermal:";
+    let mut lines: Vec<Vec<(String, bool)>> = vec![vec![(label.into(), false)]];
+    let mut used = label.len();
+    let mut i = 0;
+    while let Some((text, hot)) = items.get(i) {
+        let left = items.len() - i;
+        // On the last line, room is kept to say how many did not fit.
+        let more = format!(" +{left} more");
+        let last = lines.len() == max_lines;
+        let reserve = if last && left > 1 { more.len() } else { 0 };
+        let sep = usize::from(used > 0);
+        if used + sep + text.chars().count() + reserve > width {
+            if last || used == 0 {
+                lines.last_mut().unwrap().push((more, false));
+                return lines;
+            }
+            lines.push(Vec::new());
+            used = 0;
+            continue;
+        }
+        let t = if sep == 1 {
+            format!(" {text}")
+        } else {
+            text.clone()
+        };
+        used += t.chars().count();
+        lines.last_mut().unwrap().push((t, *hot));
+        i += 1;
+    }
+    lines
 }
 
 fn backend(b: Option<&str>) -> String {
@@ -431,6 +510,19 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
             lines.push(Line::styled(l, alarm));
         }
     }
+    for l in thermal_lines(&frame.thermal, area.width as usize, THERMAL_LINES) {
+        lines.push(Line::from(
+            l.into_iter()
+                .map(|(t, hot)| {
+                    if hot {
+                        Span::styled(t, alarm)
+                    } else {
+                        Span::raw(t)
+                    }
+                })
+                .collect::<Vec<_>>(),
+        ));
+    }
     for n in &frame.notes {
         lines.push(Line::styled(format!("note: {n}"), warn));
     }
@@ -459,9 +551,12 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
     .areas(area);
     Paragraph::new(lines).render(head_a, buf);
 
+    // Wakeups of the latest report (P50, P99, MAX) and since the loop
+    // started (SP99, SMAX), the longest handler run, the budget: in
+    // microseconds unless a unit is given.
     let header = Row::new([
-        "NAME", "STATE", "SCHED", "CPUS", "BKND", "P99us", "MAXus", "RUNMX", "HMAX", "BUDG",
-        "MISS", "RST",
+        "NAME", "STATE", "SCHED", "CPUS", "BKND", "P50", "P99", "MAX", "SP99", "SMAX", "HMAX",
+        "BUDG", "MISS", "RST",
     ])
     .style(bold);
     let rows = frame.processes.iter().map(|p| {
@@ -482,9 +577,11 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
             Cell::from(p.sched.clone().unwrap_or_else(|| "-".into())),
             Cell::from(p.cpus.clone().unwrap_or_else(|| "-".into())),
             Cell::from(backend(p.backend.as_deref())),
+            Cell::from(us(p.wakeup_p50_us)),
             Cell::from(us(p.wakeup_p99_us)),
             Cell::from(us(p.wakeup_max_us)).style(max_style),
-            Cell::from(us(p.run_wakeup_max_us)),
+            Cell::from(us(p.since_start_wakeup_p99_us)),
+            Cell::from(us(p.since_start_wakeup_max_us)),
             Cell::from(us(p.handler_max_us)).style(h_style),
             Cell::from(us(p.wakeup_budget_us)),
             Cell::from(p.over_budget_reports.to_string()),
@@ -500,17 +597,20 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
     });
     Table::new(
         rows,
+        // 80 columns with the spaces between them.
         [
-            Constraint::Length(9),
+            Constraint::Length(8),
             Constraint::Length(8),
             Constraint::Length(7),
             Constraint::Length(4),
             Constraint::Length(5),
-            Constraint::Length(6),
-            Constraint::Length(6),
-            Constraint::Length(6),
-            Constraint::Length(6),
-            Constraint::Length(5),
+            Constraint::Length(4),
+            Constraint::Length(4),
+            Constraint::Length(4),
+            Constraint::Length(4),
+            Constraint::Length(4),
+            Constraint::Length(4),
+            Constraint::Length(4),
             Constraint::Length(4),
             Constraint::Length(3),
         ],
@@ -588,7 +688,7 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
     let foot = match &view.editing {
         Some(t) => format!("filter: {t}_   (Enter applies, Esc clears)"),
         None => format!(
-            "q quit  p pause  s sort: {}  / filter: {}  every {:.1}s",
+            "q quit  p pause  s sort: {}  / filter: {}  every {:.1}s  us; S: since start",
             frame.sort.name(),
             frame.filter.as_deref().unwrap_or("-"),
             view.interval.as_secs_f64()
@@ -611,9 +711,73 @@ mod tests {
         );
         assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
         assert!(wrap("", 5).is_empty());
-        assert_eq!(us(Some(12.34)), "12.3");
-        assert_eq!(us(Some(1234.0)), "1234");
-        assert_eq!(us(Some(250_000.0)), "250ms");
+    }
+
+    #[test]
+    fn microseconds_fit_four_columns() {
+        for (v, s) in [
+            (1.0, "1.0"),
+            (12.34, "12.3"),
+            (99.96, "100"),
+            (1234.0, "1234"),
+            (9_999.6, "10ms"),
+            (12_345.0, "12ms"),
+            (99_499.0, "99ms"),
+            (99_500.0, "0.1s"),
+            (250_000.0, "0.2s"),
+            (9_949_999.0, "9.9s"),
+            (9_950_000.0, "10s"),
+            (999_499_999.0, "999s"),
+            (999_500_000.0, ">1ks"),
+            (u64::MAX as f64 / 1000.0, ">1ks"),
+        ] {
+            assert_eq!(us(Some(v)), s, "{v}");
+            assert!(s.len() <= 4);
+        }
         assert_eq!(us(None), "-");
+    }
+
+    fn zone(n: u32, name: &str, temp: f64, throttling: bool) -> services::thermal::ThermalZone {
+        services::thermal::ThermalZone {
+            zone: n,
+            name: name.into(),
+            temp_c: Some(temp),
+            passive_c: Some(95.5),
+            critical_c: None,
+            enabled: true,
+            throttling,
+        }
+    }
+
+    #[test]
+    fn thermal_zones_fit_their_lines_throttled_first() {
+        let text = |lines: &[Vec<(String, bool)>]| -> Vec<String> {
+            lines
+                .iter()
+                .map(|l| l.iter().map(|(t, _)| t.as_str()).collect())
+                .collect()
+        };
+        let zones = [
+            zone(0, "cpu-thermal", 48.25, false),
+            zone(1, "gpu-thermal", 96.0, true),
+            zone(2, "PMIC-Die", 40.0, false),
+        ];
+        let l = thermal_lines(&zones, 80, 2);
+        assert_eq!(
+            text(&l),
+            ["thermal: gpu 96.0C>=95.5 THROTTLED cpu 48.2C PMIC-Die 40.0C"]
+        );
+        assert!(l[0][1].1 && !l[0][2].1, "only the throttled zone is hot");
+        // Narrow: two lines, then a count of what did not fit.
+        let many: Vec<_> = (0..20)
+            .map(|n| zone(n, "soc-thermal", 50.0, false))
+            .collect();
+        let l = text(&thermal_lines(&many, 40, 2));
+        assert_eq!(l.len(), 2);
+        assert!(l.iter().all(|x| x.chars().count() <= 40), "{l:?}");
+        assert!(l[1].ends_with("more"), "{l:?}");
+        assert!(thermal_lines(&[], 80, 2).is_empty());
+        assert_eq!(zone_name("-thermal"), "-thermal");
+        assert_eq!(zone_name("tj-thermal"), "tj");
     }
 }
