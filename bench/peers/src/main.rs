@@ -1,0 +1,105 @@
+//! `peers`: our runtime against iceoryx2 on the same machine, CPUs,
+//! priority and message sizes, in one run whose rounds alternate between
+//! the two. `scripts/bench-peers.sh` builds and runs it.
+//!
+//! Design rules:
+//! - both sides get the same process setup, the same message type and
+//!   bytes, and each its recommended fast path (loans written in place;
+//!   blocking event waits, never polling);
+//! - every side is a process of its own (this binary, `peers role ...`),
+//!   and no wait of the parent is without a deadline;
+//! - a run's names are unique to it and removed after it (a later run
+//!   removes what a killed one left);
+//! - figures are pooled per benchmark, size and side and quoted with the
+//!   ratio ours / iceoryx2; nothing is tuned for either side.
+//!
+//! Exit status: 0 measured, 2 could not run or a side failed.
+
+mod host;
+mod iox;
+mod message;
+mod ours;
+mod plan;
+mod report;
+mod role;
+mod runner;
+mod settings;
+mod spawn;
+mod stats;
+
+use anyhow::{Context as _, Result};
+use clap::Parser as _;
+
+use crate::settings::{Flags, RoleCmd, Settings};
+
+fn main() {
+    let flags = Flags::parse();
+    let code = match &flags.role {
+        Some(RoleCmd::Role { spec }) => match run_role(spec) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("peers role: {e:#}");
+                2
+            }
+        },
+        None => match run(&flags) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("peers: {e:#}");
+                2
+            }
+        },
+    };
+    std::process::exit(code);
+}
+
+fn run_role(spec: &str) -> Result<()> {
+    let spec: role::RoleSpec = serde_json::from_str(spec).context("reading the role")?;
+    role::run(&spec)
+}
+
+fn run(flags: &Flags) -> Result<()> {
+    let allowed = host::allowed_cpus()?;
+    let s = Settings::from_flags(flags, &allowed)?;
+    let host = host::Host::prepare(&s)?;
+    for n in &host.notes {
+        eprintln!("peers: note: {n}");
+    }
+    let runs = plan::plan(&s);
+    let mut outcomes = Vec::with_capacity(runs.len());
+    let mut failure = None;
+    for (i, r) in runs.iter().enumerate() {
+        if !s.quiet {
+            eprintln!("peers: [{}/{}] {}", i + 1, runs.len(), runner::describe(r));
+        }
+        match runner::execute(r, &s, &host) {
+            Ok(o) => outcomes.push(o),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let left = host.clean();
+    if !left.is_empty() {
+        eprintln!(
+            "peers: note: removed {} files iceoryx2 left after its processes ended (e.g. {})",
+            left.len(),
+            left[0].display()
+        );
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let rep = report::build(command, &s, &host, &outcomes);
+    if s.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rep).context("encoding the report")?
+        );
+    } else {
+        print!("{}", report::table(&rep));
+    }
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! The messages both sides send: `[u64; W]`, the same type and the same
+//! bytes for our channels and for iceoryx2.
+//!
+//! Word 0 carries the benchmark's stamp (a `CLOCK_MONOTONIC` send time,
+//! echoed back in ping-pong; a sequence number in the throughput and
+//! publish benchmarks); every other word carries the sequence number. A
+//! sender writes every word of every message, in place in the slot it
+//! loaned; a receiver reads word 0 and the last word. [`STOP`] in word 0
+//! tells a receiver that the sender is done.
+#![allow(unsafe_code)]
+
+use std::mem::MaybeUninit;
+
+/// Word 0 of the message that ends a run.
+pub const STOP: u64 = u64::MAX;
+
+/// The message sizes the benchmark is built for, in bytes (each one a
+/// monomorphised `[u64; size / 8]`).
+pub const SIZES: [usize; 5] = [8, 64, 1024, 4096, 65536];
+
+/// The sizes measured unless told otherwise.
+pub const DEFAULT_SIZES: [usize; 3] = [8, 1024, 65536];
+
+/// Writes a whole message of `W` words at `dst`: `stamp` into word 0,
+/// `seq` into every other word.
+///
+/// # Safety
+///
+/// `dst` points to `W` `u64`s, aligned, writable and not accessed through
+/// any other reference while this runs (initialised or not: only writes).
+#[inline]
+unsafe fn fill_raw<const W: usize>(dst: *mut u64, stamp: u64, seq: u64) {
+    // SAFETY: the caller's conditions: word 0 is in bounds and ours to write.
+    unsafe { dst.write(stamp) };
+    for i in 1..W {
+        // SAFETY: i < W, so in bounds of the caller's W words.
+        unsafe { dst.add(i).write(seq) };
+    }
+}
+
+/// Writes a whole message into `m` (a loan of our channel).
+#[inline]
+pub fn fill<const W: usize>(m: &mut [u64; W], stamp: u64, seq: u64) {
+    // SAFETY: `m` is W aligned words behind an exclusive reference.
+    unsafe { fill_raw::<W>(m.as_mut_ptr(), stamp, seq) }
+}
+
+/// Writes a whole message into `m` (an uninitialised loan of iceoryx2's);
+/// every word is initialised afterwards.
+#[inline]
+pub fn fill_uninit<const W: usize>(m: &mut MaybeUninit<[u64; W]>, stamp: u64, seq: u64) {
+    // SAFETY: a MaybeUninit<[u64; W]> is W aligned words, here behind an
+    // exclusive reference; fill_raw only writes them.
+    unsafe { fill_raw::<W>(m.as_mut_ptr().cast::<u64>(), stamp, seq) }
+}
+
+/// The stamp (word 0) and the sequence number (the last word) of a
+/// message; for an 8-byte message both are word 0.
+#[inline]
+pub fn read<const W: usize>(m: &[u64; W]) -> (u64, u64) {
+    (m[0], m[W - 1])
+}
+
+/// Bytes as the tables write them: `8 B`, `1 KiB`, `64 KiB`.
+pub fn size_label(bytes: usize) -> String {
+    if bytes >= 1024 && bytes.is_multiple_of(1024) {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// Calls `$body` with `W` bound to the word count of `$size` (one of
+/// [`SIZES`]).
+#[macro_export]
+macro_rules! with_words {
+    ($size:expr, $w:ident => $body:expr) => {
+        match $size {
+            8 => {
+                const $w: usize = 1;
+                $body
+            }
+            64 => {
+                const $w: usize = 8;
+                $body
+            }
+            1024 => {
+                const $w: usize = 128;
+                $body
+            }
+            4096 => {
+                const $w: usize = 512;
+                $body
+            }
+            65536 => {
+                const $w: usize = 8192;
+                $body
+            }
+            other => ::anyhow::bail!(
+                "message size {other} is not one this benchmark is built for ({:?})",
+                $crate::message::SIZES
+            ),
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_writes_every_word_and_read_finds_stamp_and_sequence() {
+        let mut m = [0u64; 128];
+        fill(&mut m, 7, 9);
+        assert_eq!(read(&m), (7, 9));
+        assert!(m[1..].iter().all(|&w| w == 9));
+        let mut one = MaybeUninit::<[u64; 1]>::uninit();
+        fill_uninit(&mut one, 5, 6);
+        // SAFETY: fill_uninit initialised the one word.
+        let one = unsafe { one.assume_init() };
+        assert_eq!(read(&one), (5, 5));
+    }
+
+    #[test]
+    fn sizes_are_labelled_in_bytes_or_kib() {
+        assert_eq!(size_label(8), "8 B");
+        assert_eq!(size_label(1024), "1 KiB");
+        assert_eq!(size_label(65536), "64 KiB");
+    }
+
+    #[test]
+    fn every_size_has_its_word_count() -> anyhow::Result<()> {
+        for size in SIZES {
+            let words = with_words!(size, W => W);
+            assert_eq!(words * 8, size);
+        }
+        Ok(())
+    }
+}
