@@ -152,9 +152,21 @@ impl Host {
     }
 
     /// Removes the run's files: our channel directory, iceoryx2's root
-    /// path and its shared memory (by prefix). Returns the iceoryx2
-    /// entries that were still there (its own cleanup missed them).
-    pub fn clean(&self) -> Vec<PathBuf> {
+    /// path and its shared memory (by prefix); what iceoryx2 had left
+    /// after its processes ended is said in a note.
+    pub fn clean(&mut self) {
+        let left = self.remove_files();
+        if let Some(first) = left.first() {
+            self.notes.push(format!(
+                "removed {} files iceoryx2 left after its processes ended (e.g. {})",
+                left.len(),
+                first.display()
+            ));
+        }
+    }
+
+    /// [`Host::clean`]'s removals; returns the iceoryx2 entries found.
+    fn remove_files(&self) -> Vec<PathBuf> {
         let _ = std::fs::remove_dir_all(&self.names.ours_dir);
         let mut left = Vec::new();
         let root = PathBuf::from(self.names.iox_root.trim_end_matches('/'));

@@ -61,7 +61,7 @@ fn run_role(spec: &str) -> Result<()> {
 fn run(flags: &Flags) -> Result<()> {
     let allowed = host::allowed_cpus()?;
     let s = Settings::from_flags(flags, &allowed)?;
-    let host = host::Host::prepare(&s)?;
+    let mut host = host::Host::prepare(&s)?;
     for n in &host.notes {
         eprintln!("peers: note: {n}");
     }
@@ -80,13 +80,10 @@ fn run(flags: &Flags) -> Result<()> {
             }
         }
     }
-    let left = host.clean();
-    if !left.is_empty() {
-        eprintln!(
-            "peers: note: removed {} files iceoryx2 left after its processes ended (e.g. {})",
-            left.len(),
-            left[0].display()
-        );
+    let before = host.notes.len();
+    host.clean();
+    for n in &host.notes[before..] {
+        eprintln!("peers: note: {n}");
     }
     if let Some(e) = failure {
         return Err(e);
