@@ -2,13 +2,17 @@
 //! type, a publish-subscribe service of `[u64; W]` beside an event
 //! service. A sender loans an uninitialised sample, writes the message in
 //! place, sends it and notifies the event service; a receiver sleeps in
-//! its event listener's blocking wait, then takes every sample there.
+//! its event listener's wait, then takes every sample there. The wait is
+//! a timed one that runs out after 50 ms, the safety net our event loop
+//! has too (its wake check): iceoryx2 0.10's listener can miss a wake,
+//! and a receiver must not sleep forever on a sample that is there.
 //!
 //! Each run has its own file prefix and root path (see
 //! [`crate::role::Names`]), so its files are told apart from any other
 //! iceoryx2 user's and removed by the parent afterwards.
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::fmt::Debug;
 
 use anyhow::{anyhow, bail, Result};
@@ -17,6 +21,8 @@ use iceoryx2::port::notifier::Notifier;
 use iceoryx2::port::publisher::Publisher;
 use iceoryx2::port::subscriber::Subscriber;
 use iceoryx2::prelude::*;
+
+use controller::event_loop::DEFAULT_WAKE_CHECK as WAKE_CHECK;
 
 use crate::message::{fill_uninit, read, STOP};
 use crate::role::{now_ns, wait_for_stdin_to_close, Role, RoleResult, RoleSpec};
@@ -99,6 +105,8 @@ impl<const W: usize> Topic<W> {
                 "subscriber",
             )?,
             listener: ok(self.event.listener_builder().create(), "listener")?,
+            timed_out: Cell::new(false),
+            healed: Cell::new(0),
         })
     }
 }
@@ -137,13 +145,24 @@ impl<const W: usize> Sender<W> {
 struct Receiver<const W: usize> {
     subscriber: Subscriber<Ipc, [u64; W], ()>,
     listener: Listener<Ipc>,
+    /// The last wait ran out its time instead of being woken.
+    timed_out: Cell<bool>,
+    /// Samples found after a wait that ran out: no wake came for them.
+    healed: Cell<u64>,
 }
 
 impl<const W: usize> Receiver<W> {
-    /// Sleeps in the listener until notified.
+    /// Sleeps in the listener until notified, or at most [`WAKE_CHECK`]:
+    /// the same safety net as our loop's wake check, for a wake that never
+    /// comes (iceoryx2 0.10's listener can miss one; see the README). A
+    /// timed wait costs what a blocking one does (each sets the socket's
+    /// receive timeout).
     #[inline]
     fn wait(&self) -> Result<()> {
-        ok(self.listener.blocking_wait(|_| {}), "blocking wait")?;
+        let t0 = now_ns();
+        ok(self.listener.timed_wait(|_| {}, WAKE_CHECK), "timed wait")?;
+        self.timed_out
+            .set(now_ns() - t0 >= WAKE_CHECK.as_nanos() as u64);
         Ok(())
     }
 
@@ -156,6 +175,9 @@ impl<const W: usize> Receiver<W> {
                 let (stamp, seq) = read::<W>(sample.payload());
                 f(stamp, seq);
                 drop(sample);
+                if self.timed_out.replace(false) {
+                    self.healed.set(self.healed.get() + 1);
+                }
                 Ok(true)
             }
             None => Ok(false),
@@ -163,8 +185,15 @@ impl<const W: usize> Receiver<W> {
     }
 }
 
+/// A role's results and, for a sending role, its ports: they stay open
+/// until the parent has every side's results. An iceoryx2 subscriber that
+/// has not connected to a publisher yet (a starved one of several on one
+/// CPU) finds nothing once that publisher is gone, where a real publisher
+/// would have lived on.
+pub type Finished = (RoleResult, Option<Box<dyn std::any::Any>>);
+
 /// Runs `spec`'s role; `ready` is called once attached.
-pub fn run(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Result<RoleResult> {
+pub fn run(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Result<Finished> {
     let node = node(spec)?;
     with_words!(spec.size, W => match spec.role {
         Role::Ping => ping::<W>(&node, spec, ready),
@@ -183,7 +212,7 @@ fn ping<const W: usize>(
     node: &Node<Ipc>,
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
-) -> Result<RoleResult> {
+) -> Result<Finished> {
     let tx = Topic::<W>::open(node, spec, "ping")?.sender()?;
     let rx = Topic::<W>::open(node, spec, "pong")?.receiver(spec.depth)?;
     ready()?;
@@ -212,7 +241,8 @@ fn ping<const W: usize>(
         }
     }
     tx.send(STOP, 0)?;
-    Ok(r)
+    r.healed = rx.healed.get();
+    Ok((r, Some(Box::new(tx))))
 }
 
 /// Side B: sleep until the ping's event, take it, send the pong.
@@ -220,7 +250,7 @@ fn pong<const W: usize>(
     node: &Node<Ipc>,
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
-) -> Result<RoleResult> {
+) -> Result<Finished> {
     let rx = Topic::<W>::open(node, spec, "ping")?.receiver(spec.depth)?;
     let tx = Topic::<W>::open(node, spec, "pong")?.sender()?;
     ready()?;
@@ -234,7 +264,8 @@ fn pong<const W: usize>(
             }
             let (stamp, seq) = got.expect("set by take");
             if stamp == STOP {
-                return Ok(r);
+                r.healed = rx.healed.get();
+                return Ok((r, None));
             }
             r.received += 1;
             tx.send(stamp, seq)?;
@@ -246,7 +277,7 @@ fn periodic_sender<const W: usize>(
     node: &Node<Ipc>,
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
-) -> Result<RoleResult> {
+) -> Result<Finished> {
     let tx = Topic::<W>::open(node, spec, "data")?.sender()?;
     ready()?;
     let total = spec.warmup + spec.count;
@@ -258,10 +289,11 @@ fn periodic_sender<const W: usize>(
     }
     crate::role::sleep_until(deadline);
     tx.send(STOP, total)?;
-    Ok(RoleResult {
+    let r = RoleResult {
         received: total,
         ..RoleResult::default()
-    })
+    };
+    Ok((r, Some(Box::new(tx))))
 }
 
 /// Sleeps in the listener; for each sample taken, now - its send time.
@@ -269,7 +301,7 @@ fn wake_receiver<const W: usize>(
     node: &Node<Ipc>,
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
-) -> Result<RoleResult> {
+) -> Result<Finished> {
     let rx = Topic::<W>::open(node, spec, "data")?.receiver(spec.depth)?;
     ready()?;
     let mut r = RoleResult {
@@ -289,7 +321,8 @@ fn wake_receiver<const W: usize>(
                 // Every message before the stop was sent: what did not
                 // arrive was overwritten unread.
                 r.lost = (spec.warmup + spec.count).saturating_sub(r.received);
-                return Ok(r);
+                r.healed = rx.healed.get();
+                return Ok((r, None));
             }
             if W > 1 {
                 // The sequence number says what was overwritten unread.
@@ -311,7 +344,7 @@ fn publish_cost<const W: usize>(
     node: &Node<Ipc>,
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
-) -> Result<RoleResult> {
+) -> Result<Finished> {
     let tx = Topic::<W>::open(node, spec, "data")?.sender()?;
     ready()?;
     let mut r = RoleResult {
@@ -338,7 +371,7 @@ fn publish_cost<const W: usize>(
         }
     }
     r.received = seq;
-    Ok(r)
+    Ok((r, Some(Box::new(tx))))
 }
 
 /// A subscriber and a listener that never wait and never read.
@@ -346,19 +379,19 @@ fn idle_subscriber<const W: usize>(
     node: &Node<Ipc>,
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
-) -> Result<RoleResult> {
+) -> Result<Finished> {
     let rx = Topic::<W>::open(node, spec, "data")?.receiver(spec.depth)?;
     ready()?;
     wait_for_stdin_to_close();
     drop(rx);
-    Ok(RoleResult::default())
+    Ok((RoleResult::default(), None))
 }
 
 fn burst_sender<const W: usize>(
     node: &Node<Ipc>,
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
-) -> Result<RoleResult> {
+) -> Result<Finished> {
     let tx = Topic::<W>::open(node, spec, "data")?.sender()?;
     ready()?;
     let start = now_ns();
@@ -367,12 +400,13 @@ fn burst_sender<const W: usize>(
     }
     let end = now_ns();
     tx.send(STOP, spec.count)?;
-    Ok(RoleResult {
+    let r = RoleResult {
         received: spec.count,
         start_ns: start,
         end_ns: end,
         ..RoleResult::default()
-    })
+    };
+    Ok((r, Some(Box::new(tx))))
 }
 
 /// Sleeps in the listener, takes every sample there, counts what it took
@@ -381,7 +415,7 @@ fn drain<const W: usize>(
     node: &Node<Ipc>,
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
-) -> Result<RoleResult> {
+) -> Result<Finished> {
     let rx = Topic::<W>::open(node, spec, "data")?.receiver(spec.depth)?;
     ready()?;
     let mut r = RoleResult::default();
@@ -399,7 +433,8 @@ fn drain<const W: usize>(
                 // Every message before the stop was sent: what did not
                 // arrive was overwritten unread.
                 r.lost = spec.count.saturating_sub(r.received);
-                return Ok(r);
+                r.healed = rx.healed.get();
+                return Ok((r, None));
             }
             if stamp < expected {
                 bail!("sample {stamp} arrived after {expected}: out of order");

@@ -16,6 +16,7 @@ use anyhow::{bail, Context as _, Result};
 use controller::channel::{Channel, ChannelGeometry, Publisher};
 use controller::error::Chain;
 use controller::event_loop::{EventLoop, LoopOptions, TypedSender};
+use controller::timing_report::EntryKind;
 
 use crate::message::{fill, read, STOP};
 use crate::role::{now_ns, wait_for_stdin_to_close, Role, RoleResult, RoleSpec};
@@ -74,6 +75,19 @@ fn publisher<const W: usize>(spec: &RoleSpec, name: &str) -> Result<Publisher> {
         .with_context(|| format!("attaching a publisher to {name}"))?;
     p.reserve_loans::<[u64; W]>();
     Ok(p)
+}
+
+/// The loop's backend and the messages its wake check found (no wake
+/// came for them), once it ran.
+fn after_run(lp: EventLoop) -> (String, u64) {
+    let healed = lp
+        .report_now()
+        .entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Watcher)
+        .map(|e| e.healed)
+        .sum();
+    (lp.backend().name().to_string(), healed)
 }
 
 /// Loans the next slot, writes the whole message in place, sends it.
@@ -181,14 +195,14 @@ fn ping<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Resu
     });
     ready()?;
     lp.run().map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
-    let backend = lp.backend().name().to_string();
-    drop(lp);
+    let (backend, healed) = after_run(lp);
     let mut s = st.0.borrow_mut();
     if let Some(e) = s.error.take() {
         return Err(e);
     }
     let mut r = std::mem::take(&mut s.result);
     r.backend = Some(backend);
+    r.healed = healed;
     Ok(r)
 }
 
@@ -218,14 +232,14 @@ fn pong<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Resu
     .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
     ready()?;
     lp.run().map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
-    let backend = lp.backend().name().to_string();
-    drop(lp);
+    let (backend, healed) = after_run(lp);
     let mut s = st.0.borrow_mut();
     if let Some(e) = s.1.take() {
         return Err(e);
     }
     let mut r = std::mem::take(&mut s.0);
     r.backend = Some(backend);
+    r.healed = healed;
     Ok(r)
 }
 
@@ -280,10 +294,10 @@ fn wake_receiver<const W: usize>(
     .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
     ready()?;
     lp.run().map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
-    let backend = lp.backend().name().to_string();
-    drop(lp);
+    let (backend, healed) = after_run(lp);
     let mut r = std::mem::take(&mut *st.0.borrow_mut());
     r.backend = Some(backend);
+    r.healed = healed;
     Ok(r)
 }
 
@@ -386,9 +400,9 @@ fn drain<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Res
     .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
     ready()?;
     lp.run().map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
-    let backend = lp.backend().name().to_string();
-    drop(lp);
+    let (backend, healed) = after_run(lp);
     let mut r = std::mem::take(&mut *st.0.borrow_mut());
     r.backend = Some(backend);
+    r.healed = healed;
     Ok(r)
 }

@@ -122,6 +122,10 @@ pub struct RoleResult {
     pub lost: u64,
     /// Echoes that did not match what was sent (ping-pong).
     pub mismatched: u64,
+    /// Messages found by the receiver's timed look (our loop's wake check,
+    /// iceoryx2's timed wait running out) because no wake came for them.
+    #[serde(default)]
+    pub healed: u64,
     /// Throughput sender: first and last send, ns CLOCK_MONOTONIC.
     pub start_ns: u64,
     pub end_ns: u64,
@@ -210,22 +214,27 @@ pub fn sleep_until(deadline_ns: u64) {
 /// Runs the role `spec` describes in this process.
 pub fn run(spec: &RoleSpec) -> Result<()> {
     let sched = setup(spec)?;
-    let result = match spec.imp {
-        Impl::Ours => crate::ours::run(spec, &|| {
-            say(&Line::Ready {
-                sched: sched.clone(),
-            })
-        })?,
-        Impl::Iceoryx2 => crate::iox::run(spec, &|| {
-            say(&Line::Ready {
-                sched: sched.clone(),
-            })
-        })?,
+    let ready = || {
+        say(&Line::Ready {
+            sched: sched.clone(),
+        })
     };
-    say(&Line::Done(result))
+    let (result, keep) = match spec.imp {
+        Impl::Ours => (crate::ours::run(spec, &ready)?, None),
+        Impl::Iceoryx2 => crate::iox::run(spec, &ready)?,
+    };
+    say(&Line::Done(result))?;
+    // A sending side's ports stay open until the parent has every
+    // side's results (it closes our stdin then).
+    if keep.is_some() {
+        wait_for_stdin_to_close();
+    }
+    drop(keep);
+    Ok(())
 }
 
-/// Blocks until stdin closes (the idle subscriber's whole job).
+/// Blocks until stdin closes (the idle subscriber's whole job, and the
+/// end of an iceoryx2 sender's).
 pub fn wait_for_stdin_to_close() {
     let mut sink = Vec::new();
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
