@@ -33,6 +33,14 @@ pub struct Host {
     pub cpu_dma_latency_held: bool,
     /// What differs from what was asked, and what a run left.
     pub notes: Vec<String>,
+    /// Per measured CPU, the share of its time the hypervisor gave to
+    /// others during the run (steal, from /proc/stat), in percent.
+    pub steal_percent: Vec<(usize, f64)>,
+    /// /proc/loadavg's 1-minute figure at the start and at the end: the
+    /// other work on the machine.
+    pub load_average: (f64, f64),
+    #[serde(skip)]
+    stat_start: Vec<(usize, CpuTimes)>,
     #[serde(skip)]
     pub names: Names,
     #[serde(skip)]
@@ -140,7 +148,15 @@ impl Host {
                 None
             }
         };
+        let cpus = [s.sender_cpu, s.receiver_cpu];
+        let stat_start = cpus
+            .iter()
+            .filter_map(|&c| cpu_times(c).map(|t| (c, t)))
+            .collect();
         Ok(Host {
+            steal_percent: Vec::new(),
+            load_average: (load_average(), 0.0),
+            stat_start,
             kernel: controller::sys::kernel_release(),
             allowed_cpus: allowed_cpus()?,
             priority,
@@ -149,6 +165,34 @@ impl Host {
             names,
             _dma: dma,
         })
+    }
+
+    /// Takes the end of run figures (steal, load) and removes the run's
+    /// files ([`Host::clean`]).
+    pub fn conclude(&mut self) {
+        self.load_average.1 = load_average();
+        for (cpu, start) in &self.stat_start {
+            if let Some(end) = cpu_times(*cpu) {
+                let total = end.total.saturating_sub(start.total);
+                if total > 0 {
+                    let steal = end.steal.saturating_sub(start.steal);
+                    self.steal_percent
+                        .push((*cpu, 100.0 * steal as f64 / total as f64));
+                }
+            }
+        }
+        if self.steal_percent.iter().any(|&(_, p)| p >= 0.5) {
+            let each: Vec<String> = self
+                .steal_percent
+                .iter()
+                .map(|(c, p)| format!("CPU {c} {p:.1}%"))
+                .collect();
+            self.notes.push(format!(
+                "the hypervisor gave {} of the run's time to others (steal): a side whose vCPU it pauses waits for it",
+                each.join(", ")
+            ));
+        }
+        self.clean();
     }
 
     /// Removes the run's files: our channel directory, iceoryx2's root
@@ -187,6 +231,45 @@ impl Host {
         }
         left
     }
+}
+
+/// A CPU's times from /proc/stat, in ticks.
+#[derive(Debug, Clone, Copy)]
+struct CpuTimes {
+    total: u64,
+    steal: u64,
+}
+
+/// `cpuN`'s line of /proc/stat (user nice system idle iowait irq softirq
+/// steal ...).
+fn cpu_times(cpu: usize) -> Option<CpuTimes> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_cpu_times(&text, cpu)
+}
+
+fn parse_cpu_times(stat: &str, cpu: usize) -> Option<CpuTimes> {
+    let want = format!("cpu{cpu}");
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(want.as_str()))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    (v.len() == 8).then(|| CpuTimes {
+        total: v.iter().sum(),
+        steal: v[7],
+    })
+}
+
+/// /proc/loadavg's 1-minute figure (0 when unreadable).
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Every file under `dir`.
@@ -235,6 +318,16 @@ mod tests {
         assert_eq!(sweep(&dir), 1);
         assert!(!dead.exists() && live.exists() && other.exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn steal_is_the_eighth_field_of_a_cpu_s_line() {
+        let stat =
+            "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 10 1 5 80 2 0 1 3 0 0\ncpu1 1 2 3 4 5 6 7 8 0 0\n";
+        let t = parse_cpu_times(stat, 0).unwrap();
+        assert_eq!((t.total, t.steal), (102, 3));
+        assert_eq!(parse_cpu_times(stat, 1).unwrap().steal, 8);
+        assert!(parse_cpu_times(stat, 2).is_none());
     }
 
     fn tempfile_dir() -> PathBuf {

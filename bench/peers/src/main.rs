@@ -81,7 +81,7 @@ fn run(flags: &Flags) -> Result<()> {
         }
     }
     let before = host.notes.len();
-    host.clean();
+    host.conclude();
     for n in &host.notes[before..] {
         eprintln!("peers: note: {n}");
     }

@@ -165,6 +165,10 @@ pub struct Environment<'a> {
     pub allowed_cpus: &'a [usize],
     pub sched_fifo_priority: Option<u32>,
     pub cpu_dma_latency_held_at_0: bool,
+    /// Per measured CPU: percent of its time stolen by the hypervisor.
+    pub steal_percent: &'a [(usize, f64)],
+    /// 1-minute load average at the start and the end of the run.
+    pub load_average: (f64, f64),
     /// Each side's scheduling as the kernel reported it (distinct values).
     pub sides: Vec<(String, String)>,
     /// Our event loops' backends (distinct values).
@@ -399,6 +403,8 @@ pub fn build<'a>(command: String, s: &'a Settings, host: &'a Host, all: &[Outcom
             allowed_cpus: &host.allowed_cpus,
             sched_fifo_priority: host.priority,
             cpu_dma_latency_held_at_0: host.cpu_dma_latency_held,
+            steal_percent: &host.steal_percent,
+            load_average: host.load_average,
             sides,
             ours_backend: backends,
             iceoryx2: ICEORYX2,
@@ -468,6 +474,11 @@ pub fn table(r: &Report) -> String {
         if e.cpu_dma_latency_held_at_0 { "held at 0" } else { "not held" },
         if e.ours_backend.is_empty() { "-".into() } else { e.ours_backend.join(", ") },
         r.order
+    );
+    let _ = writeln!(
+        t,
+        "load average {:.1} at the start, {:.1} at the end (other work on the machine runs below the sides' priority)",
+        e.load_average.0, e.load_average.1
     );
     for n in e.notes {
         let _ = writeln!(t, "note: {n}");
