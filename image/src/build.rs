@@ -19,7 +19,9 @@ use crate::manifest::{Manifest, ManifestEntry};
 use crate::readahead;
 use crate::release::{self, exec_in_release};
 use crate::sbom;
-use crate::write::{cpio::CpioSink, ext4, tar::TarSink, CountingWriter, Format, Item, Sink};
+use crate::write::{
+    cpio::CpioSink, ext4, tar::TarSink, zst::ZstdFile, CountingWriter, Format, Item, Sink,
+};
 
 /// Where rtdeploy puts things in the image (DESIGN.md, "On the robot");
 /// rtdeploy's own directories as the robot's release store lays them out
@@ -421,7 +423,28 @@ pub fn build(
         .map_err(ImageBuildError::io("create a temporary file in", &out_dir))?;
     let mut files = Vec::with_capacity(tree.entries.len());
     let bytes = match format {
-        Format::Tar | Format::TarZst | Format::CpioGz => {
+        Format::TarZst => {
+            let file = tmp
+                .as_file()
+                .try_clone()
+                .map_err(ImageBuildError::io("write", tmp.path()))?;
+            // Multi-threaded zstd output does not depend on the worker
+            // count (any count >= 1), so the bytes are the same on every
+            // build host.
+            let workers = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+            let zst = ZstdFile::new(file, 3, workers)
+                .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
+            // Headers and small files reach zstd in 64 KiB pieces (each
+            // call into it takes a lock); larger file data goes to it
+            // straight from the read-ahead buffers.
+            let mut sink = TarSink::new(BufWriter::with_capacity(64 << 10, zst));
+            write_all(&tree, &mut sink, &mut files, total, progress)?;
+            sink.finish()
+                .and_then(|b| b.into_inner().map_err(|e| e.into_error()))
+                .and_then(ZstdFile::finish)
+                .map_err(ImageBuildError::io("write", tmp.path()))?
+        }
+        Format::Tar | Format::CpioGz => {
             let file = tmp
                 .as_file()
                 .try_clone()
@@ -432,25 +455,6 @@ pub fn build(
                     let mut sink = TarSink::new(hw);
                     write_all(&tree, &mut sink, &mut files, total, progress)?;
                     sink.finish()
-                }
-                Format::TarZst => {
-                    let mut enc = zstd::stream::write::Encoder::new(hw, 3)
-                        .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
-                    // Multi-threaded zstd output does not depend on the worker
-                    // count (any count >= 1), so the bytes are the same on
-                    // every build host.
-                    let workers =
-                        std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-                    enc.multithread(workers.max(1))
-                        .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
-                    enc.include_checksum(true)
-                        .map_err(ImageBuildError::io("start zstd for", tmp.path()))?;
-                    // Feed zstd in large pieces: each call into it takes a lock.
-                    let mut sink = TarSink::new(BufWriter::with_capacity(1 << 20, enc));
-                    write_all(&tree, &mut sink, &mut files, total, progress)?;
-                    sink.finish()
-                        .and_then(|b| b.into_inner().map_err(|e| e.into_error()))
-                        .and_then(|e| e.finish())
                 }
                 _ => {
                     let gz = flate2::GzBuilder::new()

@@ -5,6 +5,7 @@
 pub mod cpio;
 pub mod ext4;
 pub mod tar;
+pub mod zst;
 
 use std::io::{self, BufRead, Write};
 
