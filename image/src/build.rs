@@ -599,12 +599,8 @@ pub fn build(
     // Sidecars first, the image last: an image in place means it is whole.
     let manifest_tmp = write_temp(&out_dir, &out_name, &manifest_bytes, spec.sync)?;
     let sbom_tmp = write_temp(&out_dir, &out_name, &sbom_bytes, spec.sync)?;
-    manifest_tmp
-        .persist(&manifest_path)
-        .map_err(|e| ImageBuildError::io("rename into", &manifest_path)(e.error))?;
-    sbom_tmp
-        .persist(&sbom_path)
-        .map_err(|e| ImageBuildError::io("rename into", &sbom_path)(e.error))?;
+    persist(manifest_tmp, &manifest_path)?;
+    persist(sbom_tmp, &sbom_path)?;
     // Readable like any file the user makes (the temporary name was 0600).
     let mode = 0o666 & !umask();
     std::fs::set_permissions(
@@ -612,8 +608,7 @@ pub fn build(
         std::os::unix::fs::PermissionsExt::from_mode(mode),
     )
     .map_err(ImageBuildError::io("set the mode of", tmp.path()))?;
-    tmp.persist(out)
-        .map_err(|e| ImageBuildError::io("rename into", out)(e.error))?;
+    persist(tmp, out)?;
 
     Ok(Summary {
         out: out.to_path_buf(),
@@ -737,6 +732,29 @@ fn cpio_holes_warning(tree: &Tree) -> Option<String> {
             names.join(", ")
         )
     })
+}
+
+/// Renames `tmp` to `dest`. A regular file already at `dest` (`--force`)
+/// is swapped out with `renameat2(RENAME_EXCHANGE)` and then removed,
+/// rather than renamed over: ext4 (`auto_da_alloc`) answers a rename over a
+/// file by allocating and submitting every block of the new one in the
+/// renaming process, which writes the image out on the build's time (a
+/// twentieth of a 256 MB tar.zst build). The replacement is as atomic
+/// either way: `dest` names the old file, then the new one, never nothing.
+/// Durability is `--sync`'s (fsync before the rename), and the same either
+/// way. Where the exchange fails (a filesystem without it), the plain
+/// rename is tried and its error reported.
+fn persist(tmp: tempfile::NamedTempFile, dest: &Path) -> Result<(), ImageBuildError> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    if fs::symlink_metadata(dest).is_ok_and(|md| md.is_file())
+        && renameat_with(CWD, tmp.path(), CWD, dest, RenameFlags::EXCHANGE).is_ok()
+    {
+        // `tmp` names the old file now; dropping it removes that.
+        return Ok(());
+    }
+    tmp.persist(dest)
+        .map(drop)
+        .map_err(|e| ImageBuildError::io("rename into", dest)(e.error))
 }
 
 /// The process umask (read by setting it and putting it back).

@@ -70,6 +70,12 @@ fn existing_output_is_refused_unless_forced() {
     spec.force = true;
     build(&spec, &out, Format::Tar, &mut no_progress()).unwrap();
     assert_ne!(fs::read(&out).unwrap(), b"precious");
+    // Replaced again, sidecars included: the old files are gone, not left
+    // under a temporary name.
+    fs::write(&out, b"precious").unwrap();
+    build(&spec, &out, Format::Tar, &mut no_progress()).unwrap();
+    assert_ne!(fs::read(&out).unwrap(), b"precious");
+    assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
 }
 
 #[test]
