@@ -174,7 +174,9 @@ pub fn read_dir(root: &Path) -> Result<Tree, ImageBuildError> {
             } else {
                 format!("{rel}/{name}")
             };
-            let md = fs::symlink_metadata(&path).map_err(ImageBuildError::io("stat", &path))?;
+            // lstat, relative to the directory being read (no walk of
+            // the whole path per entry).
+            let md = de.metadata().map_err(ImageBuildError::io("stat", &path))?;
             let ft = md.file_type();
             let kind = if ft.is_dir() {
                 stack.push((path.clone(), key.clone()));
