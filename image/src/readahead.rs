@@ -2,13 +2,20 @@
 //! reading and hashing the base overlap with framing and compressing the
 //! output. Files are dealt to the readers in turn (file i to reader
 //! i mod n) and the writer takes them back in the same turn, so the order
-//! is the tree's whatever the threads do. Each reader's queue is bounded
-//! (`DEPTH` chunks of at most `CHUNK` bytes), so memory stays flat
-//! whatever the size of the base.
+//! is the tree's whatever the threads do.
+//!
+//! A reader packs the files that fit into one buffer of `CHUNK` bytes
+//! together (each with its length and sha256) and sends a larger file in
+//! pieces of `CHUNK`. Each reader's queue holds at most `DEPTH` buffers,
+//! so memory stays flat whatever the size of the base, and the bytes
+//! queued ahead are as many for a directory of small files as for one
+//! large file: the readers and the writer do not wait on each other file
+//! by file.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead, Read};
 use std::path::PathBuf;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use sha2::{Digest, Sha256};
 
@@ -16,8 +23,8 @@ use crate::entry::{Data, Tree};
 
 pub const CHUNK: usize = 1 << 20;
 pub const DEPTH: usize = 8;
-/// Reader threads: reading and hashing is the heaviest stage of a build,
-/// so it gets two.
+/// Reader threads: reading and hashing is the heaviest stage of a build
+/// after compression, so it gets two.
 pub const READERS: usize = 2;
 
 /// One file to read: path, size, where its bytes are.
@@ -28,112 +35,243 @@ pub struct Job<'t> {
 }
 
 enum Msg {
-    Data(Vec<u8>),
-    /// A whole file in one piece, and its sha256 (small files: one
-    /// message instead of two).
-    Whole(Vec<u8>, String),
-    /// The file ended; its sha256.
+    /// Whole files back to back in the buffer, each one's length and
+    /// sha256, in order.
+    Files(Vec<u8>, Vec<(usize, String)>),
+    /// A piece of a file larger than `CHUNK`.
+    Piece(Vec<u8>),
+    /// The end of a file sent in pieces; its sha256.
     End(String),
     Err(io::Error, PathBuf),
 }
 
-/// Reads `jobs` in order into `tx`, hashing as it goes. Stops at the first
-/// error (sent on) or when the receiver is gone.
-fn produce(tree: &Tree, jobs: Vec<Job<'_>>, tx: SyncSender<Msg>, recycled: Receiver<Vec<u8>>) {
-    for job in jobs {
-        let src = || tree.source_of(job.path, job.data);
-        let mut reader = match tree.open(job.path, job.size, job.data) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = tx.send(Msg::Err(e, src()));
-                return;
-            }
-        };
-        let mut hasher = Sha256::new();
-        let mut left = job.size;
-        let mut sent_whole = false;
-        while left > 0 {
-            let mut buf = match recycled.try_recv() {
-                Ok(b) => b,
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => Vec::with_capacity(CHUNK),
-            };
-            buf.clear();
-            let want = left.min(CHUNK as u64);
-            match (&mut reader).take(want).read_to_end(&mut buf) {
-                Ok(0) => break, // shorter than listed: the writer says so
-                Ok(n) => {
-                    left -= n as u64;
-                    hasher.update(&buf);
-                    let msg = if left == 0 && n as u64 == job.size {
-                        Msg::Whole(buf, hex::encode(std::mem::take(&mut hasher).finalize()))
-                    } else {
-                        Msg::Data(buf)
-                    };
-                    let whole = matches!(msg, Msg::Whole(..));
-                    if tx.send(msg).is_err() {
-                        return;
-                    }
-                    if whole {
-                        sent_whole = true;
-                        break;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Msg::Err(e, src()));
-                    return;
-                }
-            }
-        }
-        if sent_whole {
-            continue;
-        }
-        if tx.send(Msg::End(hex::encode(hasher.finalize()))).is_err() {
-            return;
-        }
+/// Why a reader stops before the end of its files.
+enum Stop {
+    /// The writer is gone.
+    Gone,
+    /// Reading a file failed.
+    Read(io::Error),
+}
+
+impl From<io::Error> for Stop {
+    fn from(e: io::Error) -> Self {
+        Stop::Read(e)
     }
 }
 
-/// The writer's end: a `Read` for the current file.
+/// A reader's side: whole files being gathered into one buffer, and the
+/// buffers the writer gave back.
+struct Producer {
+    tx: SyncSender<Msg>,
+    recycled: Receiver<Vec<u8>>,
+    batch: Vec<u8>,
+    files: Vec<(usize, String)>,
+}
+
+impl Producer {
+    fn buffer(&self) -> Vec<u8> {
+        let mut buf = self
+            .recycled
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+        buf.clear();
+        buf
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), Stop> {
+        self.tx.send(msg).map_err(|_| Stop::Gone)
+    }
+
+    /// Sends the whole files gathered so far, if any.
+    fn send_batch(&mut self) -> Result<(), Stop> {
+        if self.files.is_empty() {
+            return Ok(());
+        }
+        let next = self.buffer();
+        let batch = std::mem::replace(&mut self.batch, next);
+        let files = std::mem::take(&mut self.files);
+        self.send(Msg::Files(batch, files))
+    }
+
+    /// Reads and hashes one file: into the batch when it fits in a
+    /// buffer, else in pieces of its own.
+    fn read(&mut self, tree: &Tree, job: &Job) -> Result<(), Stop> {
+        let mut reader = tree.open(job.path, job.size, job.data)?;
+        if job.size > CHUNK as u64 {
+            self.send_batch()?;
+            return self.pieces(&mut reader, job.size);
+        }
+        if self.batch.len() + job.size as usize > CHUNK {
+            self.send_batch()?;
+        }
+        let start = self.batch.len();
+        // A file shorter than listed reads short: the writer says so.
+        reader.take(job.size).read_to_end(&mut self.batch)?;
+        let sha = hex::encode(Sha256::digest(&self.batch[start..]));
+        self.files.push((self.batch.len() - start, sha));
+        Ok(())
+    }
+
+    fn pieces(&mut self, reader: &mut dyn Read, size: u64) -> Result<(), Stop> {
+        let mut hasher = Sha256::new();
+        let mut left = size;
+        while left > 0 {
+            let mut buf = self.buffer();
+            let n = reader.take(left.min(CHUNK as u64)).read_to_end(&mut buf)?;
+            if n == 0 {
+                break; // shorter than listed: the writer says so
+            }
+            left -= n as u64;
+            hasher.update(&buf);
+            self.send(Msg::Piece(buf))?;
+        }
+        self.send(Msg::End(hex::encode(hasher.finalize())))
+    }
+}
+
+/// Reads `jobs` in order into `tx`, hashing as it goes. Stops at the first
+/// error (sent on, after the files before it) or when the receiver is gone.
+fn produce(tree: &Tree, jobs: Vec<Job<'_>>, tx: SyncSender<Msg>, recycled: Receiver<Vec<u8>>) {
+    let mut p = Producer {
+        tx,
+        recycled,
+        batch: Vec::with_capacity(CHUNK),
+        files: Vec::new(),
+    };
+    for job in &jobs {
+        match p.read(tree, job) {
+            Ok(()) => {}
+            Err(Stop::Gone) => return,
+            Err(Stop::Read(e)) => {
+                let src = tree.source_of(job.path, job.data);
+                let _ = p.send_batch().and_then(|()| p.send(Msg::Err(e, src)));
+                return;
+            }
+        }
+    }
+    let _ = p.send_batch();
+}
+
+/// What the writer holds of one reader's stream.
+#[derive(Default)]
+struct Held {
+    buf: Vec<u8>,
+    pos: usize,
+    /// Whole files of `buf` after the current one: length and sha256.
+    files: VecDeque<(usize, String)>,
+}
+
+/// Where the current file's bytes are.
+enum Current {
+    /// Not started: the next file of the reader in turn.
+    Next,
+    /// A whole file: `held.buf[held.pos..end]`.
+    Whole { end: usize, sha: String },
+    /// A file in pieces: the rest of `held.buf`, then the next piece.
+    Pieces,
+    /// Every byte read.
+    Done(String),
+}
+
+/// The writer's end: a `BufRead` for the current file.
 pub struct Incoming {
     rx: Vec<Receiver<Msg>>,
     recycle: Vec<SyncSender<Vec<u8>>>,
+    held: Vec<Held>,
     /// The reader holding the current file.
     turn: usize,
-    cur: Vec<u8>,
-    pos: usize,
-    sha: Option<String>,
+    cur: Current,
     /// Set when a read error came from the source, not the writer.
     pub source_error: Option<PathBuf>,
 }
 
+impl Incoming {
+    /// The next message of the reader in turn; the buffer it replaces goes
+    /// back to that reader.
+    fn receive(&mut self) -> io::Result<()> {
+        let t = self.turn;
+        let msg = self.rx[t]
+            .recv()
+            .map_err(|_| io::Error::other("the reading thread stopped"))?;
+        let held = &mut self.held[t];
+        let buf = match msg {
+            Msg::Files(buf, files) => {
+                held.files = files.into();
+                buf
+            }
+            Msg::Piece(buf) => {
+                self.cur = Current::Pieces;
+                buf
+            }
+            Msg::End(sha) => {
+                self.cur = Current::Done(sha);
+                return Ok(());
+            }
+            Msg::Err(e, path) => {
+                self.source_error = Some(path);
+                return Err(e);
+            }
+        };
+        let old = std::mem::replace(&mut held.buf, buf);
+        held.pos = 0;
+        let _ = self.recycle[t].try_send(old);
+        Ok(())
+    }
+
+    /// Finishes the current file: consumes up to its end and returns its
+    /// sha256; the next read starts the next file.
+    pub fn finish_file(&mut self) -> io::Result<String> {
+        loop {
+            let n = self.fill_buf()?.len();
+            if n == 0 {
+                break;
+            }
+            self.consume(n);
+        }
+        let Current::Done(sha) = std::mem::replace(&mut self.cur, Current::Next) else {
+            unreachable!("fill_buf returns nothing only at the end of a file")
+        };
+        self.turn = (self.turn + 1) % self.rx.len();
+        Ok(sha)
+    }
+}
+
 impl BufRead for Incoming {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        while self.pos >= self.cur.len() && self.sha.is_none() {
-            match self.rx[self.turn].recv() {
-                Ok(Msg::Data(v)) => {
-                    let old = std::mem::replace(&mut self.cur, v);
-                    let _ = self.recycle[self.turn].try_send(old);
-                    self.pos = 0;
+        loop {
+            let held = &mut self.held[self.turn];
+            match &mut self.cur {
+                Current::Next => match held.files.pop_front() {
+                    Some((len, sha)) => {
+                        self.cur = Current::Whole {
+                            end: held.pos + len,
+                            sha,
+                        }
+                    }
+                    None => self.receive()?,
+                },
+                Current::Whole { end, sha } => {
+                    if held.pos < *end {
+                        let end = *end;
+                        let held = &self.held[self.turn];
+                        return Ok(&held.buf[held.pos..end]);
+                    }
+                    self.cur = Current::Done(std::mem::take(sha));
                 }
-                Ok(Msg::Whole(v, sha)) => {
-                    let old = std::mem::replace(&mut self.cur, v);
-                    let _ = self.recycle[self.turn].try_send(old);
-                    self.pos = 0;
-                    self.sha = Some(sha);
+                Current::Pieces => {
+                    if held.pos < held.buf.len() {
+                        let held = &self.held[self.turn];
+                        return Ok(&held.buf[held.pos..]);
+                    }
+                    self.receive()?;
                 }
-                Ok(Msg::End(sha)) => self.sha = Some(sha),
-                Ok(Msg::Err(e, path)) => {
-                    self.source_error = Some(path);
-                    return Err(e);
-                }
-                Err(_) => return Err(io::Error::other("the reading thread stopped")),
+                Current::Done(_) => return Ok(&[]),
             }
         }
-        Ok(&self.cur[self.pos.min(self.cur.len())..])
     }
 
     fn consume(&mut self, n: usize) {
-        self.pos += n;
+        self.held[self.turn].pos += n;
     }
 }
 
@@ -147,26 +285,7 @@ impl Read for Incoming {
     }
 }
 
-impl Incoming {
-    /// Finishes the current file: consumes up to its end and returns its
-    /// sha256; the next read starts the next file.
-    pub fn finish_file(&mut self) -> io::Result<String> {
-        loop {
-            let n = self.fill_buf()?.len();
-            if n == 0 {
-                break;
-            }
-            self.consume(n);
-        }
-        self.turn = (self.turn + 1) % self.rx.len();
-        Ok(self
-            .sha
-            .take()
-            .expect("read returned 0 only at the end of a file"))
-    }
-}
-
-/// Runs `write` with an `Incoming` fed by a reading thread for `jobs`.
+/// Runs `write` with an `Incoming` fed by reading threads for `jobs`.
 pub fn with_readahead<R>(
     tree: &Tree,
     jobs: Vec<Job<'_>>,
@@ -189,14 +308,99 @@ pub fn with_readahead<R>(
         let mut incoming = Incoming {
             rx: rxs,
             recycle: recycles,
+            held: (0..READERS).map(|_| Held::default()).collect(),
             turn: 0,
-            cur: Vec::new(),
-            pos: 0,
-            sha: None,
+            cur: Current::Next,
             source_error: None,
         };
         // On return `incoming` is dropped, so a reader still sending sees
         // its channel closed and ends; the scope then joins them.
         write(&mut incoming)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn bytes(len: usize, seed: u8) -> Data {
+        let content = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed);
+        Data::Bytes(Arc::new(content.collect()))
+    }
+
+    /// Reads the current file in pieces of at most 1000 bytes.
+    fn read_file(incoming: &mut Incoming) -> io::Result<(Vec<u8>, String)> {
+        let mut got = Vec::new();
+        loop {
+            let buf = incoming.fill_buf()?;
+            if buf.is_empty() {
+                break;
+            }
+            let n = buf.len().min(1000);
+            got.extend_from_slice(&buf[..n]);
+            incoming.consume(n);
+        }
+        Ok((got, incoming.finish_file()?))
+    }
+
+    #[test]
+    fn files_come_back_in_order_with_their_digests() {
+        let tree = Tree::default();
+        // Files that share a buffer, fill one exactly, or come in pieces.
+        let sizes = [0, 1, 4096, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17, 5];
+        let sizes: Vec<usize> = sizes.iter().chain(&[700_000; 5]).copied().collect();
+        let data: Vec<Data> = (0..sizes.len()).map(|i| bytes(sizes[i], i as u8)).collect();
+        let jobs = data
+            .iter()
+            .zip(&sizes)
+            .map(|(data, &size)| Job {
+                path: "f",
+                size: size as u64,
+                data,
+            })
+            .collect();
+        with_readahead(&tree, jobs, |incoming| {
+            for (i, d) in data.iter().enumerate() {
+                let Data::Bytes(want) = d else { unreachable!() };
+                let (got, sha) = read_file(incoming).unwrap();
+                assert!(got == **want, "file {i}: {} bytes", got.len());
+                assert_eq!(
+                    sha,
+                    hex::encode(Sha256::digest(want.as_slice())),
+                    "file {i}"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn a_file_shorter_than_listed_reads_short_and_an_error_comes_after_the_files_before_it() {
+        let tree = Tree::default();
+        let small = bytes(50, 1);
+        let large = bytes(CHUNK + 10, 2);
+        let missing = Data::Disk(PathBuf::from("/nonexistent/rtdeploy-readahead-test"));
+        let job = |size, data| Job {
+            path: "f",
+            size,
+            data,
+        };
+        let jobs = vec![
+            job(100, &small),
+            job(3 * CHUNK as u64, &large),
+            job(50, &small),
+            job(7, &missing),
+        ];
+        with_readahead(&tree, jobs, |incoming| {
+            assert_eq!(read_file(incoming).unwrap().0.len(), 50);
+            assert_eq!(read_file(incoming).unwrap().0.len(), CHUNK + 10);
+            assert_eq!(read_file(incoming).unwrap().0.len(), 50);
+            let e = read_file(incoming).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::NotFound);
+            assert_eq!(
+                incoming.source_error.as_deref(),
+                Some(std::path::Path::new("/nonexistent/rtdeploy-readahead-test"))
+            );
+        });
+    }
 }
