@@ -148,7 +148,11 @@ mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN { printf "%.0f", b / t / 1048576 }'; 
 
 entries=$(find "$tree" | wc -l)
 load=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "tree: $tree, $((bytes >> 20)) MiB, $entries entries, $(nproc) CPUs, load $load"
+# The reference's zstd version matters: 1.5.7 (deploy's, through the zstd
+# crate) splits blocks before compressing them, 1.5.4 (Debian 12's) does
+# not, and the splitting costs CPU time at level 3.
+zstd_version=$(zstd --version | grep -o 'v[0-9][0-9.]*' | head -1)
+echo "tree: $tree, $((bytes >> 20)) MiB, $entries entries, $(nproc) CPUs, load $load, reference zstd $zstd_version"
 printf '%-36s %-24s %9s %8s %9s %9s\n' "" "wall runs (s)" "median s" "MiB/s" "CPU s" "MiB/CPU-s"
 printf '%-36s %-24s %9s %8s %9s %9s\n' "tar --sort=name ... | zstd -T0 -3" "${ref_times[*]}" "$ref_med" "$(mbs "$ref_med")" "$ref_cpu" "$(mbs "$ref_cpu")"
 printf '%-36s %-24s %9s %8s %9s %9s\n' "deploy image --format tar.zst" "${dep_times[*]}" "$dep_med" "$(mbs "$dep_med")" "$dep_cpu" "$(mbs "$dep_cpu")"
@@ -184,8 +188,8 @@ if [ "$json" = 1 ]; then
     }
     rss_json=null
     [ "$rss" = 1 ] && rss_json=$(printf '{"dir_to_tar_zst": %s, "tar_zst_to_tar_zst": %s, "dir_to_cpio_gz": %s}' "$rss_dir" "$rss_tar" "$rss_cpio")
-    printf '{"tree": "%s", "tree_bytes": %s, "entries": %s, "cpus": %s, "load": "%s", "reference": %s, "deploy_image": %s, "ratio_wall": %s, "ratio_cpu": %s, "peak_rss_kib": %s}\n' \
-        "$tree" "$bytes" "$entries" "$(nproc)" "$load" \
+    printf '{"tree": "%s", "tree_bytes": %s, "entries": %s, "cpus": %s, "load": "%s", "reference_zstd": "%s", "reference": %s, "deploy_image": %s, "ratio_wall": %s, "ratio_cpu": %s, "peak_rss_kib": %s}\n' \
+        "$tree" "$bytes" "$entries" "$(nproc)" "$load" "$zstd_version" \
         "$(side "${ref_times[*]}" "$ref_med" "$ref_cpu" "$ref_size" "$ref_tar")" \
         "$(side "${dep_times[*]}" "$dep_med" "$dep_cpu" "$dep_size" "$dep_tar")" \
         "$ratio_wall" "$ratio_cpu" "$rss_json" >&3
