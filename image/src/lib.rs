@@ -13,9 +13,10 @@
 //! - the base is data: symlinks are entries (never followed), owners, modes
 //!   and device nodes are kept, tar member names cannot leave the root, and
 //!   an entry the output format cannot hold is an error naming it;
-//! - streaming: file data is read when written, one buffer at a time; a
-//!   compressed tar base is decompressed to a temporary file and read by
-//!   offset, never into memory;
+//! - streaming: file data is read and hashed a bounded distance ahead of
+//!   the writer (8 buffers of 1 MiB per reader thread), never a whole tree
+//!   into memory; a compressed tar base is decompressed to a temporary
+//!   file and read by offset;
 //! - reproducible: entries in path order, numeric owners, every mtime
 //!   clamped to SOURCE_DATE_EPOCH (given, or the newest mtime of the
 //!   release, never the clock), no user names, host paths or host times in
