@@ -259,7 +259,7 @@ mod mechanism_tests {
         assert_eq!(Mechanism::parse("io_uring-futex"), None);
         assert_eq!(
             Mechanism::names(&Mechanism::CHECKED),
-            "io_uring, futex_waitv, doorbell, futex, eventfd, signalfd"
+            "io_uring, futex_waitv, doorbell, futex, eventfd, signalfd, msg_ring"
         );
         assert!(Mechanism::CHECKED
             .iter()
