@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{supervise, DEPLOY};
+use common::{supervise, Spinner, DEPLOY};
 use services::control::{self, Request};
 
 fn prefix_with(boot_check: &str) -> tempfile::TempDir {
@@ -124,65 +124,6 @@ fn three_supervised_boots_are_kept_with_kernel_release_and_time() {
     assert!(doc["notes"].as_array().unwrap().is_empty(), "{doc:#}");
 }
 
-/// A SCHED_FIFO 99 thread on `cpu` that runs `busy` out of every
-/// `period` until dropped: what a release that brought a busy real-time
-/// task onto the isolated CPU does to the real-time work there.
-struct Spinner {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-}
-
-impl Spinner {
-    fn start(cpu: usize, busy: Duration, period: Duration) -> Spinner {
-        use std::sync::atomic::Ordering;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let thread = std::thread::spawn(move || {
-            // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes
-            // within it; sched_setaffinity and sched_setscheduler act on
-            // this thread (0) with valid arguments.
-            #[allow(unsafe_code)]
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                    return Err(format!("affinity: {}", std::io::Error::last_os_error()));
-                }
-                let p = libc::sched_param { sched_priority: 99 };
-                if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
-                    return Err(format!("SCHED_FIFO: {}", std::io::Error::last_os_error()));
-                }
-            }
-            while !stop2.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                while t.elapsed() < busy {
-                    std::hint::spin_loop();
-                }
-                std::thread::sleep(period - busy);
-            }
-            Ok(())
-        });
-        Spinner {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn finish(mut self) -> Result<(), String> {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.take().unwrap().join().unwrap()
-    }
-}
-
-impl Drop for Spinner {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Three real supervised boots, each a real boot check: releases 1 and
 /// 2 on a quiet isolated CPU, release 3 with a busy SCHED_FIFO 99 task
 /// there (10 ms of every 14). The history names release 3 as the one that
@@ -193,7 +134,7 @@ fn three_boots_where_the_third_release_made_latency_worse() {
         eprintln!("skipped: the boot check needs CPU 1 (isolated in this robot.yaml)");
         return;
     }
-    let probe = Spinner::start(1, Duration::from_millis(1), Duration::from_millis(2));
+    let probe = Spinner::start(1, 99, Duration::from_millis(1), Duration::from_millis(2));
     std::thread::sleep(Duration::from_millis(20));
     if let Err(e) = probe.finish() {
         eprintln!("skipped: cannot run a SCHED_FIFO task to disturb the check ({e}; needs root)");
@@ -209,7 +150,7 @@ fn three_boots_where_the_third_release_made_latency_worse() {
         lines.push(boot(prefix.path()));
     }
     switch_release(prefix.path(), "3-cccccccc");
-    let spinner = Spinner::start(1, Duration::from_millis(10), Duration::from_millis(14));
+    let spinner = Spinner::start(1, 99, Duration::from_millis(10), Duration::from_millis(14));
     lines.push(boot(prefix.path()));
     spinner.finish().unwrap();
     eprintln!("boot checks: {lines:#?}");

@@ -324,6 +324,29 @@ fn wait_status(
     }
 }
 
+/// A supervisor on a fresh Orin tree (cgroup v2) with a rule for can1's
+/// IRQ thread (FIFO 92 on CPU 5) and `irqs.rescan: RESCAN`: the tree, the
+/// prefix and the running supervisor.
+fn canbot(rescan: &str) -> (tempfile::TempDir, tempfile::TempDir, Killed) {
+    let (t, p) = tree("orin-nano-5.15");
+    cgroup_dirs(
+        t.path(),
+        "sys/fs/cgroup",
+        &[
+            ("cgroup.subtree_control", ""),
+            ("cpuset.cpus", ""),
+            ("cpuset.cpus.partition", "member"),
+            ("cpuset.cpus.exclusive", ""),
+        ],
+    );
+    let sup = supervise(
+        t.path(),
+        p.path(),
+        &format!("robot:\n  name: canbot\nboard:\n  model: jetson-orin-nano\ncpus:\n  housekeeping: 0-3\n  isolated: 4-5\nirqs:\n  default_affinity: 0-3\n  rescan: {rescan}\n  threads:\n    - match: \"irq/*-can1\"\n      policy: fifo\n      priority: 92\n      cpus: 5\nboot_check:\n  enabled: false\nprocesses:\n  - name: idle\n    exec: /bin/sleep\n    args: [\"600\"]\n"),
+    );
+    (t, p, sup)
+}
+
 /// can1 comes up in a fake Orin tree: IRQ 300 and its thread, as the
 /// kernel would show them before anyone placed them (every CPU,
 /// SCHED_FIFO 50). Returns the IRQ's /proc/irq directory and the thread's
@@ -373,22 +396,7 @@ fn bring_up_can1(root: &Path) -> (PathBuf, PathBuf) {
 /// and CPU.
 #[test]
 fn the_supervisor_places_an_irq_that_appears_after_it_started() {
-    let (t, p) = tree("orin-nano-5.15");
-    cgroup_dirs(
-        t.path(),
-        "sys/fs/cgroup",
-        &[
-            ("cgroup.subtree_control", ""),
-            ("cpuset.cpus", ""),
-            ("cpuset.cpus.partition", "member"),
-            ("cpuset.cpus.exclusive", ""),
-        ],
-    );
-    let _sup = supervise(
-        t.path(),
-        p.path(),
-        "robot:\n  name: canbot\nboard:\n  model: jetson-orin-nano\ncpus:\n  housekeeping: 0-3\n  isolated: 4-5\nirqs:\n  default_affinity: 0-3\n  rescan: 50ms\n  threads:\n    - match: \"irq/*-can1\"\n      policy: fifo\n      priority: 92\n      cpus: 5\nboot_check:\n  enabled: false\nprocesses:\n  - name: idle\n    exec: /bin/sleep\n    args: [\"600\"]\n",
-    );
+    let (t, p, _sup) = canbot("50ms");
     let wait = |what: &str, f: &dyn Fn(&services::status::SupervisorStatus) -> bool| {
         wait_status(p.path(), what, f)
     };
@@ -438,22 +446,7 @@ fn a_kernel_event_brings_the_irq_scan_forward() {
         eprintln!("skipped: cannot make the kernel send a uevent ({uevent}: {e}; needs root)");
         return;
     }
-    let (t, p) = tree("orin-nano-5.15");
-    cgroup_dirs(
-        t.path(),
-        "sys/fs/cgroup",
-        &[
-            ("cgroup.subtree_control", ""),
-            ("cpuset.cpus", ""),
-            ("cpuset.cpus.partition", "member"),
-            ("cpuset.cpus.exclusive", ""),
-        ],
-    );
-    let _sup = supervise(
-        t.path(),
-        p.path(),
-        "robot:\n  name: canbot\nboard:\n  model: jetson-orin-nano\ncpus:\n  housekeeping: 0-3\n  isolated: 4-5\nirqs:\n  default_affinity: 0-3\n  rescan: 1h\n  threads:\n    - match: \"irq/*-can1\"\n      policy: fifo\n      priority: 92\n      cpus: 5\nboot_check:\n  enabled: false\nprocesses:\n  - name: idle\n    exec: /bin/sleep\n    args: [\"600\"]\n",
-    );
+    let (t, p, _sup) = canbot("1h");
     wait_status(p.path(), "start-up", &|s| !s.startup.is_empty());
     let (irq, _) = bring_up_can1(t.path());
     std::thread::sleep(std::time::Duration::from_millis(300));

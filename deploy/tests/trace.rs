@@ -7,11 +7,14 @@
 //! instance is gone after the run. Skips, saying why, when not root or
 //! when the kernel has no tracefs. No timing figure is asserted.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use common::Spinner;
 
 /// One check at a time: they pin to the same CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -57,66 +60,6 @@ fn cannot_trace() -> Option<String> {
         ));
     }
     None
-}
-
-/// A thread named `planted-spin` at SCHED_FIFO `priority` on `cpu`,
-/// spinning `busy` every `every` until dropped.
-struct Spinner {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-}
-
-impl Spinner {
-    #[allow(unsafe_code)]
-    fn start(cpu: usize, priority: i32, busy: Duration, every: Duration) -> Spinner {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("planted-spin".into())
-            .spawn(move || {
-                // SAFETY: a zeroed cpu_set_t is a valid empty set; the
-                // calls get pointers to locals that outlive them.
-                unsafe {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                        return Err(format!("pin: {}", std::io::Error::last_os_error()));
-                    }
-                    let p = libc::sched_param {
-                        sched_priority: priority,
-                    };
-                    if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
-                        return Err(format!("fifo: {}", std::io::Error::last_os_error()));
-                    }
-                }
-                // Relaxed: a stop request.
-                while !s.load(Ordering::Relaxed) {
-                    let end = Instant::now() + busy;
-                    while Instant::now() < end {
-                        std::hint::spin_loop();
-                    }
-                    std::thread::sleep(every - busy);
-                }
-                Ok(())
-            })
-            .unwrap();
-        Spinner {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Spinner {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let r = t.join().unwrap();
-            if !std::thread::panicking() {
-                r.expect("the planted thread ran at SCHED_FIFO on its CPU");
-            }
-        }
-    }
 }
 
 /// A directory removed when dropped (a test's own ftrace instance).
@@ -213,7 +156,9 @@ fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
             &format!("--trace={}", traces.display()),
         ],
     );
-    drop(spinner);
+    spinner
+        .finish()
+        .expect("the planted thread ran at SCHED_FIFO on its CPU");
     if let Some(RmDir(o)) = &other {
         let on = std::fs::read_to_string(o.join("tracing_on")).unwrap();
         let ev = std::fs::read_to_string(o.join("events/sched/sched_switch/enable")).unwrap();

@@ -349,16 +349,22 @@ fn channels_exist_with_mode_and_group_before_processes_start() {
     sup.stop_all();
 }
 
-#[test]
-fn systemd_notifications_ready_then_watchdog() {
-    use services::notify::Notifier;
-    use std::os::unix::net::UnixDatagram;
-    let prefix = common::prefix();
-    let path = prefix.path().join("notify.sock");
-    let server = UnixDatagram::bind(&path).unwrap();
+/// A datagram socket in `dir` standing in for systemd's NOTIFY_SOCKET
+/// (reads wait at most 20 s), and its path.
+fn notify_socket(dir: &std::path::Path) -> (std::os::unix::net::UnixDatagram, std::path::PathBuf) {
+    let path = dir.join("notify.sock");
+    let server = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
     server
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
+    (server, path)
+}
+
+#[test]
+fn systemd_notifications_ready_then_watchdog() {
+    use services::notify::Notifier;
+    let prefix = common::prefix();
+    let (server, path) = notify_socket(prefix.path());
     // WATCHDOG_USEC=200000: a WATCHDOG=1 every 100 ms.
     let notifier = Notifier::new(
         Some(path.to_str().unwrap()),
@@ -414,13 +420,8 @@ fn systemd_notifications_ready_then_watchdog() {
 #[test]
 fn systemd_start_timeout_is_extended_by_the_boot_check() {
     use services::notify::Notifier;
-    use std::os::unix::net::UnixDatagram;
     let prefix = common::prefix();
-    let path = prefix.path().join("notify.sock");
-    let server = UnixDatagram::bind(&path).unwrap();
-    server
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let (server, path) = notify_socket(prefix.path());
     let notifier =
         Notifier::new(Some(path.to_str().unwrap()), None, None, std::process::id()).unwrap();
     let p = process(json!({"name": "p", "exec": "/bin/sleep", "args": ["60"]}));

@@ -124,3 +124,72 @@ pub fn wait_reports(prefix: &Path, n: u64) -> SupervisorStatus {
             .all(|p| p.timing.as_ref().is_some_and(|t| t.reports >= n))
     })
 }
+
+/// A thread named `planted-spin` at SCHED_FIFO `priority` on `cpu`,
+/// spinning `busy` of every `every` until [`Spinner::finish`] or drop: a
+/// planted interferer on a CPU the check measures.
+pub struct Spinner {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Spinner {
+    #[allow(unsafe_code)]
+    pub fn start(cpu: usize, priority: i32, busy: Duration, every: Duration) -> Spinner {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("planted-spin".into())
+            .spawn(move || {
+                // SAFETY: a zeroed cpu_set_t is a valid empty set; the
+                // calls get pointers to locals that outlive them.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                        return Err(format!("pin: {}", std::io::Error::last_os_error()));
+                    }
+                    let p = libc::sched_param {
+                        sched_priority: priority,
+                    };
+                    if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
+                        return Err(format!("fifo: {}", std::io::Error::last_os_error()));
+                    }
+                }
+                // Relaxed: a stop request.
+                while !s.load(Ordering::Relaxed) {
+                    let end = Instant::now() + busy;
+                    while Instant::now() < end {
+                        std::hint::spin_loop();
+                    }
+                    std::thread::sleep(every - busy);
+                }
+                Ok(())
+            })
+            .unwrap();
+        Spinner {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the thread; whether it could run at SCHED_FIFO on its CPU.
+    pub fn finish(mut self) -> Result<(), String> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<(), String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.thread.take() {
+            Some(t) => t.join().unwrap(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
