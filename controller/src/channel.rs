@@ -1169,20 +1169,36 @@ impl Channel {
     /// or field layout) is refused with both types named. Channels opened
     /// through the byte API (tools that handle any channel) bind nothing.
     pub fn bind_type<T: ShmSafe>(&self) -> Result<(), ChannelAttachError> {
+        self.bind_recorded_type(
+            &T::TYPE_NAME,
+            std::mem::size_of::<T>() as u64,
+            std::mem::align_of::<T>() as u64,
+            T::LAYOUT_HASH,
+        )
+    }
+
+    /// [`Channel::bind_type`] for a type known by what a channel recorded
+    /// of it (name, size, alignment, layout hash), as a tool that replays
+    /// recorded messages knows it.
+    pub fn bind_recorded_type(
+        &self,
+        name: &TypeName,
+        size: u64,
+        align: u64,
+        layout_hash: u64,
+    ) -> Result<(), ChannelAttachError> {
         let inner = &self.inner;
-        let size = std::mem::size_of::<T>();
-        let align = std::mem::align_of::<T>() as u64;
         let max = inner.geom.max_payload();
-        if size as u64 > max {
+        if size > max {
             return Err(ChannelAttachError::TooSmall {
                 path: inner.path.clone(),
                 max,
-                wanted: format!("`{}`", T::TYPE_NAME),
-                size,
+                wanted: format!("`{name}`"),
+                size: size as usize,
             });
         }
         // 0 means "none recorded".
-        let want = T::LAYOUT_HASH.max(1);
+        let want = layout_hash.max(1);
         let h = inner.header();
         // SeqCst: one recorder among processes racing to bind.
         match h
@@ -1192,9 +1208,9 @@ impl Channel {
             Ok(_) => {
                 // Informational, after the hash: a loser of the race may
                 // read an empty name, never a wrong verdict.
-                h.type_size.store(size as u64, Ordering::Relaxed);
+                h.type_size.store(size, Ordering::Relaxed);
                 h.type_align.store(align, Ordering::Relaxed);
-                store_padded(&h.type_name, T::TYPE_NAME.as_bytes(), Ordering::Release);
+                store_padded(&h.type_name, name.as_bytes(), Ordering::Release);
                 Ok(())
             }
             Err(found) if found == want => Ok(()),
@@ -1204,7 +1220,7 @@ impl Channel {
                     .recorded_type()
                     .map(|(n, s, a, _)| describe_type(&n, s, a, found))
                     .unwrap_or_else(|| describe_type(&TypeName::new(""), 0, 0, found)),
-                wanted: describe_type(&T::TYPE_NAME, size as u64, align, want),
+                wanted: describe_type(name, size, align, want),
             }),
         }
     }
@@ -1355,6 +1371,16 @@ impl Channel {
     pub fn reader(&self) -> Subscriber {
         let mut r = self.make_reader(None);
         r.next = r.next.saturating_sub(1);
+        r
+    }
+
+    /// A reader that never waits, starting at queue index `index` (at most
+    /// the next index): from 0, it reads every message the channel still
+    /// holds and counts the older ones as lost, as a recorder that must
+    /// account for every message does.
+    pub fn reader_at(&self, index: u64) -> Subscriber {
+        let mut r = self.make_reader(None);
+        r.next = r.next.min(index);
         r
     }
 
