@@ -411,6 +411,30 @@ pub struct UpdateSection {
     /// ed25519 public keys (base64) accepted for bundles, in addition to
     /// `/etc/rtdeploy/keys/*.pub`.
     pub public_keys: Vec<String>,
+    /// Updates through Mender: `deploy image` installs our update module,
+    /// `deploy bundle --mender-artifact` wraps bundles for this device type.
+    /// None: no Mender.
+    pub mender: Option<MenderSection>,
+}
+
+/// `update.mender`: releases delivered by a Mender server, through our
+/// update module (`deploy mender-module`). Our signature and trial stay in
+/// force inside it: the module installs in trial and answers Mender's
+/// commit with the supervisor's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MenderSection {
+    /// Mender's device type for this robot (the `device_type` its client
+    /// reports, and that artifacts are written for), e.g. `jetson-orin-nano`.
+    pub device_type: String,
+    /// How long Mender's commit waits for the trial's verdict before it
+    /// gives up and Mender rolls back; longer than `update.health_window`.
+    #[serde(default = "default_verdict_timeout")]
+    pub verdict_timeout: Dur,
+}
+
+fn default_verdict_timeout() -> Dur {
+    Dur::from_secs(600)
 }
 
 impl Default for UpdateSection {
@@ -420,6 +444,7 @@ impl Default for UpdateSection {
             health_window: Dur::from_secs(30),
             lock_timeout: Dur::from_secs(60),
             public_keys: Vec::new(),
+            mender: None,
         }
     }
 }
@@ -451,6 +476,35 @@ impl UpdateSection {
                 out.push((
                     format!("update.public_keys[{i}]"),
                     "not an ed25519 public key (expected 44 characters of base64, as in KEY.pub from `deploy keygen`)".into(),
+                ));
+            }
+        }
+        if let Some(m) = &self.mender {
+            // Mender's device type is one token of its `device_type=` file
+            // and of the artifact header; keep to the characters its own
+            // examples use.
+            let t = &m.device_type;
+            if t.is_empty()
+                || t.len() > 128
+                || !t
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                out.push((
+                    "update.mender.device_type".into(),
+                    format!(
+                        "`{}` is not a device type (expected 1 to 128 letters, digits, `-`, `_` or `.`, like `jetson-orin-nano`)",
+                        t.escape_debug()
+                    ),
+                ));
+            }
+            if m.verdict_timeout.0 <= self.health_window.0 {
+                out.push((
+                    "update.mender.verdict_timeout".into(),
+                    format!(
+                        "{:?} is not longer than update.health_window ({:?}): Mender's commit would give up before the trial can pass (expected a longer duration, like `10m`)",
+                        m.verdict_timeout.0, self.health_window.0
+                    ),
                 ));
             }
         }
@@ -503,5 +557,30 @@ mod tests {
         let cyclic = [proc_("a", &["b"]), proc_("b", &["a"])];
         assert!(start_order(&cyclic).is_none());
         assert!(start_order(&[proc_("a", &["ghost"])]).is_none());
+    }
+
+    #[test]
+    fn mender_device_type_and_verdict_timeout_are_checked() {
+        let mut u = UpdateSection {
+            mender: Some(MenderSection {
+                device_type: "jetson-orin-nano".into(),
+                verdict_timeout: default_verdict_timeout(),
+            }),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        u.validate(&mut out);
+        assert!(out.is_empty(), "{out:?}");
+        u.mender = Some(MenderSection {
+            device_type: "orin nano".into(),
+            verdict_timeout: Dur::from_secs(30),
+        });
+        u.validate(&mut out);
+        let fields: Vec<&str> = out.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["update.mender.device_type", "update.mender.verdict_timeout"]
+        );
+        assert!(out[0].1.contains("`orin nano`"), "{out:?}");
     }
 }
