@@ -120,6 +120,11 @@ enum Command {
     /// The robot's end of `deploy update` (speaks on stdin/stdout).
     #[command(name = "serve-update", hide = true)]
     ServeUpdate(cmd::install::ServeUpdateArgs),
+    /// Our Mender update module: one state of Mender's update module
+    /// protocol (v3) for this artifact's work directory (exit 0 done, 1
+    /// the trial was rolled back, 2 refused or error).
+    #[command(name = "mender-module", hide = true)]
+    MenderModule(cmd::mender::MenderModuleArgs),
     /// The check's worker processes (started by `deploy check` itself).
     #[command(name = "__check-worker", hide = true)]
     CheckWorker(cmd::check::CheckWorkerArgs),
@@ -166,6 +171,7 @@ fn main() -> ExitCode {
         Command::Commit(a) => cmd::release::run_commit(&ctx, a),
         Command::Update(a) => cmd::update::run(&ctx, a),
         Command::ServeUpdate(a) => cmd::install::run_serve(&ctx, a),
+        Command::MenderModule(a) => cmd::mender::run(&ctx, a),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),
