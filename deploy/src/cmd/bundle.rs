@@ -4,7 +4,10 @@
 //!
 //! The robot and board it is for come from DIR/robot.yaml, else from the
 //! robot.yaml given with -c (default <prefix>/etc/rtdeploy/robot.yaml),
-//! which must validate. Exit: 0 written, 2 error.
+//! which must validate. With `--mender-artifact OUT` the bundle is also
+//! wrapped into a Mender artifact for our update module (see
+//! [`super::mender`]), for the device type `--device-type` or robot.yaml's
+//! `update.mender.device_type`. Exit: 0 written, 2 error.
 
 use std::path::PathBuf;
 
@@ -30,6 +33,14 @@ pub struct BundleArgs {
     /// The bundle file to write.
     #[arg(long, value_name = "F")]
     pub out: PathBuf,
+    /// Also write a Mender artifact carrying the bundle (module-image,
+    /// type `rtdeploy-release`; needs Debian's `mender-artifact`).
+    #[arg(long, value_name = "OUT")]
+    pub mender_artifact: Option<PathBuf>,
+    /// The artifact's device type [default: robot.yaml's
+    /// `update.mender.device_type`]
+    #[arg(long, value_name = "T", requires = "mender_artifact")]
+    pub device_type: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -41,6 +52,10 @@ struct Written {
     files: usize,
     release_bytes: u64,
     bundle_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mender_artifact: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device_type: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
@@ -56,6 +71,22 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
     };
     let loaded = super::load_robot(&config_ctx)?;
     let key = bundle::load_secret_key(&args.key)?;
+    let device_type = match &args.mender_artifact {
+        None => None,
+        Some(_) => Some(
+            args.device_type
+                .clone()
+                .or_else(|| {
+                    loaded
+                        .robot
+                        .update
+                        .mender
+                        .as_ref()
+                        .map(|m| m.device_type.clone())
+                })
+                .context("no device type for the Mender artifact (pass --device-type or set update.mender.device_type in robot.yaml)")?,
+        ),
+    };
     let spec = BundleSpec {
         release_dir: args.release.clone(),
         version: args.version.clone(),
@@ -70,7 +101,13 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
             args.out.display()
         )
     })?;
+    if let (Some(out), Some(t)) = (&args.mender_artifact, &device_type) {
+        super::mender::write_artifact(&args.out, &w.release, t, out)
+            .with_context(|| format!("Mender artifact {}", out.display()))?;
+    }
     let doc = Written {
+        mender_artifact: args.mender_artifact,
+        device_type,
         bundle: args.out,
         release: w.release,
         robot: spec.robot,
@@ -92,6 +129,13 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
             doc.release_bytes,
             doc.bundle_bytes
         ))?;
+        if let (Some(a), Some(t)) = (&doc.mender_artifact, &doc.device_type) {
+            crate::ctx::write_stdout(&format!(
+                "{}: Mender artifact {} for device type {t}\n",
+                a.display(),
+                doc.release
+            ))?;
+        }
     }
     Ok(Exit::Ok)
 }
