@@ -71,6 +71,9 @@ pub struct ImageSpec {
     pub sysctl: String,
     /// `/etc/security/limits.d/90-rtdeploy.conf`.
     pub limits: String,
+    /// Further files rendered by their owners: path in the image (no
+    /// leading `/`), contents, mode (e.g. the Mender update module).
+    pub extra_files: Vec<(String, Vec<u8>, u32)>,
     /// The programs robot.yaml names (`processes[].exec`); relative ones
     /// must be in the release.
     pub programs: Vec<String>,
@@ -320,6 +323,9 @@ pub fn build(
         paths::LIMITS.into(),
         Entry::bytes(spec.limits.clone().into_bytes(), 0o644, epoch),
     ));
+    for (path, bytes, mode) in &spec.extra_files {
+        add.push((path.clone(), Entry::bytes(bytes.clone(), *mode, epoch)));
+    }
     add.push((release_dir.clone(), Entry::dir(0o755, epoch)));
     for f in &rel.files {
         let mut e = f.entry.clone();

@@ -162,6 +162,20 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
         unit,
         sysctl: sysctl_conf(&robot.sysctl),
         limits: limits_conf(robot.robot.group.as_deref(), process_limits(robot)),
+        // With `update.mender`, our update module in Mender's modules
+        // directory, calling the image's own `deploy`.
+        extra_files: robot
+            .update
+            .mender
+            .iter()
+            .map(|_| {
+                (
+                    crate::cmd::mender::MODULE_PATH.to_string(),
+                    crate::cmd::mender::module_script("/usr/bin/deploy", &[]).into_bytes(),
+                    0o755,
+                )
+            })
+            .collect(),
         programs: robot.processes.iter().map(|p| p.exec.clone()).collect(),
         size: args.size.map(|s| s.0),
         force: args.force,

@@ -232,6 +232,7 @@ impl Inputs {
             )),
             sysctl: "kernel.sched_rt_runtime_us = -1\n".into(),
             limits: "@rtdeploy - rtprio 99\n@rtdeploy - memlock unlimited\n".into(),
+            extra_files: Vec::new(),
             programs: vec!["bin/imu_reader".into(), "bin/controller".into()],
             size: None,
             force: false,
