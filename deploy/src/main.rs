@@ -97,6 +97,12 @@ enum Command {
     /// Saved kernel traces of budget misses (`deploy check --trace`).
     #[command(subcommand)]
     Trace(cmd::trace::TraceCommand),
+    /// The logger's MCAP files (robot.yaml `log:`): ls, info, cat, export.
+    #[command(subcommand)]
+    Log(cmd::log::LogCommand),
+    /// Publish a log's messages onto the channels at their recorded
+    /// spacing (refused while a supervisor runs, without --force).
+    Replay(cmd::log::ReplayArgs),
     /// Microbenchmarks of the runtime: wake latency per mechanism, publish
     /// cost, throughput (exit 0 ran, 2 could not run).
     #[command(subcommand)]
@@ -162,6 +168,8 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::check::run(&ctx, a),
         Command::Bench(c) => cmd::bench::run(&ctx, c),
         Command::Trace(c) => cmd::trace::run(&ctx, c),
+        Command::Log(c) => cmd::log::run(&ctx, c),
+        Command::Replay(a) => cmd::log::run_replay(&ctx, a),
         Command::CheckWorker(a) => cmd::check::run_worker(a),
         Command::Keygen(a) => cmd::keygen::run(&ctx, a),
         Command::Bundle(a) => cmd::bundle::run(&ctx, a),

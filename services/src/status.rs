@@ -34,6 +34,9 @@ pub struct SupervisorStatus {
     /// (absent until one appeared).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irq_scan: Option<StepStatus>,
+    /// The logger (robot.yaml `log:`), when it runs or ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logger: Option<logbook::LogStatus>,
     pub processes: Vec<ProcessStatus>,
 }
 
@@ -175,6 +178,9 @@ pub fn render_table(s: &SupervisorStatus) -> String {
     if let Some(st) = &s.irq_scan {
         out.push_str(&format!("{}: {} ({})\n", st.step, st.result, st.detail));
     }
+    if let Some(l) = &s.logger {
+        out.push_str(&describe_logger(l));
+    }
     for st in &s.startup {
         if st.result != "ok" {
             out.push_str(&format!("{}: {} ({})\n", st.step, st.result, st.detail));
@@ -242,6 +248,42 @@ pub fn render_table(s: &SupervisorStatus) -> String {
             us(p.wakeup_max_us),
             tail.join("; ")
         ));
+    }
+    out
+}
+
+/// The logger's line of the status table, and one line per channel that
+/// lost messages or met faults.
+pub fn describe_logger(l: &logbook::LogStatus) -> String {
+    let logged: u64 = l.channels.values().map(|c| c.logged).sum();
+    let gaps: u64 = l.channels.values().map(|c| c.gaps).sum();
+    let mut out = format!(
+        "logger: {} ({} messages, {} lost, {} events{}; {} file(s) written, {} deleted by the quota; {})\n",
+        l.state,
+        logged,
+        gaps,
+        l.events_logged,
+        if l.events_dropped > 0 {
+            format!(", {} events dropped", l.events_dropped)
+        } else {
+            String::new()
+        },
+        l.files_written,
+        l.files_deleted,
+        l.file
+            .as_ref()
+            .map_or_else(|| l.dir.display().to_string(), |f| f.display().to_string()),
+    );
+    for (name, c) in &l.channels {
+        if c.gaps > 0 || c.faults > 0 {
+            out.push_str(&format!(
+                "logger: {name}: {} logged, {} lost, {} faults\n",
+                c.logged, c.gaps, c.faults
+            ));
+        }
+    }
+    if let Some(p) = &l.last_problem {
+        out.push_str(&format!("logger: last problem: {p}\n"));
     }
     out
 }

@@ -10,6 +10,7 @@ pub mod control;
 pub mod image;
 pub mod install;
 pub mod keygen;
+pub mod log;
 pub mod mender;
 pub mod metrics;
 pub mod plan;

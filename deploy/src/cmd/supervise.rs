@@ -72,6 +72,8 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         channels: robot.channels.clone(),
         boot_check: robot.boot_check.clone(),
         cpu_dma_latency: robot.power.cpu_dma_latency.map(|m| m.0),
+        log: robot.log.clone(),
+        housekeeping: robot.housekeeping().iter().map(|c| c as usize).collect(),
     };
     let roots = Roots {
         prefix: ctx.prefix.clone(),

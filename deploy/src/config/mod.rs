@@ -51,6 +51,8 @@ pub struct Robot {
     pub boot_check: BootCheckSection,
     pub update: UpdateSection,
     pub metrics: services::config::MetricsSection,
+    /// `log:`: the supervisor's logger (absent: none).
+    pub log: Option<logbook::LogSection>,
 }
 
 impl Robot {

@@ -88,6 +88,7 @@ pub const SECTIONS: &[&str] = &[
     "boot_check",
     "update",
     "metrics",
+    "log",
 ];
 
 /// Channel names under this prefix are the runtime's own.
@@ -324,6 +325,12 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     let boot_check: Option<controller::config::BootCheckSection> = c.section("boot_check");
     let update: Option<services::config::UpdateSection> = c.section("update");
     let metrics: Option<services::config::MetricsSection> = c.section("metrics");
+    // Absent: no logger. Present (even empty): the logger with defaults.
+    let log: Option<Option<logbook::LogSection>> = if c.root.get("log").is_some() {
+        c.section("log").map(Some)
+    } else {
+        Some(None)
+    };
 
     // Each section's own rules, on every section that parsed.
     let mut p = Vec::new();
@@ -375,6 +382,13 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     if let Some(metrics) = &metrics {
         metrics.validate(&mut p);
     }
+    if let Some(Some(log)) = &log {
+        let names: Vec<(&str, u64)> = channels
+            .iter()
+            .map(|(_, c)| (c.name.as_str(), c.max_size.0))
+            .collect();
+        log.validate(&names, &mut p);
+    }
     c.problems(p);
 
     // The rules across sections need every section whole.
@@ -393,6 +407,7 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
             boot_check: boot_check?,
             update: update?,
             metrics: metrics?,
+            log: log?,
         })
     })();
     let r = parsed?;

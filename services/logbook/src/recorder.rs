@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use controller::{Channel, Subscriber};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::file::{
     ClockMap, LogFile, TopicSpec, EVENTS_TOPIC, GAPS_TOPIC, META_MAX_SIZE, META_TYPE,
@@ -87,7 +87,7 @@ impl EventSink {
 }
 
 /// Per channel counts.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ChannelCounts {
     pub logged: u64,
     /// Messages overwritten before the logger read them (recorded as gaps).
@@ -96,7 +96,8 @@ pub struct ChannelCounts {
 }
 
 /// What `deploy status` shows of the logger.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LogStatus {
     /// `recording`, or `stopped: WHY`.
     pub state: String,
@@ -301,12 +302,7 @@ impl Worker {
                 META_MAX_SIZE.to_string(),
                 ch.geometry().max_payload().to_string(),
             );
-            if let Some((tn, size, align, hash)) = ch.recorded_type() {
-                metadata.insert(META_TYPE.into(), tn.to_string());
-                metadata.insert(META_TYPE_SIZE.into(), size.to_string());
-                metadata.insert(META_TYPE_ALIGN.into(), align.to_string());
-                metadata.insert(META_TYPE_HASH.into(), format!("{hash:016x}"));
-            }
+            note_type(&ch, &mut metadata);
             let timing = name.starts_with("/rtdeploy/timing/");
             let layout = self
                 .cfg
@@ -422,6 +418,11 @@ impl Worker {
                 &mut self.subs[i],
                 &mut self.scratch,
             );
+            // The type a publisher bound after the logger opened the
+            // channel (before it published): known by the first message.
+            if !s.spec.metadata.contains_key(META_TYPE) {
+                note_type(s.reader.channel(), &mut s.spec.metadata);
+            }
             let m = match s.reader.next_message() {
                 Ok(Some(m)) => m,
                 Ok(None) => break,
@@ -526,6 +527,16 @@ impl Worker {
             }
         }
         lock(&self.status).files_deleted += deleted;
+    }
+}
+
+/// The channel's recorded message type, as channel metadata.
+fn note_type(ch: &Channel, metadata: &mut BTreeMap<String, String>) {
+    if let Some((tn, size, align, hash)) = ch.recorded_type() {
+        metadata.insert(META_TYPE.into(), tn.to_string());
+        metadata.insert(META_TYPE_SIZE.into(), size.to_string());
+        metadata.insert(META_TYPE_ALIGN.into(), align.to_string());
+        metadata.insert(META_TYPE_HASH.into(), format!("{hash:016x}"));
     }
 }
 

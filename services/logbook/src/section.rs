@@ -102,9 +102,10 @@ impl LogSection {
         self.enabled && self.channels.iter().any(|p| glob(p, name))
     }
 
-    /// Problems of the section alone; `channels` are the names robot.yaml
-    /// declares (a type for another name is refused).
-    pub fn validate(&self, channels: &[&str], out: &mut Vec<Problem>) {
+    /// Problems of the section; `channels` are the channels robot.yaml
+    /// declares, with their `max_size` (a type for another channel, or
+    /// larger than its channel's messages, is refused).
+    pub fn validate(&self, channels: &[(&str, u64)], out: &mut Vec<Problem>) {
         for (i, p) in self.channels.iter().enumerate() {
             if p.is_empty() || p.len() > 255 {
                 out.push((
@@ -172,11 +173,18 @@ impl LogSection {
         }
         for (name, decl) in &self.types {
             let at = format!("log.types.{name}");
-            if !channels.contains(&name.as_str()) {
-                out.push((at.clone(), format!("no channel {name:?} in `channels:`")));
-            }
-            if let Err(e) = decl.layout() {
-                out.push((at, e));
+            let max = channels.iter().find(|c| c.0 == name).map(|c| c.1);
+            match (decl.layout(), max) {
+                (Err(e), _) => out.push((at, e)),
+                (Ok(_), None) => out.push((at, format!("no channel {name:?} in `channels:`"))),
+                (Ok(l), Some(max)) if l.size > max => out.push((
+                    at,
+                    format!(
+                        "{} is {} bytes, larger than the channel's max_size ({max} bytes)",
+                        l.name, l.size
+                    ),
+                )),
+                (Ok(_), Some(_)) => {}
             }
         }
     }
@@ -217,7 +225,7 @@ mod tests {
             .into(),
             ..LogSection::default()
         };
-        s.validate(&["/demo"], &mut out);
+        s.validate(&[("/demo", 64)], &mut out);
         let fields: Vec<&str> = out.iter().map(|p| p.0.as_str()).collect();
         for f in [
             "log.dir",

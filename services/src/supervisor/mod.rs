@@ -60,34 +60,107 @@ pub use startup::{
     SupervisorConfig, SupervisorStartError,
 };
 
-/// The supervisor's own lines on stderr (`Options::verbose`).
-#[derive(Debug, Clone, Copy)]
+/// The supervisor's own lines: on stderr (`Options::verbose`), to the
+/// journal, and to the log (`log:`) as events of a kind.
+#[derive(Debug, Clone)]
 struct Stderr {
     verbose: bool,
+    /// The logger's event queue, when a logger runs.
+    sink: Option<logbook::EventSink>,
 }
 
 impl Stderr {
     /// An event of the supervisor: to the journal when it is there
-    /// ([`crate::journal`]), on stderr when verbose.
-    fn say(self, msg: impl std::fmt::Display) {
-        crate::journal::event(
-            self.verbose,
-            crate::journal::Priority::Info,
-            None,
-            &msg.to_string(),
-        );
+    /// ([`crate::journal`]), on stderr when verbose, to the log.
+    fn say(&self, msg: impl std::fmt::Display) {
+        self.event("supervisor", None, msg);
     }
 
     /// A warning about one process (the journal gets its name as
     /// `RTDEPLOY_PROCESS`).
-    fn warn_about(self, process: &str, msg: impl std::fmt::Display) {
-        crate::journal::event(
-            self.verbose,
+    fn warn_about(&self, process: &str, msg: impl std::fmt::Display) {
+        self.send(
+            "warning",
             crate::journal::Priority::Warning,
             Some(process),
-            &msg.to_string(),
+            msg,
         );
     }
+
+    /// An event of a kind the log names (`start`, `exit`, `restart`,
+    /// `crash_loop`, `budget`, `boot_check`, `trial`, `commit`,
+    /// `rollback`, `supervisor`).
+    fn event(&self, kind: &'static str, process: Option<&str>, msg: impl std::fmt::Display) {
+        self.send(kind, crate::journal::Priority::Info, process, msg);
+    }
+
+    fn send(
+        &self,
+        kind: &'static str,
+        pri: crate::journal::Priority,
+        process: Option<&str>,
+        msg: impl std::fmt::Display,
+    ) {
+        let msg = msg.to_string();
+        crate::journal::event(self.verbose, pri, process, &msg);
+        if let Some(s) = &self.sink {
+            s.send(kind, process, &msg);
+        }
+    }
+}
+
+/// Starts the logger when robot.yaml has a `log:` section that records;
+/// its start-up step says where it writes, or why it could not start.
+fn start_logger(
+    cfg: &SupervisorConfig,
+    roots: &Roots,
+    shm_dir: &std::path::Path,
+    steps: &mut Vec<StepStatus>,
+) -> Option<logbook::Recorder> {
+    let section = cfg.log.as_ref().filter(|l| l.enabled)?;
+    let dir = match &section.dir {
+        Some(d) => roots.prefix.join(d.trim_start_matches('/')),
+        None => releases::Layout::new(&roots.prefix).log_dir().join("mcap"),
+    };
+    let mut channels: Vec<String> = cfg.channels.iter().map(|c| c.name.clone()).collect();
+    channels.extend(
+        cfg.processes
+            .iter()
+            .map(|p| controller::timing_report::timing_channel_name(&p.name)),
+    );
+    let boot_id = std::fs::read_to_string(roots.proc_root.join("sys/kernel/random/boot_id"))
+        .map(|s| s.trim().chars().take(64).collect())
+        .unwrap_or_default();
+    let recorded = channels.iter().filter(|c| section.records(c)).count();
+    let r = logbook::Recorder::start(logbook::RecorderConfig {
+        section: section.clone(),
+        dir: dir.clone(),
+        shm_dir: shm_dir.to_path_buf(),
+        channels,
+        boot_id,
+        cpus: cfg.housekeeping.clone(),
+    });
+    let (result, detail) = match &r {
+        Ok(_) => (
+            "ok".to_string(),
+            format!(
+                "{}: {recorded} channel(s) recorded, on CPUs {}",
+                dir.display(),
+                if cfg.housekeeping.is_empty() {
+                    "of the supervisor".to_string()
+                } else {
+                    format!("{:?}", cfg.housekeeping)
+                }
+            ),
+        ),
+        Err(e) => ("failed".to_string(), format!("{}: {e}", dir.display())),
+    };
+    steps.push(StepStatus {
+        step: "logger".into(),
+        result,
+        detail,
+    });
+    r.ok()
 }
 
 /// The running supervisor.
@@ -123,6 +196,8 @@ pub struct Supervisor {
     early_scan: Option<String>,
     /// The Prometheus textfile (robot.yaml `metrics:`).
     metrics: Option<crate::metrics::Textfile>,
+    /// The logger (robot.yaml `log:`).
+    logger: Option<logbook::Recorder>,
 }
 
 impl Supervisor {
@@ -154,13 +229,16 @@ impl Supervisor {
             )) {
                 Stderr {
                     verbose: opts.verbose,
+                    sink: None,
                 }
                 .say(e);
             }
         }
-        let s = startup::start_up(&cfg, &roots, &opts, hooks)?;
+        let mut s = startup::start_up(&cfg, &roots, &opts, hooks)?;
+        let logger = start_logger(&cfg, &roots, &s.shm_dir, &mut s.steps);
         let stderr = Stderr {
             verbose: opts.verbose,
+            sink: logger.as_ref().map(|l| l.sink()),
         };
         let started = Instant::now();
         let table = Table::new(
@@ -173,7 +251,7 @@ impl Supervisor {
                 log_max_bytes: opts.log_max_bytes,
                 log_keep: opts.log_keep,
                 started,
-                stderr,
+                stderr: stderr.clone(),
             },
         );
         let access = Access {
@@ -190,7 +268,7 @@ impl Supervisor {
                 opts.health_window,
                 opts.keep,
                 s.release,
-                stderr,
+                stderr.clone(),
             ),
             robot: cfg.robot.name.clone(),
             proc_root: roots.proc_root,
@@ -206,7 +284,8 @@ impl Supervisor {
             pid1: opts.pid1,
             at_exit: opts.at_exit,
             started,
-            stderr,
+            stderr: stderr.clone(),
+            logger,
             next_irq_scan: irq_scan.as_ref().map(|(_, every)| started + *every),
             irq_scan,
             irq_scan_took: Duration::ZERO,
@@ -235,7 +314,11 @@ impl Supervisor {
                 stderr.say(format!("{}: {} ({})", s.step, s.result, s.detail));
             }
         }
-        stderr.say(format!("boot check {}", sup.table.boot_check()));
+        stderr.event(
+            "boot_check",
+            None,
+            format!("boot check {}", sup.table.boot_check()),
+        );
         stderr.say(format!("release: {}", sup.releases.status().describe()));
         sup.table.detect_cycles();
         // An install that ran between the recovery and now is a trial
@@ -528,6 +611,7 @@ impl Supervisor {
             startup: self.startup.clone(),
             release: Some(self.releases.status().clone()),
             irq_scan: self.last_irq_scan.clone(),
+            logger: self.logger.as_ref().map(|l| l.status()),
             processes: self.table.status(&self.proc_root),
         }
     }
@@ -553,6 +637,12 @@ impl Supervisor {
             while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
         }
         self.stderr.say("stopped");
+        if let Some(l) = self.logger.take() {
+            let st = l.stop();
+            if st.state != "stopped" {
+                self.stderr.say(format!("logger: {}", st.state));
+            }
+        }
         if self.pid1 {
             if let Err(e) = crate::pid1::finish(self.at_exit) {
                 self.stderr

@@ -52,6 +52,11 @@ pub struct SupervisorConfig {
     pub boot_check: BootCheckSection,
     /// `power.cpu_dma_latency` in microseconds.
     pub cpu_dma_latency: Option<u32>,
+    /// `log:`: what the logger records (none: no logger).
+    pub log: Option<logbook::LogSection>,
+    /// The housekeeping CPUs: the logger's thread runs there (empty:
+    /// where the supervisor runs).
+    pub housekeeping: Vec<usize>,
 }
 
 /// Where the live system is.

@@ -387,8 +387,11 @@ impl Table {
                         &format!("timing report {} over budget (#{n}): {why}", report.seq),
                         out,
                     );
-                    self.stderr
-                        .warn_about(&name, format!("timing report over budget (#{n}): {why}"));
+                    self.stderr.event(
+                        "budget",
+                        Some(&name),
+                        format!("{name}: timing report over budget (#{n}): {why}"),
+                    );
                 }
             }
             if !was_ready && self.procs[i].health.ready() {
@@ -493,7 +496,8 @@ impl Table {
                 p.after_stop = AfterStop::Stay;
                 let name = p.cfg.name.clone();
                 self.note(i, &format!("started, pid {pid}"), out);
-                self.stderr.say(format!("{name}: started, pid {pid}"));
+                self.stderr
+                    .event("start", Some(&name), format!("{name}: started, pid {pid}"));
                 for w in warnings {
                     self.note(i, &format!("warning: {w}"), out);
                     self.stderr.say(format!("{name}: warning: {w}"));
@@ -614,7 +618,11 @@ impl Table {
             out,
         );
         let name = self.procs[i].cfg.name.clone();
-        self.stderr.say(format!("{name}: pid {} {desc}", child.pid));
+        self.stderr.event(
+            "exit",
+            Some(&name),
+            format!("{name}: pid {} {desc}", child.pid),
+        );
         let state = self.procs[i].state;
         if state == PState::Stopping || self.shutting_down {
             let p = &mut self.procs[i];
@@ -645,6 +653,8 @@ impl Table {
                 ));
                 let msg = format!("restart in {:.3}s", d.as_secs_f64());
                 self.note(i, &msg, out);
+                self.stderr
+                    .event("restart", Some(&name), format!("{name}: {msg}"));
             }
             Decision::Stay => {
                 p.state = PState::Exited;
@@ -656,7 +666,8 @@ impl Table {
                 p.state = PState::Failed;
                 p.reason = Some(why.clone());
                 self.note(i, &why, out);
-                self.stderr.say(format!("{name}: {why}"));
+                self.stderr
+                    .event("crash_loop", Some(&name), format!("{name}: {why}"));
             }
         }
     }

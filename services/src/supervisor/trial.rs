@@ -176,9 +176,11 @@ impl ReleaseWatch {
                 {
                     return;
                 }
-                self.stderr.say(format!(
-                    "release {release} in trial (rollback to {previous}): restarting every process from it"
-                ));
+                self.stderr.event(
+                    "trial",
+                    None,
+                    format!("release {release} in trial (rollback to {previous}): restarting every process from it"),
+                );
                 table.restart_all(&format!("release {release} in trial"), out);
                 self.running_release = Some(release.clone());
                 let config_note = config_changed(&layout, &previous, &release);
@@ -253,8 +255,11 @@ impl ReleaseWatch {
         let reason = format!("the install of {release} stopped before it switched current");
         match release::rollback(&prefix) {
             Ok(rb) => {
-                self.stderr
-                    .say(format!("release: {reason}: trial undone, {} stays", rb.to));
+                self.stderr.event(
+                    "rollback",
+                    None,
+                    format!("release: {reason}: trial undone, {} stays", rb.to),
+                );
                 self.status = rolled_back(Some(rb.to), rb.from, reason);
             }
             Err(e) => {
@@ -346,8 +351,11 @@ impl ReleaseWatch {
             }
             HealthVerdict::Commit => match release::commit(&self.prefix, self.keep) {
                 Ok(r) => {
-                    self.stderr
-                        .say(format!("release {r}: healthy for {window:?}: committed"));
+                    self.stderr.event(
+                        "commit",
+                        None,
+                        format!("release {r}: healthy for {window:?}: committed"),
+                    );
                     self.status = ReleaseStatus {
                         state: "committed".into(),
                         current: Some(r),
@@ -361,10 +369,14 @@ impl ReleaseWatch {
                 Err(e) => self.failed(&t, format!("commit failed: {e}")),
             },
             HealthVerdict::Rollback(reason) => {
-                self.stderr.say(format!(
-                    "release {}: {reason}: rolling back to {}",
-                    t.release, t.previous
-                ));
+                self.stderr.event(
+                    "rollback",
+                    None,
+                    format!(
+                        "release {}: {reason}: rolling back to {}",
+                        t.release, t.previous
+                    ),
+                );
                 match release::rollback(&self.prefix) {
                     Ok(rb) => {
                         table.restart_all(&format!("rolled back to {}", rb.to), out);

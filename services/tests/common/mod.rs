@@ -80,6 +80,8 @@ pub fn config(processes: Vec<ProcessConfig>, group: Option<&str>) -> SupervisorC
         channels: Vec::new(),
         boot_check: Default::default(),
         cpu_dma_latency: None,
+        log: None,
+        housekeeping: Vec::new(),
     }
 }
 
