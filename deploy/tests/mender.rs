@@ -607,9 +607,7 @@ fn each_module_state_is_idempotent_and_a_killed_install_rolls_back() {
         let o = module(&prefix, "ArtifactCommit", &w, &[]);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         assert!(
-            stderr(&o).contains(&format!(
-                "{two}: the trial failed and was rolled back to {first}"
-            )),
+            stderr(&o).contains(&format!("{two}: rolled back to {first} (")),
             "{}",
             text(&o)
         );
@@ -618,6 +616,42 @@ fn each_module_state_is_idempotent_and_a_killed_install_rolls_back() {
     ok(module(&prefix, "Cleanup", &w, &[]));
     ok(module(&prefix, "Cleanup", &w, &[]));
     assert!(files_under(&w.join("tmp")).is_empty());
+
+    // No supervisor gives a verdict: the commit gives up after
+    // update.mender.verdict_timeout (3 s in this release's robot.yaml).
+    let slow = small_release(dir, "slow");
+    fs::write(
+        slow.join("robot.yaml"),
+        robot_yaml().replace("verdict_timeout: 60s", "verdict_timeout: 3s"),
+    )
+    .unwrap();
+    let b = dir.join("slow.bundle");
+    ok(deploy(&[
+        "bundle",
+        "--release",
+        s(&slow),
+        "--version",
+        "2.5",
+        "--key",
+        s(&key),
+        "--out",
+        s(&b),
+    ]));
+    let w = files_dir(dir, "slow", &b);
+    ok(module(&prefix, "ArtifactInstall", &w, &[]));
+    let slow = current(&prefix);
+    let o = module(&prefix, "ArtifactCommit", &w, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "{slow}: no verdict within update.mender.verdict_timeout (3s)"
+        )),
+        "{}",
+        text(&o)
+    );
+    ok(module(&prefix, "ArtifactRollback", &w, &[]));
+    assert_eq!(committed(&prefix), first);
+    ok(module(&prefix, "Cleanup", &w, &[]));
 
     // An install cut after each step (a release of its own each time, so
     // that every step has work to do), then Mender's rollback, and a
@@ -795,4 +829,38 @@ fn the_image_installs_the_module_only_with_update_mender() {
             text(&l)
         );
     }
+}
+
+/// `update.mender` is checked like every section: an unknown key and a
+/// device type Mender would not take are errors at their place.
+#[test]
+fn config_check_refuses_a_bad_update_mender() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("robot.yaml");
+    for (from, to, want) in [
+        (
+            "    verdict_timeout: 60s\n",
+            "    verdict_timeout: 60s\n    server: https://mender.example\n",
+            "server",
+        ),
+        (
+            "device_type: rtdeploy-test-board",
+            "device_type: \"orin nano\"",
+            "update.mender.device_type",
+        ),
+        (
+            "verdict_timeout: 60s",
+            "verdict_timeout: 1s",
+            "update.mender.verdict_timeout",
+        ),
+    ] {
+        fs::write(&cfg, robot_yaml().replace(from, to)).unwrap();
+        let o = deploy(&["-c", s(&cfg), "config", "check"]);
+        assert_eq!(o.status.code(), Some(2), "{to}: {}", text(&o));
+        let err = stderr(&o);
+        assert!(err.contains(want), "{to}: {err}");
+        assert!(err.contains(&format!("{}:", s(&cfg))), "{to}: {err}");
+    }
+    fs::write(&cfg, robot_yaml()).unwrap();
+    ok(deploy(&["-c", s(&cfg), "config", "check"]));
 }

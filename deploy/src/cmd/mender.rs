@@ -320,15 +320,27 @@ fn artifact_commit(ctx: &Ctx, dir: &Path) -> anyhow::Result<Exit> {
                     said = true;
                 }
             }
-            other => {
-                let now = other.as_ref().map_or("none", |s| s.release()).to_string();
-                let why = rollback_reason(ctx, &release);
+            Some(ReleaseState::Committed { release: now }) => {
+                say(match rollback_reason(ctx, &release) {
+                    Some(why) => {
+                        format!("{release}: the trial failed and was rolled back to {now}: {why}")
+                    }
+                    None => format!(
+                        "{release}: rolled back to {now} (the supervisor gives no reason: a rollback by hand, or its recovery after a restart)"
+                    ),
+                });
+                return Ok(Exit::Failed);
+            }
+            Some(ReleaseState::Trial { release: other, .. }) => {
                 say(format!(
-                    "{release}: the trial failed and was rolled back to {now}{}",
-                    why.map(|w| format!(": {w}")).unwrap_or_default()
+                    "{release}: no longer in trial: {other} is (installed by something else)"
                 ));
                 return Ok(Exit::Failed);
             }
+            None => bail!(
+                "{release}: no release state in {} (was the robot's state removed?)",
+                Layout::new(&ctx.prefix).state().display()
+            ),
         }
         if start.elapsed() >= timeout {
             say(format!(
