@@ -322,6 +322,12 @@ pub struct CheckInputs {
     /// (it decides) then traced (measurements named `... (traced)`), and
     /// state the tracer's cost on the figures in a note.
     pub trace_compare: bool,
+    /// Run the deciding mechanism's scenario twice: without a logger (it
+    /// decides), then with the supervisor's logger recording the check's
+    /// channel (measurements named `... (logged)`), and state the logger's
+    /// cost on the figures, its CPU time and its bytes per message in a
+    /// note.
+    pub log_compare: bool,
 }
 
 /// Where and how many traced misses a run keeps.
@@ -355,6 +361,7 @@ impl CheckInputs {
             notes: vec![],
             trace: None,
             trace_compare: false,
+            log_compare: false,
         }
     }
 

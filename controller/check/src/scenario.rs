@@ -506,24 +506,36 @@ pub(crate) fn run(
     if inputs.trace_compare && !tracing_on {
         notes.push("no tracing overhead figure: tracing did not run".into());
     }
-    let phases: Vec<(usize, Mechanism, bool)> = if compare_trace {
-        vec![(0, mechanisms[0], false), (0, mechanisms[0], true)]
+    // `log_compare`: the deciding mechanism without, then with the logger.
+    let phases: Vec<(usize, Mechanism, bool, bool)> = if compare_trace {
+        vec![
+            (0, mechanisms[0], false, false),
+            (0, mechanisms[0], true, false),
+        ]
+    } else if inputs.log_compare {
+        vec![
+            (0, mechanisms[0], tracing_on, false),
+            (0, mechanisms[0], tracing_on, true),
+        ]
     } else {
         mechanisms
             .iter()
             .enumerate()
-            .map(|(mi, &m)| (mi, m, tracing_on))
+            .map(|(mi, &m)| (mi, m, tracing_on, false))
             .collect()
     };
-    for &(mi, mech, traced) in &phases {
-        // The traced phase of a comparison is shown beside the untraced
-        // one, under its own measurement names; it does not decide.
+    let mut logger_note: Option<String> = None;
+    for &(mi, mech, traced, logged) in &phases {
+        // The traced (or logged) phase of a comparison is shown beside the
+        // plain one, under its own measurement names; it does not decide.
         let (suffix, shown_only) = if compare_trace && traced {
             (" (traced)", true)
+        } else if logged {
+            (" (logged)", true)
         } else {
             ("", mi > 0)
         };
-        if compare_trace && traced {
+        if (compare_trace && traced) || logged {
             // No worker runs between phases: the histograms are reset for
             // the second run of the same mechanism.
             for which in [H_SEND, H_DELIVERY, H_LOW_DELIVERY] {
@@ -587,6 +599,35 @@ pub(crate) fn run(
             if let Some(t) = tracing.as_ref().filter(|_| traced) {
                 t.arm(run.shared.control());
             }
+            // The logger, as the supervisor runs it, on the housekeeping
+            // CPUs, from the next message on.
+            let logger = if logged {
+                // On the robot's log disk (not the shm tmpfs): the writes
+                // and syncs cost what they cost there.
+                let parent = run.env.prefix.join("var/log/rtdeploy");
+                let dir = crate::tempdir::TempDir::unique(&parent, "check-log").map_err(|e| {
+                    CheckRunError::Setup {
+                        path: parent.clone(),
+                        source: e,
+                    }
+                })?;
+                let rec = logbook::Recorder::start(logbook::RecorderConfig {
+                    section: logbook::LogSection::default(),
+                    dir: dir.path().to_path_buf(),
+                    shm_dir: shm_dir(&run.env.prefix),
+                    channels: vec![run.channel_name.clone()],
+                    boot_id: String::new(),
+                    cpus: inputs.housekeeping.clone(),
+                    from_oldest: false,
+                })
+                .map_err(|e| CheckRunError::Setup {
+                    path: dir.path().to_path_buf(),
+                    source: e,
+                })?;
+                Some((rec, dir))
+            } else {
+                None
+            };
             let mut send_args = rt_args(sender_cpu);
             send_args.extend(trace_args(false));
             let mut send = run.spawn("rt-send", &send_args)?;
@@ -648,6 +689,10 @@ pub(crate) fn run(
             run.poke();
             run.release_cell(&recv);
             finish(recv, Duration::from_secs(2))?;
+            if let Some((rec, dir)) = logger {
+                let st = rec.stop();
+                logger_note = Some(logger_cost(&st, dir.path()));
+            }
             if let Some(t) = tracing.as_mut().filter(|_| traced) {
                 // A miss in the last moments of the phase.
                 if let Some(p) = t.poll(run.shared.control(), mech, send_pid, recv_pid, false) {
@@ -789,7 +834,21 @@ pub(crate) fn run(
         mechanisms: mechanisms.clone(),
     };
     if compare_trace {
-        notes.extend(trace_overhead_note(&measurements, mechanisms[0]));
+        notes.extend(overhead_note(
+            &measurements,
+            mechanisms[0],
+            "traced",
+            "tracing overhead",
+        ));
+    }
+    if inputs.log_compare {
+        notes.extend(overhead_note(
+            &measurements,
+            mechanisms[0],
+            "logged",
+            "logger overhead",
+        ));
+        notes.extend(logger_note);
     }
     let budgets = evaluate_budgets(inputs, &mechanisms, &measurements);
     for a in accounting.iter().filter(|a| a.beyond_range > 0) {
@@ -817,9 +876,10 @@ pub(crate) fn run(
     Ok(report)
 }
 
-/// The tracer's cost in one line: the untraced and traced runs of the
-/// same mechanism side by side (p50, p99, longest; send and delivery).
-fn trace_overhead_note(ms: &[Measurement], mech: Mechanism) -> Option<String> {
+/// The cost of tracing or of the logger in one line: the plain and the
+/// traced (or logged) runs of the same mechanism side by side (p50, p99,
+/// p99.9, longest; send and delivery).
+fn overhead_note(ms: &[Measurement], mech: Mechanism, variant: &str, what: &str) -> Option<String> {
     let find = |name: &str| {
         ms.iter()
             .find(|m| m.name == name && m.mechanism == Some(mech) && m.count > 0)
@@ -831,30 +891,55 @@ fn trace_overhead_note(ms: &[Measurement], mech: Mechanism) -> Option<String> {
             format!("{:.2}x", b as f64 / a as f64)
         }
     };
-    let part = |what: &str, off: &Measurement, on: &Measurement| {
+    let part = |name: &str, off: &Measurement, on: &Measurement| {
         format!(
-            "{what} p50 {} -> {} ({}), p99 {} -> {} ({}), longest {} -> {}",
+            "{name} p50 {} -> {} ({}), p99 {} -> {} ({}), p99.9 {} -> {} ({}), longest {} -> {}",
             fmt_ns(off.p50_ns),
             fmt_ns(on.p50_ns),
             ratio(off.p50_ns, on.p50_ns),
             fmt_ns(off.p99_ns),
             fmt_ns(on.p99_ns),
             ratio(off.p99_ns, on.p99_ns),
+            fmt_ns(off.p999_ns),
+            fmt_ns(on.p999_ns),
+            ratio(off.p999_ns, on.p999_ns),
             fmt_ns(off.max_ns),
             fmt_ns(on.max_ns),
         )
     };
-    let (d0, d1) = (find("delivery")?, find("delivery (traced)")?);
+    let (d0, d1) = (find("delivery")?, find(&format!("delivery ({variant})"))?);
     let mut line = format!(
-        "tracing overhead ({}, untraced -> traced in this run): {}",
+        "{what} ({}, without -> {variant} in this run): {}",
         mech.short(),
         part("delivery", d0, d1)
     );
-    if let (Some(s0), Some(s1)) = (find("send"), find("send (traced)")) {
+    if let (Some(s0), Some(s1)) = (find("send"), find(&format!("send ({variant})"))) {
         line.push_str("; ");
         line.push_str(&part("send", s0, s1));
     }
     Some(line)
+}
+
+/// What the logger of a logged phase did and cost: messages, gaps, bytes
+/// on disk per message, and its thread's CPU time per 100k messages.
+fn logger_cost(st: &logbook::LogStatus, dir: &Path) -> String {
+    let logged: u64 = st.channels.values().map(|c| c.logged).sum();
+    let gaps: u64 = st.channels.values().map(|c| c.gaps).sum();
+    let bytes: u64 = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    let per = |x: f64| if logged > 0 { x / logged as f64 } else { 0.0 };
+    format!(
+        "logger: {logged} messages logged, {gaps} lost, {bytes} bytes on disk ({:.1} bytes/message, zstd), CPU {:.1} ms ({:.1} ms per 100k messages); state {}",
+        per(bytes as f64),
+        st.cpu_ns as f64 / 1e6,
+        per(st.cpu_ns as f64) * 1e5 / 1e6,
+        st.state
+    )
 }
 
 /// Every budget against its figure. Budgets on the scenario apply to each

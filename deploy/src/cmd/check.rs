@@ -75,6 +75,14 @@ pub struct CheckArgs {
     #[arg(long, requires = "trace", conflicts_with = "compare")]
     pub trace_compare: bool,
 
+    /// Run the scenario twice in this run: without a logger (it decides),
+    /// then with the supervisor's logger (robot.yaml `log:`) recording the
+    /// check's channel from the housekeeping CPUs, side by side, and state
+    /// the logger's cost (delivery and send p50, p99, p99.9, longest), its
+    /// CPU time per 100k messages and its bytes per message in notes.
+    #[arg(long, conflicts_with_all = ["compare", "trace_compare"])]
+    pub log_compare: bool,
+
     /// Run nothing: show the boot checks kept in
     /// <prefix>/var/lib/rtdeploy/boot-check-history.jsonl (p99, max and
     /// verdict per boot) and the kernel or release changes that made them
@@ -309,6 +317,7 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     inputs.duration = args.duration;
     inputs.trace = trace_request(ctx, r, args.trace.as_ref().map(|d| d.as_ref()));
     inputs.trace_compare = args.trace_compare;
+    inputs.log_compare = args.log_compare;
     if args.compare {
         inputs.mechanisms = Mechanism::compared();
     } else if let Some(m) = args.mechanism {

@@ -49,6 +49,10 @@ pub struct RecorderConfig {
     pub boot_id: String,
     /// Housekeeping CPUs to pin the logger's thread to (none: inherit).
     pub cpus: Vec<usize>,
+    /// Read each channel from its first message (what the channel no
+    /// longer holds is a gap), as the supervisor's logger does on the
+    /// channels it just created; else from the next message published.
+    pub from_oldest: bool,
 }
 
 /// One supervisor event.
@@ -112,6 +116,8 @@ pub struct LogStatus {
     /// The last problem that did not stop the logger (a channel fault, a
     /// file the quota could not delete).
     pub last_problem: Option<String>,
+    /// CPU time the logger's thread used (reading, compressing, writing).
+    pub cpu_ns: u64,
 }
 
 /// The running logger.
@@ -322,7 +328,11 @@ impl Worker {
             };
             // From the first message ever published: what the channel
             // still holds is recorded, what it no longer holds is a gap.
-            let reader = ch.reader_at(0);
+            let reader = ch.reader_at(if self.cfg.from_oldest {
+                0
+            } else {
+                ch.next_index()
+            });
             self.subs.push(Sub {
                 name: name.clone(),
                 reader,
@@ -398,6 +408,7 @@ impl Worker {
         for i in 0..self.subs.len() {
             self.read_channel(i)?;
         }
+        lock(&self.status).cpu_ns = thread_cpu_ns();
         Ok(())
     }
 
@@ -528,6 +539,12 @@ impl Worker {
         }
         lock(&self.status).files_deleted += deleted;
     }
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
 /// The channel's recorded message type, as channel metadata.

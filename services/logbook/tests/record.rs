@@ -56,6 +56,7 @@ fn start(shm: &Path, dir: &Path, section: LogSection, channels: &[&str]) -> Reco
         channels: channels.iter().map(|s| s.to_string()).collect(),
         boot_id: "test-boot".into(),
         cpus: vec![],
+        from_oldest: true,
     })
     .unwrap()
 }
@@ -583,4 +584,77 @@ fn a_file_cut_anywhere_or_garbled_reads_what_is_whole_and_says_where_it_stopped(
         let v = python_counts(&cut, false);
         assert_eq!(v["counts"]["/demo/sample"].as_u64().unwrap_or(0), n, "{v}");
     }
+}
+
+/// A full disk stops the logger cleanly (its status says so) and never
+/// holds up a publisher. Needs root to mount a small tmpfs.
+#[test]
+fn a_full_disk_stops_the_logger_and_never_the_publisher() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipping: mounting a small tmpfs needs root");
+        return;
+    }
+    let shm = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mount = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=96k",
+            "rtdeploy-full",
+            out.path().to_str().unwrap(),
+        ])
+        .status();
+    if !mount.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: mount -t tmpfs failed (no mount namespace rights here)");
+        return;
+    }
+    struct Umount<'a>(&'a Path);
+    impl Drop for Umount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _u = Umount(out.path());
+    let geom = ChannelGeometry::new(4096, 64, 2);
+    let (ch, _) = Channel::create(shm.path(), "/demo/big", &geom, None, Path::new(PROC)).unwrap();
+    let mut s = section(1);
+    s.types.clear();
+    s.chunk_size = ByteSize(8 << 10);
+    s.flush = Dur::from_millis(20);
+    let rec = start(shm.path(), out.path(), s, &["/demo/big"]);
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let t = Instant::now();
+    let mut published = 0u64;
+    let state = loop {
+        let mut buf = vec![0u8; 4000];
+        for b in buf.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b.copy_from_slice(&x.to_le_bytes()[..b.len()]);
+        }
+        p.publish(&buf)
+            .expect("a full log disk never refuses a publish");
+        published += 1;
+        std::thread::sleep(Duration::from_millis(1));
+        let st = rec.status();
+        if st.state != "recording" {
+            break st.state;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "still recording: {st:?}"
+        );
+    };
+    assert!(state.starts_with("stopped: disk full"), "{state}");
+    // Publishing goes on after the logger stopped.
+    for _ in 0..1000 {
+        p.publish(&[1u8; 64]).unwrap();
+    }
+    let st = rec.stop();
+    assert!(st.state.starts_with("stopped: disk full"), "{st:?}");
+    eprintln!("{published} published before: {}", st.state);
 }

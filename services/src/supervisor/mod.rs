@@ -139,6 +139,7 @@ fn start_logger(
         channels,
         boot_id,
         cpus: cfg.housekeeping.clone(),
+        from_oldest: true,
     });
     let (result, detail) = match &r {
         Ok(_) => (
