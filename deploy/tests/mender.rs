@@ -205,9 +205,9 @@ fn small_release(dir: &Path, tag: &str) -> PathBuf {
 }
 
 /// talker at 100 Hz and listener on one channel; the listener's wakeup
-/// budget (150 ms) holds on a busy machine without real-time scheduling,
-/// and fails when the listener is held for 400 ms; trials are judged for
-/// 2 s.
+/// budget (250 ms) holds on a busy machine without real-time scheduling,
+/// and fails when the listener is held for 600 ms; trials are judged for
+/// 3 s.
 fn robot_yaml() -> String {
     format!(
         "robot:\n  name: menderbot\nboard:\n  model: generic\n  cpus: 2\n\
@@ -219,12 +219,12 @@ fn robot_yaml() -> String {
          \x20   publishes: [/demo/ping]\n\
          \x20 - name: listener\n    exec: bin/listener\n\
          \x20   args: [--channel, /demo/ping, --every, \"100000\"]\n\
-         \x20   subscribes: [/demo/ping]\n    budgets: {{wakeup: 150ms}}\n    after: [talker]\n\
-         update:\n  health_window: 2s\n  mender:\n    device_type: {DEVICE}\n    verdict_timeout: 60s\n"
+         \x20   subscribes: [/demo/ping]\n    budgets: {{wakeup: 250ms}}\n    after: [talker]\n\
+         update:\n  health_window: 3s\n  mender:\n    device_type: {DEVICE}\n    verdict_timeout: 60s\n"
     )
 }
 
-/// The real listener, stopped for 400 ms every 300 ms by a shell beside
+/// The real listener, stopped for 600 ms every 300 ms by a shell beside
 /// it (the listener keeps the supervised pid: the supervisor takes timing
 /// reports from that pid only): its messages wait, and its timing reports
 /// show wakeups far over the budget.
@@ -232,7 +232,7 @@ const STALLED_LISTENER: &str = "#!/bin/sh
 me=$$
 (
     while sleep 0.3 && kill -STOP $me 2>/dev/null; do
-        sleep 0.4
+        sleep 0.6
         kill -CONT $me 2>/dev/null || break
     done
 ) </dev/null >/dev/null 2>&1 &
@@ -361,7 +361,7 @@ fn mender_commits_a_healthy_trial_and_fails_one_rolled_back_on_its_budget() {
     assert_eq!(committed(&prefix), two);
     assert_eq!(mender.artifact_name(), two);
 
-    // 3.0's listener is held up 400 ms at a time: the supervisor rolls the
+    // 3.0's listener is held up 600 ms at a time: the supervisor rolls the
     // trial back on its budget, and Mender's commit fails with our reason.
     let a3 = artifact(
         dir,
@@ -618,11 +618,11 @@ fn each_module_state_is_idempotent_and_a_killed_install_rolls_back() {
     assert!(files_under(&w.join("tmp")).is_empty());
 
     // No supervisor gives a verdict: the commit gives up after
-    // update.mender.verdict_timeout (3 s in this release's robot.yaml).
+    // update.mender.verdict_timeout (4 s in this release's robot.yaml).
     let slow = small_release(dir, "slow");
     fs::write(
         slow.join("robot.yaml"),
-        robot_yaml().replace("verdict_timeout: 60s", "verdict_timeout: 3s"),
+        robot_yaml().replace("verdict_timeout: 60s", "verdict_timeout: 4s"),
     )
     .unwrap();
     let b = dir.join("slow.bundle");
@@ -644,7 +644,7 @@ fn each_module_state_is_idempotent_and_a_killed_install_rolls_back() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         stderr(&o).contains(&format!(
-            "{slow}: no verdict within update.mender.verdict_timeout (3s)"
+            "{slow}: no verdict within update.mender.verdict_timeout (4s)"
         )),
         "{}",
         text(&o)
