@@ -174,6 +174,11 @@ impl LogFile {
             // thread (on a housekeeping CPU) does the compressing.
             .compression_level(3)
             .compression_threads(0)
+            // Readers seek by chunk (the chunk index in the summary keeps
+            // each chunk's time range); per-message indexes, uncompressed,
+            // would cost 16 bytes a message, more than a small message
+            // takes compressed.
+            .emit_message_indexes(false)
             .disable_seeking(true);
         let sync = file.try_clone()?;
         let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
