@@ -298,6 +298,155 @@ pub fn merge_conf(text: &str, planned: &[Token]) -> Result<Merged, Vec<String>> 
     })
 }
 
+/// The labels of system updates start with this (`rtdeploy-release-<release>`);
+/// only these are pruned.
+pub const SYSTEM_LABEL_PREFIX: &str = "rtdeploy-release-";
+
+/// A system update's entry: the new file, and what it was made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemEntry {
+    pub text: String,
+    /// The new label, `DEFAULT` in `text`.
+    pub label: String,
+    /// The label that was `DEFAULT`, kept as the fallback.
+    pub previous_label: String,
+    /// The new label's APPEND arguments.
+    pub append: String,
+    /// System update labels removed (older than the previous `DEFAULT`).
+    pub pruned: Vec<String>,
+}
+
+/// Adds a label for `release` that boots the `DEFAULT` label's kernel with
+/// its APPEND line changed from the `old` plan to the `new` one (every
+/// token whose key either plan sets is the new plan's; the rest is kept),
+/// and makes it `DEFAULT`. The previous `DEFAULT` label stays as it is, the
+/// fallback a rollback makes `DEFAULT` again; labels of earlier system
+/// updates (other than that one) are removed, so the file stays within
+/// the boot loader's [`MAX_LABELS`]. The result passes [`lint`].
+pub fn add_system_entry(
+    text: &str,
+    release: &str,
+    old: &[Token],
+    new: &[Token],
+) -> Result<SystemEntry, Vec<String>> {
+    let problems = lint(text);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let previous = default_label(&lines).ok_or_else(|| vec!["no LABEL to boot".to_string()])?;
+    let label_name = format!("{SYSTEM_LABEL_PREFIX}{release}");
+    if label_name.chars().any(|c| c.is_whitespace() || c == '#') {
+        return Err(vec![format!(
+            "release name `{release}` cannot be part of a label"
+        )]);
+    }
+    let all = labels(&lines);
+    let base = all
+        .iter()
+        .find(|l| l.name == previous)
+        .ok_or_else(|| vec![format!("default label `{previous}` does not exist")])?;
+    let original = (base.start..base.end)
+        .filter_map(|i| keyword(lines[i]))
+        .find(|(k, _)| k == "APPEND")
+        .map(|(_, a)| a.to_string())
+        .unwrap_or_default();
+    // The old plan's keys go (a token the new plan no longer has, such as
+    // nohz_full turned off, must not stay), then the new plan is merged.
+    let old_keys: Vec<&str> = old.iter().map(|t| t.key()).collect();
+    let kept: Vec<String> = cpusets::cmdline::split(&original)
+        .into_iter()
+        .filter(|t| !old_keys.contains(&cpusets::cmdline::key_of(t)))
+        .collect();
+    let append = merge(&kept.join(" "), new);
+    let mut block = vec![
+        format!("LABEL {label_name}"),
+        format!("      MENU LABEL release {release} (rtdeploy system update)"),
+    ];
+    let mut indent = "      ".to_string();
+    for line in &lines[base.start + 1..base.end] {
+        match keyword(line) {
+            Some((k, _)) if k == "MENU LABEL" || k == "APPEND" => {
+                indent = line.chars().take_while(|c| c.is_whitespace()).collect();
+            }
+            Some(_) => block.push(line.to_string()),
+            None => {}
+        }
+    }
+    block.push(format!("{indent}APPEND {append}"));
+    // Drop earlier system update labels (not the previous DEFAULT) and a
+    // label of this name from an earlier attempt.
+    let mut drop = vec![false; lines.len()];
+    let mut pruned = Vec::new();
+    for l in &all {
+        if l.name == label_name || (l.name.starts_with(SYSTEM_LABEL_PREFIX) && l.name != previous) {
+            for d in drop.iter_mut().take(l.end).skip(l.start) {
+                *d = true;
+            }
+            if l.name != label_name {
+                pruned.push(l.name.clone());
+            }
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    let mut has_default = false;
+    for (i, line) in lines.iter().enumerate() {
+        if drop[i] {
+            continue;
+        }
+        match keyword(line) {
+            Some((k, _)) if k == "DEFAULT" => {
+                let ind: String = line.chars().take_while(|c| c.is_whitespace()).collect();
+                out.push(format!("{ind}DEFAULT {label_name}"));
+                has_default = true;
+            }
+            _ => out.push(line.to_string()),
+        }
+    }
+    if !has_default {
+        let at = out
+            .iter()
+            .position(|l| keyword(l).is_some_and(|(k, _)| k == "LABEL"))
+            .unwrap_or(0);
+        out.insert(at, format!("DEFAULT {label_name}"));
+        out.insert(at + 1, String::new());
+    }
+    // No runs of blank lines where labels were removed.
+    out.dedup_by(|a, b| a.trim().is_empty() && b.trim().is_empty());
+    while out.last().is_some_and(|l| l.trim().is_empty()) {
+        out.pop();
+    }
+    out.push(String::new());
+    out.extend(block);
+    let mut text_out = out.join("\n");
+    text_out.push('\n');
+    let problems = lint(&text_out);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(SystemEntry {
+        text: text_out,
+        label: label_name,
+        previous_label: previous,
+        append,
+        pruned,
+    })
+}
+
+/// The `DEFAULT` label of `text` (the first label without one), as the
+/// boot loader picks it.
+pub fn default_of(text: &str) -> Option<String> {
+    default_label(&text.lines().collect::<Vec<_>>())
+}
+
+/// The names of the labels of `text`, in order.
+pub fn label_names(text: &str) -> Vec<String> {
+    labels(&text.lines().collect::<Vec<_>>())
+        .into_iter()
+        .map(|l| l.name)
+        .collect()
+}
+
 /// The APPEND arguments of `label` in `text`, for checks.
 pub fn append_of(text: &str, label: &str) -> Option<String> {
     let lines: Vec<&str> = text.lines().collect();
@@ -456,6 +605,70 @@ mod tests {
         // A file that has the fallback already is merged again as before.
         let again = merge_conf(&m.text, &[tok("nohz_full=4-5")]).unwrap();
         assert_eq!(again.text, m.text);
+    }
+
+    #[test]
+    fn a_system_update_adds_a_default_label_and_prunes_older_ones() {
+        let old = [tok("isolcpus=managed_irq,domain,4-5"), tok("nohz_full=4-5")];
+        let merged = merge_conf(JETSON, &old).unwrap().text;
+        let new = [tok("isolcpus=managed_irq,domain,5"), tok("rcu_nocbs=5")];
+        let e = add_system_entry(&merged, "2.0-aaaaaaaa", &old, &new).unwrap();
+        assert_eq!(e.previous_label, "primary");
+        assert_eq!(e.label, "rtdeploy-release-2.0-aaaaaaaa");
+        assert_eq!(default_of(&e.text).unwrap(), e.label);
+        assert_eq!(
+            label_names(&e.text),
+            [
+                "primary",
+                "recovery",
+                FALLBACK_LABEL,
+                "rtdeploy-release-2.0-aaaaaaaa"
+            ]
+        );
+        // nohz_full was the old plan's and is not the new one's: gone.
+        assert_eq!(
+            append_of(&e.text, &e.label).unwrap(),
+            "${cbootargs} root=/dev/mmcblk0p1 rw rootwait rootfstype=ext4 console=ttyTCU0,115200 isolcpus=managed_irq,domain,5 rcu_nocbs=5"
+        );
+        assert_eq!(
+            append_of(&e.text, "primary").unwrap(),
+            append_of(&merged, "primary").unwrap()
+        );
+        assert!(e.text.contains("      FDT /boot/dtb/kernel_tegra234"));
+        assert!(lint(&e.text).is_empty());
+        // The next update keeps 2.0 (the DEFAULT now) and the base's labels.
+        let e3 = add_system_entry(&e.text, "3.0-bbbbbbbb", &new, &old).unwrap();
+        assert_eq!(e3.previous_label, "rtdeploy-release-2.0-aaaaaaaa");
+        assert!(e3.pruned.is_empty());
+        // ...and the one after removes 2.0: never more than two of ours.
+        let e4 = add_system_entry(&e3.text, "4.0-cccccccc", &old, &new).unwrap();
+        assert_eq!(e4.pruned, ["rtdeploy-release-2.0-aaaaaaaa"]);
+        assert_eq!(
+            label_names(&e4.text),
+            [
+                "primary",
+                "recovery",
+                FALLBACK_LABEL,
+                "rtdeploy-release-3.0-bbbbbbbb",
+                "rtdeploy-release-4.0-cccccccc"
+            ]
+        );
+        for _ in 0..20 {
+            let again = add_system_entry(&e4.text, "5.0-dddddddd", &new, &old).unwrap();
+            assert!(label_names(&again.text).len() <= MAX_LABELS);
+        }
+        assert!(!e4.text.contains("\n\n\n"), "{}", e4.text);
+    }
+
+    #[test]
+    fn a_system_update_refuses_a_full_file() {
+        let e =
+            add_system_entry(&entries(10), "2-aaaaaaaa", &[], &[tok("nohz_full=1")]).unwrap_err();
+        assert!(e[0].starts_with("11 LABEL entries"), "{e:?}");
+        // Nine and ours make ten.
+        let e = add_system_entry(&entries(9), "2-aaaaaaaa", &[], &[tok("nohz_full=1")]).unwrap();
+        assert_eq!(default_of(&e.text).unwrap(), "rtdeploy-release-2-aaaaaaaa");
+        assert_eq!(label_names(&e.text).len(), 10);
     }
 
     #[test]

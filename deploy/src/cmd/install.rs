@@ -8,6 +8,14 @@
 //! for this robot's `robot.name` and `board.model`; the new robot.yaml must
 //! validate. Exit: 0 installed (or already current), 2 refused or error.
 //!
+//! A release whose robot.yaml changes the kernel command line or the CPU
+//! plan is a system update ([`super::system_update`]): install writes the
+//! new boot entry and asks for a reboot, by the report (`"reboot": true`
+//! and `"system"` in `--json`, a line in the text) and by
+//! `<prefix>/run/rtdeploy/reboot-required`; the exit status stays 0. The
+//! supervisor keeps the running processes until the reboot, then judges the
+//! trial with the new plan applied.
+//!
 //! After a switch, a running supervisor is told at once (`release-changed`
 //! on its control socket) and restarts the processes from the new release;
 //! without a supervisor answering, a note says so (a supervisor also looks
@@ -54,6 +62,7 @@ pub fn install_options(ctx: &Ctx, holder: &str) -> anyhow::Result<InstallOptions
         lock_timeout: r.update.lock_timeout.0,
         holder: holder.to_string(),
         validate_robot_yaml: Some(&validate_yaml),
+        plan_system: Some(super::system_update::planner(ctx, r.clone())),
     })
 }
 
@@ -65,6 +74,7 @@ pub fn print_report(ctx: &Ctx, rep: &InstallReport) -> anyhow::Result<()> {
         return ctx.print_json(rep);
     }
     let what = match rep.state.as_str() {
+        "trial" if rep.reboot => "installed; in trial from the next boot: REBOOT to run it (its trial is judged after the reboot, with the new plan applied)",
         "trial" => "installed; running in trial until healthy for update.health_window",
         "committed" => "installed and committed (the first release: nothing to roll back to)",
         _ => "already current; nothing changed",
@@ -82,7 +92,28 @@ pub fn print_report(ctx: &Ctx, rep: &InstallReport) -> anyhow::Result<()> {
         } else {
             format!("  pruned {}\n", rep.pruned_releases.join(", "))
         }
-    ))
+    ))?;
+    if let Some(sys) = &rep.system {
+        let mut t = String::from("  system update:\n");
+        for c in &sys.changes {
+            t += &format!("    {c}\n");
+        }
+        match &sys.boot_entry {
+            Some(e) => {
+                t += &format!(
+                    "    /{}: DEFAULT {} (was {}, kept as the fallback)\n",
+                    e.path, e.label, e.previous_label
+                )
+            }
+            None => t += "    the boot loader's entry is unchanged (the kernel command line is the same, or given outside this robot)\n",
+        }
+        t += &format!(
+            "    reboot needed (/{}); a failed trial restores the previous label and release and asks for a reboot back\n",
+            releases::system::REBOOT_MARKER
+        );
+        crate::ctx::write_stdout(&t)?;
+    }
+    Ok(())
 }
 
 pub fn run(ctx: &Ctx, args: InstallArgs) -> anyhow::Result<Exit> {
@@ -97,7 +128,7 @@ pub fn run(ctx: &Ctx, args: InstallArgs) -> anyhow::Result<Exit> {
 /// Tells a running supervisor that `current` moved. Notes only: the
 /// install itself is done either way.
 pub fn notify_supervisor(ctx: &Ctx, rep: &InstallReport) {
-    if rep.state == "already-current" {
+    if rep.state == "already-current" || rep.reboot {
         return;
     }
     let socket = services::control::socket_path(&ctx.prefix);

@@ -28,9 +28,13 @@
 //! its next start anyway.
 //!
 //! Controller-only releases need no reboot (`NeedsArtifactReboot` answers
-//! `No`). The record carries `reboot` so that a release that also changes
-//! the system (kernel command line, CPU plan) can answer `Automatic` and
-//! have its `ArtifactVerifyReboot` checked, without another record format.
+//! `No`). A release that also changes the system (kernel command line, CPU
+//! plan: [`releases::system`]) sets the record's `reboot`, so
+//! `NeedsArtifactReboot` answers `Automatic`: Mender reboots into the new
+//! boot label, `ArtifactVerifyReboot` checks that the release survived the
+//! start-up recovery, and `ArtifactCommit` waits for the supervisor's
+//! verdict as for any trial. A rollback writes the previous extlinux.conf
+//! back; Mender's reboot after it boots the previous line.
 //!
 //! Protocol: stdout carries only the answers of `NeedsArtifactReboot` and
 //! `SupportsRollback`; everything else goes to stderr, which Mender logs.
@@ -250,8 +254,15 @@ fn artifact_install(ctx: &Ctx, dir: &Path) -> anyhow::Result<Exit> {
         say(format!("warning: {w}"));
     }
     rec.release = Some(rep.release.clone());
+    rec.reboot = rep.reboot;
     write_record(dir, &rec)?;
     say(match rep.state.as_str() {
+        "trial" if rep.reboot => format!(
+            "{}: installed in trial (signed by {}); it changes the system ({}): Mender reboots, then the supervisor judges it with the new plan",
+            rep.release,
+            rep.signer,
+            rep.system.as_ref().map(|s| s.changes.join("; ")).unwrap_or_default()
+        ),
         "trial" => format!(
             "{}: installed in trial (signed by {}); the supervisor judges it for update.health_window",
             rep.release, rep.signer

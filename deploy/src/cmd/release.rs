@@ -88,6 +88,13 @@ pub fn run_rollback(ctx: &Ctx, _args: RollbackArgs) -> anyhow::Result<Exit> {
             rb.from,
             rb.to
         ))?;
+        if rb.reboot {
+            crate::ctx::write_stdout(&format!(
+                "  extlinux.conf boots the previous label again: reboot to run {}'s kernel command line (/{})\n",
+                rb.to,
+                release::system::REBOOT_MARKER
+            ))?;
+        }
     }
     Ok(Exit::Ok)
 }

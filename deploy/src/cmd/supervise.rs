@@ -59,6 +59,12 @@ pub fn run(ctx: &Ctx, args: SuperviseArgs) -> anyhow::Result<Exit> {
 }
 
 fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> anyhow::Result<Exit> {
+    // The release recovery before robot.yaml is read: a trial it rolls
+    // back must not leave its configuration (its CPU plan) in force, and a
+    // system update's trial it keeps after its reboot runs with the new
+    // one (robot.yaml links to the current release's). As PID 1, /proc
+    // and /run are mounted by the start-up first, which then recovers.
+    let recovered = (!pid1).then(|| services::supervisor::recover(&ctx.prefix, &ctx.sys("/proc")));
     let loaded = load_robot(ctx)?;
     let robot = loaded.robot;
     let cfg = SupervisorConfig {
@@ -134,6 +140,7 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
             let path = ctx.prefix.join(t.trim_start_matches('/'));
             (path, robot.metrics.every.0)
         }),
+        recovered,
         ..Default::default()
     };
     let sup = Supervisor::new(cfg, roots, opts, hooks, notifier)

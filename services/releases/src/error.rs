@@ -15,6 +15,10 @@ pub enum ReleaseError {
     State { path: PathBuf, why: String },
     #[error("release `{release}` is in trial; it must be committed or rolled back before another install")]
     TrialInProgress { release: String },
+    #[error("release `{release}` changes the system and has not run yet: reboot first, its trial is judged after the reboot")]
+    RebootPending { release: String },
+    #[error("release {release} changes the system, and {why}")]
+    System { release: String, why: String },
     #[error("no release is in trial (state: {state})")]
     NotInTrial { state: String },
     #[error("nothing to roll back to: {why}")]

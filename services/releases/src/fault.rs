@@ -22,11 +22,20 @@ pub const FAULT_STEPS: &[&str] = &[
     "pruned",
 ];
 
+/// The steps only a system update has (see [`crate::system`]): the boot
+/// loader's new file written to its temporary name, and renamed into
+/// place.
+#[cfg(feature = "fault-injection")]
+pub const SYSTEM_FAULT_STEPS: &[&str] = &["boot-staged", "boot-written"];
+
 /// Test hook: when the environment variable `RTDEPLOY_FAULT` names `step`,
 /// the process aborts right there.
 #[cfg(feature = "fault-injection")]
 pub fn fault_point(step: &str) {
-    debug_assert!(FAULT_STEPS.contains(&step), "unknown fault step {step}");
+    debug_assert!(
+        FAULT_STEPS.contains(&step) || SYSTEM_FAULT_STEPS.contains(&step),
+        "unknown fault step {step}"
+    );
     if std::env::var_os("RTDEPLOY_FAULT").is_some_and(|v| v == step) {
         eprintln!("rtdeploy: RTDEPLOY_FAULT={step}: aborting");
         std::process::abort();

@@ -31,7 +31,8 @@ use crate::layout::Layout;
 use crate::lock::UpdateLock;
 use crate::prune::prune;
 use crate::state::{link_target, read_state, write_synced, ReleaseState};
-use crate::switch::begin_trial;
+use crate::switch::begin_system_trial;
+use crate::system::{PlanSystem, SystemUpdate};
 
 /// Checks a release's robot.yaml text; `Err` says why it is not valid.
 pub type ValidateYaml = dyn Fn(&str) -> Result<(), RobotYamlError>;
@@ -59,6 +60,10 @@ pub struct InstallOptions<'a> {
     pub holder: String,
     /// Validates the new release's robot.yaml before anything switches.
     pub validate_robot_yaml: Option<&'a ValidateYaml>,
+    /// Plans the system part of the new release from its robot.yaml
+    /// (kernel command line, CPU plan: [`crate::system`]); `None` installs
+    /// every release as controller-only.
+    pub plan_system: Option<Box<PlanSystem>>,
 }
 
 /// What an install did.
@@ -82,6 +87,12 @@ pub struct InstallReport {
     pub pruned_releases: Vec<String>,
     pub pruned_blobs: usize,
     pub warnings: Vec<String>,
+    /// The release changes the kernel command line or the CPU plan: what
+    /// changed and the boot entry written ([`crate::system`]).
+    pub system: Option<SystemUpdate>,
+    /// A reboot is needed to run the release (a system update in trial);
+    /// `run/rtdeploy/reboot-required` says so too.
+    pub reboot: bool,
 }
 
 /// Installs a bundle file: takes the update lock, verifies the signature
@@ -183,15 +194,28 @@ pub fn install_from_store(
             });
         }
     }
+    let before = link_target(&layout.current());
+    let system = match &opts.plan_system {
+        Some(plan) if before.as_deref() != Some(name.as_str()) => {
+            plan(name, &verified.manifest.robot_yaml).map_err(|why| ReleaseError::System {
+                release: name.clone(),
+                why,
+            })?
+        }
+        _ => None,
+    };
     build_release(layout, verified)?;
     fault_point("release-renamed");
-    let before = link_target(&layout.current());
-    let state = begin_trial(prefix, name)?;
+    let state = begin_system_trial(prefix, name, system)?;
     let mut warnings = Vec::new();
     ensure_config_link(layout, &mut warnings)?;
     fault_point("config-linked");
     let (pruned_releases, pruned_blobs) = prune(prefix, opts.keep)?;
     fault_point("pruned");
+    let (system, reboot) = match &state {
+        Some(ReleaseState::Trial { system, .. }) => (system.clone(), system.is_some()),
+        _ => (None, false),
+    };
     let state = match state {
         None => "already-current",
         Some(ReleaseState::Trial { .. }) => "trial",
@@ -209,6 +233,8 @@ pub fn install_from_store(
         pruned_releases,
         pruned_blobs,
         warnings,
+        system,
+        reboot,
     })
 }
 

@@ -29,7 +29,9 @@
 //! [`state`] `state.json` and the links; [`install`] bundle to release
 //! directory; [`switch`] trial, commit, rollback, recovery; [`prune`]
 //! listing and pruning; [`serve`] the robot's end of `deploy update`;
-//! [`fleet`] the sender's end: ssh to each robot, with retries.
+//! [`fleet`] the sender's end: ssh to each robot, with retries;
+//! [`system`] releases that change the kernel command line or the CPU
+//! plan, whose trial spans a reboot.
 
 pub mod bundle;
 mod error;
@@ -43,11 +45,12 @@ pub mod prune;
 pub mod serve;
 pub mod state;
 pub mod switch;
+pub mod system;
 pub mod utc;
 
 pub use error::ReleaseError;
 #[cfg(feature = "fault-injection")]
-pub use fault::{fault_point, FAULT_STEPS};
+pub use fault::{fault_point, FAULT_STEPS, SYSTEM_FAULT_STEPS};
 pub use install::{
     install_bundle, install_from_store, verify_release, InstallOptions, InstallReport,
     RobotYamlError, ValidateYaml,
@@ -58,4 +61,8 @@ pub use name::release_name;
 pub use prune::{list, prune, ReleaseInfo, ReleasesInfo};
 pub use serve::serve_update;
 pub use state::{link_target, read_state, ReleaseState};
-pub use switch::{begin_trial, commit, recover_at_start, rollback, Recovery, Rollback};
+pub use switch::{
+    begin_system_trial, begin_trial, commit, recover_at_boot, recover_at_start, rollback, Recovery,
+    Rollback,
+};
+pub use system::{PlanSystem, SystemUpdate};

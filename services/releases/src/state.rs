@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::bundle::sync_dir;
 use crate::error::{ioe, ReleaseError};
 use crate::layout::Layout;
+use crate::system::SystemUpdate;
 
 /// `state.json`: whether `current` is committed or on trial.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +34,10 @@ pub enum ReleaseState {
         /// rollback).
         #[serde(default)]
         previous_link: Option<String>,
+        /// A release that changes the kernel command line or the CPU plan:
+        /// its trial spans a reboot ([`crate::system`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        system: Option<SystemUpdate>,
     },
 }
 

@@ -19,6 +19,10 @@ use crate::prune::prune;
 use crate::state::{
     describe_state, link_target, read_state, switch_link, unix_now, write_state, ReleaseState,
 };
+use crate::system::{
+    ask_reboot, clear_reboot, remove_stale_boot_file, write_boot_file, Boot, SystemUpdate,
+    MAX_TRIAL_BOOTS,
+};
 
 /// Switches `current` to `release` (which must be complete in
 /// `releases/`) in trial: `state.json` says trial first, then `previous`
@@ -26,6 +30,19 @@ use crate::state::{
 /// `release` already is current. The first release on a robot (nothing to
 /// go back to) is committed at once.
 pub fn begin_trial(prefix: &Path, release: &str) -> Result<Option<ReleaseState>, ReleaseError> {
+    begin_system_trial(prefix, release, None)
+}
+
+/// [`begin_trial`] for a release that may change the system: with
+/// `system`, the trial records it, and once `current` names the new
+/// release the boot loader's file is replaced and a reboot asked for
+/// ([`crate::system`]). The first release on a robot ignores `system`
+/// (it is committed; the image it came with booted its line).
+pub fn begin_system_trial(
+    prefix: &Path,
+    release: &str,
+    system: Option<SystemUpdate>,
+) -> Result<Option<ReleaseState>, ReleaseError> {
     let layout = Layout::new(prefix);
     let dir = layout.release(release);
     if !dir.join(MANIFEST_NAME).is_file() {
@@ -47,6 +64,7 @@ pub fn begin_trial(prefix: &Path, release: &str) -> Result<Option<ReleaseState>,
             since: unix_now(),
             previous: c.clone(),
             previous_link: link_target(&layout.previous()),
+            system: system.clone(),
         },
         _ => ReleaseState::Committed {
             release: release.to_string(),
@@ -60,6 +78,26 @@ pub fn begin_trial(prefix: &Path, release: &str) -> Result<Option<ReleaseState>,
     fault_point("previous-switched");
     switch_link(&layout.current(), release)?;
     fault_point("current-switched");
+    if let ReleaseState::Trial {
+        system: Some(sys), ..
+    } = &state
+    {
+        if let Some(e) = &sys.boot_entry {
+            write_boot_file(
+                prefix,
+                &e.path,
+                &e.text,
+                Some(("boot-staged", "boot-written")),
+            )?;
+        }
+        ask_reboot(
+            prefix,
+            &format!(
+                "release {release} changes the system ({}): reboot to run it",
+                sys.changes.join("; ")
+            ),
+        )?;
+    }
     Ok(Some(state))
 }
 
@@ -67,6 +105,13 @@ pub fn begin_trial(prefix: &Path, release: &str) -> Result<Option<ReleaseState>,
 /// (unless the update lock is held: then the next install prunes).
 pub fn commit(prefix: &Path, keep: u32) -> Result<String, ReleaseError> {
     match read_state(prefix)? {
+        Some(ReleaseState::Trial {
+            release,
+            system: Some(SystemUpdate {
+                judged_boot: None, ..
+            }),
+            ..
+        }) => Err(ReleaseError::RebootPending { release }),
         Some(ReleaseState::Trial { release, .. }) => {
             write_state(
                 prefix,
@@ -97,6 +142,10 @@ pub struct Rollback {
     /// Whether it ended a trial (else it was a manual rollback of a
     /// committed release).
     pub trial: bool,
+    /// A system update was undone after the robot booted its command line:
+    /// the boot loader's file is back, and a reboot is needed to run the
+    /// previous plan (`run/rtdeploy/reboot-required` says so).
+    pub reboot: bool,
 }
 
 /// Goes back: from a trial, to the release before it (and `previous` as it
@@ -109,6 +158,7 @@ pub fn rollback(prefix: &Path) -> Result<Rollback, ReleaseError> {
             release,
             previous,
             previous_link,
+            system,
             ..
         }) => {
             if !layout.release(&previous).join(MANIFEST_NAME).is_file() {
@@ -116,6 +166,13 @@ pub fn rollback(prefix: &Path) -> Result<Rollback, ReleaseError> {
                     why: format!("release {previous} is gone"),
                 });
             }
+            // The boot loader's file first, while the state still says
+            // trial: a crash after it runs this again.
+            if let Some(e) = system.as_ref().and_then(|s| s.boot_entry.as_ref()) {
+                remove_stale_boot_file(prefix, &e.path);
+                write_boot_file(prefix, &e.path, &e.previous_text, None)?;
+            }
+            let reboot = system.as_ref().is_some_and(|s| s.judged_boot.is_some());
             // current first: a crash here leaves state `trial`, and the next
             // recovery runs this again.
             switch_link(&layout.current(), &previous)?;
@@ -131,10 +188,19 @@ pub fn rollback(prefix: &Path) -> Result<Rollback, ReleaseError> {
                     release: previous.clone(),
                 },
             )?;
+            if reboot {
+                ask_reboot(
+                    prefix,
+                    &format!("release {release} was rolled back to {previous}: reboot to run its kernel command line and CPU plan"),
+                )?;
+            } else if system.is_some() {
+                clear_reboot(prefix);
+            }
             Ok(Rollback {
                 from: release,
                 to: previous,
                 trial: true,
+                reboot,
             })
         }
         _ => {
@@ -158,6 +224,7 @@ pub fn rollback(prefix: &Path) -> Result<Rollback, ReleaseError> {
                 from: cur,
                 to: prev,
                 trial: false,
+                reboot: false,
             })
         }
     }
@@ -170,22 +237,44 @@ pub struct Recovery {
     pub current: Option<String>,
     /// A trial was interrupted (crash, power cut) and rolled back.
     pub rolled_back: Option<Rollback>,
+    /// Why the trial was rolled back, when it was a system update's (its
+    /// trial spans a reboot, so being found is not reason enough).
+    pub reason: Option<String>,
+    /// A system update's trial the robot rebooted into, with the new
+    /// command line running: kept, to be judged once the CPU plan applied.
+    pub system_trial: Option<String>,
     /// `current` did not match the committed release and was put back.
     pub repaired: bool,
     /// Leftover temporary directories removed.
     pub cleaned: Vec<String>,
 }
 
-/// Run once at supervisor start, before any process starts: a trial found
-/// here was interrupted, so it is rolled back; `current` is put back to the
-/// committed release if they disagree; leftovers of killed installs go.
-/// Waits up to 5 s for the update lock (an install still running).
+/// [`recover_at_boot`] reading the running kernel from `/proc`.
 pub fn recover_at_start(prefix: &Path) -> Result<Recovery, ReleaseError> {
+    recover_at_boot(prefix, Path::new("/proc"))
+}
+
+/// Run once at supervisor start, before any process starts and before the
+/// CPU plan applies: a trial found here was interrupted, so it is rolled
+/// back; `current` is put back to the committed release if they disagree;
+/// leftovers of killed installs go. Waits up to 5 s for the update lock
+/// (an install still running).
+///
+/// A system update's trial ([`crate::system`]) is kept when this is the
+/// first start after the reboot it asked for and the running kernel
+/// (`proc_root`: its boot id and command line) has every token of the new
+/// line; its boot counter is written before this returns. Otherwise
+/// (no reboot yet, a second start, the old line booted) it is rolled back,
+/// its boot loader's file restored, and a reboot asked for when the
+/// running kernel lacks the previous line.
+pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, ReleaseError> {
     let layout = Layout::new(prefix);
     let _lock = UpdateLock::acquire(prefix, "recover", Duration::from_secs(5))?;
     let mut out = Recovery {
         current: None,
         rolled_back: None,
+        reason: None,
+        system_trial: None,
         repaired: false,
         cleaned: Vec::new(),
     };
@@ -201,6 +290,70 @@ pub fn recover_at_start(prefix: &Path) -> Result<Recovery, ReleaseError> {
     }
     layout.store().remove_stale_staging();
     match read_state(prefix)? {
+        Some(ReleaseState::Trial {
+            release,
+            since,
+            previous,
+            previous_link,
+            system: Some(mut sys),
+        }) => {
+            if let Some(e) = &sys.boot_entry {
+                remove_stale_boot_file(prefix, &e.path);
+            }
+            let boot = Boot::read(proc_root);
+            let why = if boot.id.is_empty() || boot.id == sys.install_boot {
+                Some(
+                    "the supervisor started again before the reboot the system update needs"
+                        .to_string(),
+                )
+            } else if sys.boots >= MAX_TRIAL_BOOTS {
+                Some(format!(
+                    "start {} of the system update's trial without a verdict (a reset, a power cut or a crash during the trial; the boot counter allows {MAX_TRIAL_BOOTS})",
+                    sys.boots + 1
+                ))
+            } else if let Some(t) = boot.missing(&sys.tokens) {
+                Some(format!(
+                    "the kernel booted without `{t}` of the new command line{}",
+                    match &sys.boot_entry {
+                        Some(e) => format!(" (label {} was not booted)", e.label),
+                        None => " (the boot loader gives the command line: change it there)".into(),
+                    }
+                ))
+            } else {
+                None
+            };
+            sys.boots += 1;
+            match why {
+                None => {
+                    // Counted before anything else runs in this boot: a
+                    // reset from here on is the next start's business.
+                    sys.judged_boot = Some(boot.id.clone());
+                    write_state(
+                        prefix,
+                        &ReleaseState::Trial {
+                            release: release.clone(),
+                            since,
+                            previous,
+                            previous_link,
+                            system: Some(sys),
+                        },
+                    )?;
+                    clear_reboot(prefix);
+                    out.system_trial = Some(release);
+                }
+                Some(why) => {
+                    let mut rb = rollback(prefix)?;
+                    rb.reboot = boot.missing(&sys.previous_tokens).is_some();
+                    if rb.reboot {
+                        ask_reboot(prefix, &format!("release {} was rolled back to {}: reboot to run its kernel command line", rb.from, rb.to))?;
+                    } else {
+                        clear_reboot(prefix);
+                    }
+                    out.rolled_back = Some(rb);
+                    out.reason = Some(why);
+                }
+            }
+        }
         Some(ReleaseState::Trial { .. }) => out.rolled_back = Some(rollback(prefix)?),
         Some(ReleaseState::Committed { release }) => {
             if link_target(&layout.current()).as_deref() != Some(release.as_str())

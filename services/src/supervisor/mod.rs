@@ -55,6 +55,7 @@ const EARLY_SCAN_DELAY: Duration = Duration::from_millis(100);
 const EARLY_SCAN_GAP: Duration = Duration::from_millis(250);
 
 pub use controller::rt::find_cgroup;
+pub use trial::recover;
 pub use startup::{
     BootCheckHook, BootCheckOutcome, Hooks, IrqScanHook, Options, Roots, StepHook,
     SupervisorConfig, SupervisorStartError,
@@ -236,6 +237,11 @@ impl Supervisor {
             }
         }
         let mut s = startup::start_up(&cfg, &roots, &opts, hooks)?;
+        let plan_outcome = match s.steps.iter().find(|st| st.step == "cpu plan") {
+            Some(st) if st.result == "ok" => Ok(()),
+            Some(st) => Err(format!("{}: {}", st.result, st.detail)),
+            None => Err("no CPU plan step".to_string()),
+        };
         let logger = start_logger(&cfg, &roots, &s.shm_dir, &mut s.steps);
         let stderr = Stderr {
             verbose: opts.verbose,
@@ -269,6 +275,7 @@ impl Supervisor {
                 opts.health_window,
                 opts.keep,
                 s.release,
+                plan_outcome,
                 stderr.clone(),
             ),
             robot: cfg.robot.name.clone(),

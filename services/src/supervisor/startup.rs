@@ -102,6 +102,9 @@ pub struct Options {
     pub journal: bool,
     /// `metrics.textfile` (resolved) and `metrics.every`.
     pub metrics_textfile: Option<(PathBuf, Duration)>,
+    /// The release recovery, when the caller ran it before loading
+    /// robot.yaml ([`recover`](super::recover)); `None`: start-up runs it.
+    pub recovered: Option<(StepStatus, ReleaseStatus)>,
 }
 
 impl Default for Options {
@@ -119,6 +122,7 @@ impl Default for Options {
             irq_scan_on_events: false,
             journal: false,
             metrics_textfile: None,
+            recovered: None,
         }
     }
 }
@@ -216,7 +220,10 @@ pub(super) fn start_up(
 
     // 0. Releases: a trial interrupted by a reboot or a crash rolls
     // back before anything starts.
-    let (recovery_step, release) = super::trial::recover(&roots.prefix);
+    let (recovery_step, release) = match opts.recovered.clone() {
+        Some(r) => r,
+        None => super::trial::recover(&roots.prefix, &roots.proc_root),
+    };
     steps.push(recovery_step);
 
     // 1. The CPU plan.

@@ -40,6 +40,9 @@ struct Trial {
     /// Set when the new release's robot.yaml differs from the previous
     /// one's: the supervisor keeps the configuration it loaded.
     config_note: Option<String>,
+    /// A system update's trial, taken up at start after its reboot: judged
+    /// only once the CPU plan applied.
+    system: bool,
 }
 
 enum TrialPhase {
@@ -71,27 +74,55 @@ pub(super) struct ReleaseWatch {
     status: ReleaseStatus,
     next_check: Instant,
     stderr: Stderr,
+    /// Whether the CPU plan applied at start (`Err`: why not): a system
+    /// update's trial is not committed without it.
+    plan: Result<(), String>,
 }
 
 impl ReleaseWatch {
     /// Follows the release `status` (from [`recover`]) says is current.
+    /// A system update's trial that the start-up recovery kept (the
+    /// robot rebooted into its command line) is taken up at once: the
+    /// processes start from it, and it is judged like any trial once the
+    /// CPU plan (`plan`, the start-up step's outcome) applied.
     pub(super) fn new(
         prefix: &Path,
         health_window: Duration,
         keep: u32,
         status: ReleaseStatus,
+        plan: Result<(), String>,
         stderr: Stderr,
     ) -> ReleaseWatch {
+        let now = Instant::now();
+        let trial = match release::read_state(prefix) {
+            Ok(Some(ReleaseState::Trial {
+                release,
+                since,
+                previous,
+                system: Some(s),
+                ..
+            })) if status.state == "trial" && s.judged_boot.is_some() => Some(Trial {
+                release,
+                since,
+                previous,
+                began: now,
+                phase: TrialPhase::Restarting,
+                config_note: None,
+                system: true,
+            }),
+            _ => None,
+        };
         ReleaseWatch {
             prefix: prefix.to_path_buf(),
             health_window,
             keep,
             running_release: status.current.clone(),
-            trial: None,
+            trial,
             abandoned: None,
             status,
-            next_check: Instant::now(),
+            next_check: now,
             stderr,
+            plan,
         }
     }
 
@@ -152,6 +183,7 @@ impl ReleaseWatch {
                 release,
                 since,
                 previous,
+                system,
                 ..
             }) => {
                 if self
@@ -176,6 +208,39 @@ impl ReleaseWatch {
                 {
                     return;
                 }
+                if let Some(sys) = system.filter(|s| s.judged_boot.is_none()) {
+                    // A system update waits for its reboot: the processes
+                    // keep running on the plan the kernel booted with.
+                    if self.status.phase.as_deref() != Some("reboot-pending")
+                        || self.status.current.as_deref() != Some(release.as_str())
+                    {
+                        let detail = format!(
+                            "changes the system ({}): waits for a reboot{}; the processes keep running until then",
+                            sys.changes.join("; "),
+                            sys.boot_entry
+                                .as_ref()
+                                .map(|e| format!(" into boot label {}", e.label))
+                                .unwrap_or_default()
+                        );
+                        self.stderr.event(
+                            "trial",
+                            None,
+                            format!(
+                                "release {release} in trial (rollback to {previous}): {detail}"
+                            ),
+                        );
+                        self.status = ReleaseStatus {
+                            state: "trial".into(),
+                            current: Some(release),
+                            other: Some(previous),
+                            since: Some(since),
+                            phase: Some("reboot-pending".into()),
+                            detail: Some(detail),
+                            ..Default::default()
+                        };
+                    }
+                    return;
+                }
                 self.stderr.event(
                     "trial",
                     None,
@@ -194,6 +259,7 @@ impl ReleaseWatch {
                     began: now,
                     phase: TrialPhase::Restarting,
                     config_note,
+                    system: false,
                 });
                 self.update_status(now);
             }
@@ -284,8 +350,13 @@ impl ReleaseWatch {
             return;
         };
         let window = self.health_window;
-        let verdict = match &mut t.phase {
-            TrialPhase::Restarting => {
+        let verdict = match (&mut t.phase, &self.plan) {
+            // After a system update's reboot, the new plan must hold
+            // before anything else counts.
+            (_, Err(why)) if t.system => HealthVerdict::Rollback(format!(
+                "the CPU plan of the system update did not apply after the reboot: {why}"
+            )),
+            (TrialPhase::Restarting, _) => {
                 let judged: Vec<&Proc> = table.procs().iter().filter(|p| p.judged()).collect();
                 if let Some(p) = judged.iter().find(|p| {
                     matches!(p.state(), PState::Failed | PState::Backoff | PState::Exited)
@@ -318,7 +389,7 @@ impl ReleaseWatch {
                     HealthVerdict::Wait
                 }
             }
-            TrialPhase::Watching { .. } => HealthVerdict::Wait,
+            (TrialPhase::Watching { .. }, _) => HealthVerdict::Wait,
         };
         // Health is judged once a second, and at once when a process is
         // down (a crash rolls back without waiting for the next look).
@@ -381,6 +452,17 @@ impl ReleaseWatch {
                     Ok(rb) => {
                         table.restart_all(&format!("rolled back to {}", rb.to), out);
                         self.running_release = Some(rb.to.clone());
+                        let reason = if rb.reboot {
+                            let r = format!("{reason}; {REBOOT_BACK}");
+                            self.stderr.event(
+                                "rollback",
+                                None,
+                                format!("release {}: {r}", rb.from),
+                            );
+                            r
+                        } else {
+                            reason
+                        };
                         self.status = rolled_back(Some(rb.to), rb.from, reason);
                     }
                     Err(e) => self.failed(&t, format!("{reason}; rollback failed: {e}")),
@@ -438,9 +520,14 @@ fn config_changed(layout: &release::Layout, old: &str, new: &str) -> Option<Stri
     })
 }
 
-/// [`release::recover_at_start`] as a start-up step, and the release
-/// status it leaves.
-pub(super) fn recover(prefix: &Path) -> (StepStatus, ReleaseStatus) {
+/// What a rollback of a system update that ran says is left to do.
+const REBOOT_BACK: &str = "extlinux.conf boots the previous label again; reboot to run the previous kernel command line and CPU plan (run/rtdeploy/reboot-required)";
+
+/// [`release::recover_at_boot`] as a start-up step, and the release
+/// status it leaves. Run before robot.yaml is loaded when the caller can
+/// (`deploy supervise`), so that the configuration read is the release's
+/// that stays.
+pub fn recover(prefix: &Path, proc_root: &Path) -> (StepStatus, ReleaseStatus) {
     let layout = release::Layout::new(prefix);
     if !layout.opt().exists() && !layout.state().exists() {
         return (
@@ -455,13 +542,30 @@ pub(super) fn recover(prefix: &Path) -> (StepStatus, ReleaseStatus) {
             },
         );
     }
-    match release::recover_at_start(prefix) {
+    match release::recover_at_boot(prefix, proc_root) {
         Ok(r) => {
             let mut done = Vec::new();
+            let why = r
+                .reason
+                .clone()
+                .unwrap_or_else(|| "trial interrupted by a reboot, a crash or a shutdown".into());
             if let Some(rb) = &r.rolled_back {
+                done.push(match &r.reason {
+                    Some(why) => {
+                        format!("system update {} rolled back to {}: {why}", rb.from, rb.to)
+                    }
+                    None => format!(
+                        "trial of {} interrupted (reboot, crash or shutdown): rolled back to {}",
+                        rb.from, rb.to
+                    ),
+                });
+                if rb.reboot {
+                    done.push(REBOOT_BACK.into());
+                }
+            }
+            if let Some(t) = &r.system_trial {
                 done.push(format!(
-                    "trial of {} interrupted (reboot, crash or shutdown): rolled back to {}",
-                    rb.from, rb.to
+                    "system update {t}: booted with its kernel command line; its trial is judged once the CPU plan applied"
                 ));
             }
             if r.repaired {
@@ -478,13 +582,24 @@ pub(super) fn recover(prefix: &Path) -> (StepStatus, ReleaseStatus) {
             } else {
                 done.join("; ")
             };
-            let status = match &r.rolled_back {
-                Some(rb) => rolled_back(
+            let status = match (&r.rolled_back, &r.system_trial) {
+                (Some(rb), _) => rolled_back(
                     r.current.clone(),
                     rb.from.clone(),
-                    "trial interrupted by a reboot, a crash or a shutdown".into(),
+                    if rb.reboot {
+                        format!("{why}; {REBOOT_BACK}")
+                    } else {
+                        why
+                    },
                 ),
-                None => ReleaseStatus {
+                (None, Some(t)) => ReleaseStatus {
+                    state: "trial".into(),
+                    current: Some(t.clone()),
+                    phase: Some("restarting".into()),
+                    detail: Some("system update: booted with its kernel command line".into()),
+                    ..Default::default()
+                },
+                (None, None) => ReleaseStatus {
                     state: if r.current.is_some() {
                         "committed"
                     } else {

@@ -44,6 +44,7 @@ pub fn opts() -> InstallOptions<'static> {
         lock_timeout: Duration::from_secs(5),
         holder: "release-test".into(),
         validate_robot_yaml: None,
+        plan_system: None,
     }
 }
 

@@ -1,0 +1,247 @@
+//! A system update's trial as the supervisor runs it, with real processes
+//! under a temporary prefix and a fake /proc (boot id, command line): the
+//! install writes the new extlinux.conf label and the running supervisor
+//! leaves the processes alone until the reboot; the first start after the
+//! reboot (the new line booted) takes the trial up, and commits it when
+//! the CPU plan applied and the processes stay healthy, or rolls it back
+//! (the previous extlinux.conf, the previous release, a reboot back asked
+//! for) when the plan did not apply.
+
+mod common;
+#[path = "../releases/tests/util/mod.rs"]
+mod util;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{process, Running};
+use releases::system::{BootEntry, REBOOT_MARKER};
+use releases::{install_bundle, InstallOptions, ReleaseState, SystemUpdate};
+use serde_json::json;
+use services::control;
+use services::status::{StepStatus, SupervisorStatus};
+use services::supervisor::{Hooks, Options, Roots, Supervisor};
+use util::{bundle, current_version, key, opts, release};
+
+const CONF: &str = "boot/extlinux/extlinux.conf";
+const OLD: &str = "isolcpus=managed_irq,domain,2-3";
+const NEW: &str = "isolcpus=managed_irq,domain,3";
+
+fn old_conf() -> String {
+    format!("DEFAULT primary\n\nLABEL primary\n      LINUX /boot/Image\n      APPEND root=/dev/vda2 {OLD}\n")
+}
+
+fn new_conf() -> String {
+    format!(
+        "DEFAULT rtdeploy-release-2\n\nLABEL primary\n      LINUX /boot/Image\n      APPEND root=/dev/vda2 {OLD}\n\nLABEL rtdeploy-release-2\n      LINUX /boot/Image\n      APPEND root=/dev/vda2 {NEW}\n"
+    )
+}
+
+fn ctl_release(dir: &Path, tag: &str) -> PathBuf {
+    release(
+        dir,
+        &format!("src-{tag}"),
+        &[(
+            "bin/ctl",
+            format!("#!/bin/sh\necho release-{tag}\nexec sleep 60\n").into_bytes(),
+            0o755,
+        )],
+    )
+}
+
+/// Writes the fake /proc of a boot.
+fn boot(proc_root: &Path, id: &str, line: &str) {
+    fs::create_dir_all(proc_root.join("sys/kernel/random")).unwrap();
+    fs::write(
+        proc_root.join("sys/kernel/random/boot_id"),
+        format!("{id}\n"),
+    )
+    .unwrap();
+    fs::write(
+        proc_root.join("cmdline"),
+        format!("root=/dev/vda2 {line}\n"),
+    )
+    .unwrap();
+}
+
+fn supervise(prefix: tempfile::TempDir, proc_root: &Path, plan: &'static str) -> Running {
+    let ctl = process(json!({
+        "name": "ctl", "exec": "bin/ctl",
+        "restart": {"initial_backoff": "50ms", "max_backoff": "200ms"},
+    }));
+    let opts = Options {
+        handle_signals: false,
+        verbose: false,
+        log_max_bytes: 1 << 20,
+        health_window: Duration::from_secs(1),
+        keep: 3,
+        ..Default::default()
+    };
+    let hooks = Hooks {
+        apply_cpu_plan: Some(Box::new(move || StepStatus {
+            step: "cpu plan".into(),
+            result: plan.into(),
+            detail: format!("test: {plan}"),
+        })),
+        ..Default::default()
+    };
+    let roots = Roots {
+        proc_root: proc_root.to_path_buf(),
+        ..common::roots(prefix.path())
+    };
+    let sup = Supervisor::new(common::config(vec![ctl], None), roots, opts, hooks, None)
+        .expect("supervisor starts");
+    let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
+    Running {
+        socket: control::socket_path(prefix.path()),
+        prefix,
+        thread: Some(thread),
+    }
+}
+
+fn runs(sup: &Running) -> Vec<String> {
+    sup.log("ctl")
+        .lines()
+        .filter_map(|l| l.strip_prefix("release-"))
+        .map(String::from)
+        .collect()
+}
+
+fn release_of(s: &SupervisorStatus) -> (String, Option<String>, Option<String>) {
+    let r = s.release.clone().unwrap_or_default();
+    (r.state, r.phase, r.current)
+}
+
+/// A robot running A (committed, booted with its line), with B installed
+/// as a system update while the supervisor runs: nothing restarts before
+/// the reboot. Returns the stopped robot, the fake /proc and B's name.
+fn install_b_then_shut_down(src: &Path) -> (tempfile::TempDir, PathBuf, String) {
+    let prefix = common::prefix();
+    let keys = prefix.path().join("etc/rtdeploy/keys");
+    fs::create_dir_all(&keys).unwrap();
+    fs::write(
+        keys.join("test.pub"),
+        format!("{}\n", key().public_base64()),
+    )
+    .unwrap();
+    fs::create_dir_all(prefix.path().join("boot/extlinux")).unwrap();
+    fs::write(prefix.path().join(CONF), old_conf()).unwrap();
+    let proc_root = src.join("proc");
+    boot(&proc_root, "boot-1", OLD);
+    let a = bundle(&ctl_release(src, "A"), "1", &src.join("a.bundle"));
+    install_bundle(prefix.path(), &a, &opts()).unwrap();
+
+    let sup = supervise(prefix, &proc_root, "ok");
+    sup.wait_for("A running", |s| {
+        runs(&sup) == ["A"] && s.processes[0].state == "running"
+    });
+    let b = bundle(&ctl_release(src, "B"), "2", &src.join("b.bundle"));
+    let system = InstallOptions {
+        plan_system: Some(Box::new(|_release: &str, _yaml: &str| {
+            Ok(Some(SystemUpdate {
+                changes: vec!["isolated CPUs 2-3 -> 3".into()],
+                tokens: vec![NEW.into()],
+                previous_tokens: vec![OLD.into()],
+                boot_entry: Some(BootEntry {
+                    path: CONF.into(),
+                    label: "rtdeploy-release-2".into(),
+                    previous_label: "primary".into(),
+                    text: new_conf(),
+                    previous_text: old_conf(),
+                }),
+                install_boot: "boot-1".into(),
+                boots: 0,
+                judged_boot: None,
+            }))
+        })),
+        ..opts()
+    };
+    let b = install_bundle(sup.prefix.path(), &b, &system)
+        .unwrap()
+        .release;
+    let s = sup.wait_for("reboot-pending", |s| {
+        release_of(s).1.as_deref() == Some("reboot-pending")
+    });
+    assert_eq!(release_of(&s).0, "trial");
+    assert!(
+        s.release
+            .as_ref()
+            .unwrap()
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("waits for a reboot"),
+        "{s:?}"
+    );
+    // A few polls later: still A, not restarted.
+    std::thread::sleep(Duration::from_millis(2500));
+    let s = sup.status();
+    assert_eq!(release_of(&s).1.as_deref(), Some("reboot-pending"));
+    assert_eq!(runs(&sup), ["A"]);
+    assert_eq!(s.processes[0].restarts, 0, "{s:?}");
+    assert_eq!(
+        fs::read_to_string(sup.prefix.path().join(CONF)).unwrap(),
+        new_conf()
+    );
+    let prefix = sup.stop_all();
+    (prefix, proc_root, b)
+}
+
+#[test]
+fn a_system_update_is_judged_after_its_reboot_and_committed() {
+    let src = tempfile::tempdir().unwrap();
+    let (prefix, proc_root, b) = install_b_then_shut_down(src.path());
+    // The reboot: the new label's line.
+    boot(&proc_root, "boot-2", NEW);
+    let sup = supervise(prefix, &proc_root, "ok");
+    let s = sup.wait_for("commit", |s| {
+        release_of(s).0 == "committed" && release_of(s).2.as_deref() == Some(b.as_str())
+    });
+    let step = s
+        .startup
+        .iter()
+        .find(|st| st.step == "release recovery")
+        .unwrap();
+    assert!(
+        step.detail.contains("booted with its kernel command line"),
+        "{step:?}"
+    );
+    assert_eq!(runs(&sup), ["A", "B"]);
+    assert_eq!(
+        releases::read_state(sup.prefix.path()).unwrap(),
+        Some(ReleaseState::Committed { release: b })
+    );
+    assert_eq!(
+        fs::read_to_string(sup.prefix.path().join(CONF)).unwrap(),
+        new_conf()
+    );
+    let prefix = sup.stop_all();
+    assert_eq!(current_version(prefix.path()), "2");
+}
+
+#[test]
+fn a_system_update_whose_plan_did_not_apply_is_rolled_back_with_a_reboot_back() {
+    let src = tempfile::tempdir().unwrap();
+    let (prefix, proc_root, b) = install_b_then_shut_down(src.path());
+    boot(&proc_root, "boot-2", NEW);
+    let sup = supervise(prefix, &proc_root, "failed");
+    let s = sup.wait_for("rollback", |s| release_of(s).0 == "rolled-back");
+    let r = s.release.clone().unwrap();
+    assert_eq!(r.other.as_deref(), Some(b.as_str()));
+    let detail = r.detail.unwrap();
+    assert!(detail.contains("CPU plan"), "{detail}");
+    assert!(detail.contains("reboot"), "{detail}");
+    assert_eq!(
+        fs::read_to_string(sup.prefix.path().join(CONF)).unwrap(),
+        old_conf()
+    );
+    assert!(sup.prefix.path().join(REBOOT_MARKER).is_file());
+    // B never judged healthy: A runs again.
+    let s = sup.wait_for("A again", |s| {
+        runs(&sup).last().map(String::as_str) == Some("A") && s.processes[0].state == "running"
+    });
+    assert_eq!(release_of(&s).0, "rolled-back");
+    let prefix = sup.stop_all();
+    assert_eq!(current_version(prefix.path()), "1");
+}
