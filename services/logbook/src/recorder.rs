@@ -231,6 +231,15 @@ impl Worker {
                     Some(format!("pinning to CPUs {:?}: {e}", self.cfg.cpus));
             }
         }
+        let nice = self.cfg.section.nice;
+        if nice != 0 {
+            if let Err(e) =
+                rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)
+            {
+                lock(&self.status).last_problem =
+                    Some(format!("nice {nice} for the logger thread: {e}"));
+            }
+        }
         let poll = self.cfg.section.poll.0;
         let flush = self.cfg.section.flush.0;
         let mut next_open = Instant::now();

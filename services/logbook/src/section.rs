@@ -46,6 +46,12 @@ pub struct LogSection {
     /// (`retention`) must be longer than this or messages are lost (and
     /// recorded as gaps).
     pub poll: Dur,
+    /// The logger thread's nice value (SCHED_OTHER: never real-time). A
+    /// housekeeping CPU is shared with everything else of the robot; below
+    /// 0 the logger keeps its share there under load and loses fewer
+    /// messages. Needs CAP_SYS_NICE below 0 (the status says when it was
+    /// refused).
+    pub nice: i32,
     /// The message type of each channel that has one, for readers that
     /// decode (Foxglove, `deploy log cat`): channel name -> type.
     pub types: BTreeMap<String, TypeDecl>,
@@ -63,6 +69,7 @@ impl Default for LogSection {
             rotate_age: Dur::from_secs(3600),
             quota: ByteSize(1 << 30),
             poll: Dur::from_millis(10),
+            nice: -5,
             types: BTreeMap::new(),
         }
     }
@@ -149,6 +156,12 @@ impl LogSection {
             out.push((
                 "log.poll".into(),
                 format!("{:?}: expected at most 1s", self.poll.0),
+            ));
+        }
+        if !(-20..=19).contains(&self.nice) {
+            out.push((
+                "log.nice".into(),
+                format!("{}: expected -20 to 19", self.nice),
             ));
         }
         if self.rotate_size.0 < 2 * self.chunk_size.0 {
