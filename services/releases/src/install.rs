@@ -213,7 +213,7 @@ pub fn install_from_store(
     let (pruned_releases, pruned_blobs) = prune(prefix, opts.keep)?;
     fault_point("pruned");
     let (system, reboot) = match &state {
-        Some(ReleaseState::Trial { system, .. }) => (system.clone(), system.is_some()),
+        Some(ReleaseState::Trial { system, .. }) => (system.as_deref().cloned(), system.is_some()),
         _ => (None, false),
     };
     let state = match state {

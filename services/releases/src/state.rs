@@ -37,7 +37,7 @@ pub enum ReleaseState {
         /// A release that changes the kernel command line or the CPU plan:
         /// its trial spans a reboot ([`crate::system`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        system: Option<SystemUpdate>,
+        system: Option<Box<SystemUpdate>>,
     },
 }
 

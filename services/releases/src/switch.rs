@@ -64,7 +64,7 @@ pub fn begin_system_trial(
             since: unix_now(),
             previous: c.clone(),
             previous_link: link_target(&layout.previous()),
-            system: system.clone(),
+            system: system.clone().map(Box::new),
         },
         _ => ReleaseState::Committed {
             release: release.to_string(),
@@ -107,11 +107,9 @@ pub fn commit(prefix: &Path, keep: u32) -> Result<String, ReleaseError> {
     match read_state(prefix)? {
         Some(ReleaseState::Trial {
             release,
-            system: Some(SystemUpdate {
-                judged_boot: None, ..
-            }),
+            system: Some(sys),
             ..
-        }) => Err(ReleaseError::RebootPending { release }),
+        }) if sys.judged_boot.is_none() => Err(ReleaseError::RebootPending { release }),
         Some(ReleaseState::Trial { release, .. }) => {
             write_state(
                 prefix,
@@ -311,16 +309,17 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
                     "start {} of the system update's trial without a verdict (a reset, a power cut or a crash during the trial; the boot counter allows {MAX_TRIAL_BOOTS})",
                     sys.boots + 1
                 ))
-            } else if let Some(t) = boot.missing(&sys.tokens) {
-                Some(format!(
-                    "the kernel booted without `{t}` of the new command line{}",
-                    match &sys.boot_entry {
-                        Some(e) => format!(" (label {} was not booted)", e.label),
-                        None => " (the boot loader gives the command line: change it there)".into(),
-                    }
-                ))
             } else {
-                None
+                boot.missing(&sys.tokens).map(|t| {
+                    format!(
+                        "the kernel booted without `{t}` of the new command line{}",
+                        match &sys.boot_entry {
+                            Some(e) => format!(" (label {} was not booted)", e.label),
+                            None =>
+                                " (the boot loader gives the command line: change it there)".into(),
+                        }
+                    )
+                })
             };
             sys.boots += 1;
             match why {

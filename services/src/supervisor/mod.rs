@@ -55,11 +55,11 @@ const EARLY_SCAN_DELAY: Duration = Duration::from_millis(100);
 const EARLY_SCAN_GAP: Duration = Duration::from_millis(250);
 
 pub use controller::rt::find_cgroup;
-pub use trial::recover;
 pub use startup::{
     BootCheckHook, BootCheckOutcome, Hooks, IrqScanHook, Options, Roots, StepHook,
     SupervisorConfig, SupervisorStartError,
 };
+pub use trial::recover;
 
 /// The supervisor's own lines: on stderr (`Options::verbose`), to the
 /// journal, and to the log (`log:`) as events of a kind.
