@@ -245,3 +245,109 @@ fn a_system_update_whose_plan_did_not_apply_is_rolled_back_with_a_reboot_back() 
     let prefix = sup.stop_all();
     assert_eq!(current_version(prefix.path()), "1");
 }
+
+/// A release's robot.yaml is loaded when its trial restarts the processes,
+/// and the previous release's again when the trial is rolled back: each
+/// `ctl` says which release and which configuration (its argument, from
+/// the version in the bundle's robot.yaml) it runs with.
+#[test]
+fn a_trial_runs_with_its_own_robot_yaml_and_a_rollback_with_the_previous_one() {
+    let src = tempfile::tempdir().unwrap();
+    let prefix = common::prefix();
+    let keys = prefix.path().join("etc/rtdeploy/keys");
+    fs::create_dir_all(&keys).unwrap();
+    fs::write(
+        keys.join("test.pub"),
+        format!("{}\n", key().public_base64()),
+    )
+    .unwrap();
+    let ctl_with = |dir: &Path, tag: &str, tail: &str| {
+        release(
+            dir,
+            &format!("cfg-{tag}"),
+            &[(
+                "bin/ctl",
+                format!("#!/bin/sh\necho \"run-{tag} $1\"\n{tail}\n").into_bytes(),
+                0o755,
+            )],
+        )
+    };
+    let a = bundle(
+        &ctl_with(src.path(), "A", "exec sleep 60"),
+        "1",
+        &src.path().join("a.bundle"),
+    );
+    install_bundle(prefix.path(), &a, &opts()).unwrap();
+    // robot.yaml -> the supervisor's configuration: `ctl` gets the
+    // version named in the file's comment as its argument.
+    fn config_of(text: &str) -> services::supervisor::SupervisorConfig {
+        let version = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# "))
+            .unwrap_or("?");
+        common::config(
+            vec![process(json!({
+                "name": "ctl", "exec": "bin/ctl", "args": [format!("cfg-{version}")],
+                "restart": {"initial_backoff": "50ms", "max_backoff": "200ms"},
+            }))],
+            None,
+        )
+    }
+    let start_cfg = config_of(
+        &fs::read_to_string(prefix.path().join("opt/rtdeploy/current/robot.yaml")).unwrap(),
+    );
+    let opts_s = Options {
+        handle_signals: false,
+        verbose: false,
+        log_max_bytes: 1 << 20,
+        health_window: Duration::from_secs(1),
+        keep: 3,
+        ..Default::default()
+    };
+    let hooks = Hooks {
+        load_config: Some(Box::new(|path: &Path| {
+            fs::read_to_string(path)
+                .map(|t| config_of(&t))
+                .map_err(|e| e.to_string())
+        })),
+        ..Default::default()
+    };
+    let sup = Supervisor::new(start_cfg, common::roots(prefix.path()), opts_s, hooks, None)
+        .expect("supervisor starts");
+    let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
+    let sup = Running {
+        socket: control::socket_path(prefix.path()),
+        prefix,
+        thread: Some(thread),
+    };
+    let seen = |sup: &Running| -> Vec<String> {
+        sup.log("ctl")
+            .lines()
+            .filter_map(|l| l.strip_prefix("run-"))
+            .map(String::from)
+            .collect()
+    };
+    sup.wait_for("A", |s| {
+        s.processes[0].state == "running" && seen(&sup) == ["A cfg-1"]
+    });
+    // B's ctl exits at once: its trial is rolled back.
+    let b = bundle(
+        &ctl_with(src.path(), "B", "exit 3"),
+        "2",
+        &src.path().join("b.bundle"),
+    );
+    install_bundle(sup.prefix.path(), &b, &opts()).unwrap();
+    sup.wait_for("rollback", |s| release_of(s).0 == "rolled-back");
+    sup.wait_for("A again", |s| {
+        s.processes[0].state == "running"
+            && seen(&sup).last().map(String::as_str) == Some("A cfg-1")
+    });
+    let ran = seen(&sup);
+    assert_eq!(ran.first().map(String::as_str), Some("A cfg-1"), "{ran:?}");
+    assert!(ran.iter().any(|r| r == "B cfg-2"), "{ran:?}");
+    assert!(
+        !ran.iter().any(|r| r == "B cfg-1" || r == "A cfg-2"),
+        "{ran:?}"
+    );
+    sup.stop_all();
+}

@@ -67,20 +67,18 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
     let recovered = (!pid1).then(|| services::supervisor::recover(&ctx.prefix, &ctx.sys("/proc")));
     let loaded = load_robot(ctx)?;
     let robot = loaded.robot;
-    let cfg = SupervisorConfig {
-        robot: robot.robot.clone(),
-        cpus: robot
-            .processes
-            .iter()
-            .map(|p| robot.process_cpus(p))
-            .collect(),
-        processes: robot.processes.clone(),
-        channels: robot.channels.clone(),
-        boot_check: robot.boot_check.clone(),
-        cpu_dma_latency: robot.power.cpu_dma_latency.map(|m| m.0),
-        log: robot.log.clone(),
-        housekeeping: robot.housekeeping().iter().map(|c| c as usize).collect(),
-    };
+    let cfg = supervisor_config(&robot);
+    // The configuration in force is the current release's (the default
+    // link, or -c naming it): a release restarted from later (a trial, a
+    // rollback) brings its own robot.yaml.
+    let layout = releases::Layout::new(&ctx.prefix);
+    let follows_releases = matches!(
+        (
+            std::fs::canonicalize(&ctx.config_path),
+            std::fs::canonicalize(layout.current_config())
+        ),
+        (Ok(a), Ok(b)) if a == b
+    );
     let roots = Roots {
         prefix: ctx.prefix.clone(),
         proc_root: ctx.sys("/proc"),
@@ -113,6 +111,13 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         boot_check: Some(Box::new(move |d| boot_check(&check_ctx, &check_robot, d))),
         irq_scan: (!args.skip_cpu_plan).then(|| -> services::supervisor::IrqScanHook {
             Box::new(move || scan_irqs(&scan_ctx, &scan_robot, &scan_watch, &mut scan_error))
+        }),
+        load_config: follows_releases.then(|| -> services::supervisor::ConfigHook {
+            Box::new(|path| {
+                crate::config::load(path)
+                    .map(|l| supervisor_config(&l.robot))
+                    .map_err(|e| format!("{e}"))
+            })
         }),
     };
     let env = |k: &str| std::env::var(k).ok();
@@ -147,6 +152,24 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         .context("cannot start the supervisor")?;
     sup.run().context("supervisor")?;
     Ok(Exit::Ok)
+}
+
+/// The supervisor's part of robot.yaml.
+fn supervisor_config(robot: &Robot) -> SupervisorConfig {
+    SupervisorConfig {
+        robot: robot.robot.clone(),
+        cpus: robot
+            .processes
+            .iter()
+            .map(|p| robot.process_cpus(p))
+            .collect(),
+        processes: robot.processes.clone(),
+        channels: robot.channels.clone(),
+        boot_check: robot.boot_check.clone(),
+        cpu_dma_latency: robot.power.cpu_dma_latency.map(|m| m.0),
+        log: robot.log.clone(),
+        housekeeping: robot.housekeeping().iter().map(|c| c as usize).collect(),
+    }
 }
 
 /// The cpusets runtime plan for this machine, applied (as `deploy apply`

@@ -56,7 +56,7 @@ const EARLY_SCAN_GAP: Duration = Duration::from_millis(250);
 
 pub use controller::rt::find_cgroup;
 pub use startup::{
-    BootCheckHook, BootCheckOutcome, Hooks, IrqScanHook, Options, Roots, StepHook,
+    BootCheckHook, BootCheckOutcome, ConfigHook, Hooks, IrqScanHook, Options, Roots, StepHook,
     SupervisorConfig, SupervisorStartError,
 };
 pub use trial::recover;
@@ -213,6 +213,7 @@ impl Supervisor {
     ) -> Result<Supervisor, SupervisorStartError> {
         let mut hooks = hooks;
         let irq_scan = hooks.irq_scan.take().zip(opts.irq_scan_every);
+        let load_config = hooks.load_config.take();
         if opts.journal {
             crate::journal::init(crate::journal::Journal::from_env(&cfg.robot.name));
         }
@@ -276,6 +277,7 @@ impl Supervisor {
                 opts.keep,
                 s.release,
                 plan_outcome,
+                load_config,
                 stderr.clone(),
             ),
             robot: cfg.robot.name.clone(),

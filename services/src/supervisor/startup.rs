@@ -144,6 +144,10 @@ pub type BootCheckHook = Box<dyn FnOnce(Duration) -> BootCheckOutcome>;
 /// places them and says what it did, or `None` when nothing appeared.
 pub type IrqScanHook = Box<dyn FnMut() -> Option<StepStatus> + Send>;
 
+/// Loads a release's robot.yaml (the path) into the supervisor's
+/// configuration; `Err` says why it cannot be used.
+pub type ConfigHook = Box<dyn Fn(&Path) -> Result<SupervisorConfig, String> + Send>;
+
 /// Start-up work the supervisor cannot do itself.
 #[derive(Default)]
 pub struct Hooks {
@@ -153,6 +157,10 @@ pub struct Hooks {
     pub boot_check: Option<BootCheckHook>,
     /// Runs every [`Options::irq_scan_every`] while the supervisor runs.
     pub irq_scan: Option<IrqScanHook>,
+    /// Loads a release's robot.yaml when the processes restart from a
+    /// release whose robot.yaml differs (a trial, a rollback); without it
+    /// the configuration loaded at start stays.
+    pub load_config: Option<ConfigHook>,
 }
 
 /// What the boot timing check means for the real-time processes.

@@ -162,6 +162,8 @@ pub(super) struct Table {
     log_max_bytes: u64,
     log_keep: u32,
     shm_dir: PathBuf,
+    /// The channels as configured (for [`Self::reconfigure`]).
+    channels: Vec<controller::config::ChannelConfig>,
     channel_budgets: BTreeMap<String, Duration>,
     next_timing_poll: Instant,
     /// Every process is being brought down (SIGTERM, SIGINT, `stop-all`).
@@ -227,12 +229,61 @@ impl Table {
             log_max_bytes: setup.log_max_bytes,
             log_keep: setup.log_keep,
             shm_dir: setup.shm_dir,
+            channels: cfg.channels.clone(),
             channel_budgets,
             next_timing_poll: Instant::now(),
             shutting_down: false,
             started: setup.started,
             stderr: setup.stderr,
         }
+    }
+
+    /// Takes a release's configuration for the processes: each one's
+    /// command, CPUs, limits, restart policy and budgets, and the channels'
+    /// budgets. Refused (nothing changes) when the process names or the
+    /// channels differ: processes and channels are created at start.
+    /// Call before [`Self::restart_all`]: a process starts again with it.
+    pub(super) fn reconfigure(&mut self, cfg: &SupervisorConfig) -> Result<(), String> {
+        let names = |v: &mut dyn Iterator<Item = &str>| v.map(String::from).collect::<Vec<_>>();
+        let now = names(&mut self.procs.iter().map(|p| p.cfg.name.as_str()));
+        let new = names(&mut cfg.processes.iter().map(|p| p.name.as_str()));
+        if now != new {
+            return Err(format!(
+                "its processes ({}) are not the running ones ({}): processes are set up at the supervisor's start",
+                new.join(", "),
+                now.join(", ")
+            ));
+        }
+        let shape = |c: &controller::config::ChannelConfig| {
+            format!(
+                "{:?}",
+                controller::config::ChannelConfig {
+                    budget: None,
+                    ..c.clone()
+                }
+            )
+        };
+        let old_channels: Vec<String> = self.channels.iter().map(shape).collect();
+        let new_channels: Vec<String> = cfg.channels.iter().map(shape).collect();
+        if old_channels != new_channels {
+            return Err(
+                "its channels differ from the running ones: channels are created at the supervisor's start"
+                    .into(),
+            );
+        }
+        for (i, p) in cfg.processes.iter().enumerate() {
+            let proc = &mut self.procs[i];
+            proc.cfg = p.clone();
+            proc.cpus = cfg.cpus.get(i).cloned().unwrap_or_default();
+            proc.health = Health::new(p);
+        }
+        self.channel_budgets = cfg
+            .channels
+            .iter()
+            .filter_map(|c| c.budget.map(|b| (c.name.clone(), b.0)))
+            .collect();
+        self.channels = cfg.channels.clone();
+        Ok(())
     }
 
     /// Fails every process whose `after:` leads back to itself.

@@ -2,7 +2,7 @@
 //! the store, the state file and the health verdict).
 //!
 //! At start-up [`recover`] rolls back a trial that a reboot or crash
-//! interrupted. While the supervisor runs, [`ReleaseWatch`] looks at
+//! interrupted (a system update's trial after its reboot excepted). While the supervisor runs, [`ReleaseWatch`] looks at
 //! `state.json` and the `current` link once a second (and at once on a
 //! `release-changed` request, which `deploy install` sends): a new trial
 //! restarts every process from the new `current`, then
@@ -14,11 +14,27 @@
 //! start rolls it back, as after a crash. A process restarted during a
 //! trial (after a crash or by request) fails it; one stopped by request is
 //! no longer judged.
+//!
+//! Before the processes restart from another release (a trial, a
+//! rollback, a `current` moved by hand) whose robot.yaml differs, it is
+//! loaded with [`Hooks::load_config`](super::Hooks::load_config): each
+//! process's command, CPUs, limits, restart policy and budgets, and the
+//! channels' budgets. Processes and channels themselves are set up at the
+//! supervisor's start, so a robot.yaml that adds, removes or renames one,
+//! or changes a channel's geometry, is not loaded (the status says why),
+//! nor are the boot check, the logger and `power` (a system update's
+//! reboot brings those, and the CPU plan).
+//!
+//! A system update's trial ([`release::system`]) waits for its reboot
+//! with the processes left alone (`reboot-pending`); the start after the
+//! reboot takes it up if the kernel runs its line, and it is judged only
+//! when the CPU plan applied at that start.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::startup::step;
+use super::startup::ConfigHook;
 use super::table::{Followers, PState, Proc, Table};
 use super::Stderr;
 use crate::release::{self, HealthVerdict, ReleaseState, TrialHealth};
@@ -38,7 +54,7 @@ struct Trial {
     began: Instant,
     phase: TrialPhase,
     /// Set when the new release's robot.yaml differs from the previous
-    /// one's: the supervisor keeps the configuration it loaded.
+    /// one's: whether it was loaded, or why not.
     config_note: Option<String>,
     /// A system update's trial, taken up at start after its reboot: judged
     /// only once the CPU plan applied.
@@ -77,6 +93,11 @@ pub(super) struct ReleaseWatch {
     /// Whether the CPU plan applied at start (`Err`: why not): a system
     /// update's trial is not committed without it.
     plan: Result<(), String>,
+    /// Loads a release's robot.yaml (`deploy supervise` gives it when the
+    /// configuration in force is the current release's).
+    load_config: Option<ConfigHook>,
+    /// The release whose robot.yaml the processes run with.
+    config_release: Option<String>,
 }
 
 impl ReleaseWatch {
@@ -91,6 +112,7 @@ impl ReleaseWatch {
         keep: u32,
         status: ReleaseStatus,
         plan: Result<(), String>,
+        load_config: Option<ConfigHook>,
         stderr: Stderr,
     ) -> ReleaseWatch {
         let now = Instant::now();
@@ -112,6 +134,7 @@ impl ReleaseWatch {
             }),
             _ => None,
         };
+        let config_release = status.current.clone();
         ReleaseWatch {
             prefix: prefix.to_path_buf(),
             health_window,
@@ -123,7 +146,42 @@ impl ReleaseWatch {
             next_check: now,
             stderr,
             plan,
+            load_config,
+            config_release,
         }
+    }
+
+    /// Before the processes restart from `release`: when its robot.yaml
+    /// differs from the one they run with, loads it (with the hook) into
+    /// the table. Returns what happened, for the status; `None` when
+    /// nothing differs.
+    fn follow_config(&mut self, release: &str, table: &mut Table) -> Option<String> {
+        let layout = release::Layout::new(&self.prefix);
+        let from = self.config_release.clone()?;
+        if from == release {
+            return None;
+        }
+        let read = |r: &str| std::fs::read(layout.release(r).join("robot.yaml")).ok();
+        if read(&from) == read(release) {
+            self.config_release = Some(release.to_string());
+            return None;
+        }
+        let Some(load) = &self.load_config else {
+            return Some(KEPT.to_string());
+        };
+        let path = layout.release(release).join("robot.yaml");
+        let loaded = load(&path).and_then(|cfg| table.reconfigure(&cfg));
+        let note = match loaded {
+            Ok(()) => {
+                self.config_release = Some(release.to_string());
+                format!("its robot.yaml differs from {from}'s: loaded (commands, CPUs, limits, restart policies, budgets)")
+            }
+            Err(why) => format!(
+                "its robot.yaml differs from {from}'s and was not loaded ({why}): the processes run the new binaries with {from}'s configuration until the supervisor restarts"
+            ),
+        };
+        self.stderr.say(format!("release {release}: {note}"));
+        Some(note)
     }
 
     /// The release line of the status.
@@ -246,12 +304,9 @@ impl ReleaseWatch {
                     None,
                     format!("release {release} in trial (rollback to {previous}): restarting every process from it"),
                 );
+                let config_note = self.follow_config(&release, table);
                 table.restart_all(&format!("release {release} in trial"), out);
                 self.running_release = Some(release.clone());
-                let config_note = config_changed(&layout, &previous, &release);
-                if let Some(n) = &config_note {
-                    self.stderr.say(format!("release {release}: {n}"));
-                }
                 self.trial = Some(Trial {
                     release,
                     since,
@@ -281,6 +336,9 @@ impl ReleaseWatch {
                         "release: current is now {}: restarting every process from it",
                         current.as_deref().unwrap_or("(none)")
                     ));
+                    if let Some(c) = &current {
+                        self.follow_config(c, table);
+                    }
                     table.restart_all("current release changed", out);
                     self.running_release = current.clone();
                     self.status = ReleaseStatus {
@@ -450,6 +508,7 @@ impl ReleaseWatch {
                 );
                 match release::rollback(&self.prefix) {
                     Ok(rb) => {
+                        self.follow_config(&rb.to, table);
                         table.restart_all(&format!("rolled back to {}", rb.to), out);
                         self.running_release = Some(rb.to.clone());
                         let reason = if rb.reboot {
@@ -510,15 +569,8 @@ impl ReleaseWatch {
     }
 }
 
-/// A note when release `new`'s robot.yaml differs from `old`'s: the
-/// processes are restarted from the new binaries, but with the process
-/// configuration the supervisor loaded at its start.
-fn config_changed(layout: &release::Layout, old: &str, new: &str) -> Option<String> {
-    let read = |r: &str| std::fs::read(layout.release(r).join("robot.yaml")).ok();
-    (read(old) != read(new)).then(|| {
-        "its robot.yaml differs from the previous release's: the processes run the new binaries with the configuration loaded at the supervisor's start until the supervisor restarts".to_string()
-    })
-}
+/// The note when a release's robot.yaml differs and no loader was given.
+const KEPT: &str = "its robot.yaml differs from the previous release's: the processes run the new binaries with the configuration loaded at the supervisor's start until the supervisor restarts";
 
 /// What a rollback of a system update that ran says is left to do.
 const REBOOT_BACK: &str = "extlinux.conf boots the previous label again; reboot to run the previous kernel command line and CPU plan (run/rtdeploy/reboot-required)";
