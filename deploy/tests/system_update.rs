@@ -266,7 +266,6 @@ fn install_system_update(r: &Robot) -> String {
     let c = deploy_env(&["--prefix", r.p(), "commit"], None);
     assert_eq!(c.status.code(), Some(2), "{}", text(&c));
     assert!(text(&c).contains("reboot first"), "{}", text(&c));
-    // The text report says it too.
     label
 }
 

@@ -28,7 +28,18 @@ pub fn changes(old: &Robot, new: &Robot) -> Vec<String> {
     };
     let (a, b) = (line(old), line(new));
     if a != b {
-        out.push(format!("kernel command line `{a}` -> `{b}`"));
+        let outside = new
+            .board
+            .board()
+            .is_none_or(|b| b.boot != BootLoader::Extlinux);
+        out.push(format!(
+            "kernel command line `{a}` -> `{b}`{}",
+            if outside {
+                " (this board's boot loader gives it: set it there before the reboot, or the trial is rolled back)"
+            } else {
+                ""
+            }
+        ));
     }
     if old.cpus.isolated != new.cpus.isolated {
         out.push(format!(

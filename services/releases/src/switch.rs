@@ -88,7 +88,13 @@ pub fn begin_system_trial(
                 &e.path,
                 &e.text,
                 Some(("boot-staged", "boot-written")),
-            )?;
+            )
+            .inspect_err(|_| {
+                // Nothing boots the new line: the trial is undone at once
+                // (the next start would do it after a reboot).
+                remove_stale_boot_file(prefix, &e.path);
+                let _ = rollback(prefix);
+            })?;
         }
         ask_reboot(
             prefix,

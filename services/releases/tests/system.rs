@@ -252,6 +252,7 @@ fn a_supervisor_restart_before_the_reboot_undoes_the_system_update() {
     assert!(rec.reason.unwrap().contains("before the reboot"));
     assert_eq!(conf(&prefix), old_conf());
     assert!(!prefix.join(REBOOT_MARKER).exists());
+    assert_eq!(conf(&prefix), old_conf());
 }
 
 /// Not a test on its own: the child half of
@@ -340,4 +341,25 @@ fn system_update_killed_at_every_step() {
             .collect();
         assert!(leftovers.is_empty(), "step {step}: {leftovers:?}");
     }
+}
+
+/// The boot file cannot be written (here: a directory stands where its
+/// temporary file goes): the install fails and the trial is undone at
+/// once, the old release current and committed, the old file in place, no
+/// reboot asked for.
+#[test]
+fn a_boot_file_that_cannot_be_written_undoes_the_trial() {
+    let d = tempfile::tempdir().unwrap();
+    let (b1, b2) = bundles(d.path());
+    let prefix = robot_with_boot(d.path(), &b1);
+    fs::create_dir_all(prefix.join("boot/extlinux/.extlinux.conf.rtdeploy-tmp/x")).unwrap();
+    let err = install_bundle(&prefix, &b2, &system_opts(&prefix)).unwrap_err();
+    assert!(err.to_string().contains("extlinux.conf"), "{err}");
+    assert_eq!(current_version(&prefix), "1");
+    assert!(matches!(
+        read_state(&prefix).unwrap(),
+        Some(ReleaseState::Committed { .. })
+    ));
+    assert!(!prefix.join(REBOOT_MARKER).exists());
+    assert_eq!(conf(&prefix), old_conf());
 }
