@@ -320,22 +320,11 @@ fn a_failed_system_trial_boots_back_into_the_previous_label() {
 
 #[test]
 fn a_cut_at_every_step_boots_the_old_or_the_new_plan() {
-    let steps = [
-        "locked",
-        "blob-staged",
-        "verified",
-        "stored",
-        "release-file",
-        "release-built",
-        "release-renamed",
-        "state-trial",
-        "previous-switched",
-        "current-switched",
-        "boot-staged",
-        "boot-written",
-        "config-linked",
-        "pruned",
-    ];
+    // Every step of the installer, and the boot file's.
+    let steps = releases::FAULT_STEPS
+        .iter()
+        .chain(releases::SYSTEM_FAULT_STEPS)
+        .copied();
     for step in steps {
         let r = robot();
         let o = r.install(Some(step));
