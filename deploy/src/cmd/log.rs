@@ -274,6 +274,14 @@ fn info(ctx: &Ctx, file: &Path) -> anyhow::Result<Exit> {
                 .unwrap_or_default()
         ));
     }
+    for (topic, n) in &sum.lost {
+        if sum.channel(topic).is_none() {
+            out.push_str(&format!(
+                "{topic:<32} {:>9} {n:>7}  (none of its messages are in this file)\n",
+                0
+            ));
+        }
+    }
     crate::ctx::write_stdout(&out)?;
     Ok(Exit::Ok)
 }

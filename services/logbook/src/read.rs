@@ -127,6 +127,9 @@ pub struct Summary {
     pub finished: bool,
     /// Why reading stopped before the end, when it did.
     pub truncated: Option<String>,
+    /// Messages the logger recorded as lost, per channel (also channels
+    /// none of whose messages are in the file).
+    pub lost: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -146,7 +149,7 @@ impl Summary {
         self.channels.iter().find(|c| c.topic == topic)
     }
     pub fn gaps(&self) -> u64 {
-        self.channels.iter().map(|c| c.gaps).sum()
+        self.lost.values().sum()
     }
 }
 
@@ -262,6 +265,7 @@ pub fn scan(
         chunks: 0,
         finished: false,
         truncated: None,
+        lost: BTreeMap::new(),
     };
     // Complete chunks, counted without decompressing them.
     let mut chunks = Records::new(bytes, true);
@@ -391,6 +395,7 @@ pub fn scan(
     for c in &mut sum.channels {
         c.gaps = gaps.get(&c.topic).copied().unwrap_or(0);
     }
+    sum.lost = gaps;
     Ok(sum)
 }
 

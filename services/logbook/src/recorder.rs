@@ -1,20 +1,25 @@
-//! The logger: a thread of the supervisor that reads the recorded channels
-//! and the supervisor's events and writes them to rotating MCAP files.
+//! The logger: two threads of the supervisor, pinned to the housekeeping
+//! CPUs, that read the recorded channels and the supervisor's events and
+//! write them to rotating MCAP files.
 //!
-//! It stays off the real-time path: it reads channels as a fetcher (no
-//! subscriber entry, never armed, so no publisher ever pays a wake for
-//! it, and no lock a publisher takes), polls them every `log.poll` from a
-//! thread pinned to the housekeeping CPUs, and compresses and syncs there.
-//! A message overwritten before the logger read it is recorded as a gap
-//! on `/rtdeploy/log/gaps` with its count, as is an event the supervisor
-//! could not hand over (a bounded queue, never a blocked supervisor). A
-//! write that fails (a full disk) stops the logger; the status says why.
+//! It stays off the real-time path: the reading thread reads channels as a
+//! fetcher (no subscriber entry, never armed, so no publisher ever pays a
+//! wake for it, and no lock a publisher takes) every `log.poll`, copies
+//! what it read into batches and hands them to the writing thread, which
+//! compresses, writes, syncs and rotates. A disk that stalls (a sync
+//! behind other writers) stalls only the writer: the reader goes on
+//! reading while the batches in flight stay within `log.buffer`, and drops
+//! batches beyond it. Whatever is lost, a message overwritten before the
+//! reader read it or a batch dropped, is recorded as a gap on
+//! `/rtdeploy/log/gaps` with its count, as is an event the supervisor could
+//! not hand over (a bounded queue, never a blocked supervisor). A write that
+//! fails (a full disk) stops the logger; the status says why.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -34,6 +39,9 @@ pub const EVENT_QUEUE: usize = 4096;
 /// How often channels not open yet (a process's timing channel before it
 /// starts) are looked for.
 const REOPEN: Duration = Duration::from_secs(1);
+/// Batches in flight from the reader to the writer, at most (their bytes
+/// are bounded by `log.buffer` too).
+const BATCHES: usize = 256;
 
 /// What the logger is given.
 #[derive(Debug, Clone)]
@@ -116,8 +124,11 @@ pub struct LogStatus {
     /// The last problem that did not stop the logger (a channel fault, a
     /// file the quota could not delete).
     pub last_problem: Option<String>,
-    /// CPU time the logger's thread used (reading, compressing, writing).
+    /// CPU time the logger's threads used (reading; compressing, writing).
     pub cpu_ns: u64,
+    /// Batches the reader dropped because the writer was behind by
+    /// `log.buffer` (their messages are gaps).
+    pub batches_dropped: u64,
 }
 
 /// The running logger.
@@ -125,14 +136,16 @@ pub struct Recorder {
     sink: EventSink,
     status: Arc<Mutex<LogStatus>>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    reader: Option<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
 }
 
 impl Recorder {
-    /// Creates the directory and starts the thread.
+    /// Creates the directory and starts the threads.
     pub fn start(cfg: RecorderConfig) -> io::Result<Recorder> {
         std::fs::create_dir_all(&cfg.dir)?;
         let (tx, rx) = sync_channel(EVENT_QUEUE);
+        let (btx, brx) = sync_channel(BATCHES);
         let dropped = Arc::new(AtomicU64::new(0));
         let status = Arc::new(Mutex::new(LogStatus {
             state: "recording".into(),
@@ -140,27 +153,48 @@ impl Recorder {
             ..LogStatus::default()
         }));
         let stop = Arc::new(AtomicBool::new(false));
-        let mut w = Worker {
-            cfg,
-            rx,
-            dropped: dropped.clone(),
-            dropped_logged: 0,
+        let shared = Arc::new(Shared {
             status: status.clone(),
-            stop: stop.clone(),
-            subs: Vec::new(),
+            in_flight: AtomicU64::new(0),
+            writer_stopped: AtomicBool::new(false),
+            reader_cpu: AtomicU64::new(0),
+            writer_cpu: AtomicU64::new(0),
+        });
+        let mut w = Writer {
+            cfg: cfg.clone(),
+            rx: brx,
+            shared: shared.clone(),
+            specs: Vec::new(),
             file: None,
+            last_pid: Vec::new(),
             seq: 0,
             scratch: Vec::new(),
             dirty: false,
         };
-        let thread = std::thread::Builder::new()
-            .name("rtd-logger".into())
+        let writer = std::thread::Builder::new()
+            .name("rtd-log-write".into())
             .spawn(move || w.run())?;
+        let mut r = Reader {
+            cfg,
+            events: rx,
+            dropped: dropped.clone(),
+            dropped_logged: 0,
+            shared,
+            stop: stop.clone(),
+            subs: Vec::new(),
+            out: Some(btx),
+            batch: Batch::default(),
+            carried: Vec::new(),
+        };
+        let reader = std::thread::Builder::new()
+            .name("rtd-log-read".into())
+            .spawn(move || r.run())?;
         Ok(Recorder {
             sink: EventSink { tx, dropped },
             status,
             stop,
-            thread: Some(thread),
+            reader: Some(reader),
+            writer: Some(writer),
         })
     }
 
@@ -174,23 +208,27 @@ impl Recorder {
         s
     }
 
-    /// Stops the thread after it has written what it holds and finished
-    /// the file (index and summary).
+    /// Stops the threads after the writer has written what was read and
+    /// finished the file (index and summary).
     pub fn stop(mut self) -> LogStatus {
+        self.join();
+        self.status()
+    }
+
+    fn join(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        for t in [self.reader.take(), self.writer.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = t.join();
         }
-        self.status()
     }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.join();
     }
 }
 
@@ -198,104 +236,223 @@ fn lock(m: &Mutex<LogStatus>) -> std::sync::MutexGuard<'_, LogStatus> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What both threads share.
+struct Shared {
+    status: Arc<Mutex<LogStatus>>,
+    /// Bytes of batches handed to the writer and not written yet.
+    in_flight: AtomicU64,
+    /// The writer stopped (a write failed): the reader stops too.
+    writer_stopped: AtomicBool,
+    reader_cpu: AtomicU64,
+    writer_cpu: AtomicU64,
+}
+
+impl Shared {
+    fn note_cpu(&self, which: &AtomicU64) {
+        which.store(thread_cpu_ns(), Ordering::Relaxed);
+        let total =
+            self.reader_cpu.load(Ordering::Relaxed) + self.writer_cpu.load(Ordering::Relaxed);
+        lock(&self.status).cpu_ns = total;
+    }
+}
+
+/// What the reader hands the writer: items whose bytes are in `data`.
+#[derive(Default)]
+struct Batch {
+    items: Vec<Item>,
+    data: Vec<u8>,
+}
+
+enum Item {
+    /// A channel's spec (sent when it is opened, and again when its
+    /// recorded type became known); `sub` indexes the reader's channels.
+    Topic { sub: usize, spec: TopicSpec },
+    Message {
+        sub: usize,
+        index: u64,
+        send_ns: u64,
+        pid: u32,
+        at: usize,
+        len: usize,
+    },
+    /// A JSON record on one of the logger's own topics.
+    Json {
+        topic: &'static str,
+        send_ns: u64,
+        at: usize,
+        len: usize,
+    },
+}
+
+impl Batch {
+    fn json(&mut self, topic: &'static str, send_ns: u64, v: &serde_json::Value) {
+        let at = self.data.len();
+        let _ = serde_json::to_writer(&mut self.data, v);
+        self.items.push(Item::Json {
+            topic,
+            send_ns,
+            at,
+            len: self.data.len() - at,
+        });
+    }
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+fn gap(channel: &str, from_index: u64, count: u64, reason: &str) -> serde_json::Value {
+    serde_json::json!({
+        "channel": channel,
+        "from_index": from_index,
+        "count": count,
+        "reason": reason,
+    })
+}
+
 struct Sub {
     name: String,
     reader: Subscriber,
     spec: TopicSpec,
-    /// The sender last recorded in the current file.
-    last_pid: Option<u32>,
     counts: ChannelCounts,
 }
 
-struct Worker {
+/// The reading thread.
+struct Reader {
     cfg: RecorderConfig,
-    rx: Receiver<Event>,
+    events: Receiver<Event>,
     dropped: Arc<AtomicU64>,
     /// Dropped events already recorded as a gap.
     dropped_logged: u64,
-    status: Arc<Mutex<LogStatus>>,
+    shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     subs: Vec<Sub>,
-    file: Option<LogFile>,
-    seq: u64,
-    scratch: Vec<u8>,
-    /// Something was written since the last flush.
-    dirty: bool,
+    out: Option<SyncSender<Batch>>,
+    batch: Batch,
+    /// Gaps not in the file yet (of dropped batches, of the event
+    /// queue), put in every batch until one goes through: (channel, first
+    /// index, count, why).
+    carried: Vec<(String, u64, u64, &'static str)>,
 }
 
-impl Worker {
+/// Pins the calling thread to the housekeeping CPUs and sets its nice
+/// value; a refusal is the status's last problem.
+fn place_thread(cfg: &RecorderConfig, status: &Mutex<LogStatus>) {
+    if !cfg.cpus.is_empty() {
+        if let Err(e) = controller::rt::pin_cpus(&cfg.cpus) {
+            lock(status).last_problem = Some(format!("pinning to CPUs {:?}: {e}", cfg.cpus));
+        }
+    }
+    let nice = cfg.section.nice;
+    if nice != 0 {
+        if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice) {
+            lock(status).last_problem = Some(format!("nice {nice} for the logger's threads: {e}"));
+        }
+    }
+}
+
+impl Reader {
     fn run(&mut self) {
-        if !self.cfg.cpus.is_empty() {
-            if let Err(e) = controller::rt::pin_cpus(&self.cfg.cpus) {
-                lock(&self.status).last_problem =
-                    Some(format!("pinning to CPUs {:?}: {e}", self.cfg.cpus));
-            }
-        }
-        let nice = self.cfg.section.nice;
-        if nice != 0 {
-            if let Err(e) =
-                rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)
-            {
-                lock(&self.status).last_problem =
-                    Some(format!("nice {nice} for the logger thread: {e}"));
-            }
-        }
+        place_thread(&self.cfg, &self.shared.status);
         let poll = self.cfg.section.poll.0;
-        let flush = self.cfg.section.flush.0;
         let mut next_open = Instant::now();
-        let mut next_flush = Instant::now() + flush;
-        self.prune_quota(None);
         loop {
             let stopping = self.stop.load(Ordering::Relaxed);
+            if self.shared.writer_stopped.load(Ordering::Relaxed) {
+                break;
+            }
             let now = Instant::now();
             if now >= next_open {
                 self.open_channels();
                 next_open = now + REOPEN;
             }
-            let mut r = self.turn();
-            if r.is_ok() && (now >= next_flush || stopping) {
-                next_flush = now + flush;
-                r = self.flush_and_rotate();
-            }
-            if let Err(e) = r {
-                self.fail(e);
-                return;
-            }
+            self.turn();
+            self.hand_over(stopping);
+            self.shared.note_cpu(&self.shared.reader_cpu);
             if stopping {
-                let r = match self.file.take() {
-                    Some(f) => f.finish().map(|_| ()),
-                    None => Ok(()),
-                };
-                let mut s = lock(&self.status);
-                s.file = None;
-                s.state = match r {
-                    Ok(()) => "stopped".into(),
-                    Err(e) => format!("stopped: finishing the file failed: {e}"),
-                };
-                return;
+                break;
             }
             std::thread::sleep(poll);
         }
+        // Dropping the sender ends the writer once it has written the rest.
+        self.out = None;
     }
 
-    /// Stops recording on a write error; the file is finished if it can
-    /// be (a full disk usually cannot take the summary either).
-    fn fail(&mut self, e: io::Error) {
-        let at = self.file.as_ref().map(|f| f.path().display().to_string());
-        if let Some(f) = self.file.take() {
-            let _ = f.finish();
+    /// Hands the batch to the writer; when the writer is behind by more
+    /// than `log.buffer`, the batch is dropped and its messages become
+    /// gaps. At the end (`last`) it waits for room instead.
+    fn hand_over(&mut self, last: bool) {
+        if self.batch.is_empty() {
+            return;
         }
-        let why = if e.kind() == io::ErrorKind::StorageFull {
-            format!("disk full ({e})")
+        let Some(out) = &self.out else { return };
+        let b = std::mem::take(&mut self.batch);
+        let bytes = b.data.len() as u64 + 64 * b.items.len() as u64;
+        let limit = self.cfg.section.buffer.0;
+        let room = self.shared.in_flight.load(Ordering::Relaxed) + bytes <= limit;
+        let sent = if last {
+            self.shared.in_flight.fetch_add(bytes, Ordering::Relaxed);
+            out.send(b).map_err(|e| TrySendError::Disconnected(e.0))
+        } else if room {
+            self.shared.in_flight.fetch_add(bytes, Ordering::Relaxed);
+            out.try_send(b)
         } else {
-            e.to_string()
+            Err(TrySendError::Full(b))
         };
-        let mut s = lock(&self.status);
-        s.file = None;
-        s.state = match at {
-            Some(p) => format!("stopped: {why}, writing {p}"),
-            None => format!("stopped: {why}"),
-        };
+        match sent {
+            Ok(()) => self.carried.clear(),
+            Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => {
+                if room || last {
+                    self.shared.in_flight.fetch_sub(bytes, Ordering::Relaxed);
+                }
+                self.drop_batch(b);
+            }
+        }
+    }
+
+    /// A batch the writer could not take: its messages are gaps (carried
+    /// into the next batch), its events an events gap.
+    fn drop_batch(&mut self, b: Batch) {
+        let mut per: BTreeMap<usize, (u64, u64)> = BTreeMap::new();
+        let mut events = 0u64;
+        for it in &b.items {
+            match it {
+                Item::Message { sub, index, .. } => {
+                    let e = per.entry(*sub).or_insert((*index, 0));
+                    e.1 += 1;
+                }
+                Item::Json {
+                    topic: EVENTS_TOPIC,
+                    ..
+                } => events += 1,
+                Item::Json { .. } => {}
+                // Specs are sent again with the next batch.
+                Item::Topic { sub, .. } => {
+                    if let Some(s) = self.subs.get_mut(*sub) {
+                        s.spec.metadata.remove(SPEC_SENT);
+                    }
+                }
+            }
+        }
+        for (sub, (from, n)) in per {
+            let s = &mut self.subs[sub];
+            s.counts.logged -= n;
+            s.counts.gaps += n;
+            self.carried.push((s.name.clone(), from, n, DISK_BEHIND));
+        }
+        if events > 0 {
+            let first = lock(&self.shared.status).events_logged;
+            self.carried
+                .push((EVENTS_TOPIC.into(), first, events, DISK_BEHIND));
+            lock(&self.shared.status).events_logged -= events;
+            // Counted as dropped, and already recorded as a gap.
+            self.dropped.fetch_add(events, Ordering::Relaxed);
+            self.dropped_logged += events;
+        }
+        let mut st = lock(&self.shared.status);
+        st.batches_dropped += 1;
+        for s in &self.subs {
+            st.channels.insert(s.name.clone(), s.counts.clone());
+        }
     }
 
     fn open_channels(&mut self) {
@@ -307,7 +464,7 @@ impl Worker {
                 Ok(ch) => ch,
                 Err(e) => {
                     if !matches!(&e, controller::channel::ChannelOpenError::NotFound { .. }) {
-                        lock(&self.status).last_problem = Some(format!("{name}: {e}"));
+                        lock(&self.shared.status).last_problem = Some(format!("{name}: {e}"));
                     }
                     continue;
                 }
@@ -335,8 +492,9 @@ impl Worker {
                 },
                 metadata,
             };
-            // From the first message ever published: what the channel
-            // still holds is recorded, what it no longer holds is a gap.
+            // From the first message ever published (what the channel
+            // still holds is recorded, what it no longer holds is a gap),
+            // or from the next one.
             let reader = ch.reader_at(if self.cfg.from_oldest {
                 0
             } else {
@@ -346,153 +504,287 @@ impl Worker {
                 name: name.clone(),
                 reader,
                 spec,
-                last_pid: None,
                 counts: ChannelCounts::default(),
             });
-            lock(&self.status)
+            lock(&self.shared.status)
                 .channels
                 .insert(name.clone(), ChannelCounts::default());
         }
     }
 
-    fn file(&mut self) -> io::Result<&mut LogFile> {
-        if self.file.is_none() {
-            let clock = ClockMap::now();
-            let path = self.cfg.dir.join(format!(
-                "{}-{:04}.mcap",
-                utc_stamp(clock.realtime_ns),
-                self.seq
-            ));
-            self.seq += 1;
-            let f = LogFile::create(
-                &path,
-                self.cfg.section.chunk_size.0,
-                &self.cfg.boot_id,
-                clock,
-            )?;
-            for s in &mut self.subs {
-                s.last_pid = None;
-            }
-            let mut st = lock(&self.status);
-            st.file = Some(path);
-            st.files_written += 1;
-            drop(st);
-            self.file = Some(f);
-        }
-        Ok(self.file.as_mut().expect("opened above"))
-    }
-
-    /// Reads everything new of every channel and event queue.
-    fn turn(&mut self) -> io::Result<()> {
-        let mut events = Vec::new();
-        while let Ok(ev) = self.rx.try_recv() {
-            events.push(ev);
-            if events.len() >= EVENT_QUEUE {
+    /// Reads everything new of every channel and of the event queue into
+    /// the batch.
+    fn turn(&mut self) {
+        let mut n = 0;
+        while let Ok(ev) = self.events.try_recv() {
+            let v = serde_json::to_value(&ev).unwrap_or_default();
+            self.batch.json(EVENTS_TOPIC, ev.monotonic_ns, &v);
+            n += 1;
+            if n >= EVENT_QUEUE {
                 break;
             }
         }
         let dropped = self.dropped.load(Ordering::Relaxed);
-        if !events.is_empty() || dropped > self.dropped_logged {
-            self.file()?;
-            let f = self.file.as_mut().expect("opened");
-            f.add(&json_topic(EVENTS_TOPIC))?;
-            for ev in &events {
-                let data = serde_json::to_vec(ev).unwrap_or_default();
-                f.write(EVENTS_TOPIC, 0, ev.monotonic_ns, &data, &mut self.scratch)?;
-            }
-            if dropped > self.dropped_logged {
-                let gap = serde_json::json!({
-                    "channel": EVENTS_TOPIC,
-                    "from_index": self.dropped_logged,
-                    "count": dropped - self.dropped_logged,
-                    "reason": "the supervisor's event queue was full",
-                });
-                write_json(f, GAPS_TOPIC, &gap, &mut self.scratch)?;
-                self.dropped_logged = dropped;
-            }
-            let mut st = lock(&self.status);
-            st.events_logged += events.len() as u64;
-            self.dirty = true;
+        if dropped > self.dropped_logged {
+            self.carried.push((
+                EVENTS_TOPIC.into(),
+                self.dropped_logged,
+                dropped - self.dropped_logged,
+                "the supervisor's event queue was full",
+            ));
+            self.dropped_logged = dropped;
+        }
+        lock(&self.shared.status).events_logged += n as u64;
+        let now = controller::Monotonic::now().as_nanos();
+        for (ch, from, count, why) in &self.carried {
+            self.batch
+                .json(GAPS_TOPIC, now, &gap(ch, *from, *count, why));
         }
         for i in 0..self.subs.len() {
-            self.read_channel(i)?;
+            self.read_channel(i);
         }
-        lock(&self.status).cpu_ns = thread_cpu_ns();
-        Ok(())
     }
 
-    fn read_channel(&mut self, i: usize) -> io::Result<()> {
-        let queue = self.subs[i].reader.channel().geometry().queue_len;
+    fn read_channel(&mut self, i: usize) {
+        let s = &mut self.subs[i];
+        let queue = s.reader.channel().geometry().queue_len;
         // Bounded: what the ring can hold, twice; the rest waits a turn.
         let budget = queue.saturating_mul(2).max(16);
         let mut done = 0u64;
-        while done < budget {
-            if !self.subs[i].reader.has_new() {
-                break;
-            }
-            if self.file.is_none() {
-                self.file()?;
-            }
-            let (f, s, scratch) = (
-                self.file.as_mut().expect("opened"),
-                &mut self.subs[i],
-                &mut self.scratch,
-            );
+        let mut fault = None;
+        while done < budget && s.reader.has_new() {
             // The type a publisher bound after the logger opened the
             // channel (before it published): known by the first message.
             if !s.spec.metadata.contains_key(META_TYPE) {
                 note_type(s.reader.channel(), &mut s.spec.metadata);
+                if s.spec.metadata.contains_key(META_TYPE) {
+                    s.spec.metadata.remove(SPEC_SENT); // the writer learns it
+                }
+            }
+            if !s.spec.metadata.contains_key(SPEC_SENT) {
+                s.spec.metadata.insert(SPEC_SENT.into(), String::new());
+                let mut spec = s.spec.clone();
+                spec.metadata.remove(SPEC_SENT);
+                self.batch.items.push(Item::Topic { sub: i, spec });
             }
             let m = match s.reader.next_message() {
                 Ok(Some(m)) => m,
                 Ok(None) => break,
                 Err(e) => {
                     s.counts.faults += 1;
-                    let msg = format!("{}: {e}", s.name);
-                    lock(&self.status).last_problem = Some(msg);
+                    fault = Some(format!("{}: {e}", s.name));
                     break;
                 }
             };
             done += 1;
-            f.add(&s.spec)?;
             if m.lost_before > 0 {
                 let from = m.index - m.lost_before;
-                let gap = serde_json::json!({
-                    "channel": s.name,
-                    "from_index": from,
-                    "count": m.lost_before,
-                    "reason": if from == 0 && s.counts.logged == 0 {
-                        "published before the logger opened the channel, and overwritten since"
-                    } else {
-                        "overwritten before the logger read them"
-                    },
-                });
-                let t = m.send_time_ns;
-                f.add(&json_topic(GAPS_TOPIC))?;
-                let data = serde_json::to_vec(&gap).unwrap_or_default();
-                f.write(GAPS_TOPIC, 0, t, &data, scratch)?;
+                let why = if from == 0 && s.counts.logged == 0 && s.counts.gaps == 0 {
+                    "published before the logger opened the channel, and overwritten since"
+                } else {
+                    "overwritten before the logger read them"
+                };
+                let g = gap(&s.name, from, m.lost_before, why);
+                self.batch.json(GAPS_TOPIC, m.send_time_ns, &g);
                 s.counts.gaps += m.lost_before;
             }
-            if s.last_pid != Some(m.sender_pid) {
-                let rec = serde_json::json!({
-                    "channel": s.name,
-                    "index": m.index,
-                    "pid": m.sender_pid,
-                });
-                f.add(&json_topic(SENDERS_TOPIC))?;
-                let data = serde_json::to_vec(&rec).unwrap_or_default();
-                f.write(SENDERS_TOPIC, 0, m.send_time_ns, &data, scratch)?;
-                s.last_pid = Some(m.sender_pid);
-            }
-            f.write(&s.name, m.index as u32, m.send_time_ns, m.data, scratch)?;
+            let at = self.batch.data.len();
+            self.batch.data.extend_from_slice(m.data);
+            self.batch.items.push(Item::Message {
+                sub: i,
+                index: m.index,
+                send_ns: m.send_time_ns,
+                pid: m.sender_pid,
+                at,
+                len: m.data.len(),
+            });
+            // Counted as logged when read; a batch dropped later moves
+            // its messages to the gaps.
             s.counts.logged += 1;
-            self.dirty = true;
         }
-        let s = &self.subs[i];
-        if done > 0 || s.counts.faults > 0 {
-            lock(&self.status)
-                .channels
-                .insert(s.name.clone(), s.counts.clone());
+        if done > 0 || fault.is_some() {
+            let mut st = lock(&self.shared.status);
+            st.channels.insert(s.name.clone(), s.counts.clone());
+            if fault.is_some() {
+                st.last_problem = fault;
+            }
+        }
+    }
+}
+
+/// Why messages of a dropped batch are gaps.
+const DISK_BEHIND: &str = "read, but the writer was behind by log.buffer (a slow disk)";
+
+/// A marker in a reader's spec: the writer has it.
+const SPEC_SENT: &str = "\u{0}sent";
+
+/// The writing thread.
+struct Writer {
+    cfg: RecorderConfig,
+    rx: Receiver<Batch>,
+    shared: Arc<Shared>,
+    /// The reader's channels, by index.
+    specs: Vec<Option<TopicSpec>>,
+    file: Option<LogFile>,
+    /// The sender last recorded in the current file, per channel.
+    last_pid: Vec<Option<u32>>,
+    seq: u64,
+    scratch: Vec<u8>,
+    /// Something was written since the last flush.
+    dirty: bool,
+}
+
+impl Writer {
+    fn run(&mut self) {
+        place_thread(&self.cfg, &self.shared.status);
+        let flush = self.cfg.section.flush.0;
+        let mut next_flush = Instant::now() + flush;
+        self.prune_quota();
+        loop {
+            let wait = next_flush.saturating_duration_since(Instant::now());
+            let (r, end) = match self.rx.recv_timeout(wait) {
+                Ok(b) => {
+                    let bytes = b.data.len() as u64 + 64 * b.items.len() as u64;
+                    let r = self.write_batch(&b);
+                    self.shared.in_flight.fetch_sub(bytes, Ordering::Relaxed);
+                    (r, false)
+                }
+                Err(RecvTimeoutError::Timeout) => (Ok(()), false),
+                Err(RecvTimeoutError::Disconnected) => (Ok(()), true),
+            };
+            let r = r.and_then(|()| {
+                if Instant::now() >= next_flush {
+                    next_flush = Instant::now() + flush;
+                    self.flush_and_rotate()
+                } else {
+                    Ok(())
+                }
+            });
+            self.shared.note_cpu(&self.shared.writer_cpu);
+            if let Err(e) = r {
+                self.fail(e);
+                return;
+            }
+            if end {
+                let r = match self.file.take() {
+                    Some(f) => f.finish().map(|_| ()),
+                    None => Ok(()),
+                };
+                self.shared.note_cpu(&self.shared.writer_cpu);
+                let mut s = lock(&self.shared.status);
+                s.file = None;
+                s.state = match r {
+                    Ok(()) => "stopped".into(),
+                    Err(e) => format!("stopped: finishing the file failed: {e}"),
+                };
+                return;
+            }
+        }
+    }
+
+    /// Stops recording on a write error; the file is finished if it can
+    /// be (a full disk usually cannot take the summary either).
+    fn fail(&mut self, e: io::Error) {
+        self.shared.writer_stopped.store(true, Ordering::Relaxed);
+        let at = self.file.as_ref().map(|f| f.path().display().to_string());
+        if let Some(f) = self.file.take() {
+            let _ = f.finish();
+        }
+        let why = if e.kind() == io::ErrorKind::StorageFull {
+            format!("disk full ({e})")
+        } else {
+            e.to_string()
+        };
+        let mut s = lock(&self.shared.status);
+        s.file = None;
+        s.state = match at {
+            Some(p) => format!("stopped: {why}, writing {p}"),
+            None => format!("stopped: {why}"),
+        };
+    }
+
+    fn open_file(&mut self) -> io::Result<()> {
+        if self.file.is_some() {
+            return Ok(());
+        }
+        let clock = ClockMap::now();
+        let path = self.cfg.dir.join(format!(
+            "{}-{:04}.mcap",
+            utc_stamp(clock.realtime_ns),
+            self.seq
+        ));
+        self.seq += 1;
+        let f = LogFile::create(
+            &path,
+            self.cfg.section.chunk_size.0,
+            &self.cfg.boot_id,
+            clock,
+        )?;
+        self.last_pid.iter_mut().for_each(|p| *p = None);
+        let mut st = lock(&self.shared.status);
+        st.file = Some(path);
+        st.files_written += 1;
+        drop(st);
+        self.file = Some(f);
+        Ok(())
+    }
+
+    fn write_batch(&mut self, b: &Batch) -> io::Result<()> {
+        for it in &b.items {
+            if let Item::Topic { sub, spec } = it {
+                if self.specs.len() <= *sub {
+                    self.specs.resize(*sub + 1, None);
+                    self.last_pid.resize(*sub + 1, None);
+                }
+                self.specs[*sub] = Some(spec.clone());
+                continue;
+            }
+            self.open_file()?;
+            let f = self.file.as_mut().expect("opened");
+            match *it {
+                Item::Topic { .. } => {}
+                Item::Json {
+                    topic,
+                    send_ns,
+                    at,
+                    len,
+                } => {
+                    f.add(&json_topic(topic))?;
+                    f.write(topic, 0, send_ns, &b.data[at..at + len], &mut self.scratch)?;
+                }
+                Item::Message {
+                    sub,
+                    index,
+                    send_ns,
+                    pid,
+                    at,
+                    len,
+                } => {
+                    let Some(spec) = self.specs.get(sub).and_then(|s| s.as_ref()) else {
+                        continue;
+                    };
+                    f.add(spec)?;
+                    if self.last_pid[sub] != Some(pid) {
+                        let rec = serde_json::json!({
+                            "channel": spec.topic,
+                            "index": index,
+                            "pid": pid,
+                        });
+                        f.add(&json_topic(SENDERS_TOPIC))?;
+                        let data = serde_json::to_vec(&rec).unwrap_or_default();
+                        f.write(SENDERS_TOPIC, 0, send_ns, &data, &mut self.scratch)?;
+                        self.last_pid[sub] = Some(pid);
+                    }
+                    f.write(
+                        &spec.topic,
+                        index as u32,
+                        send_ns,
+                        &b.data[at..at + len],
+                        &mut self.scratch,
+                    )?;
+                }
+            }
+            self.dirty = true;
         }
         Ok(())
     }
@@ -511,18 +803,18 @@ impl Worker {
             .as_nanos()
             .saturating_sub(f.opened_mono);
         let written = f.written();
-        lock(&self.status).bytes_written = written;
+        lock(&self.shared.status).bytes_written = written;
         if written >= sec.rotate_size.0 || age >= sec.rotate_age.as_nanos() {
             let f = self.file.take().expect("checked");
-            let done = f.finish()?;
-            self.prune_quota(Some(&done));
+            f.finish()?;
+            self.prune_quota();
         }
         Ok(())
     }
 
     /// Deletes the oldest files of the directory until what is left, and
     /// a file to come, fit the quota.
-    fn prune_quota(&mut self, _just_done: Option<&Path>) {
+    fn prune_quota(&mut self) {
         let sec = &self.cfg.section;
         let current = self.file.as_ref().map(|f| f.path().to_path_buf());
         let mut files = list_files(&self.cfg.dir);
@@ -540,13 +832,13 @@ impl Worker {
                     deleted += 1;
                 }
                 Err(e) => {
-                    lock(&self.status).last_problem =
+                    lock(&self.shared.status).last_problem =
                         Some(format!("quota: deleting {}: {e}", p.display()));
                     break;
                 }
             }
         }
-        lock(&self.status).files_deleted += deleted;
+        lock(&self.shared.status).files_deleted += deleted;
     }
 }
 
@@ -573,23 +865,6 @@ fn json_topic(topic: &str) -> TopicSpec {
         raw_encoding: "json",
         metadata: BTreeMap::new(),
     }
-}
-
-fn write_json(
-    f: &mut LogFile,
-    topic: &str,
-    v: &serde_json::Value,
-    scratch: &mut Vec<u8>,
-) -> io::Result<()> {
-    f.add(&json_topic(topic))?;
-    let data = serde_json::to_vec(v).unwrap_or_default();
-    f.write(
-        topic,
-        0,
-        controller::Monotonic::now().as_nanos(),
-        &data,
-        scratch,
-    )
 }
 
 /// The `.mcap` files of a directory with their sizes, oldest (by name:

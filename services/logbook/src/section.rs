@@ -52,6 +52,10 @@ pub struct LogSection {
     /// messages. Needs CAP_SYS_NICE below 0 (the status says when it was
     /// refused).
     pub nice: i32,
+    /// What the reader may hold for a writer that is behind (a disk that
+    /// stalls): read messages beyond this are dropped, and recorded as
+    /// gaps.
+    pub buffer: ByteSize,
     /// The message type of each channel that has one, for readers that
     /// decode (Foxglove, `deploy log cat`): channel name -> type.
     pub types: BTreeMap<String, TypeDecl>,
@@ -70,6 +74,7 @@ impl Default for LogSection {
             quota: ByteSize(1 << 30),
             poll: Dur::from_millis(10),
             nice: -5,
+            buffer: ByteSize(64 << 20),
             types: BTreeMap::new(),
         }
     }
@@ -156,6 +161,12 @@ impl LogSection {
             out.push((
                 "log.poll".into(),
                 format!("{:?}: expected at most 1s", self.poll.0),
+            ));
+        }
+        if !((1 << 20)..=(4 << 30)).contains(&self.buffer.0) {
+            out.push((
+                "log.buffer".into(),
+                format!("{} bytes: expected 1MiB to 4GiB", self.buffer.0),
             ));
         }
         if !(-20..=19).contains(&self.nice) {

@@ -664,3 +664,52 @@ fn a_full_disk_stops_the_logger_and_never_the_publisher() {
     assert!(st.state.starts_with("stopped: disk full"), "{st:?}");
     eprintln!("{published} published before: {}", st.state);
 }
+
+/// A writer that is behind by more than `log.buffer` (here: any batch is
+/// more than the buffer) makes the reader drop what it read; every dropped
+/// message is a gap, in the status and in the file.
+#[test]
+fn messages_the_writer_cannot_take_are_gaps_not_silence() {
+    let shm = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(64, 256, 2);
+    let (ch, _) =
+        Channel::create(shm.path(), "/demo/sample", &geom, None, Path::new(PROC)).unwrap();
+    ch.bind_type::<Sample>().unwrap();
+    let mut s = section(5);
+    s.buffer = ByteSize(100);
+    let rec = start(shm.path(), out.path(), s, &["/demo/sample"]);
+    let sink = rec.sink();
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    for i in 0..300u64 {
+        p.publish_value(&Sample {
+            seq: i,
+            value: 0.0,
+            flags: 0,
+            reserved: 0,
+        })
+        .unwrap();
+        if i % 30 == 0 {
+            sink.send("supervisor", None, "an event");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    wait_logged(&rec, "/demo/sample", 300);
+    std::thread::sleep(Duration::from_millis(50));
+    let st = rec.stop();
+    let c = &st.channels["/demo/sample"];
+    assert!(st.batches_dropped > 0, "{st:?}");
+    assert_eq!(c.logged + c.gaps, 300, "{st:?}");
+    assert!(c.gaps > 0, "{st:?}");
+    assert_eq!(st.events_logged + st.events_dropped, 10, "{st:?}");
+    // The last batch (at stop) goes through whatever its size: the file
+    // holds what it logged and every gap.
+    let f = files(out.path()).remove(0);
+    let b = load(&f).unwrap();
+    let sum = scan(&f, &b, |_| {}).unwrap();
+    let logged = sum.channel("/demo/sample").map_or(0, |c| c.messages);
+    assert_eq!(logged, c.logged, "{sum:?}");
+    assert_eq!(sum.lost.get("/demo/sample"), Some(&c.gaps), "{sum:?}");
+    let ev = sum.channel("/rtdeploy/events").map_or(0, |c| c.messages);
+    assert_eq!(ev, st.events_logged);
+}
