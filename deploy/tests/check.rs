@@ -745,3 +745,81 @@ fn messages_whose_wakes_were_lost_fail_the_check_by_name() {
         "{doc}"
     );
 }
+
+/// `--log-compare`: the scenario without, then with the supervisor's
+/// logger recording the check's channel; the logged phase is shown beside
+/// the deciding one, and the notes state the logger's cost and what it
+/// recorded.
+#[test]
+fn log_compare_runs_without_then_with_the_logger_and_states_the_cost() {
+    if !enough_cpus() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = deploy(
+        dir.path(),
+        &repo("examples/dev.yaml"),
+        &[
+            "--json",
+            "-q",
+            "check",
+            "--duration",
+            "2s",
+            "--no-verify",
+            "--log-compare",
+        ],
+        &[],
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_valid(&doc);
+    let names: Vec<&str> = doc["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    for want in ["delivery", "send", "delivery (logged)", "send (logged)"] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+    }
+    let accounting = doc["accounting"].as_array().unwrap();
+    assert_eq!(accounting.len(), 2);
+    assert_eq!(accounting[1]["informational"], true);
+    let notes: Vec<&str> = doc["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.starts_with("logger overhead (")
+            && n.contains("not logged -> logged")
+            && n.contains("p99.9")),
+        "{notes:?}"
+    );
+    let logger = notes
+        .iter()
+        .find(|n| n.starts_with("logger: "))
+        .unwrap_or_else(|| panic!("{notes:?}"));
+    let logged: u64 = logger["logger: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(logged > 0, "{logger}");
+    assert!(
+        logger.contains("bytes/message") && logger.contains("per 100k messages"),
+        "{logger}"
+    );
+    // The logger's files went with the run.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("var/log/rtdeploy"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -837,7 +837,7 @@ pub(crate) fn run(
         notes.extend(overhead_note(
             &measurements,
             mechanisms[0],
-            "traced",
+            ("untraced", "traced"),
             "tracing overhead",
         ));
     }
@@ -845,7 +845,7 @@ pub(crate) fn run(
         notes.extend(overhead_note(
             &measurements,
             mechanisms[0],
-            "logged",
+            ("not logged", "logged"),
             "logger overhead",
         ));
         notes.extend(logger_note);
@@ -879,7 +879,12 @@ pub(crate) fn run(
 /// The cost of tracing or of the logger in one line: the plain and the
 /// traced (or logged) runs of the same mechanism side by side (p50, p99,
 /// p99.9, longest; send and delivery).
-fn overhead_note(ms: &[Measurement], mech: Mechanism, variant: &str, what: &str) -> Option<String> {
+fn overhead_note(
+    ms: &[Measurement],
+    mech: Mechanism,
+    (plain, variant): (&str, &str),
+    what: &str,
+) -> Option<String> {
     let find = |name: &str| {
         ms.iter()
             .find(|m| m.name == name && m.mechanism == Some(mech) && m.count > 0)
@@ -909,7 +914,7 @@ fn overhead_note(ms: &[Measurement], mech: Mechanism, variant: &str, what: &str)
     };
     let (d0, d1) = (find("delivery")?, find(&format!("delivery ({variant})"))?);
     let mut line = format!(
-        "{what} ({}, without -> {variant} in this run): {}",
+        "{what} ({}, {plain} -> {variant} in this run): {}",
         mech.short(),
         part("delivery", d0, d1)
     );
