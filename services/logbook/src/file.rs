@@ -287,7 +287,12 @@ impl LogFile {
         self.w
             .write_to_known_channel(&header, bytes)
             .map_err(mcap_io)?;
-        *self.counts.entry(topic.to_string()).or_default() += 1;
+        match self.counts.get_mut(topic) {
+            Some(n) => *n += 1,
+            None => {
+                self.counts.insert(topic.to_string(), 1);
+            }
+        }
         Ok(())
     }
 

@@ -169,6 +169,7 @@ impl Recorder {
             last_pid: Vec::new(),
             seq: 0,
             scratch: Vec::new(),
+            sender_rec: String::new(),
             dirty: false,
         };
         let writer = std::thread::Builder::new()
@@ -630,6 +631,7 @@ struct Writer {
     last_pid: Vec<Option<u32>>,
     seq: u64,
     scratch: Vec<u8>,
+    sender_rec: String,
     /// Something was written since the last flush.
     dirty: bool,
 }
@@ -765,14 +767,23 @@ impl Writer {
                     };
                     f.add(spec)?;
                     if self.last_pid[sub] != Some(pid) {
-                        let rec = serde_json::json!({
-                            "channel": spec.topic,
-                            "index": index,
-                            "pid": pid,
-                        });
+                        // Channels with several publishers change sender
+                        // often: the record is written without serde.
+                        use std::fmt::Write as _;
+                        self.sender_rec.clear();
+                        let _ = write!(
+                            self.sender_rec,
+                            "{{\"channel\":{},\"index\":{index},\"pid\":{pid}}}",
+                            serde_json::Value::from(spec.topic.as_str())
+                        );
                         f.add(&json_topic(SENDERS_TOPIC))?;
-                        let data = serde_json::to_vec(&rec).unwrap_or_default();
-                        f.write(SENDERS_TOPIC, 0, send_ns, &data, &mut self.scratch)?;
+                        f.write(
+                            SENDERS_TOPIC,
+                            0,
+                            send_ns,
+                            self.sender_rec.as_bytes(),
+                            &mut self.scratch,
+                        )?;
                         self.last_pid[sub] = Some(pid);
                     }
                     f.write(
