@@ -755,6 +755,7 @@ fn log_compare_runs_without_then_with_the_logger_and_states_the_cost() {
     if !enough_cpus() {
         return;
     }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let out = deploy(
         dir.path(),
