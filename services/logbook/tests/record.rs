@@ -84,6 +84,23 @@ fn wait_logged(rec: &Recorder, channel: &str, n: u64) {
     }
 }
 
+/// The next value of a xorshift64 sequence.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// `len` incompressible bytes from the sequence at `x`.
+fn noise(x: &mut u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    for b in buf.chunks_mut(8) {
+        b.copy_from_slice(&xorshift(x).to_le_bytes()[..b.len()]);
+    }
+    buf
+}
+
 /// Python's `mcap` package, or why not.
 fn python_mcap() -> Result<(), String> {
     let o = Command::new("python3")
@@ -420,13 +437,7 @@ fn files_rotate_and_the_quota_deletes_the_oldest() {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut sent = 0u64;
     for _ in 0..400 {
-        let mut buf = vec![0u8; 4000];
-        for b in buf.chunks_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            b.copy_from_slice(&x.to_le_bytes()[..b.len()]);
-        }
+        let buf = noise(&mut x, 4000);
         p.publish(&buf).unwrap();
         sent += 1;
         std::thread::sleep(Duration::from_millis(3));
@@ -617,9 +628,7 @@ fn a_file_cut_anywhere_or_garbled_reads_what_is_whole_and_says_where_it_stopped(
     for _ in 0..300 {
         let mut b = whole.clone();
         for _ in 0..4 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             let at = 8 + (x as usize) % (b.len() - 8);
             b[at] ^= (x >> 32) as u8 | 1;
         }
@@ -679,13 +688,7 @@ fn a_full_disk_stops_the_logger_and_never_the_publisher() {
     let t = Instant::now();
     let mut published = 0u64;
     let state = loop {
-        let mut buf = vec![0u8; 4000];
-        for b in buf.chunks_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            b.copy_from_slice(&x.to_le_bytes()[..b.len()]);
-        }
+        let buf = noise(&mut x, 4000);
         p.publish(&buf)
             .expect("a full log disk never refuses a publish");
         published += 1;
