@@ -178,9 +178,9 @@ impl<'a> Records<'a> {
         }
     }
 
-    /// The next record's opcode, handed to `keep_going` (which says
-    /// whether to go on); `None` at the end.
-    fn next_raw(&mut self, mut keep_going: impl FnMut(u8) -> bool) -> Option<mcap::McapResult<()>> {
+    /// The next record, its opcode and bytes handed to `take`; `None` at
+    /// the end. The one place the reader is fed from the file.
+    fn next_with<T>(&mut self, take: impl FnOnce(u8, &[u8]) -> T) -> Option<mcap::McapResult<T>> {
         while let Some(event) = self.reader.next_event() {
             match event {
                 Ok(mcap::sans_io::LinearReadEvent::ReadRequest(need)) => {
@@ -189,8 +189,8 @@ impl<'a> Records<'a> {
                     self.reader.notify_read(len);
                     self.buf = &self.buf[len..];
                 }
-                Ok(mcap::sans_io::LinearReadEvent::Record { opcode, .. }) => {
-                    return keep_going(opcode).then_some(Ok(()));
+                Ok(mcap::sans_io::LinearReadEvent::Record { data, opcode }) => {
+                    return Some(Ok(take(opcode, data)));
                 }
                 Err(e) => return Some(Err(e)),
             }
@@ -203,21 +203,10 @@ impl Iterator for Records<'_> {
     type Item = mcap::McapResult<Record<'static>>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while let Some(event) = self.reader.next_event() {
-            match event {
-                Ok(mcap::sans_io::LinearReadEvent::ReadRequest(need)) => {
-                    let len = need.min(self.buf.len());
-                    self.reader.insert(len).copy_from_slice(&self.buf[..len]);
-                    self.reader.notify_read(len);
-                    self.buf = &self.buf[len..];
-                }
-                Ok(mcap::sans_io::LinearReadEvent::Record { data, opcode }) => {
-                    return Some(mcap::read::parse_record(opcode, data).map(|r| r.into_owned()));
-                }
-                Err(e) => return Some(Err(e)),
-            }
-        }
-        None
+        self.next_with(|opcode, data| {
+            mcap::read::parse_record(opcode, data).map(|r| r.into_owned())
+        })
+        .map(|r| r.and_then(|r| r))
     }
 }
 
@@ -269,13 +258,11 @@ pub fn scan(
     };
     // Complete chunks, counted without decompressing them.
     let mut chunks = Records::new(bytes, true);
-    while let Some(r) = chunks.next_raw(|op| {
+    while let Some(Ok(op)) = chunks.next_with(|op, _| op) {
         if op == mcap::records::op::CHUNK {
             sum.chunks += 1;
         }
-        op != mcap::records::op::DATA_END
-    }) {
-        if r.is_err() {
+        if op == mcap::records::op::DATA_END {
             break;
         }
     }
