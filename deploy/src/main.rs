@@ -120,6 +120,9 @@ enum Command {
     Rollback(cmd::release::RollbackArgs),
     /// Mark the release in trial good (the supervisor does this by itself).
     Commit(cmd::release::CommitArgs),
+    /// Reboot this robot when a release asked for it (a system update, or
+    /// its rollback): exit 0 rebooting, 1 nothing asked, 2 refused.
+    Reboot(cmd::release::RebootArgs),
     /// Send a bundle to robots over ssh and install it (exit 1 if any
     /// robot failed).
     Update(cmd::update::UpdateArgs),
@@ -176,6 +179,7 @@ fn main() -> ExitCode {
         Command::Install(a) => cmd::install::run(&ctx, a),
         Command::Releases(a) => cmd::release::run_releases(&ctx, a),
         Command::Rollback(a) => cmd::release::run_rollback(&ctx, a),
+        Command::Reboot(a) => cmd::release::run_reboot(&ctx, a),
         Command::Commit(a) => cmd::release::run_commit(&ctx, a),
         Command::Update(a) => cmd::update::run(&ctx, a),
         Command::ServeUpdate(a) => cmd::install::run_serve(&ctx, a),

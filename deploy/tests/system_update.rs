@@ -375,3 +375,89 @@ fn a_cut_at_every_step_boots_the_old_or_the_new_plan() {
         );
     }
 }
+
+/// `deploy update` to a robot whose new release needs a reboot: the
+/// outcome says so; with `--reboot` the robot is asked (`deploy reboot`
+/// there), and a `--prefix` robot, not being the running system, refuses,
+/// which fails that robot. `deploy reboot` with nothing asked exits 1.
+/// The transport is a local stand-in for ssh (`--ssh`) that runs the
+/// remote command line here; real ssh is `update.rs`'s and the aarch64
+/// end-to-end test's, which reboots a guest this way.
+#[test]
+fn deploy_update_reports_the_reboot_and_asks_for_it_with_reboot() {
+    let update = |r: &Robot, extra: &[&str]| {
+        let dir = r.prefix.parent().unwrap();
+        let ssh = dir.join("local-ssh");
+        fs::write(
+            &ssh,
+            "#!/bin/sh\n# ssh's options up to `--`, then the destination: the remote command line runs here\n\
+             while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\nshift 2\nexec sh -c \"$*\"\n",
+        )
+        .unwrap();
+        fs::set_permissions(&ssh, fs::Permissions::from_mode(0o755)).unwrap();
+        // The robot's deploy sees the robot's /proc (the sysroot).
+        let remote = dir.join("robot-deploy");
+        fs::write(
+            &remote,
+            format!(
+                "#!/bin/sh\nexec {DEPLOY} --sysroot {} \"$@\"\n",
+                r.sysroot.display()
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&remote, fs::Permissions::from_mode(0o755)).unwrap();
+        let mut a = vec![
+            "--json",
+            "update",
+            "--host",
+            "robot1",
+            "--ssh",
+            s(&ssh),
+            "--remote-deploy",
+            s(&remote),
+            "--remote-prefix",
+            r.p(),
+        ];
+        a.extend(extra);
+        a.push(s(&r.b2));
+        deploy_env(&a, None)
+    };
+
+    // Without --reboot: installed, the outcome says a reboot is needed.
+    let plain = robot();
+    let j = json(update(&plain, &[]));
+    let out = &j["robots"][0];
+    assert_eq!(out["ok"], true, "{j}");
+    assert_eq!(out["state"], "trial", "{j}");
+    assert_eq!(out["reboot"], true, "{j}");
+    assert_eq!(out["rebooted"], false, "{j}");
+
+    // With --reboot: the robot is asked, and a --prefix robot refuses.
+    let r = robot();
+    let o = update(&r, &["--reboot"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let out = &j["robots"][0];
+    assert_eq!(out["state"], "trial", "{j}");
+    assert_eq!(out["reboot"], true, "{j}");
+    assert_eq!(out["rebooted"], false, "{j}");
+    assert_eq!(out["ok"], false, "{j}");
+    let err = out["error"].as_str().unwrap();
+    assert!(
+        err.contains("reboot it needs was refused") && err.contains("not this running system"),
+        "{err}"
+    );
+    assert!(r.prefix.join(MARKER).is_file());
+
+    // On the robot: refused under a prefix, saying why it was asked.
+    let o = deploy_env(&["--prefix", r.p(), "reboot"], None);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("changes the system"), "{}", text(&o));
+    // After the reboot nothing asks for one.
+    r.boot("boot-2");
+    assert_eq!(r.start().state, "trial");
+    let o = deploy_env(&["--prefix", r.p(), "--json", "reboot"], None);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["rebooting"], false, "{j}");
+}

@@ -1,12 +1,13 @@
-//! `deploy releases`, `deploy rollback`, `deploy commit`: the releases on
-//! this robot and the trial state.
+//! `deploy releases`, `deploy rollback`, `deploy commit`, `deploy reboot`:
+//! the releases on this robot and the trial state.
 //!
 //! `releases` lists every release (newest first) and which is current,
 //! previous, in trial, committed. `rollback` ends a trial by going back,
 //! or swaps current and previous when none is in trial. `commit` marks the
 //! release in trial good (the supervisor does this by itself after
-//! `update.health_window`; this is for robots without one). Exit: 0 done,
-//! 2 error.
+//! `update.health_window`; this is for robots without one). `reboot`
+//! reboots the robot when a release asked for it. Exit: 0 done, 2 error
+//! (`reboot`: 1 when nothing asked for a reboot).
 
 use anyhow::Context;
 use clap::Args;
@@ -22,6 +23,9 @@ pub struct RollbackArgs {}
 
 #[derive(Debug, Args)]
 pub struct CommitArgs {}
+
+#[derive(Debug, Args)]
+pub struct RebootArgs {}
 
 pub fn run_releases(ctx: &Ctx, _args: ReleasesArgs) -> anyhow::Result<Exit> {
     let info = release::list(&ctx.prefix).context("list releases")?;
@@ -112,6 +116,66 @@ pub fn run_commit(ctx: &Ctx, _args: CommitArgs) -> anyhow::Result<Exit> {
         ctx.print_json(&serde_json::json!({ "committed": r }))?;
     } else {
         crate::ctx::write_stdout(&format!("committed {r}\n"))?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// The longest reboot reason read: the file is ours, but in /run where
+/// anyone with root may write anything.
+const REASON_MAX: u64 = 4096;
+
+/// `deploy reboot`: reboots this robot when a release asked for it
+/// (`run/rtdeploy/reboot-required`, written by a system update's install or
+/// its rollback): `systemctl --no-block reboot` under systemd, `reboot`
+/// elsewhere. Refused under a `--prefix` other than `/`: that tree is not
+/// the running system. Exit 1 when nothing asked for a reboot.
+pub fn run_reboot(ctx: &Ctx, _args: RebootArgs) -> anyhow::Result<Exit> {
+    use std::io::Read;
+    let marker = release::system::reboot_marker(&ctx.prefix);
+    let why = match std::fs::File::open(&marker) {
+        Ok(f) => {
+            let mut b = Vec::new();
+            f.take(REASON_MAX)
+                .read_to_end(&mut b)
+                .with_context(|| format!("read {}", marker.display()))?;
+            String::from_utf8_lossy(&b).trim().to_string()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if ctx.json {
+                ctx.print_json(&serde_json::json!({ "rebooting": false, "why": null }))?;
+            } else {
+                crate::ctx::write_stdout(&format!(
+                    "no reboot asked for (no /{}): not rebooting\n",
+                    release::system::REBOOT_MARKER
+                ))?;
+            }
+            return Ok(Exit::Failed);
+        }
+        Err(e) => return Err(e).with_context(|| format!("read {}", marker.display())),
+    };
+    if ctx.prefix != std::path::Path::new("/") {
+        anyhow::bail!(
+            "the robot under --prefix {} is not this running system, so it is not rebooted here: reboot the machine that boots it ({why})",
+            ctx.prefix.display()
+        );
+    }
+    let systemd = std::path::Path::new("/run/systemd/system").is_dir();
+    let argv: &[&str] = if systemd {
+        &["systemctl", "--no-block", "reboot"]
+    } else {
+        &["reboot"]
+    };
+    if ctx.json {
+        ctx.print_json(&serde_json::json!({ "rebooting": true, "why": why, "command": argv }))?;
+    } else {
+        crate::ctx::write_stdout(&format!("rebooting ({}): {why}\n", argv.join(" ")))?;
+    }
+    let st = std::process::Command::new(argv[0])
+        .args(&argv[1..])
+        .status()
+        .with_context(|| format!("run {}", argv[0]))?;
+    if !st.success() {
+        anyhow::bail!("`{}` failed ({st})", argv.join(" "));
     }
     Ok(Exit::Ok)
 }

@@ -58,6 +58,12 @@ pub struct UpdateArgs {
     /// keeps what it received).
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub retries: u32,
+    /// Reboot each robot whose release needs it (a system update: a new
+    /// kernel command line or CPU plan, judged after the reboot) by running
+    /// `deploy reboot` there once the install is done. Without it such a
+    /// robot keeps running the old release until someone reboots it.
+    #[arg(long)]
+    pub reboot: bool,
 }
 
 /// The robots from `--host` or `--hosts-file`.
@@ -125,10 +131,16 @@ fn show(bar: &ProgressBar, event: Event) {
             bar.set_position(bar.length().unwrap_or(0));
             bar.set_message("installing");
         }
-        Event::Updated { state, release } => bar.finish_with_message(format!(
-            "{} ({release})",
-            state.as_deref().unwrap_or("done")
+        Event::Updated {
+            state,
+            release,
+            reboot,
+        } => bar.finish_with_message(format!(
+            "{}{} ({release})",
+            state.as_deref().unwrap_or("done"),
+            if reboot { ", reboot needed" } else { "" }
         )),
+        Event::Rebooting => bar.finish_with_message("rebooting"),
         Event::Failed { error } => bar.abandon_with_message(format!("FAILED: {error}")),
     }
 }
@@ -174,6 +186,7 @@ pub fn run(ctx: &Ctx, args: UpdateArgs) -> anyhow::Result<Exit> {
         retries: args.retries,
         jobs: args.jobs,
         cut_after,
+        reboot: args.reboot,
     };
     let results = update_fleet(&args.bundle, &targets, &opts, &|i, event| {
         show(&bars[i], event)
@@ -211,6 +224,10 @@ pub fn run(ctx: &Ctx, args: UpdateArgs) -> anyhow::Result<Exit> {
             );
             if let Some(e) = &o.error {
                 t += &format!("{:<width$}  error: {e}\n", "");
+            } else if o.rebooted {
+                t += &format!("{:<width$}  rebooting: its trial is judged after the reboot (deploy status there)\n", "");
+            } else if o.reboot {
+                t += &format!("{:<width$}  reboot needed: the release changes the system and runs after a reboot (--reboot asks for it)\n", "");
             }
         }
         crate::ctx::write_stdout(&t)?;

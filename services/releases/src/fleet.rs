@@ -44,6 +44,10 @@ pub struct FleetOptions {
     /// Test hook: the first connection to each robot breaks after this
     /// many bytes, so a retry shows the resume.
     pub cut_after: Option<u64>,
+    /// Ask a robot whose release needs a reboot (a system update) to
+    /// reboot: `deploy [--prefix P] reboot` over ssh once the install is
+    /// done.
+    pub reboot: bool,
 }
 
 /// What is happening to one robot, for a progress display.
@@ -62,7 +66,10 @@ pub enum Event {
     Updated {
         state: Option<String>,
         release: String,
+        reboot: bool,
     },
+    /// The robot was asked to reboot (its release needs one).
+    Rebooting,
     /// Given up on this robot.
     Failed { error: String },
 }
@@ -75,6 +82,11 @@ pub struct Outcome {
     pub ok: bool,
     pub release: Option<String>,
     pub state: Option<String>,
+    /// The release needs a reboot to run (a system update in trial, judged
+    /// after the reboot).
+    pub reboot: bool,
+    /// The robot accepted `deploy reboot` ([`FleetOptions::reboot`]).
+    pub rebooted: bool,
     pub blobs_sent: usize,
     pub blobs_skipped: usize,
     pub resumed_bytes: u64,
@@ -101,16 +113,86 @@ pub fn shell_quote(word: &str) -> String {
 
 /// The remote command line: every word quoted.
 pub fn remote_command(deploy: &str, prefix: Option<&str>) -> String {
+    remote_words(deploy, prefix, "serve-update")
+}
+
+/// `deploy [--prefix P] COMMAND`, every word quoted.
+fn remote_words(deploy: &str, prefix: Option<&str>, command: &str) -> String {
     let mut words = vec![deploy];
     if let Some(p) = prefix {
         words.extend(["--prefix", p]);
     }
-    words.push("serve-update");
+    words.push(command);
     words
         .iter()
         .map(|w| shell_quote(w))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// How long the robot may take to answer `deploy reboot`: it only starts
+/// the reboot (`systemctl --no-block reboot`) and exits.
+const REBOOT_ANSWER: Duration = Duration::from_secs(60);
+
+/// `deploy [--prefix P] reboot` on the robot, over the same ssh: `Ok` when
+/// it exited 0 (the reboot is under way), else what it said. Bounded by
+/// [`REBOOT_ANSWER`]: a robot that goes down before ssh returns cannot
+/// hold the sender.
+fn ask_reboot(robot: &Robot, opts: &FleetOptions) -> Result<(), String> {
+    let mut cmd = Command::new(&opts.ssh);
+    for o in &opts.ssh_options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.args(["-o", "BatchMode=yes", "-T", "--", &robot.dest]);
+    cmd.arg(remote_words(
+        &opts.remote_deploy,
+        robot.prefix.as_deref(),
+        "reboot",
+    ));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", opts.ssh.display()))?;
+    let mut stderr = child.stderr.take().expect("piped");
+    let err_thread = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = (&mut stderr).take(64 * 1024).read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let until = Instant::now() + REBOOT_ANSWER;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) | Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let said = err_thread.join().unwrap_or_default();
+    let last = said
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    match status {
+        Some(st) if st.success() => Ok(()),
+        Some(st) => Err(match st.code() {
+            Some(c) if last.is_empty() => format!("`deploy reboot` exited {c}"),
+            Some(c) => format!("`deploy reboot` exited {c}: {last}"),
+            None => format!("`deploy reboot` ended by a signal ({last})"),
+        }),
+        None => Err(format!(
+            "no answer from `deploy reboot` within {} s",
+            REBOOT_ANSWER.as_secs()
+        )),
+    }
 }
 
 /// Why one connection to a robot ended without an install: the protocol
@@ -224,6 +306,8 @@ pub fn update_robot(
         ok: false,
         release: None,
         state: None,
+        reboot: false,
+        rebooted: false,
         blobs_sent: 0,
         blobs_skipped: 0,
         resumed_bytes: 0,
@@ -261,10 +345,25 @@ pub fn update_robot(
                     .get("state")
                     .and_then(|s| s.as_str())
                     .map(str::to_string);
+                out.reboot = rep.result.get("reboot") == Some(&serde_json::Value::Bool(true));
                 on(Event::Updated {
                     state: out.state.clone(),
                     release: rep.release,
+                    reboot: out.reboot,
                 });
+                if out.reboot && opts.reboot {
+                    on(Event::Rebooting);
+                    match ask_reboot(robot, opts) {
+                        Ok(()) => out.rebooted = true,
+                        Err(e) => {
+                            out.ok = false;
+                            let msg =
+                                format!("installed, but the reboot it needs was refused: {e}");
+                            on(Event::Failed { error: msg.clone() });
+                            out.error = Some(msg);
+                        }
+                    }
+                }
                 break;
             }
             Err(failure) => {
