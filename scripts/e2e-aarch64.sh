@@ -13,13 +13,17 @@
 #      plan and `deploy verify`, the controllers on their planned policy,
 #      priority and CPUs on the io_uring backend, `deploy status`, a field
 #      update with `deploy update --host` over ssh (trial -> committed) and a
-#      crashing release that rolls back by itself; then a reboot in the same
-#      machine (2.): the committed release runs, and the runtime's unit,
-#      channel and event-loop test suites, built for aarch64, run in the
-#      guest;
-#   3. the fallback label: autoboot interrupted at U-Boot's prompt,
+#      crashing release that rolls back by itself; then a system update
+#      (2.): release 4 isolates CPUs 1-3 and moves the talker from CPU 2 to
+#      CPU 1, `deploy update --reboot` installs it (a new extlinux.conf
+#      label made DEFAULT) and reboots the guest, which comes up with the
+#      new command line, the new plan applied and verified, and the trial
+#      committed; the runtime's unit, channel and event-loop test suites,
+#      built for aarch64, then run in the guest;
+#   3. the fallback labels: autoboot interrupted at U-Boot's prompt,
 #      `setenv pxe_label_override rtdeploy-original; boot`: the kernel gets
-#      the base's original command line;
+#      the base's original command line; the same with the image's own
+#      label, kept by the system update: release 1's plan's line;
 #   4. bad input: a disk whose extlinux.conf names a kernel that is not
 #      there: the boot fails within its time limit with the console shown.
 #
@@ -186,11 +190,23 @@ release() {
 release "$WORK/r1" 1
 release "$WORK/r2" 2
 release "$WORK/r3" 3 crash
-for v in 2 3; do
-    cp "$CONFIG" "$WORK/r$v/robot.yaml"
-    "$DEPLOY" -q bundle -c "$CONFIG" --release "$WORK/r$v" --version "$v" --key "$KEY" --out "$WORK/v$v.bundle" >/dev/null 2>"$WORK/bundle$v.err" ||
+release "$WORK/r4" 4
+# Release 4 is a system update: CPUs 1-3 isolated (a new kernel command
+# line) and the talker moved from CPU 2 to CPU 1.
+CONFIG4=$WORK/robot4.yaml
+sed -e 's/^  housekeeping: 0-1$/  housekeeping: 0/' -e 's/^  isolated: 2-3$/  isolated: 1-3/' \
+    -e 's/^      cpus: 0-1$/      cpus: 0/' -e 's/^    cpus: 2$/    cpus: 1/' "$CONFIG" >"$CONFIG4"
+[ "$(grep -c -E '^  housekeeping: 0$|^  isolated: 1-3$|^      cpus: 0$|^    cpus: 1$' "$CONFIG4")" = 4 ] ||
+    setup_failed "release 4's robot.yaml" "the example changed shape: $(diff "$CONFIG" "$CONFIG4")"
+for v in 2 3 4; do
+    c=$CONFIG
+    [ "$v" = 4 ] && c=$CONFIG4
+    cp "$c" "$WORK/r$v/robot.yaml"
+    "$DEPLOY" -q bundle -c "$c" --release "$WORK/r$v" --version "$v" --key "$KEY" --out "$WORK/v$v.bundle" >/dev/null 2>"$WORK/bundle$v.err" ||
         setup_failed "deploy bundle v$v" "$(cat "$WORK/bundle$v.err")"
 done
+PLAN4_JSON=$("$DEPLOY" plan -c "$CONFIG4" --json 2>"$WORK/plan4.err") || setup_failed "deploy plan (release 4)" "$(cat "$WORK/plan4.err")"
+PLAN4_CMDLINE=$(jq -r '.cmdline.line' <<<"$PLAN4_JSON")
 
 IMG=$WORK/root.ext4
 if "$DEPLOY" image -c "$CONFIG" --base "$BASE/rootfs.tar" --release "$WORK/r1" --release-version 1 \
@@ -467,10 +483,19 @@ esac
 STATUS=$(wait_running 120) || fail "talker and listener run release 2 after the rollback" "$STATUS" "$LOG1"
 phase_end
 
-# ------------------------------------------------ boot 2: reboot, same machine
-phase_start "boot 2: reboot"
-g 20 systemctl reboot >/dev/null 2>&1
+# ------------------------------- boot 2: a system update through a reboot
+phase_start "boot 1: system update to release 4, deploy update --reboot"
+IMAGE_DEFAULT=$default
+IMAGE_APPEND=$(append_of "$default")
+U4=$(timeout -k 10 600 "$DEPLOY" --json update --reboot --host root@127.0.0.1 "${UPDATE_OPTS[@]}" "$WORK/v4.bundle" 2>"$WORK/update.err")
 REBOOT_T=$(now_ms)
+if [ "$(jq -r '.robots[0] | "\(.ok) \(.state) \(.reboot) \(.rebooted)"' <<<"$U4" 2>/dev/null)" = "true trial true true" ]; then
+    pass "deploy update --reboot: release 4 installed in trial as a system update, the guest asked to reboot ($(jq -r '.robots[0].release' <<<"$U4"))"
+else
+    fail "deploy update --reboot: release 4 installed as a system update and the guest asked to reboot" "${U4:-no JSON} $(tail -n 20 "$WORK/update.err")" "$LOG1"
+fi
+phase_end
+phase_start "boot 2: the reboot into release 4's plan"
 if BOOT_ID2=$(wait_ssh "$LOG1" "$BOOT_LIMIT" "$BOOT_ID"); then
     pass "the guest rebooted through U-Boot and answers over ssh ($(secs $(($(now_ms) - REBOOT_T))) s)"
 else
@@ -480,13 +505,51 @@ fi
 phase_end
 if [ -n "${BOOT_ID2:-}" ] && [ "$BOOT_ID2" != "$BOOT_ID" ]; then
     phase_start "boot 2: assertions, the runtime's tests in the guest"
+    # The boot loader took the new label: the new line is running.
+    q 60 cat /boot/extlinux/extlinux.conf >"$WORK/extlinux.conf"
+    new_default=$(sed -n 's/^[[:space:]]*DEFAULT[[:space:]]*//p' "$WORK/extlinux.conf" | head -n1)
+    labels=$(awk '$1 == "LABEL" { printf "%s%s", sep, $2; sep = " " }' "$WORK/extlinux.conf")
+    if [[ $new_default == rtdeploy-release-4-* ]] && [ "$labels" = "$IMAGE_DEFAULT rtdeploy-original $new_default" ] &&
+        [ "$(append_of "$IMAGE_DEFAULT")" = "$IMAGE_APPEND" ]; then
+        pass "extlinux.conf after the update: DEFAULT $new_default, the image's $IMAGE_DEFAULT (its line unchanged) and rtdeploy-original kept as fallbacks"
+    else
+        fail "extlinux.conf after the update: DEFAULT release 4's label, the previous labels kept" "DEFAULT '$new_default', labels '$labels' ($(cat "$WORK/extlinux.conf"))" "$LOG1"
+    fi
+    CMDLINE=$(q 60 cat /proc/cmdline)
+    missing=''
+    for t in $PLAN4_CMDLINE; do
+        case " $CMDLINE " in *" $t "*) ;; *) missing="$missing $t" ;; esac
+    done
+    if [ -z "$missing" ] && [ -n "$CMDLINE" ]; then
+        pass "/proc/cmdline carries every token of release 4's plan ($CMDLINE)"
+    else
+        fail "/proc/cmdline carries every token of release 4's plan" "missing:$missing (cmdline: $CMDLINE)" "$LOG1"
+    fi
+    check "/sys/devices/system/cpu/isolated equals release 4's plan" "$(jq -r '.cpus.isolated' <<<"$PLAN4_JSON")" "$(q 60 cat /sys/devices/system/cpu/isolated)" "$LOG1"
+    # The trial, judged after the reboot with the new plan in force.
+    r=$(release_verdict 300 4)
+    case "$(jq -r '.state' <<<"$r" 2>/dev/null) $(jq -r '.current // empty' <<<"$r" 2>/dev/null)" in
+    "committed 4-"*) pass "release 4's trial is judged after the reboot and committed ($(jq -r '.detail // empty' <<<"$r" | cut -c1-160))" ;;
+    *) fail "release 4's trial is judged after the reboot and committed" "the supervisor says: ${r:-nothing}" "$LOG1" ;;
+    esac
     STATUS=$(wait_running 240) || fail "after the reboot talker and listener run" "$STATUS" "$LOG1"
     REL=$(q 60 deploy --json releases)
     CUR=$(jq -r '.releases[]? | select(.current) | .name' <<<"$REL")
     case "$CUR $(jq -r '.state.state' <<<"$REL") $(jq -r '.release.current // empty' <<<"$STATUS")" in
-    "2-"*" committed 2-"*) pass "after the reboot the committed release runs ($CUR)" ;;
-    *) fail "after the reboot the committed release runs" "deploy releases: $REL; status: $(jq -c .release <<<"$STATUS")" "$LOG1" ;;
+    "4-"*" committed 4-"*) pass "after the reboot the committed release 4 runs ($CUR)" ;;
+    *) fail "after the reboot the committed release 4 runs" "deploy releases: $REL; status: $(jq -c .release <<<"$STATUS")" "$LOG1" ;;
     esac
+    if vout=$(q 60 deploy verify 2>&1); then
+        pass "deploy verify exits 0 in the guest against release 4's plan"
+    else
+        fail "deploy verify exits 0 in the guest against release 4's plan" "$vout" "$LOG1"
+    fi
+    for name in $(jq -r '.processes[].name' <<<"$PLAN4_JSON"); do
+        want=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | {policy, priority, cpus}' <<<"$PLAN4_JSON")
+        got=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | .in_force // {} | {policy, priority, cpus}' <<<"$STATUS")
+        check "after the update $name runs with release 4's policy, priority and CPUs (read back from the kernel)" "$want" "$got" "$LOG1"
+    done
+    check "the reboot request is gone" absent "$(q 60 'test -e /run/rtdeploy/reboot-required && echo present || echo absent')" "$LOG1"
     check "after the reboot rtdeploy.service is active" active "$(q 60 systemctl is-active rtdeploy.service)" "$LOG1"
 
     # The runtime's suites, cross-built, run in the guest.
@@ -534,19 +597,28 @@ wait "$QEMU_PID" 2>/dev/null
 QEMU_PID=
 phase_end
 
-# --------------------------------------------- boot 3: the fallback label
-phase_start "boot 3: the fallback label"
-LOG3=$WORK/serial-fallback.log
-qemu_args "$DISK"
-if line=$(python3 "$REPO/scripts/e2e/console.py" --log "$LOG3" --limit 300 \
-    --expect 'Hit any key to stop autoboot' --send ' ' --expect '=> ' \
-    --send 'setenv pxe_label_override rtdeploy-original\r' --expect '=> ' --send 'boot\r' \
-    --fail 'No more bootdevs|Kernel panic' \
-    --until 'Kernel command line: .*\n' -- "${QEMU_ARGS[@]}" -serial stdio 2>"$WORK/console3.err"); then
-    got=$(sed 's/.*Kernel command line: //' <<<"$line" | sed 's/[[:space:]]*$//')
-    check "the fallback label rtdeploy-original boots the base's original command line" "$ORIG_APPEND" "$got" "$LOG3"
-else
-    fail "the fallback label boots" "$(cat "$WORK/console3.err" | head -n 5)" "$LOG3"
+# -------------------------------------------- boot 3: the fallback labels
+# Autoboot interrupted at U-Boot's prompt, a label named: the base's
+# original line, and the label release 4's system update kept as the
+# fallback (the image's DEFAULT, release 1's plan).
+boot_label() {
+    local label=$1 want=$2 name=$3 log=$WORK/serial-fallback-$1.log line got
+    qemu_args "$DISK"
+    if line=$(python3 "$REPO/scripts/e2e/console.py" --log "$log" --limit 300 \
+        --expect 'Hit any key to stop autoboot' --send ' ' --expect '=> ' \
+        --send "setenv pxe_label_override $label\r" --expect '=> ' --send 'boot\r' \
+        --fail 'No more bootdevs|Kernel panic' \
+        --until 'Kernel command line: .*\n' -- "${QEMU_ARGS[@]}" -serial stdio 2>"$WORK/console-$label.err"); then
+        got=$(sed 's/.*Kernel command line: //' <<<"$line" | sed 's/[[:space:]]*$//')
+        check "$name" "$want" "$got" "$log"
+    else
+        fail "$name" "$(head -n 5 "$WORK/console-$label.err")" "$log"
+    fi
+}
+phase_start "boot 3: the fallback labels"
+boot_label rtdeploy-original "$ORIG_APPEND" "the fallback label rtdeploy-original boots the base's original command line"
+if [ -n "${IMAGE_DEFAULT:-}" ]; then
+    boot_label "$IMAGE_DEFAULT" "$IMAGE_APPEND" "the label the system update kept ($IMAGE_DEFAULT) boots the previous plan's command line"
 fi
 phase_end
 
