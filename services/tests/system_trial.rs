@@ -351,3 +351,159 @@ fn a_trial_runs_with_its_own_robot_yaml_and_a_rollback_with_the_previous_one() {
     );
     sup.stop_all();
 }
+
+/// A release whose robot.yaml adds a process cannot be loaded into the
+/// running process table: with `restart_to_reload` the supervisor stops
+/// every process and ends with `Ended::Restart`, having named the trial in
+/// the restart marker; the next start (what `deploy supervise` does by
+/// executing itself again) takes the trial up instead of rolling it back,
+/// runs both processes, and commits it. A start without the marker (a
+/// crash) still rolls a trial back.
+#[test]
+fn a_release_that_adds_a_process_is_loaded_by_starting_again_and_its_trial_goes_on() {
+    use services::supervisor::Ended;
+    let src = tempfile::tempdir().unwrap();
+    let prefix = common::prefix();
+    let keys = prefix.path().join("etc/rtdeploy/keys");
+    fs::create_dir_all(&keys).unwrap();
+    fs::write(
+        keys.join("test.pub"),
+        format!("{}\n", key().public_base64()),
+    )
+    .unwrap();
+    let rel = |tag: &str| {
+        release(
+            src.path(),
+            &format!("add-{tag}"),
+            &[
+                (
+                    "bin/ctl",
+                    format!("#!/bin/sh\necho \"run-{tag} ctl\"\nexec sleep 60\n").into_bytes(),
+                    0o755,
+                ),
+                (
+                    "bin/helper",
+                    format!("#!/bin/sh\necho \"run-{tag} helper\"\nexec sleep 60\n").into_bytes(),
+                    0o755,
+                ),
+            ],
+        )
+    };
+    let a = bundle(&rel("A"), "1", &src.path().join("a.bundle"));
+    install_bundle(prefix.path(), &a, &opts()).unwrap();
+    // Version 1 runs `ctl`; version 2 adds `helper`.
+    fn config_of(text: &str) -> services::supervisor::SupervisorConfig {
+        let version = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# "))
+            .unwrap_or("?");
+        let mut procs = vec![process(json!({
+            "name": "ctl", "exec": "bin/ctl",
+            "restart": {"initial_backoff": "50ms", "max_backoff": "200ms"},
+        }))];
+        if version == "2" {
+            procs.push(process(json!({
+                "name": "helper", "exec": "bin/helper",
+                "restart": {"initial_backoff": "50ms", "max_backoff": "200ms"},
+            })));
+        }
+        common::config(procs, None)
+    }
+    let current_cfg = |p: &Path| {
+        config_of(&fs::read_to_string(p.join("opt/rtdeploy/current/robot.yaml")).unwrap())
+    };
+    let opts_s = |recovered| Options {
+        handle_signals: false,
+        verbose: false,
+        log_max_bytes: 1 << 20,
+        health_window: Duration::from_secs(1),
+        keep: 3,
+        restart_to_reload: true,
+        recovered,
+        ..Default::default()
+    };
+    let hooks = || Hooks {
+        load_config: Some(Box::new(|path: &Path| {
+            fs::read_to_string(path)
+                .map(|t| config_of(&t))
+                .map_err(|e| e.to_string())
+        })),
+        ..Default::default()
+    };
+    let sup = Supervisor::new(
+        current_cfg(prefix.path()),
+        common::roots(prefix.path()),
+        opts_s(None),
+        hooks(),
+        None,
+    )
+    .expect("supervisor starts");
+    let thread = std::thread::spawn(move || sup.run_to_end().map_err(|e| e.to_string()));
+    let sock = control::socket_path(prefix.path());
+    let status = || -> Option<SupervisorStatus> {
+        match control::request(&sock, &control::Request::Status) {
+            Ok(r) => r.status,
+            Err(_) => None,
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while status().is_none_or(|s| s.processes.first().is_none_or(|p| p.state != "running")) {
+        assert!(std::time::Instant::now() < deadline, "A never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let b = bundle(&rel("B"), "2", &src.path().join("b.bundle"));
+    let b_name = install_bundle(prefix.path(), &b, &opts()).unwrap().release;
+    // The first supervisor ends by itself, every process stopped, the
+    // trial named for the next start.
+    let ended = thread.join().unwrap().unwrap();
+    match &ended {
+        Ended::Restart(why) => assert!(why.contains("helper"), "{why}"),
+        other => panic!("expected a restart, got {other:?}"),
+    }
+    let marker = fs::read_to_string(prefix.path().join(releases::system::RESTART_MARKER)).unwrap();
+    assert!(marker.starts_with(&format!("{b_name} ")), "{marker}");
+
+    // The next start: recovery keeps the trial, both processes run from
+    // B, and the trial is committed.
+    let recovered = services::supervisor::recover(prefix.path(), Path::new("/proc"));
+    assert_eq!(recovered.1.state, "trial", "{:?}", recovered);
+    assert!(!prefix
+        .path()
+        .join(releases::system::RESTART_MARKER)
+        .exists());
+    let sup = Supervisor::new(
+        current_cfg(prefix.path()),
+        common::roots(prefix.path()),
+        opts_s(Some(recovered)),
+        hooks(),
+        None,
+    )
+    .expect("supervisor starts again");
+    let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
+    let sup = Running {
+        socket: control::socket_path(prefix.path()),
+        prefix,
+        thread: Some(thread),
+    };
+    let s = sup.wait_for("B committed with both processes", |s| {
+        release_of(s).0 == "committed"
+            && s.processes.len() == 2
+            && s.processes.iter().all(|p| p.state == "running")
+    });
+    assert_eq!(release_of(&s).2.as_deref(), Some(b_name.as_str()));
+    assert!(
+        sup.log("helper").contains("run-B helper"),
+        "{}",
+        sup.log("helper")
+    );
+    assert!(sup.log("ctl").contains("run-B ctl"));
+    let prefix = sup.stop_all();
+    assert_eq!(current_version(prefix.path()), "2");
+
+    // Without the marker a start during a trial is an interruption.
+    let c = bundle(&rel("C"), "3", &src.path().join("c.bundle"));
+    install_bundle(prefix.path(), &c, &opts()).unwrap();
+    let (_, st) = services::supervisor::recover(prefix.path(), Path::new("/proc"));
+    assert_eq!(st.state, "rolled-back", "{st:?}");
+    assert_eq!(current_version(prefix.path()), "2");
+}

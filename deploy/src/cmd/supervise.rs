@@ -1,6 +1,11 @@
 //! `deploy supervise`: run the supervisor (also as PID 1, and under
 //! systemd with `Type=notify`).
 //!
+//! A release whose robot.yaml adds, removes or renames a process or
+//! changes a channel is loaded by starting again: every process stops and
+//! this program executes itself anew with the same arguments and pid
+//! (not as PID 1).
+//!
 //! Exit codes: 0 after an orderly shutdown; 2 when robot.yaml is invalid
 //! (nothing is started) or the supervisor cannot start.
 
@@ -11,7 +16,9 @@ use cpusets::rescan::IrqWatch;
 use services::notify::Notifier;
 use services::pid1::AtExit;
 use services::status::StepStatus;
-use services::supervisor::{BootCheckOutcome, Hooks, Options, Roots, Supervisor, SupervisorConfig};
+use services::supervisor::{
+    BootCheckOutcome, Ended, Hooks, Options, Roots, Supervisor, SupervisorConfig,
+};
 
 use crate::cmd::load_robot;
 use crate::config::Robot;
@@ -146,12 +153,32 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
             (path, robot.metrics.every.0)
         }),
         recovered,
+        // As PID 1 the start-up mounts and reaps: not done twice.
+        restart_to_reload: !pid1,
         ..Default::default()
     };
     let sup = Supervisor::new(cfg, roots, opts, hooks, notifier)
         .context("cannot start the supervisor")?;
-    sup.run().context("supervisor")?;
-    Ok(Exit::Ok)
+    match sup.run_to_end().context("supervisor")? {
+        Ended::Stopped => Ok(Exit::Ok),
+        Ended::Restart(why) => Err(start_again(&why)),
+    }
+}
+
+/// Executes this program again with the same arguments and environment
+/// (the same pid, so systemd's `Type=notify` unit and its watchdog follow
+/// it): the new start reads the current release's robot.yaml. Returns
+/// only when the exec failed.
+fn start_again(why: &str) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| "deploy".into());
+    eprintln!("deploy supervise: starting again ({why})");
+    let err = std::process::Command::new("/proc/self/exe")
+        .arg0(arg0)
+        .args(args)
+        .exec();
+    anyhow::anyhow!("cannot start the supervisor again ({why}): exec /proc/self/exe: {err}")
 }
 
 /// The supervisor's part of robot.yaml.

@@ -20,8 +20,8 @@ use crate::state::{
     describe_state, link_target, read_state, switch_link, unix_now, write_state, ReleaseState,
 };
 use crate::system::{
-    ask_reboot, clear_reboot, remove_stale_boot_file, write_boot_file, Boot, SystemUpdate,
-    MAX_TRIAL_BOOTS,
+    ask_reboot, clear_reboot, remove_stale_boot_file, take_restart, write_boot_file, Boot,
+    SystemUpdate, MAX_TRIAL_BOOTS, RESTART_MARKER,
 };
 
 /// Switches `current` to `release` (which must be complete in
@@ -247,6 +247,9 @@ pub struct Recovery {
     /// A system update's trial the robot rebooted into, with the new
     /// command line running: kept, to be judged once the CPU plan applied.
     pub system_trial: Option<String>,
+    /// A trial the supervisor stopped to start again with its robot.yaml
+    /// ([`crate::system::ask_restart`], in this boot): kept, to be judged.
+    pub restarted_trial: Option<String>,
     /// `current` did not match the committed release and was put back.
     pub repaired: bool,
     /// Leftover temporary directories removed.
@@ -260,7 +263,9 @@ pub fn recover_at_start(prefix: &Path) -> Result<Recovery, ReleaseError> {
 
 /// Run once at supervisor start, before any process starts and before the
 /// CPU plan applies: a trial found here was interrupted, so it is rolled
-/// back; `current` is put back to the committed release if they disagree;
+/// back (unless the supervisor itself stopped to start again with the
+/// trial's robot.yaml, [`crate::system::ask_restart`], in this boot);
+/// `current` is put back to the committed release if they disagree;
 /// leftovers of killed installs go. Waits up to 5 s for the update lock
 /// (an install still running).
 ///
@@ -279,6 +284,7 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
         rolled_back: None,
         reason: None,
         system_trial: None,
+        restarted_trial: None,
         repaired: false,
         cleaned: Vec::new(),
     };
@@ -359,7 +365,13 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
                 }
             }
         }
-        Some(ReleaseState::Trial { .. }) => out.rolled_back = Some(rollback(prefix)?),
+        Some(ReleaseState::Trial { release, .. }) => {
+            if take_restart(prefix, &release, &Boot::read(proc_root).id) {
+                out.restarted_trial = Some(release);
+            } else {
+                out.rolled_back = Some(rollback(prefix)?);
+            }
+        }
         Some(ReleaseState::Committed { release }) => {
             if link_target(&layout.current()).as_deref() != Some(release.as_str())
                 && layout.release(&release).join(MANIFEST_NAME).is_file()
@@ -374,6 +386,8 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
             }
         }
     }
+    // A restart marker serves the start right after it, or none.
+    let _ = fs::remove_file(prefix.join(RESTART_MARKER));
     out.current = link_target(&layout.current());
     Ok(out)
 }

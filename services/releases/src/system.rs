@@ -124,6 +124,44 @@ pub(crate) fn clear_reboot(prefix: &Path) {
     let _ = fs::remove_file(reboot_marker(prefix));
 }
 
+/// `run/rtdeploy/restart-trial`: written by a supervisor that stops to
+/// start again with the robot.yaml of the release in trial (its processes
+/// or channels changed, which only a start sets up). It names the release
+/// and the boot: the next start in the same boot takes that trial up
+/// instead of rolling it back as interrupted ([`crate::recover_at_boot`]).
+/// In /run: a reboot forgets it.
+pub const RESTART_MARKER: &str = "run/rtdeploy/restart-trial";
+
+/// The longest [`RESTART_MARKER`] read: two words.
+const RESTART_MARKER_MAX: u64 = 512;
+
+/// Writes [`RESTART_MARKER`] for `release` in the boot `boot_id`.
+pub fn ask_restart(prefix: &Path, release: &str, boot_id: &str) -> Result<(), ReleaseError> {
+    let path = prefix.join(RESTART_MARKER);
+    let dir = path.parent().expect("run/rtdeploy");
+    fs::create_dir_all(dir).map_err(ioe(dir))?;
+    fs::write(&path, format!("{release} {boot_id}\n")).map_err(ioe(&path))
+}
+
+/// Whether [`RESTART_MARKER`] asks to take up `release`'s trial in the boot
+/// `boot_id`. The marker is removed either way: it serves one start.
+pub(crate) fn take_restart(prefix: &Path, release: &str, boot_id: &str) -> bool {
+    use std::io::Read;
+    let path = prefix.join(RESTART_MARKER);
+    let Ok(f) = fs::File::open(&path) else {
+        return false;
+    };
+    let mut b = Vec::new();
+    let read = f.take(RESTART_MARKER_MAX).read_to_end(&mut b).is_ok();
+    let _ = fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&b);
+    let mut w = text.split_whitespace();
+    read && !boot_id.is_empty()
+        && w.next() == Some(release)
+        && w.next() == Some(boot_id)
+        && w.next().is_none()
+}
+
 /// Writes `text` over the boot entry's file: a temporary file beside it,
 /// fsync'd, renamed over it, the directory fsync'd. The file keeps its
 /// mode. `stage`/`done` name the fault points around the rename.

@@ -61,6 +61,16 @@ pub use startup::{
 };
 pub use trial::recover;
 
+/// How [`Supervisor::run_to_end`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// Asked to stop (a signal, `stop-all`).
+    Stopped,
+    /// Every process stopped so that the supervisor starts again, for the
+    /// reason given ([`Options::restart_to_reload`]).
+    Restart(String),
+}
+
 /// The supervisor's own lines: on stderr (`Options::verbose`), to the
 /// journal, and to the log (`log:`) as events of a kind.
 #[derive(Debug, Clone)]
@@ -190,6 +200,8 @@ pub struct Supervisor {
     last_irq_scan: Option<StepStatus>,
     /// How long this turn's IRQ scan took (zero without one).
     irq_scan_took: Duration,
+    /// Set when the processes are being stopped to start again.
+    restart: Option<String>,
     /// When the last IRQ scan ran.
     last_irq_scan_at: Option<Instant>,
     /// Kernel event sockets that bring the next IRQ scan forward, and the
@@ -279,7 +291,8 @@ impl Supervisor {
                 plan_outcome,
                 load_config,
                 stderr.clone(),
-            ),
+            )
+            .restarting_to_reload(opts.restart_to_reload && !opts.pid1),
             robot: cfg.robot.name.clone(),
             proc_root: roots.proc_root,
             startup: s.steps,
@@ -299,6 +312,7 @@ impl Supervisor {
             next_irq_scan: irq_scan.as_ref().map(|(_, every)| started + *every),
             irq_scan,
             irq_scan_took: Duration::ZERO,
+            restart: None,
             last_irq_scan: None,
             last_irq_scan_at: None,
             hotplug: Vec::new(),
@@ -340,7 +354,13 @@ impl Supervisor {
 
     /// Runs until every process is down after a shutdown request (SIGTERM,
     /// SIGINT or `stop-all`).
-    pub fn run(mut self) -> Result<(), SupervisorStartError> {
+    pub fn run(self) -> Result<(), SupervisorStartError> {
+        self.run_to_end().map(|_| ())
+    }
+
+    /// [`Supervisor::run`], saying how it ended: stopped, or stopped to be
+    /// started again ([`Options::restart_to_reload`]).
+    pub fn run_to_end(mut self) -> Result<Ended, SupervisorStartError> {
         let mut ready_sent = false;
         loop {
             let now = Instant::now();
@@ -358,7 +378,10 @@ impl Supervisor {
             self.say_if_stalled(timers, events);
         }
         self.finish();
-        Ok(())
+        Ok(match self.restart.take() {
+            Some(why) => Ended::Restart(why),
+            None => Ended::Stopped,
+        })
     }
 
     /// One turn of the loop that worked (not slept) longer than
@@ -410,6 +433,10 @@ impl Supervisor {
             self.releases
                 .check_if_due(now, &mut self.table, &mut self.conns);
             self.releases.judge(now, &mut self.table, &mut self.conns);
+            if let Some(why) = self.releases.take_restart(&self.proc_root) {
+                self.begin_shutdown(&format!("to start again: {why}"));
+                self.restart = Some(why);
+            }
         } else {
             self.table.shutdown_step(&mut self.conns);
         }

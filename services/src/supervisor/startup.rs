@@ -105,6 +105,14 @@ pub struct Options {
     /// The release recovery, when the caller ran it before loading
     /// robot.yaml ([`recover`](super::recover)); `None`: start-up runs it.
     pub recovered: Option<(StepStatus, ReleaseStatus)>,
+    /// When a release's robot.yaml adds, removes or renames a process or
+    /// changes a channel (set up only at start), stop every process and
+    /// end [`Supervisor::run_to_end`](super::Supervisor::run_to_end) with
+    /// [`Ended::Restart`](super::Ended::Restart), so that the caller starts
+    /// the supervisor again (`deploy supervise` executes itself anew); a
+    /// trial goes on across that start. Off: the processes keep the
+    /// configuration of the start, and the status says so.
+    pub restart_to_reload: bool,
 }
 
 impl Default for Options {
@@ -123,6 +131,7 @@ impl Default for Options {
             journal: false,
             metrics_textfile: None,
             recovered: None,
+            restart_to_reload: false,
         }
     }
 }

@@ -21,9 +21,12 @@
 //! process's command, CPUs, limits, restart policy and budgets, and the
 //! channels' budgets. Processes and channels themselves are set up at the
 //! supervisor's start, so a robot.yaml that adds, removes or renames one,
-//! or changes a channel's geometry, is not loaded (the status says why),
-//! nor are the boot check, the logger and `power` (a system update's
-//! reboot brings those, and the CPU plan).
+//! or changes a channel's geometry, is loaded by starting the supervisor
+//! again (with [`Options::restart_to_reload`](super::Options): the
+//! processes stop, a marker names the trial for the next start, which
+//! takes it up; without it the status says why it was not loaded). The
+//! boot check, the logger and `power` are not reloaded in a running
+//! supervisor (a system update's reboot brings those, and the CPU plan).
 //!
 //! A system update's trial ([`release::system`]) waits for its reboot
 //! with the processes left alone (`reboot-pending`); the start after the
@@ -98,6 +101,11 @@ pub(super) struct ReleaseWatch {
     load_config: Option<ConfigHook>,
     /// The release whose robot.yaml the processes run with.
     config_release: Option<String>,
+    /// [`Options::restart_to_reload`](super::Options).
+    restart_to_reload: bool,
+    /// Why the supervisor should start again to load a robot.yaml (see
+    /// [`ReleaseWatch::take_restart`]).
+    restart: Option<String>,
 }
 
 impl ReleaseWatch {
@@ -132,6 +140,23 @@ impl ReleaseWatch {
                 config_note: None,
                 system: true,
             }),
+            // A trial the supervisor restarted itself for (to load its
+            // robot.yaml), taken up by the recovery.
+            Ok(Some(ReleaseState::Trial {
+                release,
+                since,
+                previous,
+                system: None,
+                ..
+            })) if status.state == "trial" => Some(Trial {
+                release,
+                since,
+                previous,
+                began: now,
+                phase: TrialPhase::Restarting,
+                config_note: Some(RESTARTED.into()),
+                system: false,
+            }),
             _ => None,
         };
         let config_release = status.current.clone();
@@ -148,7 +173,36 @@ impl ReleaseWatch {
             plan,
             load_config,
             config_release,
+            restart_to_reload: false,
+            restart: None,
         }
+    }
+
+    /// With [`Options::restart_to_reload`](super::Options).
+    pub(super) fn restarting_to_reload(mut self, on: bool) -> ReleaseWatch {
+        self.restart_to_reload = on;
+        self
+    }
+
+    /// Whether the supervisor should stop its processes and start again,
+    /// and why: a release's robot.yaml needs a start to be loaded. For a
+    /// trial, [`release::system::ask_restart`] first names it for the next
+    /// start (in this boot, read from `proc_root`); when that cannot be
+    /// written the supervisor goes on with the configuration it has
+    /// (restarting would roll the trial back as interrupted).
+    pub(super) fn take_restart(&mut self, proc_root: &Path) -> Option<String> {
+        let why = self.restart.take()?;
+        if let Some(t) = &self.trial {
+            let boot = release::system::Boot::read(proc_root);
+            if let Err(e) = release::system::ask_restart(&self.prefix, &t.release, &boot.id) {
+                self.stderr.say(format!(
+                    "release {}: {why}, but the restart marker could not be written ({e}): the processes keep the configuration of the start",
+                    t.release
+                ));
+                return None;
+            }
+        }
+        Some(why)
     }
 
     /// Before the processes restart from `release`: when its robot.yaml
@@ -170,13 +224,16 @@ impl ReleaseWatch {
             return Some(KEPT.to_string());
         };
         let path = layout.release(release).join("robot.yaml");
-        let loaded = load(&path).and_then(|cfg| table.reconfigure(&cfg));
-        let note = match loaded {
-            Ok(()) => {
+        let note = match load(&path).map(|cfg| table.reconfigure(&cfg)) {
+            Ok(Ok(())) => {
                 self.config_release = Some(release.to_string());
                 format!("its robot.yaml differs from {from}'s: loaded (commands, CPUs, limits, restart policies, budgets)")
             }
-            Err(why) => format!(
+            Ok(Err(why)) if self.restart_to_reload => {
+                self.restart = Some(format!("release {release}'s robot.yaml needs a start: {why}"));
+                format!("its robot.yaml differs from {from}'s in what only a start sets up ({why}): the supervisor starts again to load it")
+            }
+            Ok(Err(why)) | Err(why) => format!(
                 "its robot.yaml differs from {from}'s and was not loaded ({why}): the processes run the new binaries with {from}'s configuration until the supervisor restarts"
             ),
         };
@@ -569,6 +626,10 @@ impl ReleaseWatch {
     }
 }
 
+/// The note of a trial taken up after the supervisor started again for it.
+const RESTARTED: &str =
+    "the supervisor started again to load its robot.yaml (processes or channels changed)";
+
 /// The note when a release's robot.yaml differs and no loader was given.
 const KEPT: &str = "its robot.yaml differs from the previous release's: the processes run the new binaries with the configuration loaded at the supervisor's start until the supervisor restarts";
 
@@ -620,6 +681,11 @@ pub fn recover(prefix: &Path, proc_root: &Path) -> (StepStatus, ReleaseStatus) {
                     "system update {t}: booted with its kernel command line; its trial is judged once the CPU plan applied"
                 ));
             }
+            if let Some(t) = &r.restarted_trial {
+                done.push(format!(
+                    "trial of {t} taken up again: the supervisor started again to load its robot.yaml"
+                ));
+            }
             if r.repaired {
                 done.push("current put back to the committed release".into());
             }
@@ -649,6 +715,13 @@ pub fn recover(prefix: &Path, proc_root: &Path) -> (StepStatus, ReleaseStatus) {
                     current: Some(t.clone()),
                     phase: Some("restarting".into()),
                     detail: Some("system update: booted with its kernel command line".into()),
+                    ..Default::default()
+                },
+                (None, None) if r.restarted_trial.is_some() => ReleaseStatus {
+                    state: "trial".into(),
+                    current: r.restarted_trial.clone(),
+                    phase: Some("restarting".into()),
+                    detail: Some(RESTARTED.into()),
                     ..Default::default()
                 },
                 (None, None) => ReleaseStatus {
