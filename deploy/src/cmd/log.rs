@@ -288,7 +288,7 @@ fn info(ctx: &Ctx, file: &Path) -> anyhow::Result<Exit> {
 
 fn cat(ctx: &Ctx, a: CatArgs) -> anyhow::Result<Exit> {
     let bytes = load(&a.file)?;
-    let first = scan(&a.file, &bytes, |_| {})?.first_log_time;
+    let first = logbook::read::first_log_time(&a.file, &bytes)?;
     let f = filter(&a.window, first);
     let limit = a.limit.unwrap_or(u64::MAX);
     let mut n = 0u64;
@@ -354,8 +354,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn export(ctx: &Ctx, a: ExportArgs) -> anyhow::Result<Exit> {
-    let (_, sum) = read_summary(&a.file)?;
-    let f = filter(&a.window, sum.first_log_time);
+    let f = filter(&a.window, first_log_time(&a.file)?);
     let rep = logbook::read::export(&a.file, &a.out, &f)
         .with_context(|| format!("exporting {}", a.file.display()))?;
     if ctx.json {
@@ -373,6 +372,13 @@ fn export(ctx: &Ctx, a: ExportArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// The file's earliest log time, from its chunk headers (the windows are
+/// relative to it); the file is decompressed once, by the command itself.
+fn first_log_time(path: &std::path::Path) -> anyhow::Result<Option<u64>> {
+    let bytes = load(path)?;
+    Ok(logbook::read::first_log_time(path, &bytes)?)
+}
+
 /// `deploy replay FILE`.
 pub fn run_replay(ctx: &Ctx, a: ReplayArgs) -> anyhow::Result<Exit> {
     let sock = services::control::socket_path(&ctx.prefix);
@@ -385,9 +391,8 @@ pub fn run_replay(ctx: &Ctx, a: ReplayArgs) -> anyhow::Result<Exit> {
             sock.display()
         );
     }
-    let (_, sum) = read_summary(&a.file)?;
     let opts = logbook::replay::ReplayOptions {
-        filter: filter(&a.window, sum.first_log_time),
+        filter: filter(&a.window, first_log_time(&a.file)?),
         speed: a.speed,
         shm_dir: releases::Layout::new(&ctx.prefix).shm_dir(),
         proc_root: ctx.sys("/proc"),

@@ -227,6 +227,48 @@ pub fn load(path: &Path) -> Result<Vec<u8>, ReadError> {
     std::fs::read(path).map_err(io)
 }
 
+/// The earliest log time in `bytes` (the file at `path`), read from the
+/// chunk headers (no chunk is decompressed) and from any message outside a
+/// chunk: what [`scan`] reports as `first_log_time` for a file whose chunk
+/// headers are right (a chunk's header states its earliest message), at a
+/// fraction of its cost. A chunk whose start and end times are both zero
+/// holds no message, by the format's rule. For the windows of `deploy
+/// log cat|export` and `deploy replay`, which are relative to it.
+pub fn first_log_time(path: &Path, bytes: &[u8]) -> Result<Option<u64>, ReadError> {
+    check_magic(path, bytes)?;
+    let mut first: Option<u64> = None;
+    let mut records = Records::new(bytes, true);
+    while let Some(Ok(t)) = records.next_with(|op, data| match op {
+        mcap::records::op::CHUNK | mcap::records::op::MESSAGE => {
+            match mcap::read::parse_record(op, data) {
+                Ok(Record::Chunk { header, .. })
+                    if header.message_start_time != 0 || header.message_end_time != 0 =>
+                {
+                    Some(header.message_start_time)
+                }
+                Ok(Record::Message { header, .. }) => Some(header.log_time),
+                _ => None,
+            }
+        }
+        _ => None,
+    }) {
+        if let Some(t) = t {
+            first = Some(first.map_or(t, |f| f.min(t)));
+        }
+    }
+    Ok(first)
+}
+
+fn check_magic(path: &Path, bytes: &[u8]) -> Result<(), ReadError> {
+    if bytes.len() < 8 || &bytes[..8] != mcap::MAGIC {
+        return Err(ReadError::NotMcap {
+            path: path.into(),
+            why: "it does not start with the MCAP magic bytes".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Reads `bytes` (the file at `path`) from start to end, calling `each`
 /// with every message in file order; returns what was found.
 pub fn scan(
@@ -234,12 +276,7 @@ pub fn scan(
     bytes: &[u8],
     mut each: impl FnMut(&Msg<'_>),
 ) -> Result<Summary, ReadError> {
-    if bytes.len() < 8 || &bytes[..8] != mcap::MAGIC {
-        return Err(ReadError::NotMcap {
-            path: path.into(),
-            why: "it does not start with the MCAP magic bytes".into(),
-        });
-    }
+    check_magic(path, bytes)?;
     let mut sum = Summary {
         path: path.into(),
         size: bytes.len() as u64,

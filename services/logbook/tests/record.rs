@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use controller::config::{ByteSize, Dur};
 use controller::{Channel, ChannelGeometry};
-use logbook::read::{load, scan, Filter};
+use logbook::read::{first_log_time, load, scan, Filter};
 use logbook::replay::{replay, ReplayOptions};
 use logbook::schema::TypeDecl;
 use logbook::{LogSection, Recorder, RecorderConfig};
@@ -620,6 +620,12 @@ fn a_file_cut_anywhere_or_garbled_reads_what_is_whole_and_says_where_it_stopped(
         prev = n;
         // The data section ends before the summary does.
         assert!(!sum.finished || n == all, "cut {cut}");
+        // The chunk headers give the first log time the messages do.
+        assert_eq!(
+            first_log_time(&file, &whole[..cut]).unwrap(),
+            sum.first_log_time,
+            "cut {cut}"
+        );
         cut_mid_record += sum.truncated.is_some() as u32;
     }
     assert!(cut_mid_record > 0);
@@ -633,6 +639,7 @@ fn a_file_cut_anywhere_or_garbled_reads_what_is_whole_and_says_where_it_stopped(
             b[at] ^= (x >> 32) as u8 | 1;
         }
         let _ = count(&b);
+        let _ = first_log_time(&file, &b);
     }
     // The independent reader agrees on a cut inside the last chunk.
     if let Ok(()) = python_mcap() {
