@@ -88,21 +88,40 @@ e2e_cpio() {
 # where the test's own lines go, so that nothing else can interleave with
 # them) written to LOG.hvc (or, without a virtio console in the guest, the
 # second serial port, /dev/ttyS1); the virtio-serial PCI device also gives the
-# guest MSI interrupts. Returns QEMU's exit status, 124 when the time limit
-# hit.
+# guest MSI interrupts. With E2E_TTY1_FLOOD=1 the second serial port is a
+# pair of FIFOs instead: what the guest writes still goes to LOG.tty1, and the
+# host feeds it input without a pause (a port whose receive interrupts never
+# stop while the guest has it open). Returns QEMU's exit status, 124 when the
+# time limit hit.
 e2e_qemu() {
-    local kernel=$1 initrd=$2 append=$3 log=$4 limit=$5 rc=0
+    local kernel=$1 initrd=$2 append=$3 log=$4 limit=$5 rc=0 tty1 pids=()
     : >"$log"
     : >"$log.hvc"
+    tty1=(-serial "file:$log.tty1")
+    if [ "${E2E_TTY1_FLOOD:-0}" = 1 ]; then
+        rm -f "$log.pipe.in" "$log.pipe.out"
+        mkfifo "$log.pipe.in" "$log.pipe.out"
+        cat "$log.pipe.out" >"$log.tty1" &
+        pids+=($!)
+        # `yes` blocks while the pipe is full: no cost while the port is shut.
+        yes 'rtdeploy e2e: receive interrupts on the second serial port' >"$log.pipe.in" 2>/dev/null &
+        pids+=($!)
+        tty1=(-chardev "pipe,id=tty1,path=$log.pipe" -serial chardev:tty1)
+    fi
     timeout -k 10 "$limit" qemu-system-x86_64 \
         -accel tcg,thread=single -cpu max -smp 4 -m 1G \
         -nographic -no-reboot -nic none \
         -monitor "unix:$log.mon,server=on,wait=off" \
         -device virtio-serial-pci \
         -chardev "file,id=e2e,path=$log.hvc" -device virtconsole,chardev=e2e \
-        -serial "file:$log" -serial "file:$log.tty1" \
+        -serial "file:$log" "${tty1[@]}" \
         -kernel "$kernel" -initrd "$initrd" \
         -append "$append" </dev/null >"$log.qemu" 2>&1 || rc=$?
+    if [ "${#pids[@]}" -gt 0 ]; then
+        kill "${pids[@]}" 2>/dev/null
+        wait "${pids[@]}" 2>/dev/null
+        rm -f "$log.pipe.in" "$log.pipe.out"
+    fi
     # A kernel whose virtio console is a module (Debian's 5.10) has no
     # /dev/hvc0 in an image without modules: the guest's test lines then
     # go to the second serial port.
