@@ -117,14 +117,7 @@ fn release_of(s: &SupervisorStatus) -> (String, Option<String>, Option<String>) 
 /// as a system update while the supervisor runs: nothing restarts before
 /// the reboot. Returns the stopped robot, the fake /proc and B's name.
 fn install_b_then_shut_down(src: &Path) -> (tempfile::TempDir, PathBuf, String) {
-    let prefix = common::prefix();
-    let keys = prefix.path().join("etc/rtdeploy/keys");
-    fs::create_dir_all(&keys).unwrap();
-    fs::write(
-        keys.join("test.pub"),
-        format!("{}\n", key().public_base64()),
-    )
-    .unwrap();
+    let prefix = common::prefix_trusting(&key().public_base64());
     fs::create_dir_all(prefix.path().join("boot/extlinux")).unwrap();
     fs::write(prefix.path().join(CONF), old_conf()).unwrap();
     let proc_root = src.join("proc");
@@ -253,14 +246,7 @@ fn a_system_update_whose_plan_did_not_apply_is_rolled_back_with_a_reboot_back() 
 #[test]
 fn a_trial_runs_with_its_own_robot_yaml_and_a_rollback_with_the_previous_one() {
     let src = tempfile::tempdir().unwrap();
-    let prefix = common::prefix();
-    let keys = prefix.path().join("etc/rtdeploy/keys");
-    fs::create_dir_all(&keys).unwrap();
-    fs::write(
-        keys.join("test.pub"),
-        format!("{}\n", key().public_base64()),
-    )
-    .unwrap();
+    let prefix = common::prefix_trusting(&key().public_base64());
     let ctl_with = |dir: &Path, tag: &str, tail: &str| {
         release(
             dir,
@@ -363,14 +349,7 @@ fn a_trial_runs_with_its_own_robot_yaml_and_a_rollback_with_the_previous_one() {
 fn a_release_that_adds_a_process_is_loaded_by_starting_again_and_its_trial_goes_on() {
     use services::supervisor::Ended;
     let src = tempfile::tempdir().unwrap();
-    let prefix = common::prefix();
-    let keys = prefix.path().join("etc/rtdeploy/keys");
-    fs::create_dir_all(&keys).unwrap();
-    fs::write(
-        keys.join("test.pub"),
-        format!("{}\n", key().public_base64()),
-    )
-    .unwrap();
+    let prefix = common::prefix_trusting(&key().public_base64());
     let rel = |tag: &str| {
         release(
             src.path(),

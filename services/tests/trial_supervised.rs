@@ -35,15 +35,7 @@ fn ctl_release(dir: &Path, tag: &str, script: &str) -> PathBuf {
 /// A supervisor prefix (accounts from `common::prefix`) that trusts the
 /// test key.
 fn robot_prefix() -> tempfile::TempDir {
-    let prefix = common::prefix();
-    let keys = prefix.path().join("etc/rtdeploy/keys");
-    std::fs::create_dir_all(&keys).unwrap();
-    std::fs::write(
-        keys.join("test.pub"),
-        format!("{}\n", key().public_base64()),
-    )
-    .unwrap();
-    prefix
+    common::prefix_trusting(&key().public_base64())
 }
 
 fn install(prefix: &Path, dir: &Path, tag: &str, version: &str, script: &str) -> String {

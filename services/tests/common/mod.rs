@@ -55,6 +55,16 @@ pub fn prefix() -> tempfile::TempDir {
     dir
 }
 
+/// [`prefix`] that trusts the release key whose public half is
+/// `public_base64` (as `etc/rtdeploy/keys/test.pub`).
+pub fn prefix_trusting(public_base64: &str) -> tempfile::TempDir {
+    let prefix = prefix();
+    let keys = prefix.path().join("etc/rtdeploy/keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("test.pub"), format!("{public_base64}\n")).unwrap();
+    prefix
+}
+
 pub struct Running {
     pub prefix: tempfile::TempDir,
     pub socket: PathBuf,
