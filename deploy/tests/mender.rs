@@ -267,12 +267,7 @@ fn robot(dir: &Path) -> (PathBuf, PathBuf) {
     let key = dir.join("key");
     ok(deploy(&["keygen", "--out", s(&key)]));
     let prefix = dir.join("robot");
-    fs::create_dir_all(prefix.join("etc/rtdeploy/keys")).unwrap();
-    fs::copy(
-        dir.join("key.pub"),
-        prefix.join("etc/rtdeploy/keys/build.pub"),
-    )
-    .unwrap();
+    common::trust_key(&prefix, &dir.join("key.pub"));
     let bundle = dir.join("1.0.bundle");
     ok(deploy(&[
         "bundle",

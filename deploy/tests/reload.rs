@@ -91,12 +91,7 @@ fn a_release_that_adds_a_process_restarts_the_supervisor_and_its_trial_is_commit
     };
     let (b1, b2) = (bundle("1.0", &["a"]), bundle("2.0", &["a", "b"]));
     let prefix = dir.join("robot");
-    fs::create_dir_all(prefix.join("etc/rtdeploy/keys")).unwrap();
-    fs::copy(
-        dir.join("key.pub"),
-        prefix.join("etc/rtdeploy/keys/build.pub"),
-    )
-    .unwrap();
+    common::trust_key(&prefix, &dir.join("key.pub"));
     let first = dir.join("first.yaml");
     fs::write(&first, robot_yaml(&["a"])).unwrap();
     ok(deploy(&[

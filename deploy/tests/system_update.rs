@@ -10,6 +10,8 @@
 //! install cut after every step leaves a robot that boots the old or the
 //! new line, with the release that goes with it.
 
+mod common;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
@@ -176,12 +178,7 @@ fn robot() -> Robot {
         ));
     }
     let prefix = dir.join("robot");
-    fs::create_dir_all(prefix.join("etc/rtdeploy/keys")).unwrap();
-    fs::copy(
-        dir.join("key.pub"),
-        prefix.join("etc/rtdeploy/keys/build.pub"),
-    )
-    .unwrap();
+    common::trust_key(&prefix, &dir.join("key.pub"));
     fs::create_dir_all(prefix.join("boot/extlinux")).unwrap();
     fs::write(prefix.join(CONF), BOOTED).unwrap();
     let first = dir.join("robot.yaml");

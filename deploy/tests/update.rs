@@ -2,6 +2,8 @@
 //! rollback and commit on a prefix; and `deploy update` over a real sshd on
 //! loopback to two robots (two prefixes), with a connection cut and resumed.
 
+mod common;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -78,8 +80,7 @@ fn release(dir: &Path, name: &str, changed: u64) -> PathBuf {
 /// prefix for the first install (the install then links
 /// etc/rtdeploy/robot.yaml to the current release's).
 fn robot(prefix: &Path, pubkey: &Path) {
-    fs::create_dir_all(prefix.join("etc/rtdeploy/keys")).unwrap();
-    fs::copy(pubkey, prefix.join("etc/rtdeploy/keys/build.pub")).unwrap();
+    common::trust_key(prefix, pubkey);
 }
 
 fn current_listener(prefix: &Path) -> Vec<u8> {

@@ -193,3 +193,10 @@ impl Drop for Spinner {
         let _ = self.stop_and_join();
     }
 }
+
+/// Makes the robot under `prefix` trust the release key whose public half
+/// is the file `pubkey` (as `etc/rtdeploy/keys/build.pub`).
+pub fn trust_key(prefix: &Path, pubkey: &Path) {
+    std::fs::create_dir_all(prefix.join("etc/rtdeploy/keys")).unwrap();
+    std::fs::copy(pubkey, prefix.join("etc/rtdeploy/keys/build.pub")).unwrap();
+}
