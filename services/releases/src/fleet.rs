@@ -130,6 +130,15 @@ fn remote_words(deploy: &str, prefix: Option<&str>, command: &str) -> String {
         .join(" ")
 }
 
+/// The last line that is not blank of what the robot said on stderr.
+fn last_line(said: &str) -> &str {
+    said.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+}
+
 /// How long the robot may take to answer `deploy reboot`: it only starts
 /// the reboot (`systemctl --no-block reboot`) and exits.
 const REBOOT_ANSWER: Duration = Duration::from_secs(60);
@@ -174,13 +183,7 @@ fn ask_reboot(robot: &Robot, opts: &FleetOptions) -> Result<(), String> {
         }
     };
     let said = err_thread.join().unwrap_or_default();
-    let last = said
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-        .to_string();
+    let last = last_line(&said);
     match status {
         Some(st) if st.success() => Ok(()),
         Some(st) => Err(match st.code() {
@@ -215,13 +218,7 @@ impl AttemptFailure {
     /// The error, with the last line the remote side wrote on stderr
     /// (unless the robot's own refusal already says it).
     fn message(&self) -> String {
-        let last = self
-            .stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .trim();
+        let last = last_line(&self.stderr);
         if last.is_empty() || matches!(self.error, WireError::Remote(_)) {
             self.error.to_string()
         } else {
