@@ -84,6 +84,14 @@ check() { if [ "$2" = "$3" ]; then pass "$1 ($3)"; else fail "$1" "expected '$2'
 PHASES=()
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 secs() { printf '%d.%d' $(($1 / 1000)) $((($1 % 1000) / 100)); }
+# missing_tokens LINE TOKENS: the words of TOKENS that LINE lacks.
+missing_tokens() {
+    local t out=''
+    for t in $2; do
+        case " $1 " in *" $t "*) ;; *) out="$out $t" ;; esac
+    done
+    printf '%s' "$out"
+}
 T0=$(now_ms)
 phase_start() { PHASE_NAME=$1; PHASE_T=$(now_ms); log "phase $1"; }
 phase_end() { PHASES+=("$(printf '%-44s %7s s' "$PHASE_NAME" "$(secs $(($(now_ms) - PHASE_T)))")"); }
@@ -222,10 +230,7 @@ default=$(sed -n 's/^[[:space:]]*DEFAULT[[:space:]]*//p' "$WORK/extlinux.conf" |
 append_of() {
     awk -v l="$1" '$1 == "LABEL" { on = ($2 == l) } on && $1 == "APPEND" { sub(/^[ \t]*APPEND[ \t]*/, ""); print; exit }' "$WORK/extlinux.conf"
 }
-missing=''
-for t in $PLAN_CMDLINE; do
-    case " $(append_of "$default") " in *" $t "*) ;; *) missing="$missing $t" ;; esac
-done
+missing=$(missing_tokens "$(append_of "$default")" "$PLAN_CMDLINE")
 if [ -n "$default" ] && [ -z "$missing" ]; then
     pass "the image's extlinux.conf: DEFAULT $default carries the planned APPEND"
 else
@@ -330,10 +335,7 @@ else
     fail "U-Boot read /boot/extlinux/extlinux.conf" "no sign of it on the console" "$LOG1"
 fi
 CMDLINE=$(q 60 cat /proc/cmdline)
-missing=''
-for t in $PLAN_CMDLINE; do
-    case " $CMDLINE " in *" $t "*) ;; *) missing="$missing $t" ;; esac
-done
+missing=$(missing_tokens "$CMDLINE" "$PLAN_CMDLINE")
 if [ -z "$missing" ] && [ -n "$CMDLINE" ]; then
     pass "/proc/cmdline carries every planned token, from extlinux.conf ($CMDLINE)"
 else
@@ -391,16 +393,23 @@ if [ "$(jq -r '.result' <<<"$step" 2>/dev/null)" = ok ]; then
 else
     fail "the supervisor applied the CPU plan" "startup step: ${step:-missing}" "$LOG1"
 fi
-if vout=$(q 60 deploy verify 2>&1); then
-    pass "deploy verify exits 0 in the guest"
-else
-    fail "deploy verify exits 0 in the guest" "$vout" "$LOG1"
-fi
-for name in $(jq -r '.processes[].name' <<<"$PLAN_JSON"); do
-    want=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | {policy, priority, cpus}' <<<"$PLAN_JSON")
-    got=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | .in_force // {} | {policy, priority, cpus}' <<<"$STATUS")
-    check "$name runs with the planned policy, priority and CPUs (read back from the kernel)" "$want" "$got" "$LOG1"
-done
+# plan_in_force PLAN_JSON WHOSE: `deploy verify` exits 0 in the guest, and
+# each process of PLAN_JSON runs with its policy, priority and CPUs as
+# $STATUS read them back from the kernel; WHOSE names the plan.
+plan_in_force() {
+    local vout name want got
+    if vout=$(q 60 deploy verify 2>&1); then
+        pass "deploy verify exits 0 in the guest against $2 plan"
+    else
+        fail "deploy verify exits 0 in the guest against $2 plan" "$vout" "$LOG1"
+    fi
+    for name in $(jq -r '.processes[].name' <<<"$1"); do
+        want=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | {policy, priority, cpus}' <<<"$1")
+        got=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | .in_force // {} | {policy, priority, cpus}' <<<"$STATUS")
+        check "$name runs with $2 policy, priority and CPUs (read back from the kernel)" "$want" "$got" "$LOG1"
+    done
+}
+plan_in_force "$PLAN_JSON" "the image's"
 got=$(jq -r '[.processes[] | "\(.name)=\(.backend // "none")"] | sort | join(" ")' <<<"$STATUS")
 check "deploy status names each process's backend" "listener=io_uring-futex talker=io_uring-futex" "$got" "$LOG1"
 # The listener prints a count every 1000 messages; wait for one.
@@ -516,10 +525,7 @@ if [ -n "${BOOT_ID2:-}" ] && [ "$BOOT_ID2" != "$BOOT_ID" ]; then
         fail "extlinux.conf after the update: DEFAULT release 4's label, the previous labels kept" "DEFAULT '$new_default', labels '$labels' ($(cat "$WORK/extlinux.conf"))" "$LOG1"
     fi
     CMDLINE=$(q 60 cat /proc/cmdline)
-    missing=''
-    for t in $PLAN4_CMDLINE; do
-        case " $CMDLINE " in *" $t "*) ;; *) missing="$missing $t" ;; esac
-    done
+    missing=$(missing_tokens "$CMDLINE" "$PLAN4_CMDLINE")
     if [ -z "$missing" ] && [ -n "$CMDLINE" ]; then
         pass "/proc/cmdline carries every token of release 4's plan ($CMDLINE)"
     else
@@ -539,16 +545,7 @@ if [ -n "${BOOT_ID2:-}" ] && [ "$BOOT_ID2" != "$BOOT_ID" ]; then
     "4-"*" committed 4-"*) pass "after the reboot the committed release 4 runs ($CUR)" ;;
     *) fail "after the reboot the committed release 4 runs" "deploy releases: $REL; status: $(jq -c .release <<<"$STATUS")" "$LOG1" ;;
     esac
-    if vout=$(q 60 deploy verify 2>&1); then
-        pass "deploy verify exits 0 in the guest against release 4's plan"
-    else
-        fail "deploy verify exits 0 in the guest against release 4's plan" "$vout" "$LOG1"
-    fi
-    for name in $(jq -r '.processes[].name' <<<"$PLAN4_JSON"); do
-        want=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | {policy, priority, cpus}' <<<"$PLAN4_JSON")
-        got=$(jq -c --arg n "$name" '.processes[] | select(.name == $n) | .in_force // {} | {policy, priority, cpus}' <<<"$STATUS")
-        check "after the update $name runs with release 4's policy, priority and CPUs (read back from the kernel)" "$want" "$got" "$LOG1"
-    done
+    plan_in_force "$PLAN4_JSON" "release 4's"
     check "the reboot request is gone" absent "$(q 60 'test -e /run/rtdeploy/reboot-required && echo present || echo absent')" "$LOG1"
     check "after the reboot rtdeploy.service is active" active "$(q 60 systemctl is-active rtdeploy.service)" "$LOG1"
 
