@@ -92,6 +92,29 @@ impl Child {
         self.child.id() as i32
     }
 
+    /// Waits (at most 10 s) until process `name` runs the program `comm`.
+    fn wait_for_exec(&self, name: &str, comm: &str) {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = control::request(&self.socket, &Request::Status).expect("status answered");
+            let pid = r
+                .status
+                .and_then(|s| s.processes.into_iter().find(|p| p.name == name))
+                .and_then(|p| p.pid);
+            let running = pid
+                .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+                .is_some_and(|c| c.trim_end() == comm);
+            if running {
+                return;
+            }
+            assert!(
+                Instant::now() < until,
+                "{name} did not run {comm} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Peak resident memory so far (VmHWM), in bytes.
     fn peak_rss(&self) -> u64 {
         let st = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
@@ -261,6 +284,9 @@ fn a_client_beyond_the_limit_is_told_the_supervisor_is_busy() {
     });
     let sup = Child::start(json!([stubborn]));
     let dog = Watchdog::arm(sup.pid(), Duration::from_secs(60));
+    // The shell ignores SIGTERM only once it has run `trap`: wait for the
+    // exec that follows it, or an early stop would simply kill it.
+    sup.wait_for_exec("stubborn", "sleep");
     let stop = br#"{"cmd":"stop","name":"stubborn"}
 "#;
     // Every connection but one waits for its stop to finish.
