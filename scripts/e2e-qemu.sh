@@ -467,6 +467,18 @@ trace_named() {
 TRACE_CPU=$(e2e_guest_value "$OUT2" trace-receiver-cpu)
 trace_named trace-spin "planted-spin (FIFO 90, pid " \
     "deploy check --trace in the guest: a verdict names the planted SCHED_FIFO spinner on the receiver's CPU ${TRACE_CPU:-?}"
+# The same run's timer phase (timer_max 5 ms): the timer on that CPU.
+timer_doc=$(block "$OUT2" trace-spin | json_of)
+[ -n "$timer_doc" ] || timer_doc='{}'
+timer_verdicts=$(jq -r --argjson cpu "${TRACE_CPU:-null}" \
+    '.trace.verdicts[]? | select(.timer_cpu == $cpu) | .verdict' <<<"$timer_doc" 2>/dev/null)
+timer_named=$(grep -F -m1 -- "planted-spin (FIFO 90, pid " <<<"$timer_verdicts")
+if [ -n "$timer_named" ]; then
+    pass "deploy check --trace in the guest: a timer verdict on CPU ${TRACE_CPU:-?} names the planted spinner ($(grep -c . <<<"$timer_verdicts") timer miss(es) traced there; $(cut -c1-200 <<<"$timer_named"))"
+else
+    fail "deploy check --trace in the guest: a timer verdict on CPU ${TRACE_CPU:-?} names the planted spinner" \
+        "$(jq -r '"\(.trace.timer_over_threshold) timer wake(s) over \(.trace.timer_miss_threshold_ns) ns"' <<<"$timer_doc" 2>/dev/null); verdicts: $(jq -r '.trace.verdicts[]? | "[\(.timer_cpu)] \(.verdict)"' <<<"$timer_doc" 2>/dev/null | head -n 8)"
+fi
 # The serial port's IRQ thread, moved onto the receiver's CPU at FIFO 95
 # and kept busy by input the host feeds without a pause.
 trace_named trace-irq "ttyS1" \

@@ -415,9 +415,10 @@ pub struct CheckSection {
     pub io_load: u32,
     /// Budgets the check enforces.
     pub budgets: CheckBudgets,
-    /// Trace the kernel around every delivery over its budget and keep
-    /// at most this many traced misses (`deploy check --trace` without
-    /// it keeps 10); unset: no tracing, no cost.
+    /// Trace the kernel around every delivery over its budget (and every
+    /// timer wake over `budgets.timer_max`) and keep at most this many
+    /// traced misses of each kind (`deploy check --trace` without it
+    /// keeps 10); unset: no tracing, no cost.
     pub trace_on_miss: Option<u32>,
 }
 

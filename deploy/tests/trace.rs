@@ -120,11 +120,13 @@ fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
     let yaml = std::fs::read_to_string(repo("examples/dev.yaml"))
         .unwrap()
         .replace("delivery_max: 2ms", "delivery_max: 1ms")
+        .replace("timer_max: 2ms", "timer_max: 500us")
         .replace(
             "budgets:\n    delivery_max",
             "trace_on_miss: 40\n  budgets:\n    delivery_max",
         );
     assert!(yaml.contains("trace_on_miss: 40"), "dev.yaml changed shape");
+    assert!(yaml.contains("timer_max: 500us"), "dev.yaml changed shape");
     let cfg = dir.path().join("robot.yaml");
     std::fs::write(&cfg, yaml).unwrap();
     let traces = dir.path().join("traces");
@@ -233,12 +235,52 @@ fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
         "{}",
         named[0]["verdict"]
     );
-    // Saved files: at most trace_on_miss pairs; JSON to the schema.
+    // The timer phase on the same CPU was traced too, and names it.
+    let timer_named: Vec<&serde_json::Value> = verdicts
+        .iter()
+        .filter(|v| v["timer_cpu"] == 1 && v["mechanism"].is_null())
+        .filter(|v| {
+            v["verdict"]
+                .as_str()
+                .unwrap()
+                .contains("planted-spin (FIFO 85, pid ")
+        })
+        .collect();
+    assert!(
+        !timer_named.is_empty(),
+        "no timer verdict names the planted thread ({} timer wakes over {}):\n{}",
+        t["timer_over_threshold"],
+        t["timer_miss_threshold_ns"],
+        verdicts
+            .iter()
+            .map(|v| format!("[timer cpu {}] {}", v["timer_cpu"], v["verdict"]))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(t["timer_miss_threshold_ns"], 500_000);
+    assert!(t["timer_over_threshold"].as_u64().unwrap() >= timer_named.len() as u64);
+    let timer_text = timer_named[0]["text"].as_str().unwrap();
+    assert!(timer_text.contains("-timer-seq"), "{timer_text}");
+    let show = deploy(dir.path(), None, &["trace", "show", timer_text]);
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+    let shown = text(&show.stdout);
+    assert_eq!(
+        shown.lines().next().unwrap_or(""),
+        timer_named[0]["verdict"].as_str().unwrap()
+    );
+    assert!(shown.contains("from the deadline to its wake"), "{shown}");
+    // Saved files: at most trace_on_miss pairs of each kind (deliveries,
+    // timer wakes); JSON to the schema.
     let files: Vec<PathBuf> = std::fs::read_dir(&traces)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert!(files.len() <= 80, "{} files kept", files.len());
+    assert!(files.len() <= 160, "{} files kept", files.len());
+    let timer_files = files
+        .iter()
+        .filter(|f| f.to_string_lossy().contains("-timer-seq"))
+        .count();
+    assert!(timer_files <= 80, "{timer_files} timer files kept");
     let v = schema();
     let json_path = PathBuf::from(named[0]["json"].as_str().unwrap());
     let trace_doc: serde_json::Value =

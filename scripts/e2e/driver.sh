@@ -143,6 +143,8 @@ fi
 #      input the host feeds it without a pause (E2E_TTY1_FLOOD).
 # Under emulation the spins are longer than a board would need and the
 # budgets wider (5 ms, 2 ms): emulation's own stalls must not hide them.
+# The timer budget (5 ms) has the timer phase traced as well: the
+# spinner must be named for the timer on its CPU too.
 # The host asserts that a verdict names each.
 case " $(cat /proc/cmdline) " in
 *" e2e.trace=1 "*)
@@ -152,6 +154,7 @@ case " $(cat /proc/cmdline) " in
     awk '
         /^check:$/ { print; print "  trace_on_miss: 40"; next }
         /^    delivery_max: / { print "    delivery_max: 5ms"; next }
+        /^    timer_max: / { print "    timer_max: 5ms"; next }
         { print }
     ' /etc/rtdeploy/robot.yaml >/tmp/trace.yaml
     tools=/usr/lib/rtdeploy-e2e

@@ -277,7 +277,8 @@ pub struct TraceSummary {
     pub dir: String,
     /// The ftrace instance.
     pub instance: Option<String>,
-    /// The CPUs traced (sender's and receiver's).
+    /// The CPUs traced: the sender's and receiver's, and the timer
+    /// workers' when the timer latency has a budget.
     pub cpus: Vec<usize>,
     /// Events enabled, and those this kernel lacks (with the reason).
     pub events: Vec<String>,
@@ -287,6 +288,11 @@ pub struct TraceSummary {
     /// Real-time messages over the threshold (traced or not: one miss is
     /// traced at a time).
     pub over_threshold: u64,
+    /// A timer wake over this is a miss (`check.budgets.timer_max`);
+    /// without it the timer phase is not traced.
+    pub timer_miss_threshold_ns: Option<u64>,
+    /// Timer wakes over it (traced or not).
+    pub timer_over_threshold: u64,
     /// Misses snapshotted and analysed.
     pub snapshots: u64,
     /// The last verdicts (at most the number kept), oldest first.
@@ -296,7 +302,10 @@ pub struct TraceSummary {
 /// One traced miss.
 #[derive(Debug, Clone, Serialize)]
 pub struct TraceVerdict {
-    pub mechanism: Mechanism,
+    /// The mechanism of a delivery's miss; `None` for a timer's.
+    pub mechanism: Option<Mechanism>,
+    /// The CPU of a timer's miss.
+    pub timer_cpu: Option<usize>,
     pub seq: u64,
     pub latency_ns: u64,
     pub verdict: String,
@@ -463,9 +472,16 @@ impl CheckReport {
         if let Some(t) = &self.trace {
             o.push('\n');
             if t.enabled {
+                let timers = t.timer_miss_threshold_ns.map_or(String::new(), |m| {
+                    format!(
+                        ", {} timer wake(s) over {}",
+                        t.timer_over_threshold,
+                        fmt_ns(m)
+                    )
+                });
                 let _ = writeln!(
                     o,
-                    "trace: cpus {:?}, {} over {}, {} traced, saved in {}{}",
+                    "trace: cpus {:?}, {} message(s) over {}{timers}, {} traced, saved in {}{}",
                     t.cpus,
                     t.over_threshold,
                     t.miss_threshold_ns.map_or("-".into(), fmt_ns),
@@ -478,10 +494,16 @@ impl CheckReport {
                     }
                 );
                 for v in &t.verdicts {
-                    if self.scenario.mechanisms.len() > 1 {
-                        let _ = writeln!(o, "  [{}] {}", v.mechanism.short(), v.verdict);
-                    } else {
-                        let _ = writeln!(o, "  {}", v.verdict);
+                    match (v.timer_cpu, v.mechanism) {
+                        (Some(cpu), _) => {
+                            let _ = writeln!(o, "  [timer cpu{cpu}] {}", v.verdict);
+                        }
+                        (None, Some(m)) if self.scenario.mechanisms.len() > 1 => {
+                            let _ = writeln!(o, "  [{}] {}", m.short(), v.verdict);
+                        }
+                        _ => {
+                            let _ = writeln!(o, "  {}", v.verdict);
+                        }
                     }
                     if let Some(p) = &v.text {
                         let _ = writeln!(o, "    {p}");

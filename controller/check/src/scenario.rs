@@ -326,10 +326,16 @@ pub(crate) fn run(
     let receiver_cpu = *inputs.isolated.get(1).unwrap_or(&inputs.isolated[0]);
     // Before the workers: dropped after them (an instance a worker still
     // holds a file of cannot be removed).
-    let mut tracing = inputs
-        .trace
-        .as_ref()
-        .map(|req| TraceRun::start(req, inputs, &env.sysroot, sender_cpu, receiver_cpu));
+    let mut tracing = inputs.trace.as_ref().map(|req| {
+        TraceRun::start(
+            req,
+            inputs,
+            &env.sysroot,
+            sender_cpu,
+            receiver_cpu,
+            &inputs.isolated,
+        )
+    });
     if let Some(t) = &tracing {
         notes.extend(t.notes());
     }
@@ -429,16 +435,19 @@ pub(crate) fn run(
         });
     }
     let mut timers = vec![];
+    let mut trace_problems: Vec<String> = vec![];
     for (slot, &cpu) in inputs.isolated.iter().enumerate() {
-        timers.push(run.spawn(
-            "timer",
-            &[
-                format!("slot={slot}"),
-                format!("cpu={cpu}"),
-                format!("priority={}", c.priority),
-                format!("period_ns={}", c.period.0.as_nanos().max(1)),
-            ],
-        )?);
+        let mut args = vec![
+            format!("slot={slot}"),
+            format!("cpu={cpu}"),
+            format!("priority={}", c.priority),
+            format!("period_ns={}", c.period.0.as_nanos().max(1)),
+        ];
+        args.extend(tracing.as_ref().map_or(vec![], |t| t.timer_args()));
+        timers.push(run.spawn("timer", &args)?);
+    }
+    if let Some(t) = &tracing {
+        t.arm(run.shared.control());
     }
     let timer_worst = |run: &Run| {
         (0..inputs.isolated.len())
@@ -455,6 +464,14 @@ pub(crate) fn run(
         for w in run.loads.iter_mut().chain(timers.iter_mut()) {
             Run::check_alive(w)?;
         }
+        if let Some(t) = tracing.as_mut() {
+            trace_problems.extend(t.poll(run.shared.control(), None, true));
+        }
+    }
+    if let Some(t) = tracing.as_mut() {
+        // A miss in the last moments of the phase.
+        trace_problems.extend(t.poll(run.shared.control(), None, false));
+        t.disarm(run.shared.control());
     }
     run.shared.control().timer_stop.store(1, Ordering::SeqCst);
     for w in timers {
@@ -497,7 +514,6 @@ pub(crate) fn run(
     let churn = c.low_priority.churn.0.max(Duration::from_millis(10));
     let mut gen = 0u64;
     let mut accounting = vec![];
-    let mut trace_problems: Vec<String> = vec![];
     // The phases: each mechanism, traced when tracing runs; with
     // `trace_compare`, the deciding mechanism untraced, then traced (the
     // tracer's cost on the same run's figures).
@@ -655,7 +671,8 @@ pub(crate) fn run(
                 Run::check_alive(&mut recv)?;
                 Run::check_alive(&mut send)?;
                 if let Some(t) = tracing.as_mut().filter(|_| traced) {
-                    if let Some(p) = t.poll(run.shared.control(), mech, send_pid, recv_pid, true) {
+                    let pair = Some((mech, send_pid, recv_pid));
+                    if let Some(p) = t.poll(run.shared.control(), pair, true) {
                         trace_problems.push(p);
                     }
                 }
@@ -695,7 +712,8 @@ pub(crate) fn run(
             }
             if let Some(t) = tracing.as_mut().filter(|_| traced) {
                 // A miss in the last moments of the phase.
-                if let Some(p) = t.poll(run.shared.control(), mech, send_pid, recv_pid, false) {
+                let pair = Some((mech, send_pid, recv_pid));
+                if let Some(p) = t.poll(run.shared.control(), pair, false) {
                     trace_problems.push(p);
                 }
                 t.disarm(run.shared.control());

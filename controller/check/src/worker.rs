@@ -200,6 +200,14 @@ pub(crate) struct Control {
     pub trace_miss_handler_ns: AtomicU64,
     /// Real-time messages over the miss threshold (traced or not).
     pub trace_over: AtomicU64,
+    /// Who stopped the instance: 0 the real-time receiver, `slot + 1` the
+    /// timer worker of that slot (then `trace_miss_seq` numbers its wake,
+    /// `send_ns` is the deadline and `handler_ns` the wake).
+    pub trace_miss_timer: AtomicU64,
+    /// The pid of that timer worker.
+    pub trace_miss_pid: AtomicU64,
+    /// Timer wakes over the timer miss threshold (traced or not).
+    pub trace_timer_over: AtomicU64,
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays: no padding, no
 // pointers, no Drop, valid for every bit pattern.
@@ -1018,7 +1026,7 @@ impl Rng {
 /// its own: it can join the cgroup of its CPU, which a thread of the
 /// engine (a supervisor pinned to housekeeping CPUs) cannot.
 fn timer(a: &Args) -> Result<(), WorkerRunError> {
-    let shared = a.shared()?;
+    let shared = shared_static(a)?;
     let ctl = shared.control();
     let slot = a.index("slot", MAX_TIMERS)?;
     let cpus = a.cpus("cpu")?;
@@ -1033,12 +1041,88 @@ fn timer(a: &Args) -> Result<(), WorkerRunError> {
         ctl.timer_fifo.fetch_or(1 << slot, Ordering::SeqCst);
     }
     let h = shared.timer_hist(slot);
+    let trace = match a.opt_path("trace") {
+        Some(dir) => Some(TimerTrace::open(&dir, a.u64("miss_ns")?, slot, ctl)?),
+        None => None,
+    };
     // Relaxed: stop requests; the engine reads the histogram after this
     // process exited (waitpid orders it).
-    crate::timer::measure(h, a.u64("period_ns")?, || {
-        ctl.timer_stop.load(Ordering::Relaxed) != 0 || ctl.stop_all.load(Ordering::Relaxed) != 0
-    });
+    crate::timer::measure(
+        h,
+        a.u64("period_ns")?,
+        || ctl.timer_stop.load(Ordering::Relaxed) != 0 || ctl.stop_all.load(Ordering::Relaxed) != 0,
+        |n, deadline, now| {
+            if let Some(t) = &trace {
+                t.woke(n, deadline, now);
+            }
+        },
+    );
     Ok(())
+}
+
+/// A timer worker's side of tracing: on a wake over `miss_ns` it marks
+/// the miss and stops the instance at once, as the real-time receiver
+/// does for a message; nothing is written on a wake in time.
+struct TimerTrace {
+    marker: Option<TraceMarker>,
+    on: std::fs::File,
+    miss_ns: u64,
+    slot: usize,
+    ctl: &'static Control,
+}
+
+impl TimerTrace {
+    fn open(
+        dir: &Path,
+        miss_ns: u64,
+        slot: usize,
+        ctl: &'static Control,
+    ) -> Result<TimerTrace, WorkerRunError> {
+        let on = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("tracing_on"))
+            .map_err(|source| WorkerRunError::File {
+                what: "open",
+                path: dir.join("tracing_on"),
+                source,
+            })?;
+        Ok(TimerTrace {
+            marker: TraceMarker::open(dir),
+            on,
+            miss_ns,
+            slot,
+            ctl,
+        })
+    }
+
+    fn woke(&self, n: u64, deadline: u64, now: u64) {
+        if now.saturating_sub(deadline) <= self.miss_ns {
+            return;
+        }
+        let ctl = self.ctl;
+        ctl.trace_timer_over.fetch_add(1, Ordering::Relaxed); // a statistic
+        if ctl
+            .trace_armed
+            .compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return;
+        }
+        if let Some(m) = &self.marker {
+            m.mark("timer", n, now);
+        }
+        let _ = (&self.on).write_all(b"0");
+        ctl.trace_miss_seq.store(n, Ordering::Relaxed);
+        ctl.trace_miss_send_ns.store(deadline, Ordering::Relaxed);
+        ctl.trace_miss_handler_ns.store(now, Ordering::Relaxed);
+        ctl.trace_miss_timer
+            .store(self.slot as u64 + 1, Ordering::Relaxed);
+        ctl.trace_miss_pid
+            .store(u64::from(std::process::id()), Ordering::Relaxed);
+        // Release: the engine that sees the flag (Acquire) sees the words
+        // above.
+        ctl.trace_miss.store(1, Ordering::Release);
+    }
 }
 
 fn burst(a: &Args) -> Result<(), WorkerRunError> {

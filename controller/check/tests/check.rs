@@ -93,15 +93,34 @@ fn the_timer_loop_records_every_wake() {
     let h = Histogram::boxed();
     let end = std::time::Instant::now() + Duration::from_millis(100);
     let wakes = std::cell::Cell::new(0u64);
-    measure(&h, Duration::from_micros(500).as_nanos() as u64, || {
-        wakes.set(wakes.get() + 1);
-        std::time::Instant::now() >= end
-    });
+    let mut seen: Vec<(u64, u64, u64)> = vec![];
+    measure(
+        &h,
+        Duration::from_micros(500).as_nanos() as u64,
+        || {
+            wakes.set(wakes.get() + 1);
+            std::time::Instant::now() >= end
+        },
+        |n, deadline, now| seen.push((n, deadline, now)),
+    );
     let s = h.summary();
     // One record per wake: the stop test runs once before the first sleep
     // and once after each wake.
     assert_eq!(s.count, wakes.get() - 1);
     assert!(s.count > 0);
+    // Each wake is seen once, numbered in order, after its deadline, on
+    // deadlines a whole number of periods apart; the largest lateness
+    // seen is the histogram's maximum.
+    assert_eq!(seen.len() as u64, s.count);
+    for (i, w) in seen.iter().enumerate() {
+        assert_eq!(w.0, i as u64);
+        assert!(w.2 >= w.1, "{w:?}");
+    }
+    for p in seen.windows(2) {
+        assert_eq!((p[1].1 - p[0].1) % 500_000, 0, "{p:?}");
+        assert!(p[1].1 > p[0].1);
+    }
+    assert_eq!(seen.iter().map(|w| w.2 - w.1).max(), Some(s.max_ns));
     assert!(s.min_ns <= s.quantile(0.5) && s.quantile(0.5) <= s.max_ns);
     assert_eq!(s.log.iter().sum::<u64>(), s.count);
     assert_eq!(s.linear.iter().sum::<u64>() + s.linear_overflow, s.count);

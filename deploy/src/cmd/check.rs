@@ -61,9 +61,11 @@ pub struct CheckArgs {
     pub no_verify: bool,
 
     /// Trace the kernel (tracefs) on the sender's and receiver's CPUs and
-    /// snapshot every delivery over its budget: raw text and trace-event
-    /// JSON in DIR (default <prefix>/var/lib/rtdeploy/traces), at most
-    /// robot.yaml `check.trace_on_miss` of them (default 10), each with a
+    /// snapshot every delivery over its budget (and, with
+    /// `check.budgets.timer_max`, every timer wake over it on the isolated
+    /// CPUs): raw text and trace-event JSON in DIR (default
+    /// <prefix>/var/lib/rtdeploy/traces), at most robot.yaml
+    /// `check.trace_on_miss` of each kind (default 10), each with a
     /// verdict in the report; `deploy trace show FILE` prints one again.
     /// Without tracefs the check runs untraced and says why.
     #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true)]

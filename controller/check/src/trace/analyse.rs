@@ -9,12 +9,40 @@ use serde::{Deserialize, Serialize};
 use super::model::{prio_label, Event, EventKind};
 use crate::report::fmt_ns;
 
+/// What missed its budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissKind {
+    /// A message: from its send to its receiver's handler.
+    #[default]
+    Delivery,
+    /// A timer wake: from the deadline to the time the timer thread read
+    /// on waking. The "sender" and the "receiver" are the same thread,
+    /// `seq` numbers its wakes, `send_ns` is the deadline and
+    /// `handler_ns` the wake.
+    Timer,
+}
+
+impl MissKind {
+    /// Where the window starts, the thread that was late, where it ends.
+    fn words(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            MissKind::Delivery => ("the send", "the receiver", "the handler"),
+            MissKind::Timer => ("the deadline", "the timer thread", "its wake"),
+        }
+    }
+}
+
 /// What is known of a miss besides the trace: the message, the two
 /// real-time threads and their CPUs. Times are CLOCK_MONOTONIC
 /// nanoseconds, the clock of the trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MissContext {
-    /// The wake mechanism of the run.
+    /// A message's delivery (the default, also of files saved before
+    /// timers were traced) or a timer's wake.
+    #[serde(default)]
+    pub kind: MissKind,
+    /// The wake mechanism of the run (`timer` for a timer's wake).
     pub mechanism: String,
     /// The message's sequence number.
     pub seq: u64,
@@ -336,7 +364,9 @@ fn occupants(
             cpu,
             role: (iv.kind == OccupantKind::Thread)
                 .then(|| {
-                    if iv.id == ctx.sender_pid {
+                    if ctx.kind == MissKind::Timer && iv.id == ctx.receiver_pid {
+                        Some("timer".to_string())
+                    } else if iv.id == ctx.sender_pid {
                         Some("sender".to_string())
                     } else if iv.id == ctx.receiver_pid {
                         Some("receiver".to_string())
@@ -465,12 +495,13 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
     let latency = handler - send;
     let t = timeline(events, handler);
     let rcpu = ctx.receiver_cpu;
+    let (start_w, who_w, end_w) = ctx.kind.words();
     let mut limits = vec![];
     for cpu in [ctx.sender_cpu, rcpu] {
         match t.span.get(&cpu) {
             None => limits.push(format!("no event of CPU {cpu} in the trace")),
             Some(&(first, _)) if first > send => limits.push(format!(
-                "the buffer of CPU {cpu} begins {} after the send (older events overwritten): part of the window is missing",
+                "the buffer of CPU {cpu} begins {} after {start_w} (older events overwritten): part of the window is missing",
                 fmt_ns(first - send)
             )),
             _ => {}
@@ -586,16 +617,19 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
     );
     let path = match (part, wake_ns, run_ns) {
         (LatePart::Busy, _, _) => {
+            let when = match ctx.kind {
+                MissKind::Delivery => "when the message was sent",
+                MissKind::Timer => "at its deadline",
+            };
             if running_at_send {
-                "the receiver was still running when the message was sent".to_string()
+                format!("{who_w} was still running {when}")
             } else {
-                "the receiver was preempted (runnable, not waiting) when the message was sent"
-                    .to_string()
+                format!("{who_w} was preempted (runnable, not waiting) {when}")
             }
         }
-        (LatePart::NoWakeup, _, _) => "no wakeup of the receiver in the trace".to_string(),
+        (LatePart::NoWakeup, _, _) => format!("no wakeup of {who_w} in the trace"),
         (_, Some(w), r) => format!(
-            "woken {} after the send, on CPU {} {} later",
+            "woken {} after {start_w}, on CPU {} {} later",
             fmt_ns(w.saturating_sub(send)),
             rcpu,
             r.map_or("not seen".to_string(), |r| fmt_ns(r.saturating_sub(w)))
@@ -607,7 +641,7 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
             let when = match wake_ns {
                 Some(_) if c.after_wake_ns * 2 >= c.time_ns => "after the wake",
                 Some(_) => "before the wake",
-                None => "between the send and the handler",
+                None => &format!("between {start_w} and {end_w}"),
             };
             format!(
                 "{head}: {} ran {} on CPU {} {when} ({path})",
@@ -715,19 +749,32 @@ impl Analysis {
         let c = &self.context;
         let mut o = String::new();
         let _ = writeln!(o, "{}", self.verdict);
-        let _ = writeln!(
-            o,
-            "  message seq {} ({}): sender pid {} on CPU {}, receiver pid {} on CPU {}",
-            c.seq, c.mechanism, c.sender_pid, c.sender_cpu, c.receiver_pid, c.receiver_cpu
-        );
+        match c.kind {
+            MissKind::Delivery => writeln!(
+                o,
+                "  message seq {} ({}): sender pid {} on CPU {}, receiver pid {} on CPU {}",
+                c.seq, c.mechanism, c.sender_pid, c.sender_cpu, c.receiver_pid, c.receiver_cpu
+            ),
+            MissKind::Timer => writeln!(
+                o,
+                "  timer wake {} of pid {} on CPU {}",
+                c.seq, c.receiver_pid, c.receiver_cpu
+            ),
+        }
+        .ok();
+        let (start_w, _, end_w) = c.kind.words();
         let rel = |t: Option<u64>| {
             t.map_or("-".to_string(), |t| {
                 format!("+{}", fmt_ns(t.saturating_sub(c.send_ns)))
             })
         };
+        let (start_n, end_n) = match c.kind {
+            MissKind::Delivery => ("send", "handler"),
+            MissKind::Timer => ("deadline", "read on waking"),
+        };
         let _ = writeln!(
             o,
-            "  send +0, wakeup {}, on CPU {}, handler {}",
+            "  {start_n} +0, wakeup {}, on CPU {}, {end_n} {}",
             rel(self.wake_ns),
             rel(self.run_ns),
             rel(Some(c.handler_ns))
@@ -753,7 +800,8 @@ impl Analysis {
         table(
             &mut o,
             format!(
-                "on the receiver's CPU {} from the send to the handler",
+                "on {}'s CPU {} from {start_w} to {end_w}",
+                c.kind.words().1,
                 c.receiver_cpu
             ),
             &self.receiver_cpu,
@@ -813,6 +861,7 @@ mod tests {
 
     fn ctx(send_us: u64, handler_us: u64) -> MissContext {
         MissContext {
+            kind: Default::default(),
             mechanism: "io_uring".into(),
             seq: 41,
             send_ns: 100_000_000_000 + send_us * 1000,
@@ -1021,6 +1070,70 @@ mod tests {
             "{}",
             a.verdict
         );
+    }
+
+    /// The timer worker (pid 950, FIFO 80) on CPU 3 sleeps to a deadline;
+    /// its hrtimer fires on time and wakes it, but a FIFO 90 spinner holds
+    /// the CPU for 1.2ms more.
+    const TIMER_SPIN: &str = "\
+     check-timer-950     [003] d..2.   99.999500: sched_switch: prev_comm=check-timer prev_pid=950 prev_prio=19 prev_state=S ==> next_comm=planted-spin next_pid=777 next_prio=9
+    planted-spin-777     [003] d.h1.  100.000002: hrtimer_expire_entry: hrtimer=00000000b1c2d3e4 function=hrtimer_wakeup now=100000001500
+    planted-spin-777     [003] d.h2.  100.000003: sched_wakeup: comm=check-timer pid=950 prio=19 target_cpu=003
+    planted-spin-777     [003] d.h1.  100.000004: hrtimer_expire_exit: hrtimer=00000000b1c2d3e4
+    planted-spin-777     [003] d..2.  100.001204: sched_switch: prev_comm=planted-spin prev_pid=777 prev_prio=9 prev_state=S ==> next_comm=check-timer next_pid=950 next_prio=19
+     check-timer-950     [003] ...1.  100.001208: tracing_mark_write: rtdeploy timer seq=7 t=100001208000
+";
+
+    #[test]
+    fn a_late_timer_names_what_held_its_cpu() {
+        let c = MissContext {
+            kind: MissKind::Timer,
+            mechanism: "timer".into(),
+            seq: 7,
+            send_ns: 100_000_000_000,
+            handler_ns: 100_001_208_000,
+            budget_ns: 200_000,
+            sender_pid: 950,
+            sender_cpu: 3,
+            receiver_pid: 950,
+            receiver_cpu: 3,
+            policies: [(777, "FIFO".to_string()), (950, "FIFO".to_string())]
+                .into_iter()
+                .collect(),
+        };
+        let p = parse(TIMER_SPIN);
+        assert_eq!(p.skipped, 0);
+        let a = analyse(&p.events, &c);
+        assert_eq!(a.part, LatePart::RanLate);
+        assert_eq!(a.wake_ns, Some(100_000_003_000));
+        assert_eq!(a.run_ns, Some(100_001_204_000));
+        let cul = a.culprit.as_ref().expect("a culprit");
+        assert_eq!(cul.label(), "planted-spin (FIFO 90, pid 777)");
+        assert_eq!(
+            a.verdict,
+            "late 1.21ms (budget 200us): planted-spin (FIFO 90, pid 777) ran 1.20ms on CPU 3 after the wake (woken 3.0us after the deadline, on CPU 3 1.20ms later)"
+        );
+        // The timer thread is named as such, not as a sender.
+        assert!(a
+            .receiver_cpu
+            .iter()
+            .all(|o| o.id != 950 || o.role.as_deref() == Some("timer")));
+        let text = a.to_text();
+        assert!(text.contains("timer wake 7 of pid 950 on CPU 3"), "{text}");
+        assert!(
+            text.contains("deadline +0, wakeup +3.0us, on CPU +1.20ms, read on waking +1.21ms"),
+            "{text}"
+        );
+        assert!(
+            text.contains("on the timer thread's CPU 3 from the deadline to its wake:"),
+            "{text}"
+        );
+        assert!(text.contains("hrtimer hrtimer_wakeup"), "{text}");
+        // A saved context without `kind` (older files) is a delivery.
+        let mut j = serde_json::to_value(&c).unwrap();
+        j.as_object_mut().unwrap().remove("kind");
+        let back: MissContext = serde_json::from_value(j).unwrap();
+        assert_eq!(back.kind, MissKind::Delivery);
     }
 
     #[test]

@@ -153,6 +153,7 @@ mod tests {
          rt-send-900     [001] d..2.  100.000200: sched_wakeup: comm=rt-recv pid=901 prio=19 target_cpu=001
 ";
         let ctx = MissContext {
+            kind: Default::default(),
             mechanism: "futex".into(),
             seq: 1,
             send_ns: 100_000_000_000,

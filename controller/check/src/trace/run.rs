@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use super::analyse::{MissContext, OccupantKind};
+use super::analyse::{MissContext, MissKind, OccupantKind};
 use super::snapshot::{save, trim, Snapshot};
 use super::tracefs::Tracer;
 use crate::report::{TraceSummary, TraceVerdict};
@@ -27,10 +27,18 @@ pub(crate) struct TraceRun {
     tracer: Option<Tracer>,
     req: TraceRequest,
     miss_ns: u64,
+    /// A timer wake over this is a miss; `None`: the timer phase is not
+    /// traced.
+    timer_miss_ns: Option<u64>,
+    /// The timer workers' CPUs, by slot.
+    timer_cpus: Vec<usize>,
     sender_cpu: usize,
     receiver_cpu: usize,
     proc_root: PathBuf,
+    /// The last verdicts of deliveries and of timer wakes, each at most
+    /// `req.keep` (as the saved files).
     verdicts: VecDeque<TraceVerdict>,
+    timer_verdicts: VecDeque<TraceVerdict>,
     summary: TraceSummary,
 }
 
@@ -53,36 +61,52 @@ pub(crate) fn miss_threshold(inputs: &CheckInputs) -> Option<u64> {
         .min()
 }
 
+/// The budget on the timer latency's maximum: a timer wake over it is a
+/// miss.
+pub(crate) fn timer_miss_threshold(inputs: &CheckInputs) -> Option<u64> {
+    inputs.check.budgets.timer_max.map(|d| d.as_nanos())
+}
+
 impl TraceRun {
-    /// Starts the tracer for the sender's and receiver's CPUs, stopped
-    /// until [`TraceRun::arm`]. When it cannot run, the run goes on
-    /// without it and the summary says why.
+    /// Starts the tracer for the sender's and receiver's CPUs (and the
+    /// timer workers' `timer_cpus` when the timer latency has a budget),
+    /// stopped until [`TraceRun::arm`]. When it cannot run, the run goes
+    /// on without it and the summary says why.
     pub fn start(
         req: &TraceRequest,
         inputs: &CheckInputs,
         sysroot: &Path,
         sender_cpu: usize,
         receiver_cpu: usize,
+        timer_cpus: &[usize],
     ) -> TraceRun {
-        let mut cpus = vec![sender_cpu, receiver_cpu];
+        let miss = miss_threshold(inputs);
+        let timer_miss = timer_miss_threshold(inputs);
+        let mut cpus = vec![];
+        if miss.is_some() {
+            cpus.extend([sender_cpu, receiver_cpu]);
+        }
+        if timer_miss.is_some() {
+            cpus.extend(timer_cpus);
+        }
         cpus.sort_unstable();
         cpus.dedup();
-        let miss = miss_threshold(inputs);
         let mut summary = TraceSummary {
             dir: req.dir.display().to_string(),
             cpus: cpus.clone(),
             miss_threshold_ns: miss,
+            timer_miss_threshold_ns: timer_miss,
             ..TraceSummary::default()
         };
         let proc_root = sysroot.join("proc");
-        let tracer = match miss {
-            None => {
+        let tracer = match (miss, timer_miss) {
+            (None, None) => {
                 summary.reason = Some(
-                    "no budget on the delivery's maximum to miss (check.budgets.delivery_max, a channel's budget or a real-time process's budgets.wakeup)".into(),
+                    "no budget on the delivery's maximum to miss (check.budgets.delivery_max, a channel's budget or a real-time process's budgets.wakeup) nor on the timer's (check.budgets.timer_max)".into(),
                 );
                 None
             }
-            Some(_) => match Tracer::start(&sysroot.join("sys"), &proc_root, &cpus) {
+            _ => match Tracer::start(&sysroot.join("sys"), &proc_root, &cpus) {
                 Ok(t) => {
                     t.off();
                     t.off_on_signal();
@@ -102,10 +126,13 @@ impl TraceRun {
             tracer,
             req: req.clone(),
             miss_ns: miss.unwrap_or(u64::MAX),
+            timer_miss_ns: timer_miss,
+            timer_cpus: timer_cpus.to_vec(),
             sender_cpu,
             receiver_cpu,
             proc_root,
             verdicts: VecDeque::new(),
+            timer_verdicts: VecDeque::new(),
             summary,
         }
     }
@@ -121,9 +148,10 @@ impl TraceRun {
         self.tracer.as_ref().map_or(vec![], |t| t.notes.clone())
     }
 
-    /// Extra arguments of the real-time sender and receiver.
+    /// Extra arguments of the real-time sender and receiver (none when
+    /// the delivery has no budget to miss).
     pub fn worker_args(&self, receiver: bool) -> Vec<String> {
-        let Some(t) = &self.tracer else {
+        let Some(t) = self.tracer.as_ref().filter(|_| self.miss_ns != u64::MAX) else {
             return vec![];
         };
         let mut v = vec![format!("trace={}", t.dir().display())];
@@ -131,6 +159,18 @@ impl TraceRun {
             v.push(format!("miss_ns={}", self.miss_ns));
         }
         v
+    }
+
+    /// Extra arguments of a timer worker (none when the timer latency has
+    /// no budget to miss).
+    pub fn timer_args(&self) -> Vec<String> {
+        match (&self.tracer, self.timer_miss_ns) {
+            (Some(t), Some(miss)) => vec![
+                format!("trace={}", t.dir().display()),
+                format!("miss_ns={miss}"),
+            ],
+            _ => vec![],
+        }
     }
 
     /// Clears the buffers and records; the receiver may stop it on a miss.
@@ -150,14 +190,13 @@ impl TraceRun {
         }
     }
 
-    /// Takes the snapshot of a miss the receiver reported, if any; then
-    /// records again when `rearm`.
+    /// Takes the snapshot of a miss the receiver (of mechanism `mech`,
+    /// the real-time pair's pids given) or a timer worker reported, if
+    /// any; then records again when `rearm`.
     pub fn poll(
         &mut self,
         ctl: &Control,
-        mech: Mechanism,
-        sender_pid: u32,
-        receiver_pid: u32,
+        pair: Option<(Mechanism, u32, u32)>,
         rearm: bool,
     ) -> Option<String> {
         let t = self.tracer.as_ref()?;
@@ -165,18 +204,57 @@ impl TraceRun {
         if ctl.trace_miss.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let context = MissContext {
-            mechanism: mech.short().to_string(),
-            seq: ctl.trace_miss_seq.load(Ordering::Relaxed),
-            send_ns: ctl.trace_miss_send_ns.load(Ordering::Relaxed),
-            handler_ns: ctl.trace_miss_handler_ns.load(Ordering::Relaxed),
-            budget_ns: self.miss_ns,
-            sender_pid: sender_pid as i32,
-            sender_cpu: self.sender_cpu as u32,
-            receiver_pid: receiver_pid as i32,
-            receiver_cpu: self.receiver_cpu as u32,
-            policies: BTreeMap::new(),
+        let (seq, send_ns, handler_ns) = (
+            ctl.trace_miss_seq.load(Ordering::Relaxed),
+            ctl.trace_miss_send_ns.load(Ordering::Relaxed),
+            ctl.trace_miss_handler_ns.load(Ordering::Relaxed),
+        );
+        let timer = ctl.trace_miss_timer.swap(0, Ordering::Relaxed);
+        let timer_cpu = timer
+            .checked_sub(1)
+            .and_then(|slot| self.timer_cpus.get(slot as usize).copied());
+        let context = match (timer_cpu, pair) {
+            (Some(cpu), _) => {
+                let pid = ctl.trace_miss_pid.load(Ordering::Relaxed) as i32;
+                MissContext {
+                    kind: MissKind::Timer,
+                    mechanism: "timer".into(),
+                    seq,
+                    send_ns,
+                    handler_ns,
+                    budget_ns: self.timer_miss_ns.unwrap_or(0),
+                    sender_pid: pid,
+                    sender_cpu: cpu as u32,
+                    receiver_pid: pid,
+                    receiver_cpu: cpu as u32,
+                    policies: BTreeMap::new(),
+                }
+            }
+            (None, Some((mech, sender_pid, receiver_pid))) if timer == 0 => MissContext {
+                kind: MissKind::Delivery,
+                mechanism: mech.short().to_string(),
+                seq,
+                send_ns,
+                handler_ns,
+                budget_ns: self.miss_ns,
+                sender_pid: sender_pid as i32,
+                sender_cpu: self.sender_cpu as u32,
+                receiver_pid: receiver_pid as i32,
+                receiver_cpu: self.receiver_cpu as u32,
+                policies: BTreeMap::new(),
+            },
+            // A report that matches no worker of this phase: dropped,
+            // and recording goes on.
+            _ => {
+                if rearm {
+                    self.arm(ctl);
+                } else {
+                    ctl.trace_miss.store(0, Ordering::SeqCst);
+                }
+                return None;
+            }
         };
+        let mech = pair.map(|p| p.0).filter(|_| timer_cpu.is_none());
         // The window with context: who ran before the send, what came
         // right after the handler.
         let (from, to) = (
@@ -218,8 +296,14 @@ impl TraceRun {
             .culprit
             .as_ref()
             .is_some_and(|c| c.kind != OccupantKind::Thread || c.id != 0);
-        self.verdicts.push_back(TraceVerdict {
+        let kept = if timer_cpu.is_some() {
+            &mut self.timer_verdicts
+        } else {
+            &mut self.verdicts
+        };
+        kept.push_back(TraceVerdict {
             mechanism: mech,
+            timer_cpu,
             seq: snap.context.seq,
             latency_ns: a.latency_ns,
             verdict: a.verdict.clone(),
@@ -227,8 +311,8 @@ impl TraceRun {
             text: saved.as_ref().ok().map(|s| s.text.display().to_string()),
             json: saved.as_ref().ok().map(|s| s.json.display().to_string()),
         });
-        while self.verdicts.len() > self.req.keep.max(1) {
-            self.verdicts.pop_front();
+        while kept.len() > self.req.keep.max(1) {
+            kept.pop_front();
         }
         problem
     }
@@ -237,7 +321,14 @@ impl TraceRun {
     pub fn summary(&self, ctl: &Control) -> TraceSummary {
         let mut s = self.summary.clone();
         s.over_threshold = ctl.trace_over.load(Ordering::SeqCst);
-        s.verdicts = self.verdicts.iter().cloned().collect();
+        s.timer_over_threshold = ctl.trace_timer_over.load(Ordering::SeqCst);
+        // The timer phase runs first: oldest first overall.
+        s.verdicts = self
+            .timer_verdicts
+            .iter()
+            .chain(&self.verdicts)
+            .cloned()
+            .collect();
         s
     }
 }

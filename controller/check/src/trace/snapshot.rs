@@ -233,7 +233,9 @@ pub fn save(
 }
 
 /// Removes the oldest saved misses in `dir` beyond `keep` (by name, which
-/// starts with the time).
+/// starts with the time), of each kind: timer wakes (`-timer-seq`) and
+/// deliveries count apart, so a run's many late messages do not remove
+/// what its timer phase found.
 pub fn rotate(dir: &Path, keep: usize) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -246,10 +248,14 @@ pub fn rotate(dir: &Path, keep: usize) {
         .take(100_000)
         .collect();
     stems.sort();
-    let excess = stems.len().saturating_sub(keep);
-    for s in &stems[..excess] {
-        let _ = std::fs::remove_file(dir.join(format!("{s}.txt")));
-        let _ = std::fs::remove_file(dir.join(format!("{s}.json")));
+    let (timers, deliveries): (Vec<String>, Vec<String>) =
+        stems.into_iter().partition(|s| s.contains("-timer-seq"));
+    for group in [timers, deliveries] {
+        let excess = group.len().saturating_sub(keep);
+        for s in &group[..excess] {
+            let _ = std::fs::remove_file(dir.join(format!("{s}.txt")));
+            let _ = std::fs::remove_file(dir.join(format!("{s}.json")));
+        }
     }
 }
 
@@ -289,10 +295,12 @@ pub fn load(path: &Path) -> Result<(Snapshot, Analysis), TraceLoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::analyse::MissKind;
 
     fn snap() -> Snapshot {
         Snapshot {
             context: MissContext {
+                kind: Default::default(),
                 mechanism: "io_uring".into(),
                 seq: 3,
                 send_ns: 100_000_000_000,
@@ -350,6 +358,33 @@ mod tests {
         names.sort();
         assert_eq!(names.len(), 6, "{names:?}");
         assert!(names[0].ends_with("-seq2.json"), "{names:?}");
+        // Timer misses are kept apart: two of them stay however many
+        // deliveries follow, and the deliveries keep their three.
+        for (kind, mech, seq) in [
+            (MissKind::Timer, "timer", 10),
+            (MissKind::Timer, "timer", 11),
+            (MissKind::Delivery, "io_uring", 12),
+            (MissKind::Delivery, "io_uring", 13),
+        ] {
+            let mut s = s.clone();
+            s.context.kind = kind;
+            s.context.mechanism = mech.into();
+            s.context.seq = seq;
+            save(dir.path(), &s, &a, &p, 3).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".txt"))
+            .collect();
+        names.sort();
+        let seqs: Vec<&str> = names
+            .iter()
+            .map(|n| &n[n.rfind("-seq").unwrap() + 4..n.len() - 4])
+            .collect();
+        assert_eq!(seqs, ["4", "10", "11", "12", "13"], "{names:?}");
+        assert!(names[1].contains("-timer-seq10"), "{names:?}");
     }
 
     #[test]
