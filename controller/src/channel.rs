@@ -1864,8 +1864,23 @@ impl Publisher {
         PublishError::Fault(fault)
     }
 
+    /// Publishes, then writes the send marker when the supervisor traces
+    /// this process (see [`crate::miss_trace`]; one load otherwise).
     #[inline(always)]
     fn publish_inner(
+        &mut self,
+        payload: Payload,
+        stop: Option<PublishStep>,
+    ) -> Result<Published, PublishError> {
+        let r = self.publish_steps(payload, stop);
+        if let Ok(p) = &r {
+            crate::miss_trace::sent(p.index, p.send_time_ns);
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn publish_steps(
         &mut self,
         payload: Payload,
         stop: Option<PublishStep>,

@@ -358,7 +358,8 @@ impl LoopOptions {
     /// (timing reports are published when both are set), `RTDEPLOY_BACKEND`
     /// (`io_uring-futex`, `futex_waitv` or `doorbell`) to force a backend
     /// (another value is said on stderr and the probe picks), `RTDEPLOY_WAKE_CHECK`
-    /// (microseconds, 0 for none) for [`LoopOptions::wake_check`].
+    /// (microseconds, 0 for none) for [`LoopOptions::wake_check`], and the
+    /// supervisor's miss tracing ([`crate::miss_trace`]).
     pub fn from_env() -> LoopOptions {
         let mut o = LoopOptions::default();
         if let Ok(dir) = std::env::var("RTDEPLOY_SHM_DIR") {
@@ -386,6 +387,10 @@ impl LoopOptions {
             }
             _ => None,
         };
+        // The supervisor's miss tracing (robot.yaml check.trace_on_miss).
+        if let Some(problem) = crate::miss_trace::init_from_env() {
+            eprintln!("rtdeploy: {problem}");
+        }
         if let Some(us) = std::env::var("RTDEPLOY_WAKE_CHECK")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -1619,6 +1624,14 @@ impl EventLoop {
                     continue;
                 }
                 let msg = w.sub.staged(&meta);
+                crate::miss_trace::handled(
+                    crate::miss_trace::Handled::Message {
+                        seq: meta.index,
+                        sender_pid: meta.sender_pid,
+                    },
+                    event_ns,
+                    now,
+                );
                 (w.handler)(&mut ctx, &msg);
                 let end = sys::monotonic_ns();
                 w.stats.record(now.saturating_sub(event_ns), end - now);
@@ -1633,6 +1646,11 @@ impl EventLoop {
                 } else {
                     let t = &mut self.timers[i];
                     if let Some(h) = t.handler.as_mut() {
+                        crate::miss_trace::handled(
+                            crate::miss_trace::Handled::Timer { seq: t.total },
+                            event_ns,
+                            now,
+                        );
                         h(&mut ctx);
                     }
                     let end = sys::monotonic_ns();

@@ -27,6 +27,7 @@ pub mod doorbell;
 pub mod error;
 pub mod event_loop;
 pub mod kernel;
+pub mod miss_trace;
 pub mod rt;
 pub mod seccomp;
 pub mod shm;

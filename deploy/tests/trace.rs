@@ -669,3 +669,128 @@ fn without_permission_the_check_runs_untraced_and_says_why() {
     );
     assert!(t["verdicts"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn a_running_process_late_on_its_budget_is_traced_and_status_names_why() {
+    use services::control::{self, Request};
+    if let Some(why) = cannot_trace() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let (talker, listener) = match common::examples() {
+        Ok(x) => x,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("etc/rtdeploy")).unwrap();
+    // The talker on the housekeeping CPU 0 publishes every 500us; the
+    // listener waits on CPU 1 at FIFO 80 with a 1ms wakeup budget. The
+    // planted thread above it there spins 2ms of every 20ms: messages sent
+    // meanwhile are handled up to 2ms late.
+    let yaml = [
+        "robot:\n  name: tracebot\nboard:\n  model: generic\n  cpus: 2\n".to_string(),
+        "cpus:\n  housekeeping: 0\n  isolated: 1\nboot_check:\n  enabled: false\n".into(),
+        "check:\n  trace_on_miss: 3\n".into(),
+        "channels:\n  - name: /demo/ping\n    max_size: 64\n    rate: 2000\n    retention: 50ms\n"
+            .into(),
+        "processes:\n".into(),
+        format!("  - name: talker\n    exec: {}\n", talker.display()),
+        "    args: [--channel, /demo/ping, --period-us, \"500\", --every, \"100000\"]\n".into(),
+        "    cpus: 0\n    publishes: [/demo/ping]\n".into(),
+        format!("  - name: listener\n    exec: {}\n", listener.display()),
+        "    args: [--channel, /demo/ping, --every, \"100000\"]\n".into(),
+        "    policy: fifo\n    priority: 80\n    cpus: 1\n    memlock: 64MiB\n".into(),
+        "    subscribes: [/demo/ping]\n    budgets: {wakeup: 1ms}\n    after: [talker]\n".into(),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("etc/rtdeploy/robot.yaml"), yaml).unwrap();
+    let spinner = Spinner::start(1, 85, Duration::from_millis(2), Duration::from_millis(20));
+    let mut sup = Command::new(env!("CARGO_BIN_EXE_deploy"))
+        .arg("-q")
+        .arg("--prefix")
+        .arg(dir.path())
+        .args(["supervise", "--skip-cpu-plan"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sock = control::socket_path(dir.path());
+    let until = Instant::now() + Duration::from_secs(30);
+    let listener_status = loop {
+        let p = control::request(&sock, &Request::Status)
+            .ok()
+            .and_then(|r| r.status)
+            .and_then(|s| s.processes.into_iter().find(|p| p.name == "listener"));
+        if p.as_ref().is_some_and(|p| {
+            p.last_trace
+                .as_deref()
+                .is_some_and(|t| t.contains("planted-spin ("))
+        }) || Instant::now() > until
+        {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // An orderly stop: the supervisor's instance goes with it.
+    let instance = check::trace::tracefs::instance_dir(Path::new("/sys"))
+        .unwrap()
+        .with_file_name(format!("rtdeploy-{}", sup.id()));
+    let _ = Command::new("kill")
+        .args(["-TERM", &sup.id().to_string()])
+        .status();
+    let stop_until = Instant::now() + Duration::from_secs(20);
+    while sup.try_wait().unwrap().is_none() && Instant::now() < stop_until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = sup.kill();
+    let _ = sup.wait();
+    spinner
+        .finish()
+        .expect("the planted thread ran at SCHED_FIFO on its CPU");
+    assert!(
+        !instance.exists(),
+        "{} left after the supervisor stopped",
+        instance.display()
+    );
+    let p = listener_status.expect("the listener ran");
+    let why = p.last_trace.unwrap_or_else(|| {
+        panic!(
+            "no traced miss in the listener's status (budget {}, wakeup max {:?}us)",
+            p.budget, p.wakeup_max_us
+        )
+    });
+    eprintln!("listener: why: {why}");
+    assert!(why.contains("planted-spin (FIFO 85, pid "), "{why}");
+    assert!(
+        why.starts_with("late ") && why.contains("(budget 1.00ms)"),
+        "{why}"
+    );
+    // The file it names holds the same verdict for `deploy trace show`.
+    let file = why
+        .rsplit_once(" (trace ")
+        .map(|(_, f)| f.trim_end_matches(')'))
+        .expect("a trace file");
+    assert!(
+        file.starts_with(&*dir.path().join("var/lib/rtdeploy/traces").to_string_lossy()),
+        "{file}"
+    );
+    let show = deploy(dir.path(), None, &["trace", "show", file]);
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+    let shown = text(&show.stdout);
+    assert_eq!(
+        format!("{} (trace {file})", shown.lines().next().unwrap_or("")),
+        why
+    );
+    assert!(shown.contains("from the send to the handler"), "{shown}");
+    // At most trace_on_miss of them are kept.
+    let saved = std::fs::read_dir(dir.path().join("var/lib/rtdeploy/traces"))
+        .unwrap()
+        .count();
+    assert!(
+        (2..=6).contains(&saved),
+        "{saved} files kept for trace_on_miss: 3"
+    );
+}

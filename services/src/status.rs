@@ -159,6 +159,11 @@ pub struct ProcessStatus {
     /// report).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<crate::metrics::TimingStatus>,
+    /// Why its last traced miss was late, and the trace file
+    /// (robot.yaml `check.trace_on_miss`): `late 1.2ms (budget 500us):
+    /// <who> ran ... (trace <file>)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_trace: Option<String>,
 }
 
 /// Renders the human table of `deploy status`.
@@ -248,6 +253,9 @@ pub fn render_table(s: &SupervisorStatus) -> String {
             us(p.wakeup_max_us),
             tail.join("; ")
         ));
+        if let Some(why) = &p.last_trace {
+            out.push_str(&format!("{:<16} why: {why}\n", ""));
+        }
     }
     out
 }
@@ -327,6 +335,10 @@ mod tests {
                 budget: "over: 1 report(s) over budget, last: /imu wakeup max 40us > 30us".into(),
                 over_budget_reports: 1,
                 degraded: true,
+                last_trace: Some(
+                    "late 1.2ms (budget 30us): spin (FIFO 90, pid 7) ran 1.1ms on CPU 2 after the wake (trace /t/miss-1.txt)"
+                        .into(),
+                ),
                 ..Default::default()
             }],
             ..Default::default()
@@ -347,6 +359,11 @@ mod tests {
             ]
         );
         assert!(lines[4].ends_with("budget: over: 1 report(s) over budget, last: /imu wakeup max 40us > 30us; last: killed by SIGSEGV"));
+        // Why its last traced miss was late, under its row.
+        assert_eq!(
+            lines[5].trim_start(),
+            "why: late 1.2ms (budget 30us): spin (FIFO 90, pid 7) ran 1.1ms on CPU 2 after the wake (trace /t/miss-1.txt)"
+        );
     }
 
     #[test]

@@ -74,7 +74,8 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
     let recovered = (!pid1).then(|| services::supervisor::recover(&ctx.prefix, &ctx.sys("/proc")));
     let loaded = load_robot(ctx)?;
     let robot = loaded.robot;
-    let cfg = supervisor_config(&robot);
+    let trace = MissTrace::of(ctx, &robot);
+    let cfg = supervisor_config(&robot, trace.as_ref());
     // The configuration in force is the current release's (the default
     // link, or -c naming it): a release restarted from later (a trial, a
     // rollback) brings its own robot.yaml.
@@ -120,12 +121,14 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
             Box::new(move || scan_irqs(&scan_ctx, &scan_robot, &scan_watch, &mut scan_error))
         }),
         load_config: follows_releases.then(|| -> services::supervisor::ConfigHook {
-            Box::new(|path| {
+            let trace = trace.clone();
+            Box::new(move |path| {
                 crate::config::load(path)
-                    .map(|l| supervisor_config(&l.robot))
+                    .map(|l| supervisor_config(&l.robot, trace.as_ref()))
                     .map_err(|e| format!("{e}"))
             })
         }),
+        trace_watch: trace.map(|t| t.hook(ctx)),
     };
     let env = |k: &str| std::env::var(k).ok();
     let notifier = Notifier::new(
@@ -181,8 +184,128 @@ fn start_again(why: &str) -> anyhow::Error {
     anyhow::anyhow!("cannot start the supervisor again ({why}): exec /proc/self/exe: {err}")
 }
 
-/// The supervisor's part of robot.yaml.
-fn supervisor_config(robot: &Robot) -> SupervisorConfig {
+/// The tracing of the running processes' misses: robot.yaml
+/// `check.trace_on_miss` with a process that has a `budgets.wakeup`. The
+/// instance is this process's (its path known before it exists, for the
+/// processes' environment).
+#[derive(Debug, Clone)]
+struct MissTrace {
+    instance: std::path::PathBuf,
+    cpus: Vec<usize>,
+    dir: std::path::PathBuf,
+    keep: usize,
+}
+
+impl MissTrace {
+    fn of(ctx: &Ctx, robot: &Robot) -> Option<MissTrace> {
+        let keep = robot.check.trace_on_miss? as usize;
+        if !robot.processes.iter().any(|p| p.budgets.wakeup.is_some()) {
+            return None;
+        }
+        let req = super::check::trace_request(ctx, robot, None)?;
+        // Without tracefs the processes are not told of an instance; the
+        // hook's start says why.
+        let instance = check::trace::tracefs::instance_dir(&ctx.sys("/sys")).unwrap_or_default();
+        // The isolated CPUs, and those of every process with a wakeup
+        // budget and of the publishers of what they subscribe to: the
+        // receiver's and the sender's side of each miss.
+        let budgeted: Vec<_> = robot
+            .processes
+            .iter()
+            .filter(|p| p.budgets.wakeup.is_some())
+            .collect();
+        let mut cpus: std::collections::BTreeSet<usize> =
+            robot.cpus.isolated.iter().map(|c| c as usize).collect();
+        for p in &robot.processes {
+            let feeds = p
+                .publishes
+                .iter()
+                .any(|c| budgeted.iter().any(|b| b.subscribes.contains(c)));
+            if feeds || p.budgets.wakeup.is_some() {
+                cpus.extend(robot.process_cpus(p).iter().map(|c| c as usize));
+            }
+        }
+        Some(MissTrace {
+            instance,
+            cpus: cpus.into_iter().collect(),
+            dir: req.dir,
+            keep,
+        })
+    }
+
+    /// The hook: starts the tracer on its first call (before any process
+    /// starts), then takes what the processes stopped it on.
+    fn hook(self, ctx: &Ctx) -> services::supervisor::TraceWatchHook {
+        use services::supervisor::{TraceTurn, TracedMiss};
+        let (sys, proc_root) = (ctx.sys("/sys"), ctx.sys("/proc"));
+        let mut running: Option<check::trace::watch::RuntimeTrace> = None;
+        let mut started = false;
+        Box::new(move || {
+            let mut turn = TraceTurn::default();
+            if !std::mem::replace(&mut started, true) {
+                match check::trace::watch::RuntimeTrace::start(
+                    &sys,
+                    &proc_root,
+                    &self.cpus,
+                    self.dir.clone(),
+                    self.keep,
+                ) {
+                    Ok(t) => {
+                        turn.say.push(format!(
+                            "miss trace: recording on CPUs {:?} in {}, misses saved in {} (at most {} of each kind){}",
+                            self.cpus,
+                            t.tracer().dir().display(),
+                            self.dir.display(),
+                            self.keep,
+                            if t.tracer().missing.is_empty() {
+                                String::new()
+                            } else {
+                                format!("; not traced: {}", t.tracer().missing.join(", "))
+                            }
+                        ));
+                        turn.say.extend(t.tracer().notes.iter().cloned());
+                        running = Some(t);
+                    }
+                    Err(e) => turn
+                        .say
+                        .push(format!("miss trace off: {}", controller::error::Chain(&e))),
+                }
+                return turn;
+            }
+            if let Some(m) = running.as_mut().and_then(|t| t.poll()) {
+                if let Some(p) = &m.problem {
+                    turn.say.push(format!("a traced miss was not saved: {p}"));
+                }
+                turn.misses.push(TracedMiss {
+                    pid: m.receiver_pid,
+                    verdict: m.verdict,
+                    file: m.text.map(|p| p.display().to_string()),
+                });
+            }
+            turn
+        })
+    }
+}
+
+/// The supervisor's part of robot.yaml; with `trace`, the processes with
+/// a wakeup budget are told where to write their markers and what a miss
+/// is (see `controller::miss_trace`).
+fn supervisor_config(robot: &Robot, trace: Option<&MissTrace>) -> SupervisorConfig {
+    let mut processes = robot.processes.clone();
+    if let Some(t) = trace.filter(|t| !t.instance.as_os_str().is_empty()) {
+        for p in &mut processes {
+            if let Some(b) = p.budgets.wakeup {
+                p.env.insert(
+                    controller::miss_trace::TRACE_ENV.into(),
+                    t.instance.display().to_string(),
+                );
+                p.env.insert(
+                    controller::miss_trace::TRACE_MISS_ENV.into(),
+                    b.0.as_nanos().to_string(),
+                );
+            }
+        }
+    }
     SupervisorConfig {
         robot: robot.robot.clone(),
         cpus: robot
@@ -190,7 +313,7 @@ fn supervisor_config(robot: &Robot) -> SupervisorConfig {
             .iter()
             .map(|p| robot.process_cpus(p))
             .collect(),
-        processes: robot.processes.clone(),
+        processes,
         channels: robot.channels.clone(),
         boot_check: robot.boot_check.clone(),
         cpu_dma_latency: robot.power.cpu_dma_latency.map(|m| m.0),

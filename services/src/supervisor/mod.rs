@@ -53,11 +53,14 @@ const EARLY_SCAN_DELAY: Duration = Duration::from_millis(100);
 /// ... and never sooner than this after the last scan, however many
 /// events arrive.
 const EARLY_SCAN_GAP: Duration = Duration::from_millis(250);
+/// How often the trace watch looks for a miss a process stopped the
+/// trace on (it records nothing until then).
+const TRACE_WATCH_EVERY: Duration = Duration::from_millis(200);
 
 pub use controller::rt::find_cgroup;
 pub use startup::{
     BootCheckHook, BootCheckOutcome, ConfigHook, Hooks, IrqScanHook, Options, Roots, StepHook,
-    SupervisorConfig, SupervisorStartError,
+    SupervisorConfig, SupervisorStartError, TraceTurn, TraceWatchHook, TracedMiss,
 };
 pub use trial::recover;
 
@@ -212,6 +215,10 @@ pub struct Supervisor {
     metrics: Option<crate::metrics::Textfile>,
     /// The logger (robot.yaml `log:`).
     logger: Option<logbook::Recorder>,
+    /// The tracing of the running processes' misses, and when it looks
+    /// next.
+    trace_watch: Option<TraceWatchHook>,
+    next_trace_watch: Option<Instant>,
 }
 
 impl Supervisor {
@@ -226,6 +233,7 @@ impl Supervisor {
         let mut hooks = hooks;
         let irq_scan = hooks.irq_scan.take().zip(opts.irq_scan_every);
         let load_config = hooks.load_config.take();
+        let trace_watch = hooks.trace_watch.take();
         if opts.journal {
             crate::journal::init(crate::journal::Journal::from_env(&cfg.robot.name));
         }
@@ -321,7 +329,11 @@ impl Supervisor {
                 .metrics_textfile
                 .clone()
                 .map(|(path, every)| crate::metrics::Textfile::new(path, every)),
+            next_trace_watch: trace_watch.as_ref().map(|_| started),
+            trace_watch,
         };
+        // Before any process starts: the tracer they write to is set up.
+        sup.watch_traces(started);
         if sup.irq_scan.is_some() && opts.irq_scan_on_events {
             use crate::hotplug::{EventSocket, Kind};
             for kind in [Kind::Uevent, Kind::Link] {
@@ -429,6 +441,7 @@ impl Supervisor {
         self.table.poll_reports_if_due(now, &mut self.conns);
         self.write_metrics_if_due(now);
         self.scan_irqs_if_due(now);
+        self.watch_traces(now);
         if !self.table.shutting_down() {
             self.releases
                 .check_if_due(now, &mut self.table, &mut self.conns);
@@ -452,6 +465,29 @@ impl Supervisor {
             self.stderr.say(e);
         }
         self.metrics = Some(m);
+    }
+
+    /// Takes the traced misses of the running processes, when due.
+    fn watch_traces(&mut self, now: Instant) {
+        let (Some(hook), Some(due)) = (self.trace_watch.as_mut(), self.next_trace_watch) else {
+            return;
+        };
+        if now < due {
+            return;
+        }
+        self.next_trace_watch = Some(now + TRACE_WATCH_EVERY);
+        let turn = hook();
+        for line in turn.say {
+            self.stderr.say(line);
+        }
+        for m in &turn.misses {
+            if !self.table.traced_miss(m, &mut self.conns) {
+                self.stderr.say(format!(
+                    "traced miss of pid {} (exited since): {}",
+                    m.pid, m.verdict
+                ));
+            }
+        }
     }
 
     /// Places interrupts and IRQ threads that appeared since the last scan.
@@ -616,6 +652,7 @@ impl Supervisor {
             self.conns.next_deadline(),
             (!self.table.shutting_down()).then(|| self.releases.next_deadline()),
             self.next_irq_scan,
+            self.next_trace_watch,
         ]
         .into_iter()
         .flatten()

@@ -157,6 +157,31 @@ pub type IrqScanHook = Box<dyn FnMut() -> Option<StepStatus> + Send>;
 /// configuration; `Err` says why it cannot be used.
 pub type ConfigHook = Box<dyn Fn(&Path) -> Result<SupervisorConfig, String> + Send>;
 
+/// One traced miss of a running process (robot.yaml
+/// `check.trace_on_miss` with a process's `budgets.wakeup`).
+#[derive(Debug, Clone)]
+pub struct TracedMiss {
+    /// The process whose handler started late.
+    pub pid: i32,
+    /// `late 1.2ms (budget 500us): <who> ran ... on CPU n ...`.
+    pub verdict: String,
+    /// The saved trace (`deploy trace show` reads it).
+    pub file: Option<String>,
+}
+
+/// What one turn of the trace watch found.
+#[derive(Debug, Clone, Default)]
+pub struct TraceTurn {
+    pub misses: Vec<TracedMiss>,
+    /// Lines to say (the tracer started, or why not).
+    pub say: Vec<String>,
+}
+
+/// The tracing of the running processes' misses: called once when
+/// start-up is done (before any process starts: it sets up what they
+/// write to), then a few times a second.
+pub type TraceWatchHook = Box<dyn FnMut() -> TraceTurn + Send>;
+
 /// Start-up work the supervisor cannot do itself.
 #[derive(Default)]
 pub struct Hooks {
@@ -170,6 +195,8 @@ pub struct Hooks {
     /// release whose robot.yaml differs (a trial, a rollback); without it
     /// the configuration loaded at start stays.
     pub load_config: Option<ConfigHook>,
+    /// Traces the running processes' misses (see [`TraceWatchHook`]).
+    pub trace_watch: Option<TraceWatchHook>,
 }
 
 /// What the boot timing check means for the real-time processes.

@@ -99,6 +99,9 @@ pub(super) struct Proc {
     /// The last error reading this process's timing channel (said once,
     /// not every poll).
     timing_error: Option<String>,
+    /// The verdict of its last traced miss and the file that holds it
+    /// (robot.yaml `check.trace_on_miss`), kept across restarts.
+    last_trace: Option<String>,
 }
 
 impl Proc {
@@ -220,6 +223,7 @@ impl Table {
                 degraded: false,
                 health: Health::new(p),
                 timing_error: None,
+                last_trace: None,
             })
             .collect();
         Table {
@@ -574,6 +578,30 @@ impl Table {
         out.forward(i, &data);
     }
 
+    /// A traced miss of the process running as `pid`: kept for its status
+    /// and said in its log; `false` when no process runs as `pid` (it
+    /// exited since).
+    pub(super) fn traced_miss(
+        &mut self,
+        miss: &super::startup::TracedMiss,
+        out: &mut impl Followers,
+    ) -> bool {
+        let Some(i) = self
+            .procs
+            .iter()
+            .position(|p| p.child.as_ref().is_some_and(|c| c.pid == miss.pid))
+        else {
+            return false;
+        };
+        let line = match &miss.file {
+            Some(f) => format!("{} (trace {f})", miss.verdict),
+            None => miss.verdict.clone(),
+        };
+        self.note(i, &format!("traced miss: {line}"), out);
+        self.procs[i].last_trace = Some(line);
+        true
+    }
+
     /// Lets process `i` start again (by request): its crash history is
     /// forgotten and it waits for its dependencies.
     pub(super) fn wait_to_start(&mut self, i: usize) {
@@ -880,6 +908,7 @@ impl Table {
                     over_budget_reports: p.health.over_budget,
                     degraded: p.degraded || p.health.over_budget > 0,
                     timing: p.health.timing_status(),
+                    last_trace: p.last_trace.clone(),
                 }
             })
             .collect()

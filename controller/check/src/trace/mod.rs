@@ -28,6 +28,7 @@ pub mod model;
 pub(crate) mod run;
 pub mod snapshot;
 pub mod tracefs;
+pub mod watch;
 
 pub use analyse::{analyse, Analysis, MissContext};
 pub use snapshot::{load, Snapshot, TraceLoadError};

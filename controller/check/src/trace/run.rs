@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use super::analyse::{MissContext, MissKind, OccupantKind};
-use super::snapshot::{save, trim, Snapshot};
+use super::analyse::{Analysis, MissContext, MissKind, OccupantKind};
+use super::snapshot::{save, trim, Saved, Snapshot, TraceSaveError};
 use super::tracefs::Tracer;
 use crate::report::{TraceSummary, TraceVerdict};
 use crate::worker::Control;
@@ -255,17 +255,7 @@ impl TraceRun {
             }
         };
         let mech = pair.map(|p| p.0).filter(|_| timer_cpu.is_none());
-        // The window with context: who ran before the send, what came
-        // right after the handler.
-        let (from, to) = (
-            context.send_ns.saturating_sub(CONTEXT_BEFORE_NS),
-            context.handler_ns.saturating_add(CONTEXT_AFTER_NS),
-        );
-        let cpus: Vec<(u32, String)> = t
-            .read_cpus()
-            .into_iter()
-            .map(|(c, text)| (c, trim(&text, from, to)))
-            .collect();
+        let cpus = window(&t.read_cpus(), &context);
         // Recording again before the analysis: the engine may get little
         // CPU time (it runs on the loaded housekeeping CPUs), and a miss
         // meanwhile is not lost.
@@ -274,23 +264,13 @@ impl TraceRun {
         } else {
             ctl.trace_miss.store(0, Ordering::SeqCst);
         }
-        let mut snap = Snapshot { context, cpus };
-        let parsed = snap.parsed();
-        let pids: BTreeSet<i32> = parsed
-            .events
-            .iter()
-            .map(|e| e.pid)
-            .filter(|&p| p > 0)
-            .take(MAX_POLICIES * 4)
-            .collect();
-        for pid in pids.into_iter().take(MAX_POLICIES) {
-            if let Some(p) = policy(&self.proc_root, pid) {
-                snap.context.policies.insert(pid, p.to_string());
-            }
-        }
-        let (a, parsed) = snap.analyse();
+        let (snap, a, saved) = analyse_and_save(
+            Snapshot { context, cpus },
+            &self.proc_root,
+            &self.req.dir,
+            self.req.keep,
+        );
         self.summary.snapshots += 1;
-        let saved = save(&self.req.dir, &snap, &a, &parsed, self.req.keep);
         let problem = saved.as_ref().err().map(|e| Chain(e).to_string());
         let explained = a
             .culprit
@@ -331,6 +311,45 @@ impl TraceRun {
             .collect();
         s
     }
+}
+
+/// The window of a miss in the CPUs' buffer texts, with context: who ran
+/// before the send, what came right after the handler.
+pub(crate) fn window(texts: &[(u32, String)], context: &MissContext) -> Vec<(u32, String)> {
+    let (from, to) = (
+        context.send_ns.saturating_sub(CONTEXT_BEFORE_NS),
+        context.handler_ns.saturating_add(CONTEXT_AFTER_NS),
+    );
+    texts
+        .iter()
+        .map(|(c, text)| (*c, trim(text, from, to)))
+        .collect()
+}
+
+/// Reads the policies of the tasks in `snap` (from `proc_root`), analyses
+/// it and saves it in `dir` (keeping `keep` of its kind).
+pub(crate) fn analyse_and_save(
+    mut snap: Snapshot,
+    proc_root: &Path,
+    dir: &Path,
+    keep: usize,
+) -> (Snapshot, Analysis, Result<Saved, TraceSaveError>) {
+    let parsed = snap.parsed();
+    let pids: BTreeSet<i32> = parsed
+        .events
+        .iter()
+        .map(|e| e.pid)
+        .filter(|&p| p > 0)
+        .take(MAX_POLICIES * 4)
+        .collect();
+    for pid in pids.into_iter().take(MAX_POLICIES) {
+        if let Some(p) = policy(proc_root, pid) {
+            snap.context.policies.insert(pid, p.to_string());
+        }
+    }
+    let (a, parsed) = snap.analyse();
+    let saved = save(dir, &snap, &a, &parsed, keep);
+    (snap, a, saved)
 }
 
 /// The scheduling policy of task `pid` (`/proc/<pid>/stat`, field 41),

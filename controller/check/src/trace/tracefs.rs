@@ -166,7 +166,7 @@ fn mount_tracefs(at: &Path) -> Result<(), TraceSetupError> {
 }
 
 /// Reads a small tracefs file (at most 4 KiB).
-fn read_small(p: &Path) -> std::io::Result<String> {
+pub(crate) fn read_small(p: &Path) -> std::io::Result<String> {
     let mut s = String::new();
     File::open(p)?.take(4096).read_to_string(&mut s)?;
     Ok(s)
@@ -200,6 +200,15 @@ pub fn cpumask(cpus: &[usize]) -> String {
         .map(|w| format!("{w:08x}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The instance a tracer of this process makes in the tracefs of `sys`
+/// (mounted when missing): known before the tracer starts, so that the
+/// processes a supervisor spawns can be told where to write.
+pub fn instance_dir(sys: &Path) -> Result<PathBuf, TraceSetupError> {
+    Ok(find_tracefs(sys)?
+        .join("instances")
+        .join(format!("{PREFIX}{}", std::process::id())))
 }
 
 /// Removes instances of earlier runs whose process is gone; returns their

@@ -1,0 +1,213 @@
+//! The supervisor's side of tracing the running processes (robot.yaml
+//! `check.trace_on_miss` and a real-time process's `budgets.wakeup`).
+//!
+//! The supervisor keeps an instance of its own ([`Tracer`]) recording on
+//! the isolated CPUs for as long as it runs; its real-time processes write
+//! markers to it and turn it off on a handler that starts over their
+//! budget (`controller::miss_trace`). [`RuntimeTrace::poll`], called from
+//! the supervisor's loop a few times a second, notices the instance off,
+//! finds the miss marker, analyses the window from the event to the
+//! handler as the check does, saves it beside the check's misses and
+//! turns tracing on again.
+
+use std::path::{Path, PathBuf};
+
+use super::analyse::{MissContext, MissKind, OccupantKind};
+use super::model::{parse, Event, EventKind};
+use super::run::{analyse_and_save, window};
+use super::snapshot::Snapshot;
+use super::tracefs::{read_small, TraceSetupError, Tracer};
+use controller::error::Chain;
+use controller::miss_trace::MissMarker;
+
+/// One traced miss of a running process.
+#[derive(Debug, Clone)]
+pub struct RuntimeMiss {
+    /// The process whose handler was late (the marker's writer).
+    pub receiver_pid: i32,
+    /// A timer's wake, not a message.
+    pub timer: bool,
+    pub latency_ns: u64,
+    pub verdict: String,
+    /// Whether something was named (not "unexplained").
+    pub explained: bool,
+    /// The saved text (`deploy trace show` reads it); `None` when saving
+    /// failed, `problem` says why.
+    pub text: Option<PathBuf>,
+    pub problem: Option<String>,
+}
+
+/// The supervisor's instance and where its misses go.
+#[derive(Debug)]
+pub struct RuntimeTrace {
+    tracer: Tracer,
+    proc_root: PathBuf,
+    dir: PathBuf,
+    keep: usize,
+    /// Misses snapshotted so far.
+    pub snapshots: u64,
+}
+
+impl RuntimeTrace {
+    /// Starts recording on `cpus` in this process's instance (the one
+    /// [`super::tracefs::instance_dir`] names); misses are saved in
+    /// `dir`, at most `keep` of each kind.
+    pub fn start(
+        sys: &Path,
+        proc_root: &Path,
+        cpus: &[usize],
+        dir: PathBuf,
+        keep: usize,
+    ) -> Result<RuntimeTrace, TraceSetupError> {
+        let tracer = Tracer::start(sys, proc_root, cpus)?;
+        Ok(RuntimeTrace {
+            tracer,
+            proc_root: proc_root.to_path_buf(),
+            dir,
+            keep: keep.max(1),
+            snapshots: 0,
+        })
+    }
+
+    pub fn tracer(&self) -> &Tracer {
+        &self.tracer
+    }
+
+    /// When a process turned the instance off: the analysis of its miss,
+    /// then recording again. `None` while it records (or when it was
+    /// turned off without a miss marker: recording starts again).
+    pub fn poll(&mut self) -> Option<RuntimeMiss> {
+        let on = read_small(&self.tracer.dir().join("tracing_on")).ok()?;
+        if on.trim() != "0" {
+            return None;
+        }
+        let texts = self.tracer.read_cpus();
+        let events: Vec<Event> = texts.iter().flat_map(|(_, t)| parse(t).events).collect();
+        // The earliest miss over every CPU's buffer.
+        let Some((event, marker)) = first_miss(&events) else {
+            self.tracer.resume();
+            return None;
+        };
+        let context = context_of(&event, &marker, &events);
+        let cpus = window(&texts, &context);
+        // Recording again before the analysis: a miss meanwhile is not
+        // lost.
+        self.tracer.resume();
+        let (_, a, saved) = analyse_and_save(
+            Snapshot { context, cpus },
+            &self.proc_root,
+            &self.dir,
+            self.keep,
+        );
+        self.snapshots += 1;
+        Some(RuntimeMiss {
+            receiver_pid: event.pid,
+            timer: marker.timer,
+            latency_ns: a.latency_ns,
+            explained: a
+                .culprit
+                .as_ref()
+                .is_some_and(|c| c.kind != OccupantKind::Thread || c.id != 0),
+            verdict: a.verdict,
+            text: saved.as_ref().ok().map(|s| s.text.clone()),
+            problem: saved.as_ref().err().map(|e| Chain(e).to_string()),
+        })
+    }
+}
+
+/// The earliest miss marker of `events`, with its event (whose pid and
+/// CPU are the late process's).
+fn first_miss(events: &[Event]) -> Option<(Event, MissMarker)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Marker { text } => MissMarker::parse(text).map(|m| (e.clone(), m)),
+            _ => None,
+        })
+        .min_by_key(|(e, _)| e.ts_ns)
+}
+
+/// The context of a miss from its marker: the receiver is the marker's
+/// writer on its CPU; the sender's CPU is where the sender last ran
+/// before the send (the receiver's when the trace does not show it).
+pub(crate) fn context_of(event: &Event, m: &MissMarker, events: &[Event]) -> MissContext {
+    let sender = m.sender_pid as i32;
+    let sender_cpu = if m.timer {
+        event.cpu
+    } else {
+        events
+            .iter()
+            .filter(|e| e.ts_ns <= m.send_ns.saturating_add(1_000))
+            .filter(|e| match &e.kind {
+                EventKind::Switch { next_pid, .. } => *next_pid == sender,
+                _ => e.pid == sender,
+            })
+            .max_by_key(|e| e.ts_ns)
+            .map_or(event.cpu, |e| e.cpu)
+    };
+    MissContext {
+        kind: if m.timer {
+            MissKind::Timer
+        } else {
+            MissKind::Delivery
+        },
+        mechanism: if m.timer { "timer" } else { "runtime" }.into(),
+        seq: m.seq,
+        send_ns: m.send_ns,
+        handler_ns: m.handler_ns,
+        budget_ns: m.budget_ns,
+        sender_pid: if m.timer { event.pid } else { sender },
+        sender_cpu,
+        receiver_pid: event.pid,
+        receiver_cpu: event.cpu,
+        policies: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A talker (pid 900) on CPU 2 publishes; the listener (pid 901) on
+    /// CPU 3 is woken at once but a FIFO 90 spinner holds CPU 3; the
+    /// listener's handler starts 1.2ms later, over its 500us budget.
+    const RUNTIME_MISS: &str = "\
+          <idle>-0       [003] d..2.   99.999900: sched_switch: prev_comm=listener prev_pid=901 prev_prio=19 prev_state=S ==> next_comm=planted-spin next_pid=777 next_prio=9
+          talker-900     [002] d..2.   99.999990: sched_switch: prev_comm=swapper/2 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=talker next_pid=900 next_prio=19
+          talker-900     [002] d..2.  100.000004: sched_wakeup: comm=listener pid=901 prio=19 target_cpu=003
+          talker-900     [002] ...1.  100.000006: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+    planted-spin-777     [003] d..2.  100.001200: sched_switch: prev_comm=planted-spin prev_pid=777 prev_prio=9 prev_state=S ==> next_comm=listener next_pid=901 next_prio=19
+        listener-901     [003] ...1.  100.001205: tracing_mark_write: rtdeploy handler seq=41 t=100001205000
+        listener-901     [003] ...1.  100.001207: tracing_mark_write: rtdeploy miss kind=message seq=41 sender=900 send=100000000000 handler=100001205000 budget=500000
+";
+
+    #[test]
+    fn the_miss_marker_gives_the_context_and_the_verdict() {
+        let events = parse(RUNTIME_MISS).events;
+        let (e, m) = first_miss(&events).expect("a miss marker");
+        let c = context_of(&e, &m, &events);
+        assert_eq!(
+            (c.receiver_pid, c.receiver_cpu, c.sender_pid, c.sender_cpu),
+            (901, 3, 900, 2)
+        );
+        assert_eq!(
+            (c.kind, c.seq, c.budget_ns),
+            (MissKind::Delivery, 41, 500_000)
+        );
+        let mut c = c;
+        c.policies.insert(777, "FIFO".into());
+        let a = super::super::analyse(&events, &c);
+        assert!(
+            a.verdict.starts_with(
+                "late 1.21ms (budget 500us): planted-spin (FIFO 90, pid 777) ran 1.20ms on CPU 3 after the wake"
+            ),
+            "{}",
+            a.verdict
+        );
+        // A marker some other process wrote that only looks like ours.
+        assert!(first_miss(&parse(
+            "           x-5     [003] ...1.  100.000001: tracing_mark_write: rtdeploy miss kind=message seq=1\n"
+        ).events)
+        .is_none());
+    }
+}
