@@ -3,18 +3,27 @@
 //! when not root or without tracefs.
 
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use check::trace::model::{parse, EventKind};
+use check::trace::watch::RuntimeTrace;
 use check::trace::Tracer;
 
-fn tracer_or_skip(cpus: &[usize]) -> Option<Tracer> {
+/// One instance per process (its name is the pid): one test at a time.
+static ONE: Mutex<()> = Mutex::new(());
+
+fn is_root() -> bool {
     // SAFETY-free probe: geteuid through /proc (no libc call in the test).
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let root = status
+    status
         .lines()
         .find(|l| l.starts_with("Uid:"))
-        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"));
-    if !root {
+        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+}
+
+fn tracer_or_skip(cpus: &[usize]) -> Option<Tracer> {
+    if !is_root() {
         eprintln!("skipped: tracefs needs root");
         return None;
     }
@@ -29,6 +38,7 @@ fn tracer_or_skip(cpus: &[usize]) -> Option<Tracer> {
 
 #[test]
 fn an_instance_of_its_own_records_markers_and_is_removed() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(t) = tracer_or_skip(&[0]) else {
         return;
     };
@@ -72,4 +82,98 @@ fn an_instance_of_its_own_records_markers_and_is_removed() {
     assert!(p.events.iter().all(|e| e.cpu == 0));
     drop(t);
     assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
+/// Writes `text` to the instance's trace_marker from a thread on CPU 0,
+/// then turns it off when `off` (as a late process does).
+fn late_process(instance: &Path, text: String, off: bool) {
+    let dir = instance.to_path_buf();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        check::rt::pin_to_set(&[0]).unwrap();
+        let open = |f: &str| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join(f))
+                .unwrap()
+        };
+        open("trace_marker").write_all(text.as_bytes()).unwrap();
+        if off {
+            open("tracing_on").write_all(b"0").unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn the_supervisors_watch_takes_a_processs_miss_then_pauses() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        eprintln!("skipped: tracefs needs root");
+        return;
+    }
+    let saved = tempfile::tempdir().unwrap();
+    let mut w = match RuntimeTrace::start(
+        Path::new("/sys"),
+        Path::new("/proc"),
+        &[0],
+        saved.path().to_path_buf(),
+        2,
+    ) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("skipped: no tracer here: {e}");
+            return;
+        }
+    };
+    let instance = w.tracer().dir().to_path_buf();
+    let miss = |seq: u64| {
+        let now = controller::sys::monotonic_ns();
+        format!(
+            "rtdeploy miss kind=timer seq={seq} sender=1 send={} handler={now} budget=1000000",
+            now - 3_000_000
+        )
+    };
+    let t0 = Instant::now();
+    // Recording, no miss: nothing to take.
+    assert!(w.poll_at(t0).is_none());
+    // A marker that is not a whole miss, and the instance turned off:
+    // nothing taken, recording again.
+    late_process(&instance, "rtdeploy miss kind=timer".into(), true);
+    assert!(w.poll_at(t0).is_none());
+    let on = std::fs::read_to_string(instance.join("tracing_on")).unwrap();
+    assert_eq!(on.trim(), "1", "recording again");
+    // A miss: taken, saved, recording again.
+    late_process(&instance, miss(1), true);
+    let m = w.poll_at(t0).expect("the miss is taken");
+    assert!(m.timer);
+    assert!(
+        m.verdict.starts_with("late 3.00ms (budget 1.00ms)"),
+        "{}",
+        m.verdict
+    );
+    let text = m.text.expect("saved");
+    assert!(text.starts_with(saved.path()), "{}", text.display());
+    let on = std::fs::read_to_string(instance.join("tracing_on")).unwrap();
+    assert_eq!(on.trim(), "1", "recording again");
+    // The next miss waits out the pause (1 s), held in the stopped
+    // buffer; then it is taken, and the pause after it is 2 s.
+    late_process(&instance, miss(2), true);
+    assert!(w.poll_at(t0 + Duration::from_millis(500)).is_none());
+    let on = std::fs::read_to_string(instance.join("tracing_on")).unwrap();
+    assert_eq!(on.trim(), "0", "held");
+    let m = w
+        .poll_at(t0 + Duration::from_millis(1_100))
+        .expect("taken after the pause");
+    assert!(m.verdict.contains("late 3.00ms"), "{}", m.verdict);
+    late_process(&instance, miss(3), true);
+    assert!(w.poll_at(t0 + Duration::from_millis(2_500)).is_none());
+    assert!(w.poll_at(t0 + Duration::from_millis(3_200)).is_some());
+    assert_eq!(w.snapshots, 3);
+    // At most `keep` of them stay.
+    let files = std::fs::read_dir(saved.path()).unwrap().count();
+    assert_eq!(files, 4, "two misses of one kind, text and JSON each");
+    drop(w);
+    assert!(!instance.exists(), "{} left behind", instance.display());
 }

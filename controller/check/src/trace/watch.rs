@@ -8,9 +8,11 @@
 //! the supervisor's loop a few times a second, notices the instance off,
 //! finds the miss marker, analyses the window from the event to the
 //! handler as the check does, saves it beside the check's misses and
-//! turns tracing on again.
+//! turns tracing on again. Snapshots are spaced: one a second at most,
+//! the pause doubling (up to 5 minutes) while misses keep coming.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::analyse::{MissContext, MissKind, OccupantKind};
 use super::model::{parse, Event, EventKind};
@@ -37,6 +39,13 @@ pub struct RuntimeMiss {
     pub problem: Option<String>,
 }
 
+/// After a snapshot the next is taken no sooner than this ...
+const FIRST_PAUSE: Duration = Duration::from_secs(1);
+/// ... the pause doubling while misses keep coming, up to this: a robot
+/// that misses all the time must not spend its housekeeping CPU reading
+/// buffers, nor wear its flash with saved traces.
+const MAX_PAUSE: Duration = Duration::from_secs(300);
+
 /// The supervisor's instance and where its misses go.
 #[derive(Debug)]
 pub struct RuntimeTrace {
@@ -46,6 +55,9 @@ pub struct RuntimeTrace {
     keep: usize,
     /// Misses snapshotted so far.
     pub snapshots: u64,
+    /// No snapshot before this (a stopped trace waits, holding its miss).
+    next_at: Option<Instant>,
+    pause: Duration,
 }
 
 impl RuntimeTrace {
@@ -66,6 +78,8 @@ impl RuntimeTrace {
             dir,
             keep: keep.max(1),
             snapshots: 0,
+            next_at: None,
+            pause: FIRST_PAUSE,
         })
     }
 
@@ -77,8 +91,27 @@ impl RuntimeTrace {
     /// then recording again. `None` while it records (or when it was
     /// turned off without a miss marker: recording starts again).
     pub fn poll(&mut self) -> Option<RuntimeMiss> {
+        self.poll_at(Instant::now())
+    }
+
+    /// [`RuntimeTrace::poll`] at `now` (the pause between snapshots is
+    /// counted on it).
+    pub fn poll_at(&mut self, now: Instant) -> Option<RuntimeMiss> {
+        if let Some(at) = self.next_at {
+            if now < at {
+                return None;
+            }
+        }
         let on = read_small(&self.tracer.dir().join("tracing_on")).ok()?;
         if on.trim() != "0" {
+            // Quiet for a whole pause since the last snapshot: the next
+            // pause is shorter again.
+            if let Some(at) = self.next_at {
+                if now >= at + self.pause {
+                    self.pause = (self.pause / 2).max(FIRST_PAUSE);
+                    self.next_at = Some(now);
+                }
+            }
             return None;
         }
         let texts = self.tracer.read_cpus();
@@ -93,6 +126,8 @@ impl RuntimeTrace {
         // Recording again before the analysis: a miss meanwhile is not
         // lost.
         self.tracer.resume();
+        self.next_at = Some(now + self.pause);
+        self.pause = (self.pause * 2).min(MAX_PAUSE);
         let (_, a, saved) = analyse_and_save(
             Snapshot { context, cpus },
             &self.proc_root,
