@@ -447,6 +447,34 @@ pub struct KernelStep {
     pub text: String,
 }
 
+/// A wait for a lock by the sender or the receiver in the window
+/// (`lock:contention_begin` .. `contention_end`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockWait {
+    /// `sender`, `receiver` or `timer`.
+    pub role: String,
+    pub comm: String,
+    pub pid: i32,
+    /// Where the wait began.
+    pub cpu: u32,
+    /// The lock's address as the kernel prints it (hashed).
+    pub lock: String,
+    /// Its kind: `RT` (an rt_mutex: a spinlock on PREEMPT_RT, like a
+    /// futex hash bucket's), `SPIN`, `MUTEX`, ...
+    pub flags: String,
+    pub start_ns: u64,
+    /// To the `contention_end`, or to the handler when the window has
+    /// none.
+    pub wait_ns: u64,
+    /// The task priority inheritance boosted while it waited: the lock's
+    /// holder (rt_mutexes boost their owner to the top waiter's
+    /// priority), as `comm (pid N, nice 0 -> FIFO 80)`.
+    pub holder: Option<String>,
+}
+
+/// At most this many lock waits are listed.
+const MAX_LOCK_WAITS: usize = 16;
+
 /// At most this many io_uring events are listed.
 const MAX_IO_URING_STEPS: usize = 16;
 
@@ -466,6 +494,9 @@ pub struct Analysis {
     /// is another CPU.
     pub sender_cpu: Vec<Occupant>,
     pub pi_boosts: Vec<PiBoost>,
+    /// Lock waits of the sender and the receiver in the window, longest
+    /// first.
+    pub lock_waits: Vec<LockWait>,
     /// io_uring events of the window (completions, task work queued and
     /// run), oldest first: how the wake went through io_uring.
     pub io_uring: Vec<KernelStep>,
@@ -610,6 +641,7 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
         })
         .take(16)
         .collect();
+    let lock_waits = lock_waits(events, ctx, from, handler);
     let head = format!(
         "late {} (budget {})",
         fmt_ns(latency),
@@ -716,6 +748,24 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
             r.name
         ));
     }
+    if let Some(w) = lock_waits
+        .first()
+        .filter(|w| w.wait_ns >= 1_000 && w.wait_ns * CULPRIT_SHARE >= latency)
+    {
+        verdict.push_str(&format!(
+            "; the {} waited {} for a lock ({}){}",
+            if ctx.kind == MissKind::Timer {
+                "timer thread"
+            } else {
+                w.role.as_str()
+            },
+            fmt_ns(w.wait_ns),
+            w.flags,
+            w.holder
+                .as_ref()
+                .map_or(String::new(), |h| format!(" held by {h}"))
+        ));
+    }
     if let Some(p) = pi_boosts.first() {
         verdict.push_str(&format!(
             "; PI boost of {} (pid {}) {} -> {}",
@@ -734,12 +784,84 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
         receiver_cpu,
         sender_cpu,
         pi_boosts,
+        lock_waits,
         io_uring,
         silent,
         culprit,
         limits,
         verdict,
     }
+}
+
+/// The sender's and the receiver's lock waits that overlap `[from, to]`,
+/// longest first, each with the task priority inheritance boosted while
+/// it lasted (its holder).
+fn lock_waits(events: &[Event], ctx: &MissContext, from: u64, to: u64) -> Vec<LockWait> {
+    let role = |pid: i32| {
+        if ctx.kind == MissKind::Timer && pid == ctx.receiver_pid {
+            Some("timer")
+        } else if pid == ctx.sender_pid {
+            Some("sender")
+        } else if pid == ctx.receiver_pid {
+            Some("receiver")
+        } else {
+            None
+        }
+    };
+    let mut v: Vec<LockWait> = vec![];
+    for e in events.iter().filter(|e| e.ts_ns <= to) {
+        let (EventKind::LockWait { lock, flags }, Some(role)) = (&e.kind, role(e.pid)) else {
+            continue;
+        };
+        // Its end: the waiter's contention_end of that lock (on any CPU:
+        // it may be woken elsewhere).
+        let end = events
+            .iter()
+            .filter(|d| d.pid == e.pid && d.ts_ns >= e.ts_ns)
+            .filter(|d| matches!(&d.kind, EventKind::LockDone { lock: l, .. } if l == lock))
+            .map(|d| d.ts_ns)
+            .min()
+            .unwrap_or(to.max(e.ts_ns));
+        if end < from {
+            continue;
+        }
+        let holder = events
+            .iter()
+            .filter(|b| b.ts_ns >= e.ts_ns && b.ts_ns <= end)
+            .find_map(|b| match &b.kind {
+                EventKind::PiSetprio {
+                    comm,
+                    pid,
+                    oldprio,
+                    newprio,
+                } if *pid != e.pid && newprio < oldprio => {
+                    let pol = ctx.policies.get(pid).map(|s| s.as_str());
+                    Some(format!(
+                        "{comm} (pid {pid}, {} -> {})",
+                        prio_label(*oldprio, pol),
+                        prio_label(*newprio, if *newprio < 100 { Some("FIFO") } else { pol })
+                    ))
+                }
+                _ => None,
+            });
+        v.push(LockWait {
+            role: role.to_string(),
+            comm: e.comm.clone(),
+            pid: e.pid,
+            cpu: e.cpu,
+            lock: lock.clone(),
+            flags: flags.clone(),
+            start_ns: e.ts_ns,
+            wait_ns: end - e.ts_ns,
+            holder,
+        });
+        if v.len() >= MAX_LOCK_WAITS * 4 {
+            break;
+        }
+    }
+    v.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.start_ns.cmp(&b.start_ns)));
+    v.truncate(MAX_LOCK_WAITS);
+    v
 }
 
 impl Analysis {
@@ -824,6 +946,23 @@ impl Analysis {
                 fmt_ns(p.ts_ns.saturating_sub(c.send_ns)),
                 p.from,
                 p.to
+            );
+        }
+        for w in &self.lock_waits {
+            let _ = writeln!(
+                o,
+                "  lock: the {} {} (pid {}) on CPU {} at +{} waited {} for lock {} ({}){}",
+                w.role,
+                w.comm,
+                w.pid,
+                w.cpu,
+                fmt_ns(w.start_ns.saturating_sub(c.send_ns)),
+                fmt_ns(w.wait_ns),
+                w.lock,
+                w.flags,
+                w.holder
+                    .as_ref()
+                    .map_or(String::new(), |h| format!(", held by {h}"))
             );
         }
         for k in &self.io_uring {
@@ -1134,6 +1273,71 @@ mod tests {
         j.as_object_mut().unwrap().remove("kind");
         let back: MissContext = serde_json::from_value(j).unwrap();
         assert_eq!(back.kind, MissKind::Delivery);
+    }
+
+    /// PREEMPT_RT: the sender's futex wake finds the hash bucket's lock
+    /// (an rt_mutex-based spinlock) held by a kworker on CPU 1; the
+    /// kworker is boosted to the sender's priority, the sender sleeps on
+    /// the lock for 40us, then wakes the receiver on CPU 3.
+    const LOCK_WAIT: &str = "\
+         rt-recv-901     [003] d..2.   99.999900: sched_switch: prev_comm=rt-recv prev_pid=901 prev_prio=19 prev_state=S ==> next_comm=swapper/3 next_pid=0 next_prio=120
+         rt-send-900     [002] ...1.  100.000000: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+         rt-send-900     [002] d..1.  100.000003: contention_begin: 00000000a1b2c3d4 (flags=RT)
+         rt-send-900     [002] d..2.  100.000004: sched_pi_setprio: comm=kworker/1:2 pid=88 oldprio=120 newprio=19
+         rt-send-900     [002] d..2.  100.000005: sched_switch: prev_comm=rt-send prev_pid=900 prev_prio=19 prev_state=D ==> next_comm=swapper/2 next_pid=0 next_prio=120
+          <idle>-0       [002] d..2.  100.000042: sched_switch: prev_comm=swapper/2 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=rt-send next_pid=900 next_prio=19
+         rt-send-900     [002] d..1.  100.000043: contention_end: 00000000a1b2c3d4 (ret=0)
+         rt-send-900     [002] d..2.  100.000045: sched_wakeup: comm=rt-recv pid=901 prio=19 target_cpu=003
+          <idle>-0       [003] d..2.  100.000050: sched_switch: prev_comm=swapper/3 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=rt-recv next_pid=901 next_prio=19
+         rt-recv-901     [003] ...1.  100.000055: tracing_mark_write: rtdeploy handler seq=41 t=100000055000
+";
+
+    #[test]
+    fn a_lock_wait_of_the_sender_names_the_holder_priority_inheritance_boosted() {
+        let p = parse(LOCK_WAIT);
+        assert_eq!(p.skipped, 0);
+        let mut c = ctx(0, 55);
+        c.budget_ns = 20_000;
+        c.sender_cpu = 2;
+        c.receiver_cpu = 3;
+        let a = analyse(&p.events, &c);
+        assert_eq!(a.lock_waits.len(), 1, "{:?}", a.lock_waits);
+        let w = &a.lock_waits[0];
+        assert_eq!(
+            (
+                w.role.as_str(),
+                w.pid,
+                w.cpu,
+                w.flags.as_str(),
+                w.lock.as_str()
+            ),
+            ("sender", 900, 2, "RT", "00000000a1b2c3d4")
+        );
+        assert_eq!((w.start_ns, w.wait_ns), (100_000_003_000, 40_000));
+        assert_eq!(
+            w.holder.as_deref(),
+            Some("kworker/1:2 (pid 88, nice 0 -> FIFO 80)")
+        );
+        assert!(
+            a.verdict.ends_with(
+                "; the sender waited 40.0us for a lock (RT) held by kworker/1:2 (pid 88, nice 0 -> FIFO 80); PI boost of kworker/1:2 (pid 88) nice 0 -> FIFO 80"
+            ),
+            "{}",
+            a.verdict
+        );
+        let text = a.to_text();
+        assert!(
+            text.contains("lock: the sender rt-send (pid 900) on CPU 2 at +3.0us waited 40.0us for lock 00000000a1b2c3d4 (RT), held by kworker/1:2"),
+            "{text}"
+        );
+        // A wait that ends before the window, and one of another task,
+        // are not the pair's.
+        let mut c2 = c.clone();
+        c2.send_ns = 100_000_045_000;
+        assert!(analyse(&p.events, &c2).lock_waits.is_empty());
+        let mut c3 = c;
+        c3.sender_pid = 4242;
+        assert!(analyse(&p.events, &c3).lock_waits.is_empty());
     }
 
     #[test]

@@ -115,6 +115,16 @@ pub fn trace_events(events: &[Event], a: &Analysis) -> Value {
                 json!({"pid": pid, "oldprio": oldprio, "newprio": newprio}),
             ),
             EventKind::Marker { text } => (text.clone(), "marker", json!({})),
+            EventKind::LockWait { lock, flags } => (
+                format!("lock wait {lock} ({flags})"),
+                "lock",
+                json!({"lock": lock, "flags": flags}),
+            ),
+            EventKind::LockDone { lock, ret } => (
+                format!("lock taken {lock}"),
+                "lock",
+                json!({"lock": lock, "ret": ret}),
+            ),
             EventKind::Other { name, text } => (name.clone(), "other", json!({"text": text})),
             _ => continue,
         };

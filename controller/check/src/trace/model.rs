@@ -79,6 +79,20 @@ pub enum EventKind {
         function: String,
     },
     HrtimerExit,
+    /// `lock:contention_begin`: the current task starts waiting for a
+    /// lock (its address, hashed as the kernel prints it, and its kind:
+    /// `SPIN`, `RT` (an rt_mutex, which a spinlock is on PREEMPT_RT),
+    /// `MUTEX`, `READ`, `WRITE`, `PERCPU`, joined by `|`).
+    LockWait {
+        lock: String,
+        flags: String,
+    },
+    /// `lock:contention_end`: the current task got the lock (or gave up:
+    /// `ret` is not 0).
+    LockDone {
+        lock: String,
+        ret: i32,
+    },
     /// A line written to `trace_marker`.
     Marker {
         text: String,
@@ -283,6 +297,31 @@ fn parse_kind(name: &str, f: &str) -> Option<EventKind> {
             function: cut(field(f, "function").unwrap_or("?"), MAX_COMM),
         },
         "hrtimer_expire_exit" => EventKind::HrtimerExit,
+        // `%p (flags=%s)` and `%p (ret=%d)`.
+        "contention_begin" => {
+            let (lock, rest) = f.trim().split_once(' ')?;
+            EventKind::LockWait {
+                lock: cut(lock, 32),
+                flags: cut(
+                    rest.strip_prefix("(flags=")?
+                        .trim_end()
+                        .trim_end_matches(')'),
+                    MAX_COMM,
+                ),
+            }
+        }
+        "contention_end" => {
+            let (lock, rest) = f.trim().split_once(' ')?;
+            EventKind::LockDone {
+                lock: cut(lock, 32),
+                ret: rest
+                    .strip_prefix("(ret=")?
+                    .trim_end()
+                    .trim_end_matches(')')
+                    .parse()
+                    .ok()?,
+            }
+        }
         "tracing_mark_write" => EventKind::Marker {
             text: cut(f.trim_end(), MAX_MARKER),
         },
@@ -471,6 +510,34 @@ mod tests {
             k => panic!("{k:?}"),
         }
         assert!(matches!(&kinds[10], EventKind::Other { name, .. } if name == "io_uring_complete"));
+    }
+
+    #[test]
+    fn lock_contention_lines() {
+        // As 6.18 prints them (`%p (flags=%s)`, `%p (ret=%d)`).
+        let p = parse(
+            "\
+         rt-send-900     [002] d..1.  100.000003: contention_begin: 00000000a1b2c3d4 (flags=SPIN|RT)
+         rt-send-900     [002] d..1.  100.000043: contention_end: 00000000a1b2c3d4 (ret=-4)
+         rt-send-900     [002] d..1.  100.000044: contention_begin: 00000000a1b2c3d4 flags=RT
+         rt-send-900     [002] d..1.  100.000045: contention_end: 00000000a1b2c3d4 (ret=x)
+",
+        );
+        assert_eq!(p.skipped, 2);
+        assert_eq!(
+            p.events[0].kind,
+            EventKind::LockWait {
+                lock: "00000000a1b2c3d4".into(),
+                flags: "SPIN|RT".into()
+            }
+        );
+        assert_eq!(
+            p.events[1].kind,
+            EventKind::LockDone {
+                lock: "00000000a1b2c3d4".into(),
+                ret: -4
+            }
+        );
     }
 
     #[test]

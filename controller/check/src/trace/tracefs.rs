@@ -45,6 +45,10 @@ pub const EVENTS: &[&str] = &[
     "io_uring/io_uring_task_add",
     "io_uring/io_uring_task_work_run",
     "io_uring/io_uring_local_work_run",
+    // lock waits (the futex hash bucket's among them): who waited, and
+    // with sched_pi_setprio on PREEMPT_RT, who held it.
+    "lock/contention_begin",
+    "lock/contention_end",
 ];
 const NEEDED: usize = 2;
 /// Per-CPU buffer size asked for, in KiB.
