@@ -128,7 +128,9 @@ fn the_supervisors_watch_takes_a_processs_miss_then_pauses() {
         }
     };
     let instance = w.tracer().dir().to_path_buf();
+    // A miss whose message was sent 3 ms ago: after the last resume.
     let miss = |seq: u64| {
+        std::thread::sleep(Duration::from_millis(5));
         let now = controller::sys::monotonic_ns();
         format!(
             "rtdeploy miss kind=timer seq={seq} sender=1 send={} handler={now} budget=1000000",
@@ -174,6 +176,25 @@ fn the_supervisors_watch_takes_a_processs_miss_then_pauses() {
     // At most `keep` of them stay.
     let files = std::fs::read_dir(saved.path()).unwrap().count();
     assert_eq!(files, 4, "two misses of one kind, text and JSON each");
+    // A message sent before recording started again has part of its
+    // window only: passed over once (recording again), the next such is
+    // taken as it is.
+    let sent_before = |seq: u64| {
+        let now = controller::sys::monotonic_ns();
+        format!(
+            "rtdeploy miss kind=message seq={seq} sender=1 send={} handler={now} budget=1000000",
+            now - 60_000_000_000
+        )
+    };
+    let later = t0 + Duration::from_secs(60);
+    late_process(&instance, sent_before(4), true);
+    assert!(w.poll_at(later).is_none());
+    let on = std::fs::read_to_string(instance.join("tracing_on")).unwrap();
+    assert_eq!(on.trim(), "1", "recording again");
+    late_process(&instance, sent_before(5), true);
+    let m = w.poll_at(later).expect("taken the second time");
+    assert!(m.verdict.ends_with("[partial trace]"), "{}", m.verdict);
+    assert_eq!(w.snapshots, 4);
     drop(w);
     assert!(!instance.exists(), "{} left behind", instance.display());
 }

@@ -507,6 +507,9 @@ pub struct Analysis {
     pub silent: Option<(u64, u64)>,
     /// What held the receiver back, when one thing did.
     pub culprit: Option<Occupant>,
+    /// With no culprit: how long the receiver's CPU stayed idle after
+    /// the wake, when that was half the latency or more.
+    pub idle_after_wake_ns: Option<u64>,
     /// Limits of what the trace shows.
     pub limits: Vec<String>,
     /// The one-line verdict.
@@ -668,6 +671,14 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
         ),
         (_, None, _) => String::new(),
     };
+    let idle_after_wake = wake_ns
+        .and_then(|_| {
+            receiver_cpu
+                .iter()
+                .find(|o| o.kind == OccupantKind::Thread && o.id == 0)
+        })
+        .map(|o| o.after_wake_ns)
+        .filter(|&t| t * 2 >= latency && t >= CULPRIT_MIN_NS);
     let mut verdict = match &culprit {
         Some(c) => {
             let when = match wake_ns {
@@ -682,6 +693,12 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
                 c.cpu
             )
         }
+        // Woken, and the CPU stayed idle most of the latency: it was slow
+        // to run what was woken, which no task on it explains.
+        None if idle_after_wake.is_some() => format!(
+            "{head}: CPU {rcpu} stayed idle {} after the wake ({path}): slow to leave idle (a deep C-state, which cpu_dma_latency bounds, or a virtual CPU its host did not run)",
+            fmt_ns(idle_after_wake.unwrap_or(0))
+        ),
         None => {
             let other = receiver_cpu.iter().find(|o| !ignore(o));
             format!(
@@ -775,6 +792,7 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
     if !limits.is_empty() {
         verdict.push_str(" [partial trace]");
     }
+    let culprit_none = culprit.is_none();
     Analysis {
         context: ctx.clone(),
         latency_ns: latency,
@@ -788,6 +806,7 @@ pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
         io_uring,
         silent,
         culprit,
+        idle_after_wake_ns: idle_after_wake.filter(|_| culprit_none),
         limits,
         verdict,
     }
@@ -1338,6 +1357,38 @@ mod tests {
         let mut c3 = c;
         c3.sender_pid = 4242;
         assert!(analyse(&p.events, &c3).lock_waits.is_empty());
+    }
+
+    /// The receiver on CPU 3 is woken from CPU 2 at once, but CPU 3 stays
+    /// idle for 1.8ms before it runs it (seen on a virtual machine whose
+    /// host did not run the vCPU).
+    const SLOW_IDLE: &str = "\
+         rt-recv-901     [003] d..2.   99.999900: sched_switch: prev_comm=rt-recv prev_pid=901 prev_prio=19 prev_state=S ==> next_comm=swapper/3 next_pid=0 next_prio=120
+         rt-send-900     [002] ...1.  100.000000: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+         rt-send-900     [002] d..2.  100.000002: sched_wakeup: comm=rt-recv pid=901 prio=19 target_cpu=003
+          <idle>-0       [003] d..2.  100.001822: sched_switch: prev_comm=swapper/3 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=rt-recv next_pid=901 next_prio=19
+         rt-recv-901     [003] ...1.  100.001830: tracing_mark_write: rtdeploy handler seq=41 t=100001830000
+";
+
+    #[test]
+    fn a_cpu_that_stays_idle_after_the_wake_is_said() {
+        let mut c = ctx(0, 1830);
+        c.sender_cpu = 2;
+        c.receiver_cpu = 3;
+        let a = analyse(&parse(SLOW_IDLE).events, &c);
+        assert!(a.culprit.is_none());
+        assert_eq!(a.part, LatePart::RanLate);
+        assert_eq!(a.idle_after_wake_ns, Some(1_820_000));
+        assert_eq!(
+            a.verdict,
+            "late 1.83ms (budget 100us): CPU 3 stayed idle 1.82ms after the wake (woken 2.0us after the send, on CPU 3 1.82ms later): slow to leave idle (a deep C-state, which cpu_dma_latency bounds, or a virtual CPU its host did not run)"
+        );
+        // A short idle stretch is not the story.
+        let mut c2 = c.clone();
+        c2.handler_ns = 100_004_000_000;
+        let a = analyse(&parse(SLOW_IDLE).events, &c2);
+        assert_eq!(a.idle_after_wake_ns, None);
+        assert!(a.verdict.contains("unexplained"), "{}", a.verdict);
     }
 
     #[test]

@@ -58,6 +58,12 @@ pub struct RuntimeTrace {
     /// No snapshot before this (a stopped trace waits, holding its miss).
     next_at: Option<Instant>,
     pause: Duration,
+    /// When recording last started (CLOCK_MONOTONIC, the trace's clock):
+    /// a miss whose event came before it has only part of its window.
+    resumed_ns: u64,
+    /// The last stop was such a miss, passed over: the next is taken
+    /// whole or not.
+    passed_over: bool,
 }
 
 impl RuntimeTrace {
@@ -80,11 +86,18 @@ impl RuntimeTrace {
             snapshots: 0,
             next_at: None,
             pause: FIRST_PAUSE,
+            resumed_ns: controller::sys::monotonic_ns(),
+            passed_over: false,
         })
     }
 
     pub fn tracer(&self) -> &Tracer {
         &self.tracer
+    }
+
+    fn resume(&mut self) {
+        self.resumed_ns = controller::sys::monotonic_ns();
+        self.tracer.resume();
     }
 
     /// When a process turned the instance off: the analysis of its miss,
@@ -118,14 +131,23 @@ impl RuntimeTrace {
         let events: Vec<Event> = texts.iter().flat_map(|(_, t)| parse(t).events).collect();
         // The earliest miss over every CPU's buffer.
         let Some((event, marker)) = first_miss(&events) else {
-            self.tracer.resume();
+            self.resume();
             return None;
         };
+        // Sent before recording started (a message late across the
+        // resume): its window is cut. Passed over once; the next miss has
+        // its whole window (or is taken as it is, said partial).
+        if marker.send_ns < self.resumed_ns && !self.passed_over {
+            self.passed_over = true;
+            self.resume();
+            return None;
+        }
+        self.passed_over = false;
         let context = context_of(&event, &marker, &events);
         let cpus = window(&texts, &context);
         // Recording again before the analysis: a miss meanwhile is not
         // lost.
-        self.tracer.resume();
+        self.resume();
         self.next_at = Some(now + self.pause);
         self.pause = (self.pause * 2).min(MAX_PAUSE);
         let (_, a, saved) = analyse_and_save(
