@@ -459,7 +459,7 @@ trace_named() {
     verdicts=$(jq -r '.trace.verdicts[]? | select(.timer_cpu == null) | .verdict' <<<"$doc")
     named=$(grep -F -m1 -- "$2" <<<"$verdicts")
     if [ "$(jq -r '.verdict' <<<"$doc")" = fail ] && [ -n "$named" ]; then
-        pass "$3 ($(grep -c . <<<"$verdicts") miss(es) traced; $(cut -c1-200 <<<"$named"))"
+        pass "$3 ($(grep -c . <<<"$verdicts") miss(es) traced; $(cut -c1-400 <<<"$named"))"
     else
         fail "$3" "verdict $(jq -r '.verdict' <<<"$doc"), $(jq -r '.trace.over_threshold' <<<"$doc") over the threshold; verdicts: $(head -n 8 <<<"$verdicts")"
         log_failed "$LOG2"
@@ -479,6 +479,18 @@ if [ -n "$timer_named" ]; then
 else
     fail "deploy check --trace in the guest: a timer verdict on CPU ${TRACE_CPU:-?} names the planted spinner" \
         "$(jq -r '"\(.trace.timer_over_threshold) timer wake(s) over \(.trace.timer_miss_threshold_ns) ns"' <<<"$timer_doc" 2>/dev/null); verdicts: $(jq -r '.trace.verdicts[]? | "[\(.timer_cpu)] \(.verdict)"' <<<"$timer_doc" 2>/dev/null | head -n 8)"
+fi
+# The supervisor tracing its running processes (driver.sh: a supervisor
+# in a prefix whose listener on that CPU has a 5 ms wakeup budget).
+rt_doc=$(block "$OUT2" trace-runtime | json_of)
+[ -n "$rt_doc" ] || rt_doc='{}'
+rt_why=$(jq -r '.processes[]? | select(.name == "listener") | .last_trace // empty' <<<"$rt_doc" 2>/dev/null)
+rt_left=$(block "$OUT2" trace-runtime-instances | grep -c '^rtdeploy-')
+if grep -qF "planted-spin (FIFO 90, pid " <<<"$rt_why" && [ "$rt_left" = 0 ]; then
+    pass "the supervisor traces its running listener on CPU ${TRACE_CPU:-?} and its status names the planted spinner ($(cut -c1-300 <<<"$rt_why"))"
+else
+    fail "the supervisor traces its running listener on CPU ${TRACE_CPU:-?} and its status names the planted spinner" \
+        "last_trace: ${rt_why:-none}; instances left after it stopped: $rt_left; supervisor: $(block "$OUT2" trace-runtime-log | tail -n 8)"
 fi
 # The serial port's IRQ thread, moved onto the receiver's CPU at FIFO 95
 # and kept busy by input the host feeds without a pause.

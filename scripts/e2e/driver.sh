@@ -165,6 +165,61 @@ case " $(cat /proc/cmdline) " in
     block trace-spin-started cat /tmp/planted-spin.log
     block trace-spin deploy check -c /tmp/trace.yaml --duration 5s --json -q --no-verify \
         --trace=/tmp/trace-spin
+
+    # The supervisor's tracing of its running processes: a second
+    # supervisor in a prefix (its own channel and processes, the release's
+    # programs) with check.trace_on_miss, whose listener waits on the
+    # receiver's CPU with a 5 ms wakeup budget; the spinner makes it late
+    # and its status names the spinner.
+    rt=/tmp/rtsup
+    mkdir -p "$rt/etc/rtdeploy"
+    cat >"$rt/etc/rtdeploy/robot.yaml" <<YAML
+robot:
+  name: runtime-trace
+board:
+  model: qemu-x86_64
+cpus:
+  housekeeping: 0-1
+  isolated: 2-3
+boot_check:
+  enabled: false
+check:
+  trace_on_miss: 3
+channels:
+  - name: /demo/ping
+    max_size: 64
+    rate: 2000
+    retention: 100ms
+processes:
+  - name: talker
+    exec: $(readlink "/proc/$(pidof talker | cut -d' ' -f1)/exe")
+    args: [--channel, /demo/ping, --period-us, "1000"]
+    policy: fifo
+    priority: 70
+    cpus: 2
+    publishes: [/demo/ping]
+  - name: listener
+    exec: $(readlink "/proc/$(pidof listener | cut -d' ' -f1)/exe")
+    args: [--channel, /demo/ping]
+    policy: fifo
+    priority: 70
+    cpus: $rcpu
+    subscribes: [/demo/ping]
+    budgets: {wakeup: 5ms}
+    after: [talker]
+YAML
+    deploy -q --prefix "$rt" supervise --skip-cpu-plan >/tmp/rtsup.log 2>&1 &
+    rtsup=$!
+    n=0
+    while [ $n -lt 60 ] && ! deploy --prefix "$rt" status --json 2>/dev/null | grep -q 'planted-spin ('; do
+        sleep 0.5
+        n=$((n + 1))
+    done
+    block trace-runtime deploy --prefix "$rt" status --json
+    kill -TERM "$rtsup" 2>/dev/null
+    wait "$rtsup" 2>/dev/null
+    block trace-runtime-log cat /tmp/rtsup.log
+    block trace-runtime-instances ls /sys/kernel/tracing/instances
     kill "$spin" 2>/dev/null
     wait "$spin" 2>/dev/null
 
