@@ -88,14 +88,20 @@ pub fn enabled() -> bool {
     get().is_some()
 }
 
-/// Writes one marker line from `args`, with no allocation.
-fn mark(t: &MissTrace, args: std::fmt::Arguments) {
+/// Writes one marker from `args` to `trace_marker` (open in `f`) in one
+/// `write`, with no allocation; a marker longer than 192 bytes is not
+/// written.
+pub fn write_marker(f: &File, args: std::fmt::Arguments) {
     let mut buf = [0u8; 192];
     let mut c = std::io::Cursor::new(&mut buf[..]);
     if c.write_fmt(args).is_ok() {
         let n = c.position() as usize;
-        let _ = (&t.marker).write(&buf[..n]);
+        let _ = (&*f).write(&buf[..n]);
     }
+}
+
+fn mark(t: &MissTrace, args: std::fmt::Arguments) {
+    write_marker(&t.marker, args);
 }
 
 /// A message was published (its index in the channel).

@@ -37,6 +37,18 @@ fn deploy(prefix: &Path, config: Option<&Path>, args: &[&str]) -> Output {
     out
 }
 
+/// `deploy supervise` of the robot in `prefix`, without the CPU plan.
+fn supervise(prefix: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_deploy"))
+        .arg("-q")
+        .arg("--prefix")
+        .arg(prefix)
+        .args(["supervise", "--skip-cpu-plan"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -554,14 +566,7 @@ fn the_supervisors_boot_check_traces_with_trace_on_miss_and_status_names_why() {
         "robot:\n  name: tracebot\nboard:\n  model: generic\n  cpus: 2\ncpus:\n  housekeeping: 0\n  isolated: 1\ncheck:\n  trace_on_miss: 2\n  budgets:\n    delivery_max: 1ns\nboot_check:\n  duration: 1s\n  on_failure: degrade\nprocesses:\n  - name: bg\n    exec: /bin/sleep\n    args: [\"600\"]\n",
     )
     .unwrap();
-    let mut sup = Command::new(env!("CARGO_BIN_EXE_deploy"))
-        .arg("-q")
-        .arg("--prefix")
-        .arg(dir.path())
-        .args(["supervise", "--skip-cpu-plan"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut sup = supervise(dir.path());
     let sock = control::socket_path(dir.path());
     let until = Instant::now() + Duration::from_secs(30);
     let status = loop {
@@ -709,14 +714,7 @@ fn a_running_process_late_on_its_budget_is_traced_and_status_names_why() {
     .concat();
     std::fs::write(dir.path().join("etc/rtdeploy/robot.yaml"), yaml).unwrap();
     let spinner = Spinner::start(1, 85, Duration::from_millis(2), Duration::from_millis(20));
-    let mut sup = Command::new(env!("CARGO_BIN_EXE_deploy"))
-        .arg("-q")
-        .arg("--prefix")
-        .arg(dir.path())
-        .args(["supervise", "--skip-cpu-plan"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut sup = supervise(dir.path());
     let sock = control::socket_path(dir.path());
     let until = Instant::now() + Duration::from_secs(30);
     let listener_status = loop {

@@ -658,6 +658,20 @@ fn record_message(h: &Histogram, latency_ns: u64, m: &Message, only: Option<u64>
 /// Where a real-time receiver marks what it saw.
 type Seen = Option<&'static Shared>;
 
+/// The instance's `tracing_on`, open for writing: a worker that sees a
+/// miss turns the instance off through it.
+fn open_tracing_on(instance: &Path) -> Result<std::fs::File, WorkerRunError> {
+    let path = instance.join("tracing_on");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map_err(|source| WorkerRunError::File {
+            what: "open",
+            path,
+            source,
+        })
+}
+
 /// The instance's `trace_marker`, open for writing (see [`crate::trace`]).
 struct TraceMarker(std::fs::File);
 
@@ -674,12 +688,10 @@ impl TraceMarker {
 
     /// Writes `rtdeploy <what> seq=<seq> t=<t_ns>` with no allocation.
     fn mark(&self, what: &str, seq: u64, t_ns: u64) {
-        let mut buf = [0u8; 96];
-        let mut c = std::io::Cursor::new(&mut buf[..]);
-        if write!(c, "rtdeploy {what} seq={seq} t={t_ns}").is_ok() {
-            let n = c.position() as usize;
-            let _ = (&self.0).write(&buf[..n]);
-        }
+        controller::miss_trace::write_marker(
+            &self.0,
+            format_args!("rtdeploy {what} seq={seq} t={t_ns}"),
+        );
     }
 }
 
@@ -899,14 +911,7 @@ fn rt_recv(a: &Args) -> Result<(), WorkerRunError> {
     })?;
     rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
     if let Some(dir) = a.opt_path("trace") {
-        let on = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("tracing_on"))
-            .map_err(|source| WorkerRunError::File {
-                what: "open",
-                path: dir.join("tracing_on"),
-                source,
-            })?;
+        let on = open_tracing_on(&dir)?;
         let _ = RECV_TRACE.set(RecvTrace {
             marker: TraceMarker::open(&dir),
             on,
@@ -1078,14 +1083,7 @@ impl TimerTrace {
         slot: usize,
         ctl: &'static Control,
     ) -> Result<TimerTrace, WorkerRunError> {
-        let on = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("tracing_on"))
-            .map_err(|source| WorkerRunError::File {
-                what: "open",
-                path: dir.join("tracing_on"),
-                source,
-            })?;
+        let on = open_tracing_on(dir)?;
         Ok(TimerTrace {
             marker: TraceMarker::open(dir),
             on,

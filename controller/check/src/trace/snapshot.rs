@@ -351,13 +351,18 @@ mod tests {
             save(dir.path(), &s, &a, &p, 3).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
-        let mut names: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
-        assert_eq!(names.len(), 6, "{names:?}");
-        assert!(names[0].ends_with("-seq2.json"), "{names:?}");
+        let names = |ext: &str| {
+            let mut v: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.ends_with(ext))
+                .collect();
+            v.sort();
+            v
+        };
+        let all = names("");
+        assert_eq!(all.len(), 6, "{all:?}");
+        assert!(all[0].ends_with("-seq2.json"), "{all:?}");
         // Timer misses are kept apart: two of them stay however many
         // deliveries follow, and the deliveries keep their three.
         for (kind, mech, seq) in [
@@ -373,12 +378,7 @@ mod tests {
             save(dir.path(), &s, &a, &p, 3).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
-        let mut names: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.ends_with(".txt"))
-            .collect();
-        names.sort();
+        let names = names(".txt");
         let seqs: Vec<&str> = names
             .iter()
             .map(|n| &n[n.rfind("-seq").unwrap() + 4..n.len() - 4])
