@@ -128,9 +128,16 @@ impl RuntimeTrace {
             return None;
         }
         let texts = self.tracer.read_cpus();
-        let events: Vec<Event> = texts.iter().flat_map(|(_, t)| parse(t).events).collect();
-        // The earliest miss over every CPU's buffer.
-        let Some((event, marker)) = first_miss(&events) else {
+        // The earliest miss over every CPU's buffer: only the marker lines
+        // are parsed here (a full buffer is tens of thousands of events,
+        // and the supervisor runs on the housekeeping CPUs).
+        let markers: Vec<Event> = texts
+            .iter()
+            .flat_map(|(_, t)| t.lines().filter(|l| l.contains(": rtdeploy miss ")))
+            .take(4096)
+            .flat_map(|l| parse(l).events)
+            .collect();
+        let Some((event, marker)) = first_miss(&markers) else {
             self.resume();
             return None;
         };
@@ -143,8 +150,13 @@ impl RuntimeTrace {
             return None;
         }
         self.passed_over = false;
-        let context = context_of(&event, &marker, &events);
+        // The window (it depends on the times alone), then the context
+        // from its events.
+        let mut context = context_of(&event, &marker, &[]);
         let cpus = window(&texts, &context);
+        drop(texts);
+        let events: Vec<Event> = cpus.iter().flat_map(|(_, t)| parse(t).events).collect();
+        context = context_of(&event, &marker, &events);
         // Recording again before the analysis: a miss meanwhile is not
         // lost.
         self.resume();
