@@ -60,6 +60,14 @@ pub struct MissContext {
     /// seen, read when the snapshot was taken.
     #[serde(default)]
     pub policies: BTreeMap<i32, String>,
+    /// Since when the buffers hold every event: recording started (the
+    /// buffers cleared) then, or the saved window starts then if later.
+    /// A CPU whose first event comes later had none before it (a task
+    /// that ran on without an event, such as a spinning thread): nothing
+    /// was overwritten, and that task ran from here. Unknown (`None`,
+    /// older files): a late first event may be overwritten history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete_since_ns: Option<u64>,
 }
 
 impl MissContext {
@@ -110,9 +118,11 @@ pub struct Timeline {
 }
 
 /// Builds the intervals of `events` (in any order). A task running when
-/// the buffer begins starts at its CPU's first event; what runs at its end
-/// ends at `end_ns` (the stop), or its CPU's last event if later.
-pub fn timeline(events: &[Event], end_ns: u64) -> Timeline {
+/// the buffer begins starts at its CPU's first event, or at
+/// `complete_since_ns` when the buffers hold every event from then (see
+/// [`MissContext::complete_since_ns`]); what runs at its end ends at
+/// `end_ns` (the stop), or its CPU's last event if later.
+pub fn timeline(events: &[Event], complete_since_ns: Option<u64>, end_ns: u64) -> Timeline {
     let mut by_cpu: BTreeMap<u32, Vec<&Event>> = BTreeMap::new();
     for e in events {
         by_cpu.entry(e.cpu).or_default().push(e);
@@ -146,7 +156,7 @@ pub fn timeline(events: &[Event], end_ns: u64) -> Timeline {
             evs[0].comm.clone(),
             evs[0].pid,
             prios.get(&evs[0].pid).copied(),
-            first,
+            complete_since_ns.map_or(first, |s| s.min(first)),
         ));
         let mut open: Vec<(OccupantKind, String, i32, u64)> = vec![];
         for e in &evs {
@@ -527,17 +537,21 @@ const SILENT_MIN_NS: u64 = 50_000;
 pub fn analyse(events: &[Event], ctx: &MissContext) -> Analysis {
     let (send, handler) = (ctx.send_ns, ctx.handler_ns.max(ctx.send_ns));
     let latency = handler - send;
-    let t = timeline(events, handler);
+    let t = timeline(events, ctx.complete_since_ns, handler);
     let rcpu = ctx.receiver_cpu;
     let (start_w, who_w, end_w) = ctx.kind.words();
     let mut limits = vec![];
     for cpu in [ctx.sender_cpu, rcpu] {
         match t.span.get(&cpu) {
             None => limits.push(format!("no event of CPU {cpu} in the trace")),
-            Some(&(first, _)) if first > send => limits.push(format!(
-                "the buffer of CPU {cpu} begins {} after {start_w} (older events overwritten): part of the window is missing",
-                fmt_ns(first - send)
-            )),
+            Some(&(first, _))
+                if first > send && ctx.complete_since_ns.is_none_or(|c| c > send) =>
+            {
+                limits.push(format!(
+                    "the buffer of CPU {cpu} begins {} after {start_w} (older events overwritten or not recorded): part of the window is missing",
+                    fmt_ns(first - send)
+                ))
+            }
             _ => {}
         }
     }
@@ -1032,6 +1046,7 @@ mod tests {
             policies: [(777, "FIFO".to_string()), (901, "FIFO".to_string())]
                 .into_iter()
                 .collect(),
+            complete_since_ns: None,
         }
     }
 
@@ -1258,6 +1273,7 @@ mod tests {
             policies: [(777, "FIFO".to_string()), (950, "FIFO".to_string())]
                 .into_iter()
                 .collect(),
+            complete_since_ns: None,
         };
         let p = parse(TIMER_SPIN);
         assert_eq!(p.skipped, 0);
@@ -1389,6 +1405,39 @@ mod tests {
         let a = analyse(&parse(SLOW_IDLE).events, &c2);
         assert_eq!(a.idle_after_wake_ns, None);
         assert!(a.verdict.contains("unexplained"), "{}", a.verdict);
+    }
+
+    /// Recording started at 99.990 (the buffers cleared); the spinner on
+    /// CPU 3 spins without an event until 100.001200: CPU 3's first event
+    /// comes after the send, yet nothing is missing.
+    const SPIN_SINCE_RESUME: &str = "\
+         rt-send-900     [002] ...1.  100.000000: tracing_mark_write: rtdeploy send seq=41 t=100000000000
+         rt-send-900     [002] d..2.  100.000004: sched_wakeup: comm=rt-recv pid=901 prio=19 target_cpu=003
+    planted-spin-777     [003] d..2.  100.001200: sched_switch: prev_comm=planted-spin prev_pid=777 prev_prio=9 prev_state=S ==> next_comm=rt-recv next_pid=901 next_prio=19
+         rt-recv-901     [003] ...1.  100.001205: tracing_mark_write: rtdeploy handler seq=41 t=100001205000
+";
+
+    #[test]
+    fn a_task_that_ran_without_events_since_recording_started_is_counted() {
+        let events = parse(SPIN_SINCE_RESUME).events;
+        let mut c = ctx(0, 1205);
+        c.sender_cpu = 2;
+        c.receiver_cpu = 3;
+        c.policies.insert(777, "FIFO".into());
+        // Unknown start: CPU 3's history may be overwritten; said so.
+        let a = analyse(&events, &c);
+        assert!(a.verdict.ends_with("[partial trace]"), "{}", a.verdict);
+        // Recording since 99.990: the spinner ran all along.
+        c.complete_since_ns = Some(99_990_000_000);
+        let a = analyse(&events, &c);
+        assert!(a.limits.is_empty(), "{:?}", a.limits);
+        assert_eq!(
+            a.verdict,
+            "late 1.21ms (budget 100us): planted-spin (FIFO 90, pid 777) ran 1.20ms on CPU 3 after the wake (woken 4.0us after the send, on CPU 3 1.20ms later)"
+        );
+        // Recording that started after the send: the window is cut.
+        c.complete_since_ns = Some(100_000_500_000);
+        assert!(analyse(&events, &c).verdict.ends_with("[partial trace]"));
     }
 
     #[test]

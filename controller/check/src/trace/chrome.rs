@@ -29,7 +29,7 @@ fn us(ns: u64) -> f64 {
 /// The document for `events` (one snapshot) and its analysis.
 pub fn trace_events(events: &[Event], a: &Analysis) -> Value {
     let ctx = &a.context;
-    let t = timeline(events, ctx.handler_ns);
+    let t = timeline(events, ctx.complete_since_ns, ctx.handler_ns);
     let mut out: Vec<Value> = vec![
         json!({"name": "process_name", "cat": "__metadata", "ph": "M", "ts": 0, "pid": KERNEL_PID, "tid": 0,
                "args": {"name": "kernel trace"}}),
@@ -174,6 +174,7 @@ mod tests {
             receiver_pid: 901,
             receiver_cpu: 1,
             policies: Default::default(),
+            complete_since_ns: None,
         };
         let ev = parse(text).events;
         let doc = trace_events(&ev, &analyse(&ev, &ctx));

@@ -19,7 +19,7 @@ use controller::error::Chain;
 /// snapshot.
 const MAX_POLICIES: usize = 256;
 /// A snapshot keeps this much before the send ...
-const CONTEXT_BEFORE_NS: u64 = 20_000_000;
+pub(crate) const CONTEXT_BEFORE_NS: u64 = 20_000_000;
 /// ... and this much after the handler.
 const CONTEXT_AFTER_NS: u64 = 2_000_000;
 
@@ -34,6 +34,9 @@ pub(crate) struct TraceRun {
     timer_cpus: Vec<usize>,
     sender_cpu: usize,
     receiver_cpu: usize,
+    /// When recording last started (CLOCK_MONOTONIC, read after the
+    /// buffers were cleared).
+    armed_ns: std::cell::Cell<u64>,
     proc_root: PathBuf,
     /// The last verdicts of deliveries and of timer wakes, each at most
     /// `req.keep` (as the saved files).
@@ -130,6 +133,7 @@ impl TraceRun {
             timer_cpus: timer_cpus.to_vec(),
             sender_cpu,
             receiver_cpu,
+            armed_ns: std::cell::Cell::new(u64::MAX),
             proc_root,
             verdicts: VecDeque::new(),
             timer_verdicts: VecDeque::new(),
@@ -178,6 +182,7 @@ impl TraceRun {
         if let Some(t) = &self.tracer {
             ctl.trace_miss.store(0, Ordering::SeqCst);
             t.resume();
+            self.armed_ns.set(controller::sys::monotonic_ns());
             ctl.trace_armed.store(1, Ordering::SeqCst);
         }
     }
@@ -228,6 +233,7 @@ impl TraceRun {
                     receiver_pid: pid,
                     receiver_cpu: cpu as u32,
                     policies: BTreeMap::new(),
+                    complete_since_ns: Some(complete_since(self.armed_ns.get(), send_ns)),
                 }
             }
             (None, Some((mech, sender_pid, receiver_pid))) if timer == 0 => MissContext {
@@ -242,6 +248,7 @@ impl TraceRun {
                 receiver_pid: receiver_pid as i32,
                 receiver_cpu: self.receiver_cpu as u32,
                 policies: BTreeMap::new(),
+                complete_since_ns: Some(complete_since(self.armed_ns.get(), send_ns)),
             },
             // A report that matches no worker of this phase: dropped,
             // and recording goes on.
@@ -324,6 +331,13 @@ pub(crate) fn window(texts: &[(u32, String)], context: &MissContext) -> Vec<(u32
         .iter()
         .map(|(c, text)| (*c, trim(text, from, to)))
         .collect()
+}
+
+/// Since when a snapshot holds every event of its CPUs: recording
+/// started at `armed_ns`, the window begins [`CONTEXT_BEFORE_NS`] before
+/// the send at `send_ns`.
+pub(crate) fn complete_since(armed_ns: u64, send_ns: u64) -> u64 {
+    armed_ns.max(send_ns.saturating_sub(CONTEXT_BEFORE_NS))
 }
 
 /// Reads the policies of the tasks in `snap` (from `proc_root`), analyses

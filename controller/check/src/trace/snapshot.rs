@@ -311,6 +311,7 @@ mod tests {
                 receiver_pid: 901,
                 receiver_cpu: 1,
                 policies: [(777, "FIFO".to_string())].into_iter().collect(),
+                complete_since_ns: None,
             },
             cpus: vec![(
                 1,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::analyse::{MissContext, MissKind, OccupantKind};
 use super::model::{parse, Event, EventKind};
-use super::run::{analyse_and_save, window};
+use super::run::{analyse_and_save, complete_since, window};
 use super::snapshot::Snapshot;
 use super::tracefs::{read_small, TraceSetupError, Tracer};
 use controller::error::Chain;
@@ -96,8 +96,10 @@ impl RuntimeTrace {
     }
 
     fn resume(&mut self) {
-        self.resumed_ns = controller::sys::monotonic_ns();
         self.tracer.resume();
+        // Read after the buffers were cleared: events before it may be
+        // gone, none after.
+        self.resumed_ns = controller::sys::monotonic_ns();
     }
 
     /// When a process turned the instance off: the analysis of its miss,
@@ -157,6 +159,7 @@ impl RuntimeTrace {
         drop(texts);
         let events: Vec<Event> = cpus.iter().flat_map(|(_, t)| parse(t).events).collect();
         context = context_of(&event, &marker, &events);
+        context.complete_since_ns = Some(complete_since(self.resumed_ns, marker.send_ns));
         // Recording again before the analysis: a miss meanwhile is not
         // lost.
         self.resume();
@@ -230,6 +233,7 @@ pub(crate) fn context_of(event: &Event, m: &MissMarker, events: &[Event]) -> Mis
         receiver_pid: event.pid,
         receiver_cpu: event.cpu,
         policies: Default::default(),
+        complete_since_ns: None,
     }
 }
 
