@@ -723,22 +723,45 @@ impl RecvTrace {
         if let Some(m) = &self.marker {
             m.mark("handler", seq, handler_ns);
         }
-        if over
-            && ctl
-                .trace_armed
-                .compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        {
-            let _ = (&self.on).write_all(b"0");
-            ctl.trace_miss_seq.store(seq, Ordering::Relaxed);
-            ctl.trace_miss_send_ns.store(send_ns, Ordering::Relaxed);
-            ctl.trace_miss_handler_ns
-                .store(handler_ns, Ordering::Relaxed);
-            // Release: the engine that sees the flag (Acquire) sees the
-            // three words above.
-            ctl.trace_miss.store(1, Ordering::Release);
+        if over {
+            stop_on_miss(ctl, &self.on, seq, send_ns, handler_ns, None);
         }
     }
+}
+
+/// Turns the instance off (through `on`, its `tracing_on`) for a miss,
+/// when it is armed, and tells the engine which: `seq`, the event at
+/// `send_ns` (a send, a deadline) handled at `handler_ns`, by the
+/// real-time receiver or, with `timer`, the timer worker of that slot and
+/// pid. One miss at a time: the first to disarm it wins.
+fn stop_on_miss(
+    ctl: &Control,
+    on: &std::fs::File,
+    seq: u64,
+    send_ns: u64,
+    handler_ns: u64,
+    timer: Option<(usize, u32)>,
+) {
+    if ctl
+        .trace_armed
+        .compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
+        return;
+    }
+    let _ = (&*on).write_all(b"0");
+    ctl.trace_miss_seq.store(seq, Ordering::Relaxed);
+    ctl.trace_miss_send_ns.store(send_ns, Ordering::Relaxed);
+    ctl.trace_miss_handler_ns
+        .store(handler_ns, Ordering::Relaxed);
+    if let Some((slot, pid)) = timer {
+        ctl.trace_miss_timer
+            .store(slot as u64 + 1, Ordering::Relaxed);
+        ctl.trace_miss_pid.store(u64::from(pid), Ordering::Relaxed);
+    }
+    // Release: the engine that sees the flag (Acquire) sees the words
+    // above.
+    ctl.trace_miss.store(1, Ordering::Release);
 }
 
 fn tag_seq(m: &Message) -> (u64, u64) {
@@ -1099,27 +1122,15 @@ impl TimerTrace {
         }
         let ctl = self.ctl;
         ctl.trace_timer_over.fetch_add(1, Ordering::Relaxed); // a statistic
-        if ctl
-            .trace_armed
-            .compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
+                                                              // Relaxed: a hint; the compare-exchange in stop_on_miss decides.
+        if ctl.trace_armed.load(Ordering::Relaxed) == 0 {
             return;
         }
         if let Some(m) = &self.marker {
             m.mark("timer", n, now);
         }
-        let _ = (&self.on).write_all(b"0");
-        ctl.trace_miss_seq.store(n, Ordering::Relaxed);
-        ctl.trace_miss_send_ns.store(deadline, Ordering::Relaxed);
-        ctl.trace_miss_handler_ns.store(now, Ordering::Relaxed);
-        ctl.trace_miss_timer
-            .store(self.slot as u64 + 1, Ordering::Relaxed);
-        ctl.trace_miss_pid
-            .store(u64::from(std::process::id()), Ordering::Relaxed);
-        // Release: the engine that sees the flag (Acquire) sees the words
-        // above.
-        ctl.trace_miss.store(1, Ordering::Release);
+        let me = Some((self.slot, std::process::id()));
+        stop_on_miss(ctl, &self.on, n, deadline, now, me);
     }
 }
 

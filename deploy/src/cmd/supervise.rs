@@ -190,7 +190,8 @@ fn start_again(why: &str) -> anyhow::Error {
 /// processes' environment).
 #[derive(Debug, Clone)]
 struct MissTrace {
-    instance: std::path::PathBuf,
+    /// `None` without tracefs: the processes are not told of one.
+    instance: Option<std::path::PathBuf>,
     cpus: Vec<usize>,
     dir: std::path::PathBuf,
     keep: usize,
@@ -203,9 +204,8 @@ impl MissTrace {
             return None;
         }
         let req = super::check::trace_request(ctx, robot, None)?;
-        // Without tracefs the processes are not told of an instance; the
-        // hook's start says why.
-        let instance = check::trace::tracefs::instance_dir(&ctx.sys("/sys")).unwrap_or_default();
+        // Without tracefs the hook's start says why.
+        let instance = check::trace::tracefs::instance_dir(&ctx.sys("/sys")).ok();
         // The isolated CPUs, and those of every process with a wakeup
         // budget and of the publishers of what they subscribe to: the
         // receiver's and the sender's side of each miss.
@@ -292,12 +292,12 @@ impl MissTrace {
 /// is (see `controller::miss_trace`).
 fn supervisor_config(robot: &Robot, trace: Option<&MissTrace>) -> SupervisorConfig {
     let mut processes = robot.processes.clone();
-    if let Some(t) = trace.filter(|t| !t.instance.as_os_str().is_empty()) {
+    if let Some(instance) = trace.and_then(|t| t.instance.as_ref()) {
         for p in &mut processes {
             if let Some(b) = p.budgets.wakeup {
                 p.env.insert(
                     controller::miss_trace::TRACE_ENV.into(),
-                    t.instance.display().to_string(),
+                    instance.display().to_string(),
                 );
                 p.env.insert(
                     controller::miss_trace::TRACE_MISS_ENV.into(),

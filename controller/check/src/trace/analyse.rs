@@ -898,6 +898,13 @@ fn lock_waits(events: &[Event], ctx: &MissContext, from: u64, to: u64) -> Vec<Lo
 }
 
 impl Analysis {
+    /// Whether something was named: a culprit other than the idle task.
+    pub fn explained(&self) -> bool {
+        self.culprit
+            .as_ref()
+            .is_some_and(|c| c.kind != OccupantKind::Thread || c.id != 0)
+    }
+
     /// The analysis as text: the verdict, the path, who ran, PI boosts.
     pub fn to_text(&self) -> String {
         use std::fmt::Write as _;

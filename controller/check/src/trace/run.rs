@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use super::analyse::{Analysis, MissContext, MissKind, OccupantKind};
+use super::analyse::{Analysis, MissContext, MissKind};
 use super::snapshot::{save, trim, Saved, Snapshot, TraceSaveError};
 use super::tracefs::Tracer;
 use crate::report::{TraceSummary, TraceVerdict};
@@ -218,51 +218,55 @@ impl TraceRun {
         let timer_cpu = timer
             .checked_sub(1)
             .and_then(|slot| self.timer_cpus.get(slot as usize).copied());
-        let context = match (timer_cpu, pair) {
+        // Who missed: a timer worker (then it is both ends, on its CPU)
+        // or the real-time pair of this phase.
+        let who = match (timer_cpu, pair) {
             (Some(cpu), _) => {
                 let pid = ctl.trace_miss_pid.load(Ordering::Relaxed) as i32;
-                MissContext {
-                    kind: MissKind::Timer,
-                    mechanism: "timer".into(),
-                    seq,
-                    send_ns,
-                    handler_ns,
-                    budget_ns: self.timer_miss_ns.unwrap_or(0),
-                    sender_pid: pid,
-                    sender_cpu: cpu as u32,
-                    receiver_pid: pid,
-                    receiver_cpu: cpu as u32,
-                    policies: BTreeMap::new(),
-                    complete_since_ns: Some(complete_since(self.armed_ns.get(), send_ns)),
-                }
+                let budget = self.timer_miss_ns.unwrap_or(0);
+                Some((
+                    MissKind::Timer,
+                    "timer".to_string(),
+                    budget,
+                    (pid, cpu),
+                    (pid, cpu),
+                ))
             }
-            (None, Some((mech, sender_pid, receiver_pid))) if timer == 0 => MissContext {
-                kind: MissKind::Delivery,
-                mechanism: mech.short().to_string(),
-                seq,
-                send_ns,
-                handler_ns,
-                budget_ns: self.miss_ns,
-                sender_pid: sender_pid as i32,
-                sender_cpu: self.sender_cpu as u32,
-                receiver_pid: receiver_pid as i32,
-                receiver_cpu: self.receiver_cpu as u32,
-                policies: BTreeMap::new(),
-                complete_since_ns: Some(complete_since(self.armed_ns.get(), send_ns)),
-            },
+            (None, Some((mech, sender, receiver))) if timer == 0 => Some((
+                MissKind::Delivery,
+                mech.short().to_string(),
+                self.miss_ns,
+                (sender as i32, self.sender_cpu),
+                (receiver as i32, self.receiver_cpu),
+            )),
+            _ => None,
+        };
+        let Some((kind, mechanism, budget_ns, sender, receiver)) = who else {
             // A report that matches no worker of this phase: dropped,
             // and recording goes on.
-            _ => {
-                if rearm {
-                    self.arm(ctl);
-                } else {
-                    ctl.trace_miss.store(0, Ordering::SeqCst);
-                }
-                return None;
+            if rearm {
+                self.arm(ctl);
+            } else {
+                ctl.trace_miss.store(0, Ordering::SeqCst);
             }
+            return None;
+        };
+        let context = MissContext {
+            kind,
+            mechanism,
+            seq,
+            send_ns,
+            handler_ns,
+            budget_ns,
+            sender_pid: sender.0,
+            sender_cpu: sender.1 as u32,
+            receiver_pid: receiver.0,
+            receiver_cpu: receiver.1 as u32,
+            policies: BTreeMap::new(),
+            complete_since_ns: Some(complete_since(self.armed_ns.get(), send_ns)),
         };
         let mech = pair.map(|p| p.0).filter(|_| timer_cpu.is_none());
-        let cpus = window(&t.read_cpus(), &context);
+        let cpus = window(&t.read_cpus(), context.send_ns, context.handler_ns);
         // Recording again before the analysis: the engine may get little
         // CPU time (it runs on the loaded housekeeping CPUs), and a miss
         // meanwhile is not lost.
@@ -279,10 +283,6 @@ impl TraceRun {
         );
         self.summary.snapshots += 1;
         let problem = saved.as_ref().err().map(|e| Chain(e).to_string());
-        let explained = a
-            .culprit
-            .as_ref()
-            .is_some_and(|c| c.kind != OccupantKind::Thread || c.id != 0);
         let kept = if timer_cpu.is_some() {
             &mut self.timer_verdicts
         } else {
@@ -294,7 +294,7 @@ impl TraceRun {
             seq: snap.context.seq,
             latency_ns: a.latency_ns,
             verdict: a.verdict.clone(),
-            explained,
+            explained: a.explained(),
             text: saved.as_ref().ok().map(|s| s.text.display().to_string()),
             json: saved.as_ref().ok().map(|s| s.json.display().to_string()),
         });
@@ -320,12 +320,13 @@ impl TraceRun {
     }
 }
 
-/// The window of a miss in the CPUs' buffer texts, with context: who ran
-/// before the send, what came right after the handler.
-pub(crate) fn window(texts: &[(u32, String)], context: &MissContext) -> Vec<(u32, String)> {
+/// The window of a miss sent at `send_ns` and handled at `handler_ns` in
+/// the CPUs' buffer texts, with context: who ran before the send, what
+/// came right after the handler.
+pub(crate) fn window(texts: &[(u32, String)], send_ns: u64, handler_ns: u64) -> Vec<(u32, String)> {
     let (from, to) = (
-        context.send_ns.saturating_sub(CONTEXT_BEFORE_NS),
-        context.handler_ns.saturating_add(CONTEXT_AFTER_NS),
+        send_ns.saturating_sub(CONTEXT_BEFORE_NS),
+        handler_ns.saturating_add(CONTEXT_AFTER_NS),
     );
     texts
         .iter()

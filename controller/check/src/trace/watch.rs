@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::analyse::{MissContext, MissKind, OccupantKind};
+use super::analyse::{MissContext, MissKind};
 use super::model::{parse, Event, EventKind};
 use super::run::{analyse_and_save, complete_since, window};
 use super::snapshot::Snapshot;
@@ -29,10 +29,7 @@ pub struct RuntimeMiss {
     pub receiver_pid: i32,
     /// A timer's wake, not a message.
     pub timer: bool,
-    pub latency_ns: u64,
     pub verdict: String,
-    /// Whether something was named (not "unexplained").
-    pub explained: bool,
     /// The saved text (`deploy trace show` reads it); `None` when saving
     /// failed, `problem` says why.
     pub text: Option<PathBuf>,
@@ -152,13 +149,11 @@ impl RuntimeTrace {
             return None;
         }
         self.passed_over = false;
-        // The window (it depends on the times alone), then the context
-        // from its events.
-        let mut context = context_of(&event, &marker, &[]);
-        let cpus = window(&texts, &context);
+        // The window, then the context from its events.
+        let cpus = window(&texts, marker.send_ns, marker.handler_ns);
         drop(texts);
         let events: Vec<Event> = cpus.iter().flat_map(|(_, t)| parse(t).events).collect();
-        context = context_of(&event, &marker, &events);
+        let mut context = context_of(&event, &marker, &events);
         context.complete_since_ns = Some(complete_since(self.resumed_ns, marker.send_ns));
         // Recording again before the analysis: a miss meanwhile is not
         // lost.
@@ -175,11 +170,6 @@ impl RuntimeTrace {
         Some(RuntimeMiss {
             receiver_pid: event.pid,
             timer: marker.timer,
-            latency_ns: a.latency_ns,
-            explained: a
-                .culprit
-                .as_ref()
-                .is_some_and(|c| c.kind != OccupantKind::Thread || c.id != 0),
             verdict: a.verdict,
             text: saved.as_ref().ok().map(|s| s.text.clone()),
             problem: saved.as_ref().err().map(|e| Chain(e).to_string()),
