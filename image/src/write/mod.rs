@@ -3,6 +3,7 @@
 //! than one buffer of file data.
 
 pub mod cpio;
+mod direct;
 pub mod ext4;
 pub mod tar;
 pub mod zst;

@@ -3,10 +3,10 @@
 //!
 //! The thread that frames the tar stream is the one every other stage
 //! waits for: the readers fill its queue, zstd's workers compress what it
-//! hands them. So it only frames and hands over; the write(2) calls that
-//! put the compressed bytes in the page cache happen on the writer thread,
-//! and zstd compresses straight into the buffers that thread writes (no
-//! copy through a `BufWriter`).
+//! hands them. So it only frames and hands over; the write(2) calls
+//! happen on the writer thread (direct to the device where the filesystem
+//! allows it: see [`super::direct`]), and zstd compresses straight into
+//! the buffers that thread takes (no copy through a `BufWriter`).
 //!
 //! The bytes are those of `zstd::stream::write::Encoder` with the same
 //! parameters: the same compression calls (`ZSTD_compressStream`, then
@@ -18,6 +18,7 @@ use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
+use super::direct::DirectFile;
 use zstd::stream::raw::{CParameter, Encoder, InBuffer, Operation, OutBuffer};
 
 /// Compressed bytes per write(2).
@@ -42,7 +43,7 @@ impl ZstdFile {
     /// Compression at `level` with `workers` threads (`>= 1`: the output of
     /// multi-threaded zstd is the same for any count, not for 0) and a
     /// checksum of the content at the end of the frame.
-    pub fn new(mut file: File, level: i32, workers: u32) -> io::Result<Self> {
+    pub fn new(file: File, level: i32, workers: u32) -> io::Result<Self> {
         let mut enc = Encoder::new(level)?;
         enc.set_parameter(CParameter::NbWorkers(workers.max(1)))?;
         enc.set_parameter(CParameter::ChecksumFlag(true))?;
@@ -51,13 +52,12 @@ impl ZstdFile {
         let writer = std::thread::Builder::new()
             .name("image-write".into())
             .spawn(move || {
-                let mut count = 0u64;
+                let mut out = DirectFile::new(file);
                 for buf in incoming {
-                    file.write_all(&buf)?;
-                    count += buf.len() as u64;
+                    out.write_all(&buf)?;
                     let _ = give_back.try_send(buf);
                 }
-                Ok(count)
+                out.finish()
             })?;
         Ok(ZstdFile {
             enc,
