@@ -38,7 +38,11 @@
 //! checks the stamp again (a seqlock): a changed stamp means the slot was
 //! recycled while it read, the message is counted lost and never delivered
 //! torn. Payload copies use word-sized relaxed atomics on both sides, so the
-//! races a seqlock relies on are atomic races, not data races.
+//! races a seqlock relies on are atomic races, not data races. A reader
+//! that needs only part of a message reads it in place
+//! ([`Subscriber::next_in_place`]): the same checks around a body that
+//! loads only the words it asks for, whose result is kept only when the
+//! second check passes.
 //!
 //! # Untrusted contents
 //!
@@ -2183,11 +2187,121 @@ pub struct MessageMeta {
     pub size: usize,
 }
 
-/// Outcome of one read attempt.
-enum ReadOne {
-    Ok { time: u64, pid: u64, size: usize },
+/// Outcome of one read attempt; `value` is what the body made of the
+/// payload (nothing for a copy into the subscriber's buffer).
+enum ReadOne<R = ()> {
+    Ok {
+        time: u64,
+        pid: u64,
+        size: usize,
+        value: R,
+    },
     Gone,
     Truncated,
+}
+
+/// A message read in place, in its slot of the shared mapping: no copy of
+/// the payload is made, each word is read (a relaxed atomic load) when
+/// asked for. What a body computes from it is kept only if the slot still
+/// held the message after the body ran (the seqlock check); otherwise the
+/// message counts as lost. So a body computes and returns, and acts on
+/// nothing it read: see [`Subscriber::next_in_place`].
+pub struct SlotView<'a> {
+    words: &'a [AtomicU64],
+    size: usize,
+}
+
+impl SlotView<'_> {
+    /// The message's size in bytes.
+    pub fn len(&self) -> usize {
+        self.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Word `i` of the message (its bytes `8i..8i + 8`, in native byte
+    /// order, the bytes past the end of a message whose size is not a
+    /// multiple of 8 included), `None` past the end.
+    #[inline]
+    pub fn word(&self, i: usize) -> Option<u64> {
+        self.words.get(i).map(|w| w.load(Ordering::Relaxed))
+    }
+
+    /// Copies the words from word `first` on into `dst`, as many as fit
+    /// and the message has; returns how many.
+    pub fn copy_words(&self, first: usize, dst: &mut [u64]) -> usize {
+        let src = self.words.get(first..).unwrap_or(&[]);
+        let n = src.len().min(dst.len());
+        for (d, s) in dst[..n].iter_mut().zip(src) {
+            *d = s.load(Ordering::Relaxed);
+        }
+        n
+    }
+}
+
+/// A message read in place by its index (see
+/// [`Subscriber::read_in_place_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InPlace<R> {
+    /// The slot held the message from before the body ran to after it.
+    Read(R),
+    /// Recycled by a publisher before or while it was read (counted lost).
+    Overwritten,
+    /// The channel file was truncated under the reader.
+    Truncated,
+}
+
+/// Reads message `i` from its slot: `body` gets the slot's payload words
+/// and the message's size (at most `cap` bytes), between the two checks of
+/// the slot's stamp (a seqlock), and its value counts only when both
+/// checks pass.
+fn read_slot<R>(
+    inner: &Inner,
+    i: u64,
+    cap: usize,
+    body: impl FnOnce(&[AtomicU64], usize) -> R,
+) -> ReadOne<R> {
+    let e = inner.ring_entry(i).load(Ordering::Acquire);
+    if entry_tag(e) != tag(i) {
+        return ReadOne::Gone;
+    }
+    let x = entry_slot(e);
+    let sh = inner.slot(x);
+    // Announce the slot before looking at its stamp (see `hazard`): a
+    // loan of this slot in this process either sees the announcement
+    // or has made the stamp INVALID before our SeqCst load below.
+    let _reading = hazard::Reading::announce(sh as *const SlotHeader as usize);
+    // Seqlock read side: the stamp load (SeqCst, so also Acquire)
+    // pairs with the publisher's Release store of it (data visible);
+    // after the body's loads an Acquire fence, then the stamp again: if
+    // any word it read came from a later rewrite, the fence makes that
+    // writer's INVALID store visible to this second load.
+    if sh.qi.load(Ordering::SeqCst) != i {
+        return ReadOne::Gone;
+    }
+    let time = sh.send_time_ns.load(Ordering::Relaxed);
+    let pid = sh.pid.load(Ordering::Relaxed);
+    let words = inner.payload(x);
+    let size = (sh.size.load(Ordering::Relaxed) as usize)
+        .min(cap)
+        .min(words.len() * 8);
+    let value = body(words, size);
+    fence(Ordering::Acquire);
+    if sh.qi.load(Ordering::Relaxed) != i {
+        return ReadOne::Gone;
+    }
+    if inner.map.is_broken() {
+        // What was read came from the zero pages that replaced the file.
+        return ReadOne::Truncated;
+    }
+    ReadOne::Ok {
+        time,
+        pid,
+        size,
+        value,
+    }
 }
 
 /// A subscriber (or, without an entry, a fetcher) on a channel.
@@ -2241,43 +2355,16 @@ impl Subscriber {
         self.ch.inner.header().next_index.load(Ordering::SeqCst) > self.next
     }
 
+    /// Reads message `i` into this subscriber's buffer.
     fn read_at(&mut self, i: u64) -> ReadOne {
-        let inner = &*self.ch.inner;
-        let e = inner.ring_entry(i).load(Ordering::Acquire);
-        if entry_tag(e) != tag(i) {
-            return ReadOne::Gone;
-        }
-        let x = entry_slot(e);
-        let sh = inner.slot(x);
-        // Announce the slot before looking at its stamp (see `hazard`): a
-        // loan of this slot in this process either sees the announcement
-        // or has made the stamp INVALID before our SeqCst load below.
-        let _reading = hazard::Reading::announce(sh as *const SlotHeader as usize);
-        // Seqlock read side: the stamp load (SeqCst, so also Acquire)
-        // pairs with the publisher's Release store of it (data visible);
-        // after the copy an Acquire fence, then the stamp again: if any
-        // word we read came from a later rewrite, the fence makes that
-        // writer's INVALID store visible to this second load.
-        if sh.qi.load(Ordering::SeqCst) != i {
-            return ReadOne::Gone;
-        }
-        let time = sh.send_time_ns.load(Ordering::Relaxed);
-        let pid = sh.pid.load(Ordering::Relaxed);
-        let size = (sh.size.load(Ordering::Relaxed) as usize).min(self.buf.len() * 8);
-        let words = inner.payload(x);
-        let n = size.div_ceil(8);
-        for (d, s) in self.buf[..n].iter_mut().zip(&words[..n]) {
-            *d = s.load(Ordering::Relaxed);
-        }
-        fence(Ordering::Acquire);
-        if sh.qi.load(Ordering::Relaxed) != i {
-            return ReadOne::Gone;
-        }
-        if inner.map.is_broken() {
-            // What we copied came from the zero pages that replaced the file.
-            return ReadOne::Truncated;
-        }
-        ReadOne::Ok { time, pid, size }
+        let cap = self.buf.len() * 8;
+        let buf = &mut self.buf;
+        read_slot(&self.ch.inner, i, cap, |words, size| {
+            let n = size.div_ceil(8);
+            for (d, s) in buf[..n].iter_mut().zip(&words[..n]) {
+                *d = s.load(Ordering::Relaxed);
+            }
+        })
     }
 
     /// Counts `fault` and returns it.
@@ -2316,6 +2403,75 @@ impl Subscriber {
     /// the subscriber moves to the current index (counting what it skipped
     /// as lost).
     pub fn next_meta(&mut self) -> Result<Option<MessageMeta>, ChannelFault> {
+        Ok(self.next_by(Self::read_at)?.map(|(meta, ())| meta))
+    }
+
+    /// The next unread message in order, read in place: `body` gets a view
+    /// of it in its slot and what it returns comes back with the message's
+    /// metadata, or `None` when there is no message. No copy is made: a
+    /// body that reads a few words of a large message reads only those.
+    ///
+    /// A message recycled by a publisher while `body` ran is not returned:
+    /// it counts as lost and the next one is tried, so `body` may run more
+    /// than once in a call, on different messages. It must compute and
+    /// return, not act on what it read (send, write, count): only what
+    /// comes back has passed the check. Bounded like
+    /// [`Subscriber::next_meta`].
+    pub fn next_in_place<R>(
+        &mut self,
+        mut body: impl FnMut(&SlotView) -> R,
+    ) -> Result<Option<(MessageMeta, R)>, ChannelFault> {
+        self.next_by(|s: &mut Self, i| {
+            read_slot(&s.ch.inner, i, usize::MAX, |words, size| {
+                body(&SlotView {
+                    words: &words[..size.div_ceil(8)],
+                    size,
+                })
+            })
+        })
+    }
+
+    /// The metadata of the next unread message, its payload left in its
+    /// slot for [`Subscriber::read_in_place_at`] (the event loop stages
+    /// messages this way to order them by send time before reading).
+    pub(crate) fn next_peek(&mut self) -> Result<Option<MessageMeta>, ChannelFault> {
+        Ok(self
+            .next_by(|s: &mut Self, i| read_slot(&s.ch.inner, i, usize::MAX, |_, _| ()))?
+            .map(|(meta, ())| meta))
+    }
+
+    /// Reads the message `meta` describes (from [`Subscriber::next_peek`])
+    /// in place, as [`Subscriber::next_in_place`] does; a message recycled
+    /// since is [`InPlace::Overwritten`] and counted lost.
+    pub(crate) fn read_in_place_at<R>(
+        &mut self,
+        meta: &MessageMeta,
+        body: impl FnOnce(&SlotView) -> R,
+    ) -> InPlace<R> {
+        let read = read_slot(&self.ch.inner, meta.index, usize::MAX, |words, size| {
+            body(&SlotView {
+                words: &words[..size.div_ceil(8)],
+                size,
+            })
+        });
+        match read {
+            ReadOne::Ok { value, .. } => InPlace::Read(value),
+            ReadOne::Gone => {
+                self.lost = self.lost.saturating_add(1);
+                InPlace::Overwritten
+            }
+            ReadOne::Truncated => {
+                self.fault(ChannelFault::Truncated);
+                InPlace::Truncated
+            }
+        }
+    }
+
+    /// [`Subscriber::next_meta`]'s loop, each message read by `read`.
+    fn next_by<R>(
+        &mut self,
+        mut read: impl FnMut(&mut Self, u64) -> ReadOne<R>,
+    ) -> Result<Option<(MessageMeta, R)>, ChannelFault> {
         let len = self.ch.inner.geom.queue_len;
         let max_attempts = (2 * len + 16).min(u32::MAX as u64) as u32;
         let mut lost = 0u64;
@@ -2347,16 +2503,22 @@ impl Subscriber {
             }
             let i = self.next;
             self.next += 1;
-            match self.read_at(i) {
-                ReadOne::Ok { time, pid, size } => {
+            match read(self, i) {
+                ReadOne::Ok {
+                    time,
+                    pid,
+                    size,
+                    value,
+                } => {
                     self.lost = self.lost.saturating_add(lost);
-                    return Ok(Some(MessageMeta {
+                    let meta = MessageMeta {
                         index: i,
                         send_time_ns: time,
                         sender_pid: pid as u32,
                         lost_before: lost,
                         size,
-                    }));
+                    };
+                    return Ok(Some((meta, value)));
                 }
                 ReadOne::Gone => lost = lost.saturating_add(1),
                 ReadOne::Truncated => {
@@ -2401,7 +2563,9 @@ impl Subscriber {
             }
             let i = head - 1;
             match self.read_at(i) {
-                ReadOne::Ok { time, pid, size } => {
+                ReadOne::Ok {
+                    time, pid, size, ..
+                } => {
                     self.next = head;
                     return Ok(Some(MessageMeta {
                         index: i,

@@ -45,8 +45,8 @@ use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 
 use crate::channel::{
-    BellListing, Channel, ChannelAttachError, ChannelFault, ChannelOpenError, Loan, Message,
-    MessageMeta, PublishError, Published, Publisher, Subscriber,
+    BellListing, Channel, ChannelAttachError, ChannelFault, ChannelOpenError, InPlace, Loan,
+    Message, MessageMeta, PublishError, Published, Publisher, SlotView, Subscriber,
 };
 use crate::doorbell::{Bell, BellTable};
 use crate::shm::ShmSafe;
@@ -453,18 +453,32 @@ impl Ctx<'_> {
 }
 
 type WatchFn = Box<dyn FnMut(&mut Ctx, &Message)>;
+/// Reads the staged message in place and, when it was still there, hands
+/// what was read to the handler.
+type InPlaceFn = Box<dyn FnMut(&mut Ctx, &mut Subscriber, &MessageMeta) -> InPlace<()>>;
+
+/// How a watcher's messages reach its handler.
+enum Handler {
+    /// Copied into the subscriber's buffer when staged.
+    Copy(WatchFn),
+    /// Staged without the payload, read in its slot when handled.
+    InPlace(InPlaceFn),
+}
 type TimerFn = Box<dyn FnMut(&mut Ctx)>;
 type HookFn = Box<dyn FnMut(&mut Ctx)>;
 
 struct Watcher {
     name: String,
     sub: Subscriber,
-    handler: WatchFn,
+    handler: Handler,
     /// A wait is armed (in the ring, or counted for futex_waitv).
     armed: bool,
     /// A completion arrived or data is known to be there.
     ready: bool,
     staged: Option<MessageMeta>,
+    /// Messages lost that no handler was told of yet: one read in place
+    /// and found overwritten, and those lost before it.
+    untold_lost: u64,
     /// The channel was truncated: no longer watched.
     failed: Option<ChannelFault>,
     /// A typed watcher's message size: other sizes are counted as errors
@@ -886,14 +900,57 @@ impl EventLoop {
         channel: &Channel,
         handler: impl FnMut(&mut Ctx, &Message) + 'static,
     ) -> Result<(), ChannelAttachError> {
+        self.push_watcher(channel, Handler::Copy(Box::new(handler)))
+    }
+
+    /// Like [`EventLoop::watch`], without the copy: for each message `read`
+    /// gets a view of it in its slot of the shared memory and reads what it
+    /// needs (a header, a few fields of a large message); when the slot
+    /// still held the message after `read` ran, `handler` gets what `read`
+    /// returned. A message a publisher recycled meanwhile is not handled
+    /// and counts as lost (in [`Ctx::lost`] of the next one and the
+    /// watcher's report). So `read` computes and returns; acting on the
+    /// message is `handler`'s. Worth it where a handler needs a small part
+    /// of a large message: reading all of it costs what the copy does.
+    pub fn watch_in_place<T: ShmSafe, R: 'static>(
+        &mut self,
+        name: &str,
+        mut read: impl FnMut(&SlotView) -> R + 'static,
+        mut handler: impl FnMut(&mut Ctx, R) + 'static,
+    ) -> Result<(), LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_type::<T>()?;
+        let handle = move |ctx: &mut Ctx, sub: &mut Subscriber, meta: &MessageMeta| match sub
+            .read_in_place_at(meta, &mut read)
+        {
+            InPlace::Read(r) => {
+                handler(ctx, r);
+                InPlace::Read(())
+            }
+            InPlace::Overwritten => InPlace::Overwritten,
+            InPlace::Truncated => InPlace::Truncated,
+        };
+        self.push_watcher(&ch, Handler::InPlace(Box::new(handle)))?;
+        if let Some(w) = self.watchers.last_mut() {
+            w.expect_size = Some(std::mem::size_of::<T>());
+        }
+        Ok(())
+    }
+
+    fn push_watcher(
+        &mut self,
+        channel: &Channel,
+        handler: Handler,
+    ) -> Result<(), ChannelAttachError> {
         let sub = channel.subscriber(&self.proc_root)?;
         self.watchers.push(Watcher {
             name: channel.name().to_string(),
             sub,
-            handler: Box::new(handler),
+            handler,
             armed: false,
             ready: false,
             staged: None,
+            untold_lost: 0,
             failed: None,
             expect_size: None,
             stats: EntryStats::default(),
@@ -1555,7 +1612,11 @@ impl EventLoop {
             if !w.ready || w.staged.is_some() || w.failed.is_some() {
                 return Ok(());
             }
-            match w.sub.next_meta() {
+            let next = match w.handler {
+                Handler::Copy(_) => w.sub.next_meta(),
+                Handler::InPlace(_) => w.sub.next_peek(),
+            };
+            match next {
                 Ok(Some(m)) => {
                     w.stats.lost = w.stats.lost.saturating_add(m.lost_before);
                     w.staged = Some(m);
@@ -1603,7 +1664,9 @@ impl EventLoop {
             };
             let now = sys::monotonic_ns();
             let (missed, lost) = if is_watch {
-                (0, self.watchers[i].staged.map_or(0, |m| m.lost_before))
+                let w = &self.watchers[i];
+                let before = w.staged.map_or(0, |m| m.lost_before);
+                (0, before.saturating_add(w.untold_lost))
             } else {
                 (std::mem::take(&mut self.timers[i].missed), 0)
             };
@@ -1623,7 +1686,6 @@ impl EventLoop {
                     w.stats.errors += 1;
                     continue;
                 }
-                let msg = w.sub.staged(&meta);
                 crate::miss_trace::handled(
                     crate::miss_trace::Handled::Message {
                         seq: meta.index,
@@ -1632,7 +1694,25 @@ impl EventLoop {
                     event_ns,
                     now,
                 );
-                (w.handler)(&mut ctx, &msg);
+                match &mut w.handler {
+                    Handler::Copy(h) => h(&mut ctx, &w.sub.staged(&meta)),
+                    Handler::InPlace(h) => match h(&mut ctx, &mut w.sub, &meta) {
+                        InPlace::Read(()) => {}
+                        InPlace::Overwritten => {
+                            // Lost after all; the next message says so.
+                            w.stats.lost = w.stats.lost.saturating_add(1);
+                            w.untold_lost = ctx.lost.saturating_add(1);
+                            continue;
+                        }
+                        InPlace::Truncated => {
+                            w.stats.faults += 1;
+                            w.failed = Some(ChannelFault::Truncated);
+                            w.ready = false;
+                            continue;
+                        }
+                    },
+                }
+                w.untold_lost = 0;
                 let end = sys::monotonic_ns();
                 w.stats.record(now.saturating_sub(event_ns), end - now);
                 w.total += 1;

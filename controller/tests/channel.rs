@@ -379,3 +379,57 @@ fn recovery_after_death_and_laps_of_other_publishes() {
             .unwrap_or_else(|e| panic!("{step:?} after more publishes: {e}"));
     }
 }
+
+#[test]
+fn a_message_read_in_place_is_returned_only_if_its_slot_still_held_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(64, 4, 2);
+    let (ch, _) = Channel::create(dir.path(), "/in_place", &geom, None, Path::new(PROC)).unwrap();
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    let mut sub = ch.subscriber(Path::new(PROC)).unwrap();
+    let mut msg = [0u64; 3];
+    msg[2] = 0xfeed;
+    p.publish(&bytes_of(&msg)).unwrap();
+
+    // The view: words up to the size, nothing past it.
+    let (meta, (len, words, past)) = sub
+        .next_in_place(|v| {
+            let mut w = [0u64; 8];
+            let n = v.copy_words(1, &mut w);
+            (v.len(), (n, w[0], w[1]), v.word(3))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!((meta.index, meta.lost_before, meta.size), (0, 0, 24));
+    assert_eq!((len, words, past), (24, (2, 0, 0xfeed), None));
+    assert!(sub.next_in_place(|v| v.word(0)).unwrap().is_none());
+
+    // Eight more published while the body reads message 1: its slot is
+    // recycled (four in the queue), so what the body made of it is thrown
+    // away, the body runs again on the oldest message still there (6, the
+    // ring moved on meanwhile) and everything before is counted lost.
+    msg[0] = 1;
+    p.publish(&bytes_of(&msg)).unwrap();
+    let mut calls = 0;
+    let (meta, first) = sub
+        .next_in_place(|v| {
+            calls += 1;
+            let first = v.word(0).unwrap();
+            if calls == 1 {
+                for k in 2..=9u64 {
+                    p.publish(&bytes_of(&[k, 0, 0])).unwrap();
+                }
+            }
+            first
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(calls, 2);
+    assert_eq!((meta.index, first), (6, 6));
+    assert_eq!(meta.lost_before, 5, "{meta:?}");
+    assert_eq!(sub.lost(), 5);
+}
+
+fn bytes_of(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}

@@ -284,3 +284,74 @@ fn a_phased_loop_is_told_how_many_cycles_it_missed() {
 fn suites_on_old_kernel_profiles() {
     common::rerun_under_kernel_profiles(6);
 }
+
+#[test]
+fn an_in_place_watcher_gets_what_it_read_and_loses_what_was_recycled_first() {
+    const W: usize = 8192; // 64 KiB messages
+    let dir = tempfile::tempdir().unwrap();
+    let g = ChannelGeometry::new((W * 8) as u64, 4, 2);
+    Channel::create(dir.path(), "/cloud", &g, None, Path::new(PROC)).unwrap();
+    channel(dir.path(), "/trigger", 64);
+    let Some(mut lp) = new_loop(dir.path()) else {
+        return;
+    };
+    watchdog(&mut lp);
+    let cloud = Rc::new(RefCell::new(lp.make_sender::<[u64; W]>("/cloud").unwrap()));
+    let mut trigger = lp.make_sender::<u64>("/trigger").unwrap();
+    let send = |tx: &Rc<RefCell<controller::event_loop::TypedSender<[u64; W]>>>, k: u64| {
+        let mut tx = tx.borrow_mut();
+        let mut loan = tx.loan().unwrap();
+        loan[0] = k;
+        loan[W - 1] = k;
+        loan.send().unwrap();
+    };
+    let got = Rc::new(RefCell::new(vec![]));
+    let g = got.clone();
+    lp.watch_in_place::<[u64; W], _>(
+        "/cloud",
+        |v| (v.len(), v.word(0).unwrap(), v.word(W - 1).unwrap()),
+        move |ctx, (len, first, last)| {
+            g.borrow_mut().push((len, first, last, ctx.lost_before()));
+            if first == 8 {
+                ctx.exit();
+            }
+        },
+    )
+    .unwrap();
+    // The trigger is older than cloud message 0, so its handler runs
+    // first, while message 0 is staged (not read): it publishes eight more,
+    // and the queue of four recycles message 0's slot before the in-place
+    // watcher reads it.
+    let c = cloud.clone();
+    lp.watch::<u64>("/trigger", move |_, _| {
+        for k in 1..=8 {
+            send(&c, k);
+        }
+    })
+    .unwrap();
+    let c = cloud.clone();
+    lp.on_run(move |_| {
+        trigger.send(&0).unwrap();
+        send(&c, 0);
+    });
+    lp.run().unwrap();
+    // Message 0 overwritten, 1 to 4 gone from the queue: the first handled
+    // (5) is told of all five.
+    let bytes = W * 8;
+    assert_eq!(
+        *got.borrow(),
+        vec![
+            (bytes, 5, 5, 5),
+            (bytes, 6, 6, 0),
+            (bytes, 7, 7, 0),
+            (bytes, 8, 8, 0)
+        ]
+    );
+    let rep = lp.report_now();
+    let w = rep
+        .entries
+        .iter()
+        .find(|e| e.name == "/cloud" && e.count == 4)
+        .unwrap_or_else(|| panic!("{rep:?}"));
+    assert_eq!(w.lost, 5, "{w:?}");
+}
