@@ -15,11 +15,12 @@ use anyhow::{bail, Context as _, Result};
 
 use controller::channel::{Channel, ChannelGeometry, Publisher};
 use controller::error::Chain;
-use controller::event_loop::{EventLoop, LoopOptions, TypedSender};
+use controller::event_loop::{Ctx, EventLoop, LoopOptions, TypedSender};
 use controller::timing_report::EntryKind;
 
 use crate::message::{fill, read, STOP};
 use crate::role::{now_ns, wait_for_stdin_to_close, Role, RoleResult, RoleSpec};
+use crate::settings::Receive;
 use crate::with_words;
 
 const PROC: &str = "/proc";
@@ -108,6 +109,29 @@ fn send_typed<const W: usize>(tx: &mut TypedSender<[u64; W]>, stamp: u64, seq: u
     Ok(())
 }
 
+/// Watches `base/channel` for `[u64; W]` messages and calls `handler`
+/// with each one's stamp and sequence number (words 0 and `W - 1`), read
+/// as `--receive` says: in the channel's slot (nothing else of the
+/// message is touched, as iceoryx2's receivers touch nothing else), or
+/// from the loop's copy of the whole message.
+fn watch_words<const W: usize>(
+    lp: &mut EventLoop,
+    spec: &RoleSpec,
+    channel: &str,
+    mut handler: impl FnMut(&mut Ctx, (u64, u64)) + 'static,
+) -> Result<()> {
+    let name = format!("{}/{channel}", spec.base);
+    match spec.receive {
+        Receive::InPlace => lp.watch_in_place::<[u64; W], _>(
+            &name,
+            |v| (v.word(0).unwrap_or(STOP), v.word(W - 1).unwrap_or(0)),
+            handler,
+        ),
+        Receive::Copy => lp.watch::<[u64; W]>(&name, move |ctx, m| handler(ctx, read(m))),
+    }
+    .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))
+}
+
 /// Handler state shared with the loop's closures (one thread).
 struct Shared<T>(Rc<RefCell<T>>);
 
@@ -165,10 +189,9 @@ fn ping<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Resu
         error: None,
     });
     let h = st.handle();
-    lp.watch::<[u64; W]>(&format!("{}/pong", spec.base), move |ctx, m| {
+    watch_words::<W>(&mut lp, spec, "pong", move |ctx, (stamp, _)| {
         let now = now_ns();
         let mut s = h.0.borrow_mut();
-        let (stamp, _) = read(m);
         if stamp != s.sent_stamp {
             s.result.mismatched += 1;
         }
@@ -183,8 +206,7 @@ fn ping<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Resu
         if s.done == s.total || s.error.is_some() {
             ctx.exit();
         }
-    })
-    .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
+    })?;
     let h = st.handle();
     lp.on_run(move |ctx| {
         let mut s = h.0.borrow_mut();
@@ -215,8 +237,7 @@ fn pong<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Resu
         .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
     let st = Shared::new((RoleResult::default(), None::<anyhow::Error>));
     let h = st.handle();
-    lp.watch::<[u64; W]>(&format!("{}/ping", spec.base), move |ctx, m| {
-        let (stamp, seq) = read(m);
+    watch_words::<W>(&mut lp, spec, "ping", move |ctx, (stamp, seq)| {
         let mut s = h.0.borrow_mut();
         if stamp == STOP {
             ctx.exit();
@@ -228,8 +249,7 @@ fn pong<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Resu
             s.1 = Some(e);
             ctx.exit();
         }
-    })
-    .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
+    })?;
     ready()?;
     lp.run().map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
     let (backend, healed) = after_run(lp);
@@ -277,9 +297,8 @@ fn wake_receiver<const W: usize>(
     });
     let h = st.handle();
     let warmup = spec.warmup;
-    lp.watch::<[u64; W]>(&format!("{}/data", spec.base), move |ctx, m| {
+    watch_words::<W>(&mut lp, spec, "data", move |ctx, (stamp, _)| {
         let now = now_ns();
-        let (stamp, _) = read(m);
         let mut r = h.0.borrow_mut();
         if stamp == STOP {
             ctx.exit();
@@ -290,8 +309,7 @@ fn wake_receiver<const W: usize>(
             r.samples_ns.push(now.saturating_sub(stamp));
         }
         r.received += 1;
-    })
-    .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
+    })?;
     ready()?;
     lp.run().map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
     let (backend, healed) = after_run(lp);
@@ -386,8 +404,7 @@ fn drain<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Res
     let mut lp = event_loop(spec)?;
     let st = Shared::new(RoleResult::default());
     let h = st.handle();
-    lp.watch::<[u64; W]>(&format!("{}/data", spec.base), move |ctx, m| {
-        let (stamp, _) = read(m);
+    watch_words::<W>(&mut lp, spec, "data", move |ctx, (stamp, _)| {
         let mut r = h.0.borrow_mut();
         r.lost += ctx.lost_before();
         if stamp == STOP {
@@ -396,8 +413,7 @@ fn drain<const W: usize>(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Res
             return;
         }
         r.received += 1;
-    })
-    .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
+    })?;
     ready()?;
     lp.run().map_err(|e| anyhow::anyhow!("{}", Chain(&e)))?;
     let (backend, healed) = after_run(lp);

@@ -468,11 +468,15 @@ pub fn table(r: &Report) -> String {
         .map_or("SCHED_OTHER".to_string(), |p| format!("SCHED_FIFO {p}"));
     let _ = writeln!(
         t,
-        "sender CPU {}, receiver CPU {}, {fifo} on every side, cpu_dma_latency {}, our event loop backend {}; {}",
+        "sender CPU {}, receiver CPU {}, {fifo} on every side, cpu_dma_latency {}, our event loop backend {}, our receivers reading {}; {}",
         s.sender_cpu,
         s.receiver_cpu,
         if e.cpu_dma_latency_held_at_0 { "held at 0" } else { "not held" },
         if e.ours_backend.is_empty() { "-".into() } else { e.ours_backend.join(", ") },
+        match s.receive {
+            crate::settings::Receive::InPlace => "in place",
+            crate::settings::Receive::Copy => "the loop's copy",
+        },
         r.order
     );
     let _ = writeln!(

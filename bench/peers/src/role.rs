@@ -96,6 +96,8 @@ pub struct RoleSpec {
     pub base: String,
     /// Ring length (ours) and subscriber buffer (iceoryx2).
     pub depth: u64,
+    /// How our receivers read (iceoryx2's always read in place).
+    pub receive: crate::settings::Receive,
     /// One-way: the sender's period.
     pub period_ns: u64,
     /// Publish cost: publishes per timed batch.

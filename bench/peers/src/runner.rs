@@ -99,6 +99,7 @@ pub fn execute(run: &Run, s: &Settings, host: &Host) -> Result<Outcome> {
         names: host.names.clone(),
         base: base.clone(),
         depth: s.depth,
+        receive: s.receive,
         period_ns: s.period.as_nanos() as u64,
         batch: s.batch,
         parent: std::process::id(),

@@ -79,6 +79,12 @@ pub struct Flags {
     /// Ring length of our channels and subscriber buffer of iceoryx2's.
     #[arg(long, default_value_t = 64)]
     pub depth: u64,
+    /// How our receivers read a message: `in-place` reads the two words
+    /// they use in the channel's slot (as iceoryx2's receivers read them
+    /// in its shared memory), `copy` takes the event loop's copy of the
+    /// whole message.
+    #[arg(long, value_enum, default_value_t = Receive::InPlace)]
+    pub receive: Receive,
     /// Run as one side of a benchmark (the parent spawns these).
     #[command(subcommand)]
     pub role: Option<RoleCmd>,
@@ -89,6 +95,14 @@ pub enum RoleCmd {
     /// One side of one run (internal: spawned by the benchmark itself).
     #[command(hide = true)]
     Role { spec: String },
+}
+
+/// How our receivers read messages (see `--receive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Receive {
+    InPlace,
+    Copy,
 }
 
 /// A benchmark.
@@ -139,6 +153,7 @@ pub struct Settings {
     /// Requested SCHED_FIFO priority (`None`: SCHED_OTHER asked for).
     pub priority: Option<u32>,
     pub depth: u64,
+    pub receive: Receive,
     #[serde(skip)]
     pub json: bool,
     #[serde(skip)]
@@ -240,6 +255,7 @@ impl Settings {
             receiver_cpu: f.receiver_cpu,
             priority: (!f.no_fifo).then_some(f.priority),
             depth: f.depth,
+            receive: f.receive,
             json: f.json,
             quiet: f.quiet,
         })
