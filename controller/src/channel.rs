@@ -2241,8 +2241,9 @@ impl SlotView<'_> {
     }
 }
 
-/// A message read in place by its index (see
-/// [`Subscriber::read_in_place_at`]).
+/// What reading a message in place came to (the event loop's staged
+/// reads; [`Subscriber::next_in_place`] moves on to the next message
+/// instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InPlace<R> {
     /// The slot held the message from before the body ran to after it.

@@ -908,7 +908,7 @@ impl EventLoop {
     /// needs (a header, a few fields of a large message); when the slot
     /// still held the message after `read` ran, `handler` gets what `read`
     /// returned. A message a publisher recycled meanwhile is not handled
-    /// and counts as lost (in [`Ctx::lost`] of the next one and the
+    /// and counts as lost (in [`Ctx::lost_before`] of the next one and the
     /// watcher's report). So `read` computes and returns; acting on the
     /// message is `handler`'s. Worth it where a handler needs a small part
     /// of a large message: reading all of it costs what the copy does.
