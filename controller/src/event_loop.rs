@@ -539,12 +539,15 @@ impl TimerHandle {
     }
 }
 
-#[derive(Default)]
 struct SenderCounters {
     count: Cell<u64>,
     errors: Cell<u64>,
     window_count: Cell<u64>,
     window_errors: Cell<u64>,
+    /// The sender's channel, and the slot and bytes its last message left
+    /// to warm before the loop sleeps (see [`Publisher::warm_next`]).
+    channel: Channel,
+    warm: Cell<Option<(u64, usize)>>,
 }
 
 /// A publisher made by a loop; its counts appear in the loop's reports.
@@ -554,9 +557,10 @@ pub struct Sender {
 }
 
 impl SenderCounters {
-    fn sent(&self) {
+    fn sent(&self, warm: Option<(u64, usize)>) {
         self.count.set(self.count.get() + 1);
         self.window_count.set(self.window_count.get() + 1);
+        self.warm.set(warm);
     }
     fn error(&self) {
         self.errors.set(self.errors.get() + 1);
@@ -568,7 +572,7 @@ impl Sender {
     pub fn send(&mut self, payload: &[u8]) -> Result<Published, PublishError> {
         let r = self.publisher.publish(payload);
         match r {
-            Ok(_) => self.counters.sent(),
+            Ok(_) => self.counters.sent(self.publisher.take_warm()),
             Err(_) => self.counters.error(),
         }
         r
@@ -638,9 +642,9 @@ impl<T: ShmSafe> SenderLoan<'_, T> {
     }
 
     pub fn send(self) -> Result<Published, PublishError> {
-        let r = self.loan.send();
+        let (r, warm) = self.loan.send_then();
         match r {
-            Ok(_) => self.counters.sent(),
+            Ok(_) => self.counters.sent(warm),
             Err(_) => self.counters.error(),
         }
         r
@@ -964,7 +968,14 @@ impl EventLoop {
     /// [`EventLoop::watch_raw`]).
     pub fn make_raw_sender(&mut self, channel: &Channel) -> Result<Sender, ChannelAttachError> {
         let publisher = channel.publisher(&self.proc_root)?;
-        let counters = Rc::new(SenderCounters::default());
+        let counters = Rc::new(SenderCounters {
+            count: Cell::new(0),
+            errors: Cell::new(0),
+            window_count: Cell::new(0),
+            window_errors: Cell::new(0),
+            channel: channel.clone(),
+            warm: Cell::new(None),
+        });
         self.senders
             .push((channel.name().to_string(), counters.clone()));
         Ok(Sender {
@@ -1349,6 +1360,13 @@ impl EventLoop {
                     });
                 }
                 break;
+            }
+            // Idle until the next event: the time for each sender to bring
+            // the slot of its next message into cache.
+            for (_, c) in &self.senders {
+                if let Some((slot, bytes)) = c.warm.take() {
+                    c.channel.warm_for_write(slot, bytes);
+                }
             }
             match self.backend {
                 Backend::IoUringFutex => self.wait_uring()?,
