@@ -2309,8 +2309,10 @@ pub enum InPlace<R> {
     Truncated,
 }
 
-/// Asks the CPU to bring `words` into this core's cache, owned for
-/// writing (x86_64 `prefetchw`, aarch64 `prfm pstl1keep`), one request per
+/// Asks the CPU to bring `words` into this core's cache for writing
+/// (aarch64 `prfm pstl1keep`; on x86_64 `_MM_HINT_ET0`, which is
+/// `prefetcht0` unless built for CPUs with `prefetchw`, measured no
+/// different here: 64 KiB ping-pong 9.4 against 9.6 us), one request per
 /// 64-byte line. A hint: nothing is read or written, the CPU may drop it,
 /// and a reader of those words is not disturbed beyond a cache miss.
 #[inline]
