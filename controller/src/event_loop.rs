@@ -457,6 +457,9 @@ type WatchFn = Box<dyn FnMut(&mut Ctx, &Message)>;
 /// what was read to the handler.
 type InPlaceFn = Box<dyn FnMut(&mut Ctx, &mut Subscriber, &MessageMeta) -> InPlace<()>>;
 
+type TimerFn = Box<dyn FnMut(&mut Ctx)>;
+type HookFn = Box<dyn FnMut(&mut Ctx)>;
+
 /// How a watcher's messages reach its handler.
 enum Handler {
     /// Copied into the subscriber's buffer when staged.
@@ -464,8 +467,6 @@ enum Handler {
     /// Staged without the payload, read in its slot when handled.
     InPlace(InPlaceFn),
 }
-type TimerFn = Box<dyn FnMut(&mut Ctx)>;
-type HookFn = Box<dyn FnMut(&mut Ctx)>;
 
 struct Watcher {
     name: String,
