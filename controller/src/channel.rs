@@ -1018,10 +1018,16 @@ impl Channel {
 
     /// The next queue index to be published (= messages published so far).
     /// Prefetches, for writing, the first `bytes` of slot `slot`'s payload
-    /// (see [`Publisher::warm_next`]); a slot id out of range is clamped.
-    pub(crate) fn warm_for_write(&self, slot: u64, bytes: usize) {
+    /// (see [`Publisher::warm_next`]), 4 KiB at a time until `stop` says
+    /// so; a slot id out of range is clamped.
+    pub(crate) fn warm_for_write(&self, slot: u64, bytes: usize, stop: &dyn Fn() -> bool) {
         let words = self.inner.payload(slot);
-        warm_for_write(&words[..bytes.div_ceil(8).min(words.len())]);
+        for chunk in words[..bytes.div_ceil(8).min(words.len())].chunks(512) {
+            if stop() {
+                return;
+            }
+            warm_for_write(chunk);
+        }
     }
 
     pub fn next_index(&self) -> u64 {
@@ -1814,7 +1820,8 @@ impl Publisher {
     /// warm between them).
     pub fn warm_next(&mut self) {
         if self.to_warm != 0 {
-            self.ch.warm_for_write(self.scratch, self.to_warm);
+            self.ch
+                .warm_for_write(self.scratch, self.to_warm, &|| false);
             self.to_warm = 0;
         }
     }

@@ -1363,10 +1363,13 @@ impl EventLoop {
                 break;
             }
             // Idle until the next event: the time for each sender to bring
-            // the slot of its next message into cache.
+            // the slot of its next message into cache. A message arriving
+            // meanwhile ends it (checked every 4 KiB): it is handled first.
+            let watchers = &self.watchers;
+            let arrived = || watchers.iter().any(|w| w.sub.has_new());
             for (_, c) in &self.senders {
                 if let Some((slot, bytes)) = c.warm.take() {
-                    c.channel.warm_for_write(slot, bytes);
+                    c.channel.warm_for_write(slot, bytes, &arrived);
                 }
             }
             match self.backend {
