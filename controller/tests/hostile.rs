@@ -224,12 +224,22 @@ fn an_index_that_goes_back_is_reported_and_the_reader_follows_it() {
         p.publish_value(&i).unwrap();
     }
     while sub.next_meta().unwrap().is_some() {}
+    let mut read = vec![];
+    while let Some((_, w)) = in_place.next_in_place(|v| v.word(0)).unwrap() {
+        read.push(w.unwrap());
+    }
+    assert_eq!(read, (0..5).collect::<Vec<u64>>());
     write_u64(ch.path(), NEXT_INDEX, 1);
     assert_eq!(
         sub.next_meta(),
         Err(ChannelFault::IndexWentBack { from: 5, to: 1 })
     );
     assert_eq!(sub.faults(), 1);
+    assert_eq!(
+        in_place.next_in_place(|v| v.word(0)),
+        Err(ChannelFault::IndexWentBack { from: 5, to: 1 })
+    );
+    assert_eq!(in_place.next_index(), 1);
     // It follows the word as it is now (so its waits arm on that value,
     // not on a stale one that would return -EAGAIN at once, forever).
     assert_eq!(sub.next_index(), 1);
