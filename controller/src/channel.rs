@@ -2303,11 +2303,10 @@ impl SlotView<'_> {
     }
 }
 
-/// What reading a message in place came to (the event loop's staged
-/// reads; [`Subscriber::next_in_place`] moves on to the next message
-/// instead).
+/// What reading a staged message in place came to (the event loop's;
+/// [`Subscriber::next_in_place`] moves on to the next message instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InPlace<R> {
+pub(crate) enum InPlace<R> {
     /// The slot held the message from before the body ran to after it.
     Read(R),
     /// Recycled by a publisher before or while it was read (counted lost).

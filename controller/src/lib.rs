@@ -35,6 +35,6 @@ pub mod sys;
 pub mod time;
 pub mod timing_report;
 
-pub use channel::{Channel, ChannelGeometry, InPlace, Message, Publisher, SlotView, Subscriber};
+pub use channel::{Channel, ChannelGeometry, Message, Publisher, SlotView, Subscriber};
 pub use shm::ShmSafe;
 pub use time::Monotonic;
