@@ -1016,7 +1016,6 @@ impl Channel {
         self.inner.geom
     }
 
-    /// The next queue index to be published (= messages published so far).
     /// Prefetches, for writing, the first `bytes` of slot `slot`'s payload
     /// (see [`Publisher::warm_next`]), 4 KiB at a time until `stop` says
     /// so; a slot id out of range is clamped.
@@ -1030,6 +1029,7 @@ impl Channel {
         }
     }
 
+    /// The next queue index to be published (= messages published so far).
     pub fn next_index(&self) -> u64 {
         // Acquire: a reader that sees index n also sees the ring entries of
         // the messages before n (they were CASed in before the index moved).
@@ -1719,7 +1719,7 @@ impl<T: ShmSafe> std::ops::DerefMut for Loan<'_, T> {
     }
 }
 
-impl<T: ShmSafe> Loan<'_, T> {
+impl<'a, T: ShmSafe> Loan<'a, T> {
     /// Whether the message is written in place (no copy on send), or
     /// staged because a reader of this process was still copying the slot.
     pub fn in_place(&self) -> bool {
@@ -1728,18 +1728,19 @@ impl<T: ShmSafe> Loan<'_, T> {
 
     /// Publishes the message (see [`Publisher::publish`]).
     pub fn send(self) -> Result<Published, PublishError> {
-        let size = std::mem::size_of::<T>();
-        if self.in_place {
-            self.publisher.publish_inner(Payload::InPlace(size), None)
-        } else {
-            self.publisher.publish_staged(size)
-        }
+        self.publish().0
     }
 
     /// [`Loan::send`], and what the publisher has to warm after it, taken
     /// from it (see [`Publisher::warm_next`]): for the event loop, which
     /// warms its senders' slots before it sleeps.
     pub(crate) fn send_then(self) -> (Result<Published, PublishError>, Option<(u64, usize)>) {
+        let (r, publisher) = self.publish();
+        (r, publisher.take_warm())
+    }
+
+    /// Publishes the message, handing the publisher back.
+    fn publish(self) -> (Result<Published, PublishError>, &'a mut Publisher) {
         let size = std::mem::size_of::<T>();
         let Loan {
             publisher,
@@ -1751,7 +1752,7 @@ impl<T: ShmSafe> Loan<'_, T> {
         } else {
             publisher.publish_staged(size)
         };
-        (r, publisher.take_warm())
+        (r, publisher)
     }
 }
 
@@ -2396,6 +2397,16 @@ fn read_slot<R>(
     }
 }
 
+/// [`read_slot`] with `body` given a [`SlotView`] of the message.
+fn read_view<R>(inner: &Inner, i: u64, body: impl FnOnce(&SlotView) -> R) -> ReadOne<R> {
+    read_slot(inner, i, usize::MAX, |words, size| {
+        body(&SlotView {
+            words: &words[..size.div_ceil(8)],
+            size,
+        })
+    })
+}
+
 /// A subscriber (or, without an entry, a fetcher) on a channel.
 pub struct Subscriber {
     ch: Channel,
@@ -2513,14 +2524,7 @@ impl Subscriber {
         &mut self,
         mut body: impl FnMut(&SlotView) -> R,
     ) -> Result<Option<(MessageMeta, R)>, ChannelFault> {
-        self.next_by(|s: &mut Self, i| {
-            read_slot(&s.ch.inner, i, usize::MAX, |words, size| {
-                body(&SlotView {
-                    words: &words[..size.div_ceil(8)],
-                    size,
-                })
-            })
-        })
+        self.next_by(|s: &mut Self, i| read_view(&s.ch.inner, i, &mut body))
     }
 
     /// The metadata of the next unread message, its payload left in its
@@ -2540,13 +2544,7 @@ impl Subscriber {
         meta: &MessageMeta,
         body: impl FnOnce(&SlotView) -> R,
     ) -> InPlace<R> {
-        let read = read_slot(&self.ch.inner, meta.index, usize::MAX, |words, size| {
-            body(&SlotView {
-                words: &words[..size.div_ceil(8)],
-                size,
-            })
-        });
-        match read {
+        match read_view(&self.ch.inner, meta.index, body) {
             ReadOne::Ok { value, .. } => InPlace::Read(value),
             ReadOne::Gone => {
                 self.lost = self.lost.saturating_add(1);

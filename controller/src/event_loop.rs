@@ -491,6 +491,15 @@ struct Watcher {
     listing: Option<BellListing>,
 }
 
+impl Watcher {
+    /// Its channel was truncated: counted, and no longer watched.
+    fn truncated(&mut self) {
+        self.stats.faults += 1;
+        self.failed = Some(ChannelFault::Truncated);
+        self.ready = false;
+    }
+}
+
 struct Timer {
     name: String,
     deadline: u64,
@@ -1646,9 +1655,7 @@ impl EventLoop {
                 }
                 Ok(None) => {}
                 Err(ChannelFault::Truncated) => {
-                    w.stats.faults += 1;
-                    w.failed = Some(ChannelFault::Truncated);
-                    w.ready = false;
+                    w.truncated();
                     return Ok(());
                 }
                 // Resynchronised to the index as it is now; go on.
@@ -1727,9 +1734,7 @@ impl EventLoop {
                             continue;
                         }
                         InPlace::Truncated => {
-                            w.stats.faults += 1;
-                            w.failed = Some(ChannelFault::Truncated);
-                            w.ready = false;
+                            w.truncated();
                             continue;
                         }
                     },

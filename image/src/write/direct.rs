@@ -58,15 +58,12 @@ impl DirectFile {
             .filter(|&a| file.stream_position().is_ok_and(|pos| pos % a as u64 == 0))
             .filter(|_| set_direct(&file, true).is_ok())
             .unwrap_or(0);
-        let buf = if align == 0 {
-            Vec::new()
+        let (buf, stage_at) = if align == 0 {
+            (Vec::new(), 0)
         } else {
-            vec![0u8; STAGE + align]
-        };
-        let stage_at = if align == 0 {
-            0
-        } else {
-            buf.as_ptr().align_offset(align)
+            let buf = vec![0u8; STAGE + align];
+            let at = buf.as_ptr().align_offset(align);
+            (buf, at)
         };
         DirectFile {
             file,
