@@ -35,6 +35,7 @@ pub mod manifest;
 mod readahead;
 pub mod release;
 pub mod sbom;
+mod sha256x2;
 pub mod write;
 
 pub use base::Base;

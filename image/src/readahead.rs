@@ -17,9 +17,8 @@ use std::io::{self, BufRead, Read};
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-use sha2::{Digest, Sha256};
-
 use crate::entry::{Data, Tree};
+use crate::sha256x2::{self, Lane};
 
 pub const CHUNK: usize = 1 << 20;
 pub const DEPTH: usize = 8;
@@ -61,14 +60,33 @@ impl From<io::Error> for Stop {
 
 /// A reader's side: whole files being gathered into one buffer, and the
 /// buffers the writer gave back.
-struct Producer {
+struct Producer<'t> {
     tx: SyncSender<Msg>,
     recycled: Receiver<Vec<u8>>,
     batch: Vec<u8>,
-    files: Vec<(usize, String)>,
+    /// The lengths of the whole files in `batch`, hashed when it is sent.
+    lens: Vec<usize>,
+    /// The large file after the one being read, read ahead of its turn.
+    ahead: Option<Ahead<'t>>,
 }
 
-impl Producer {
+/// A large file read ahead while the large file before it is read, so
+/// that the two are hashed side by side (see [`crate::sha256x2`]): its
+/// pieces wait here, hashed, until its turn.
+struct Ahead<'t> {
+    /// Its place in the reader's files.
+    index: usize,
+    reader: Box<dyn Read + 't>,
+    left: u64,
+    lane: Lane,
+    pieces: Vec<Vec<u8>>,
+}
+
+/// Pieces a reader holds ahead: a file of up to twice this many pieces is
+/// hashed alongside its neighbours from end to end.
+const AHEAD: usize = 4;
+
+impl<'t> Producer<'t> {
     fn buffer(&self) -> Vec<u8> {
         let mut buf = self
             .recycled
@@ -82,64 +100,143 @@ impl Producer {
         self.tx.send(msg).map_err(|_| Stop::Gone)
     }
 
-    /// Sends the whole files gathered so far, if any.
+    /// Sends the whole files gathered so far, if any, hashed two at a
+    /// time.
     fn send_batch(&mut self) -> Result<(), Stop> {
-        if self.files.is_empty() {
+        if self.lens.is_empty() {
             return Ok(());
         }
+        let mut files = Vec::with_capacity(self.lens.len());
+        let mut at = 0;
+        for pair in self.lens.chunks(2) {
+            let a = &self.batch[at..at + pair[0]];
+            at += pair[0];
+            match pair.get(1) {
+                Some(&len) => {
+                    let (da, db) = sha256x2::digest_pair(a, &self.batch[at..at + len]);
+                    at += len;
+                    files.push((pair[0], hex::encode(da)));
+                    files.push((len, hex::encode(db)));
+                }
+                None => files.push((pair[0], hex::encode(sha256x2::digest(a)))),
+            }
+        }
+        self.lens.clear();
         let next = self.buffer();
         let batch = std::mem::replace(&mut self.batch, next);
-        let files = std::mem::take(&mut self.files);
         self.send(Msg::Files(batch, files))
     }
 
-    /// Reads and hashes one file: into the batch when it fits in a
-    /// buffer, else in pieces of its own.
-    fn read(&mut self, tree: &Tree, job: &Job) -> Result<(), Stop> {
-        let mut reader = tree.open(job.path, job.size, job.data)?;
+    /// Reads one file: into the batch when it fits in a buffer, else in
+    /// pieces of its own. `jobs[i]` is the file, `jobs[i + 1]` the one
+    /// after it.
+    fn read(&mut self, tree: &'t Tree, jobs: &[Job<'t>], i: usize) -> Result<(), Stop> {
+        let job = &jobs[i];
         if job.size > CHUNK as u64 {
             self.send_batch()?;
-            return self.pieces(&mut reader, job.size);
+            return self.pieces(tree, jobs, i);
         }
+        let reader = tree.open(job.path, job.size, job.data)?;
         if self.batch.len() + job.size as usize > CHUNK {
             self.send_batch()?;
         }
         let start = self.batch.len();
         // A file shorter than listed reads short: the writer says so.
         reader.take(job.size).read_to_end(&mut self.batch)?;
-        let sha = hex::encode(Sha256::digest(&self.batch[start..]));
-        self.files.push((self.batch.len() - start, sha));
+        self.lens.push(self.batch.len() - start);
         Ok(())
     }
 
-    fn pieces(&mut self, reader: &mut dyn Read, size: u64) -> Result<(), Stop> {
-        let mut hasher = Sha256::new();
-        let mut left = size;
-        while left > 0 {
-            let mut buf = self.buffer();
-            let n = reader.take(left.min(CHUNK as u64)).read_to_end(&mut buf)?;
-            if n == 0 {
-                break; // shorter than listed: the writer says so
+    /// One piece of at most `CHUNK` bytes of `left`; empty at the end (or
+    /// where the file is shorter than listed: the writer says so).
+    fn piece(&self, reader: &mut dyn Read, left: &mut u64) -> io::Result<Vec<u8>> {
+        let mut buf = self.buffer();
+        let n = reader
+            .take((*left).min(CHUNK as u64))
+            .read_to_end(&mut buf)?;
+        *left -= n as u64;
+        Ok(buf)
+    }
+
+    /// Reads and sends a large file in pieces, taking over what was read
+    /// of it ahead, and reads the next file ahead while there is room when
+    /// it is large too. A failure to read ahead only ends the read-ahead:
+    /// the file is read again in its turn, which reports the error.
+    fn pieces(&mut self, tree: &'t Tree, jobs: &[Job<'t>], i: usize) -> Result<(), Stop> {
+        let job = &jobs[i];
+        let (mut reader, mut left, mut lane) = match self.ahead.take() {
+            Some(a) if a.index == i => {
+                for piece in a.pieces {
+                    self.send(Msg::Piece(piece))?;
+                }
+                (a.reader, a.left, a.lane)
             }
-            left -= n as u64;
-            hasher.update(&buf);
+            _ => (
+                tree.open(job.path, job.size, job.data)?,
+                job.size,
+                Lane::new(),
+            ),
+        };
+        let mut ahead = jobs
+            .get(i + 1)
+            .filter(|n| n.size > CHUNK as u64)
+            .and_then(|n| {
+                let reader = tree.open(n.path, n.size, n.data).ok()?;
+                Some(Ahead {
+                    index: i + 1,
+                    reader,
+                    left: n.size,
+                    lane: Lane::new(),
+                    pieces: Vec::new(),
+                })
+            });
+        while left > 0 {
+            let buf = self.piece(&mut reader, &mut left)?;
+            if buf.is_empty() {
+                break;
+            }
+            let mut paired = false;
+            if let Some(a) = ahead
+                .as_mut()
+                .filter(|a| a.pieces.len() < AHEAD && a.left > 0)
+            {
+                match self.piece(&mut a.reader, &mut a.left) {
+                    Ok(other) if !other.is_empty() => {
+                        sha256x2::update_pair(&mut lane, &buf, &mut a.lane, &other);
+                        a.pieces.push(other);
+                        paired = true;
+                    }
+                    Ok(_) => a.left = 0,
+                    Err(_) => ahead = None,
+                }
+            }
+            if !paired {
+                lane.update(&buf);
+            }
             self.send(Msg::Piece(buf))?;
         }
-        self.send(Msg::End(hex::encode(hasher.finalize())))
+        self.ahead = ahead;
+        self.send(Msg::End(hex::encode(lane.finish())))
     }
 }
 
 /// Reads `jobs` in order into `tx`, hashing as it goes. Stops at the first
 /// error (sent on, after the files before it) or when the receiver is gone.
-fn produce(tree: &Tree, jobs: Vec<Job<'_>>, tx: SyncSender<Msg>, recycled: Receiver<Vec<u8>>) {
+fn produce<'t>(
+    tree: &'t Tree,
+    jobs: Vec<Job<'t>>,
+    tx: SyncSender<Msg>,
+    recycled: Receiver<Vec<u8>>,
+) {
     let mut p = Producer {
         tx,
         recycled,
         batch: Vec::with_capacity(CHUNK),
-        files: Vec::new(),
+        lens: Vec::new(),
+        ahead: None,
     };
-    for job in &jobs {
-        match p.read(tree, job) {
+    for (i, job) in jobs.iter().enumerate() {
+        match p.read(tree, &jobs, i) {
             Ok(()) => {}
             Err(Stop::Gone) => return,
             Err(Stop::Read(e)) => {
@@ -322,6 +419,7 @@ pub fn with_readahead<R>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
     use std::sync::Arc;
 
     fn bytes(len: usize, seed: u8) -> Data {
@@ -349,7 +447,24 @@ mod tests {
         let tree = Tree::default();
         // Files that share a buffer, fill one exactly, or come in pieces.
         let sizes = [0, 1, 4096, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17, 5];
-        let sizes: Vec<usize> = sizes.iter().chain(&[700_000; 5]).copied().collect();
+        // Large files one after another, each reader's read ahead of its
+        // turn: shorter, longer and as long as the one before, and longer
+        // than the read-ahead holds.
+        let large = [
+            2 * CHUNK + 5,
+            9 * CHUNK,
+            CHUNK + 1,
+            11 * CHUNK + 3,
+            4 * CHUNK,
+        ];
+        let large: Vec<usize> = large.iter().flat_map(|&n| [n, n + 64]).collect();
+        let sizes: Vec<usize> = sizes
+            .iter()
+            .chain(&[700_000; 5])
+            .chain(&large)
+            .chain(&[3, 2 * CHUNK])
+            .copied()
+            .collect();
         let data: Vec<Data> = (0..sizes.len()).map(|i| bytes(sizes[i], i as u8)).collect();
         let jobs = data
             .iter()
@@ -401,6 +516,48 @@ mod tests {
                 incoming.source_error.as_deref(),
                 Some(std::path::Path::new("/nonexistent/rtdeploy-readahead-test"))
             );
+        });
+    }
+
+    #[test]
+    fn a_file_read_ahead_that_is_short_or_missing_is_told_in_its_turn() {
+        let tree = Tree::default();
+        let small = bytes(50, 1);
+        let full = bytes(3 * CHUNK, 2);
+        let short = bytes(CHUNK + 10, 3);
+        let missing = Data::Disk(PathBuf::from("/nonexistent/rtdeploy-readahead-ahead"));
+        let job = |size, data| Job {
+            path: "f",
+            size,
+            data,
+        };
+        // The second reader gets the large files, one after another.
+        let jobs = vec![
+            job(50, &small),
+            job(3 * CHUNK as u64, &full),
+            job(50, &small),
+            job(3 * CHUNK as u64, &short),
+            job(50, &small),
+            job(2 * CHUNK as u64, &missing),
+        ];
+        with_readahead(&tree, jobs, |incoming| {
+            let Data::Bytes(want) = &full else {
+                unreachable!()
+            };
+            assert_eq!(read_file(incoming).unwrap().0.len(), 50);
+            let (got, sha) = read_file(incoming).unwrap();
+            assert!(got == **want);
+            assert_eq!(sha, hex::encode(Sha256::digest(want.as_slice())));
+            assert_eq!(read_file(incoming).unwrap().0.len(), 50);
+            let Data::Bytes(want) = &short else {
+                unreachable!()
+            };
+            let (got, sha) = read_file(incoming).unwrap();
+            assert!(got == **want, "{} bytes", got.len());
+            assert_eq!(sha, hex::encode(Sha256::digest(want.as_slice())));
+            assert_eq!(read_file(incoming).unwrap().0.len(), 50);
+            let e = read_file(incoming).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::NotFound);
         });
     }
 }
