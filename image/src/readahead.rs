@@ -427,6 +427,14 @@ mod tests {
         Data::Bytes(Arc::new(content.collect()))
     }
 
+    fn job(size: u64, data: &Data) -> Job<'_> {
+        Job {
+            path: "f",
+            size,
+            data,
+        }
+    }
+
     /// Reads the current file in pieces of at most 1000 bytes.
     fn read_file(incoming: &mut Incoming) -> io::Result<(Vec<u8>, String)> {
         let mut got = Vec::new();
@@ -495,11 +503,6 @@ mod tests {
         let small = bytes(50, 1);
         let large = bytes(CHUNK + 10, 2);
         let missing = Data::Disk(PathBuf::from("/nonexistent/rtdeploy-readahead-test"));
-        let job = |size, data| Job {
-            path: "f",
-            size,
-            data,
-        };
         let jobs = vec![
             job(100, &small),
             job(3 * CHUNK as u64, &large),
@@ -526,11 +529,6 @@ mod tests {
         let full = bytes(3 * CHUNK, 2);
         let short = bytes(CHUNK + 10, 3);
         let missing = Data::Disk(PathBuf::from("/nonexistent/rtdeploy-readahead-ahead"));
-        let job = |size, data| Job {
-            path: "f",
-            size,
-            data,
-        };
         // The second reader gets the large files, one after another.
         let jobs = vec![
             job(50, &small),
