@@ -24,19 +24,58 @@ use controller::channel::{Channel, ChannelGeometry, Publisher};
 use controller::error::Chain;
 use controller::rt::DmaLatencyHold;
 
+/// How long a killed worker has to be gone. A process in an
+/// uninterruptible wait (the I/O load's fsync behind a slow disk) dies only
+/// when that wait ends: the check does not wait for it longer than this.
+const REAP_WITHIN: Duration = Duration::from_secs(5);
+
 /// A started worker process; killed and reaped if dropped while running.
 struct Worker {
     role: String,
     child: Child,
     /// The receiver address cell it was given.
     cell: Option<usize>,
+    /// Killed, and still there after [`REAP_WITHIN`]: left to be reaped
+    /// by init once deploy exits.
+    abandoned: bool,
+}
+
+impl Worker {
+    /// Kills the worker and reaps it within [`REAP_WITHIN`]; one that
+    /// outlasts that is left behind, with a line on stderr naming where it
+    /// waits in the kernel.
+    fn kill_and_reap(&mut self) {
+        if self.abandoned {
+            return;
+        }
+        let _ = self.child.kill();
+        let end = Instant::now() + REAP_WITHIN;
+        loop {
+            match self.child.try_wait() {
+                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) => {
+                    let pid = self.child.id();
+                    let wchan =
+                        std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+                    eprintln!(
+                        "deploy check: the {} worker (pid {pid}) was still there {}s after SIGKILL (waiting in the kernel in `{}`); going on without it",
+                        self.role,
+                        REAP_WITHIN.as_secs(),
+                        wchan.trim()
+                    );
+                    self.abandoned = true;
+                    return;
+                }
+                _ => return,
+            }
+        }
+    }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            self.kill_and_reap();
         }
     }
 }
@@ -102,8 +141,7 @@ impl Run<'_> {
             self.retired.drain(..).partition(|w| w.cell == Some(c));
         self.retired = keep;
         for mut w in old {
-            let _ = w.child.kill();
-            let _ = w.child.wait();
+            w.kill_and_reap();
             self.release_cell(&w);
         }
         c
@@ -143,6 +181,7 @@ impl Run<'_> {
             role: role.into(),
             child,
             cell,
+            abandoned: false,
         })
     }
 
@@ -171,8 +210,7 @@ impl Run<'_> {
                 }
                 _ if force => {
                     release(w);
-                    let _ = w.child.kill();
-                    let _ = w.child.wait();
+                    w.kill_and_reap();
                     false
                 }
                 _ => true,
@@ -183,7 +221,8 @@ impl Run<'_> {
 
 fn worker_failed(w: &mut Worker, status: String) -> CheckRunError {
     let mut stderr = String::new();
-    if let Some(mut e) = w.child.stderr.take() {
+    // An abandoned worker holds its end of the pipe until it dies.
+    if let Some(mut e) = w.child.stderr.take().filter(|_| !w.abandoned) {
         use std::io::Read;
         let _ = e.read_to_string(&mut stderr);
     }
@@ -204,8 +243,7 @@ fn finish(mut w: Worker, timeout: Duration) -> Result<(), CheckRunError> {
             Ok(Some(s)) => return Err(worker_failed(&mut w, s.to_string())),
             Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(5)),
             _ => {
-                let _ = w.child.kill();
-                let _ = w.child.wait();
+                w.kill_and_reap();
                 return Ok(());
             }
         }
@@ -607,7 +645,7 @@ pub(crate) fn run(
             while run.shared.control().receiver_ready.load(Ordering::Acquire) == 0 {
                 Run::check_alive(&mut recv)?;
                 if Instant::now() > ready_by {
-                    let _ = recv.child.kill();
+                    recv.kill_and_reap();
                     return Err(worker_failed(&mut recv, "not ready after 10s".into()));
                 }
                 std::thread::sleep(Duration::from_millis(2));
