@@ -4,9 +4,11 @@
 //! check's report file, and the plain warning when SCHED_FIFO is refused.
 //! No timing figure is asserted (the machine is shared and noisy).
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// One check at a time: they pin to the same CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -33,24 +35,89 @@ fn robot_yaml(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
     p
 }
 
-/// Runs `deploy` under a watchdog (`timeout -s KILL`).
+/// How long one `deploy check` of these tests may take (they ask for
+/// seconds).
+const WATCHDOG: Duration = Duration::from_secs(90);
+
+/// Runs `deploy` under a watchdog. A run still going after [`WATCHDOG`]
+/// fails the test with what each of its processes and threads was waiting
+/// in (`ps`: state and kernel wait channel) and its stderr so far, then it
+/// and everything it started are killed. `timeout -s KILL` (its own
+/// process group, which holds deploy's workers) is the outer bound should
+/// this process itself be stopped.
 fn deploy(prefix: &Path, config: &Path, args: &[&str], wrap: &[&str]) -> Output {
     let mut cmd = Command::new("timeout");
-    cmd.args(["-s", "KILL", "90"])
+    cmd.args(["-s", "KILL", &(WATCHDOG.as_secs() + 30).to_string()])
         .args(wrap)
         .arg(env!("CARGO_BIN_EXE_deploy"));
     cmd.arg("--prefix")
         .arg(prefix)
         .arg("-c")
         .arg(config)
-        .args(args);
-    let out = cmd.output().expect("run deploy");
-    assert_ne!(
-        out.status.code(),
-        Some(137),
-        "deploy check hung and was killed by the watchdog"
-    );
-    out
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run deploy");
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let out_reader = drain(child.stdout.take().map(|r| Box::new(r) as _));
+    let err_reader = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    let deadline = Instant::now() + WATCHDOG;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for deploy") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            // `timeout` leads a process group of its own: deploy and the
+            // workers deploy check started.
+            let group = child.id().to_string();
+            let waits = processes_in_group(&group);
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{group}")])
+                .status();
+            let _ = child.wait();
+            let stderr = err_reader.join().unwrap_or_default();
+            panic!(
+                "deploy {args:?} still ran after {WATCHDOG:?} and was killed; its processes were waiting in:\n{waits}\nits stderr:\n{}",
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    }
+}
+
+/// `ps` lines (process, thread, state, kernel wait channel, command) of
+/// every thread in process group `group`.
+fn processes_in_group(group: &str) -> String {
+    let out = Command::new("ps")
+        .args([
+            "-e",
+            "-L",
+            "-o",
+            "pgid=,pid=,tid=,stat=,wchan:32=,etimes=,args=",
+        ])
+        .output();
+    match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(group))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("(ps: {e})"),
+    }
 }
 
 fn schema() -> jsonschema::Validator {
@@ -670,7 +737,8 @@ fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
     let out = deploy(
         dir.path(),
         &cfg,
-        &["check", "--duration", "2s", "--json", "-q", "--no-verify"],
+        // Not quiet: should it hang, the progress on stderr says where.
+        &["check", "--duration", "2s", "--json", "--no-verify"],
         &wrap,
     );
     stop.store(true, Ordering::SeqCst);
