@@ -67,23 +67,25 @@ impl Lane {
         &data[n..]
     }
 
-    /// Keeps the bytes after the last whole block of `data` for later
-    /// (none: a partial block that `top_up` did not complete stays).
-    fn keep(&mut self, data: &[u8]) {
-        if data.is_empty() {
+    /// Compresses the whole blocks of `rest` (what `top_up` left) and
+    /// keeps the bytes after them for later (none: a partial block that
+    /// `top_up` did not complete stays).
+    fn absorb(&mut self, rest: &[u8]) {
+        let whole = rest.len() / BLOCK * BLOCK;
+        compress1(&mut self.state, &rest[..whole]);
+        let tail = &rest[whole..];
+        if tail.is_empty() {
             return;
         }
-        debug_assert!(self.tail_len == 0 && data.len() < BLOCK);
-        self.tail[..data.len()].copy_from_slice(data);
-        self.tail_len = data.len();
+        debug_assert!(self.tail_len == 0);
+        self.tail[..tail.len()].copy_from_slice(tail);
+        self.tail_len = tail.len();
     }
 
     /// Feeds `data` to this lane alone.
     pub fn update(&mut self, data: &[u8]) {
         let rest = self.top_up(data);
-        let whole = rest.len() / BLOCK * BLOCK;
-        compress1(&mut self.state, &rest[..whole]);
-        self.keep(&rest[whole..]);
+        self.absorb(rest);
     }
 
     /// The padding: 0x80, zeros, the length in bits, so that the message
@@ -121,11 +123,8 @@ pub fn update_pair(a: &mut Lane, da: &[u8], b: &mut Lane, db: &[u8]) {
     let rb = b.top_up(db);
     let both = ra.len().min(rb.len()) / BLOCK * BLOCK;
     compress2(&mut a.state, &ra[..both], &mut b.state, &rb[..both]);
-    for (lane, rest) in [(a, &ra[both..]), (b, &rb[both..])] {
-        let whole = rest.len() / BLOCK * BLOCK;
-        compress1(&mut lane.state, &rest[..whole]);
-        lane.keep(&rest[whole..]);
-    }
+    a.absorb(&ra[both..]);
+    b.absorb(&rb[both..]);
 }
 
 /// The digests of two lanes, their last blocks side by side.
@@ -379,6 +378,18 @@ mod tests {
         Sha256::digest(data).into()
     }
 
+    /// sha2's block function, one block at a time, each through
+    /// `GenericArray::from_slice` (no cast of ours).
+    fn block_by_block(mut state: [u32; 8], blocks: &[u8]) -> [u32; 8] {
+        for b in blocks.chunks_exact(BLOCK) {
+            sha2::compress256(
+                &mut state,
+                std::slice::from_ref(GenericArray::from_slice(b)),
+            );
+        }
+        state
+    }
+
     #[test]
     fn known_answers() {
         assert_eq!(
@@ -443,16 +454,7 @@ mod tests {
         }
         let data = bytes(64 * 37, 5);
         let other = bytes(64 * 37, 6);
-        let portable = |mut state: [u32; 8], blocks: &[u8]| {
-            for b in blocks.chunks_exact(BLOCK) {
-                sha2::compress256(
-                    &mut state,
-                    std::slice::from_ref(GenericArray::from_slice(b)),
-                );
-            }
-            state
-        };
-        let start = portable(H0, &bytes(64, 9));
+        let start = block_by_block(H0, &bytes(64, 9));
         let (mut a, mut b, mut c) = (start, H0, start);
         // SAFETY: the CPU has the SHA extensions (checked above); whole
         // blocks, as many in both.
@@ -460,8 +462,8 @@ mod tests {
             ni::compress2(&mut a, &data, &mut b, &other);
             ni::compress1(&mut c, &data);
         }
-        assert_eq!(a, portable(start, &data));
-        assert_eq!(b, portable(H0, &other));
+        assert_eq!(a, block_by_block(start, &data));
+        assert_eq!(b, block_by_block(H0, &other));
         assert_eq!(c, a);
     }
 
@@ -475,13 +477,6 @@ mod tests {
         }
         let mut state = H0;
         sha2::compress256(&mut state, blocks);
-        let mut one_by_one = H0;
-        for b in data.chunks_exact(BLOCK) {
-            sha2::compress256(
-                &mut one_by_one,
-                std::slice::from_ref(GenericArray::from_slice(b)),
-            );
-        }
-        assert_eq!(state, one_by_one);
+        assert_eq!(state, block_by_block(H0, &data));
     }
 }
