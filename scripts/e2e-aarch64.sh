@@ -11,7 +11,7 @@
 # -append: U-Boot as -bios finds everything on the disk):
 #   1. the image: command line, systemd unit (READY=1, watchdog), the CPU
 #      plan and `deploy verify`, the controllers on their planned policy,
-#      priority and CPUs on the io_uring backend, `deploy status`, a field
+#      priority and CPUs on the doorbell backend (real-time processes), `deploy status`, a field
 #      update with `deploy update --host` over ssh (trial -> committed) and a
 #      crashing release that rolls back by itself; then a system update
 #      (2.): release 4 isolates CPUs 1-3 and moves the talker from CPU 2 to
@@ -411,7 +411,7 @@ plan_in_force() {
 }
 plan_in_force "$PLAN_JSON" "the image's"
 got=$(jq -r '[.processes[] | "\(.name)=\(.backend // "none")"] | sort | join(" ")' <<<"$STATUS")
-check "deploy status names each process's backend" "listener=io_uring-futex talker=io_uring-futex" "$got" "$LOG1"
+check "deploy status names each process's backend (real-time processes sleep on their doorbell)" "listener=doorbell talker=doorbell" "$got" "$LOG1"
 # The listener prints a count every 1000 messages; wait for one.
 limit=$(($(date +%s) + 120))
 count=

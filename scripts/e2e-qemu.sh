@@ -303,7 +303,7 @@ SUPERVISED_ASSERTIONS=(
     "deploy verify exits 0 in the guest"
     "the boot check ran and its report has figures"
     "the example controllers exchanged at least 1000 messages"
-    "the runtime reports the io_uring backend"
+    "the real-time controllers report the doorbell backend and the real-time wake class"
     "deploy status names each process's backend"
     "a controller killed with SIGKILL runs again within its backoff"
     "deploy status shows the restarted controller"
@@ -548,10 +548,11 @@ else
     fail "the example controllers exchanged at least 1000 messages" "only $count"
     log_failed "$LOG2"
 fi
-if grep -Eiq 'backend[=: ]+"?io_uring' <<<"$LLOG$(block "$OUT2" talker-log)"; then
-    pass "the runtime reports the io_uring backend"
+TLOG=$(block "$OUT2" talker-log)
+if grep -q 'backend doorbell, class real-time' <<<"$LLOG" && grep -q 'backend doorbell, class real-time' <<<"$TLOG"; then
+    pass "the real-time controllers report the doorbell backend and the real-time wake class"
 else
-    fail "the runtime reports the io_uring backend" "no 'backend: io_uring' in the controllers' logs: $(grep -i backend <<<"$LLOG" | head -n 3)"
+    fail "the real-time controllers report the doorbell backend and the real-time wake class" "$(grep -ih backend <<<"$LLOG$TLOG" | head -n 3)"
     log_failed "$LOG2"
 fi
 # check_status_backend LOG STATUS BACKEND NAME: deploy status --json names
@@ -561,7 +562,7 @@ check_status_backend() {
     got=$(jq -r '[.processes[] | select(.name == "talker" or .name == "listener") | "\(.name)=\(.backend // "none")"] | sort | join(" ")' <<<"$2" 2>/dev/null)
     check "$4" "listener=$3 talker=$3" "$got" "$1"
 }
-check_status_backend "$LOG2" "$STATUS" io_uring-futex "deploy status names each process's backend"
+check_status_backend "$LOG2" "$STATUS" doorbell "deploy status names each process's backend (real-time processes sleep on their doorbell)"
 
 # SIGKILL and restart within the backoff
 restart=$(e2e_guest_value "$OUT2" restart)

@@ -31,7 +31,8 @@ fn main() {
         ex.event_loop,
     );
     let backend = lp.backend();
-    println!("listener: process {process}, channel {channel}, backend {backend}");
+    let class = lp.class();
+    println!("listener: process {process}, channel {channel}, backend {backend}, class {class}");
     let (mut got, mut worst) = (0u64, 0u64);
     let watched = channel.clone();
     let mut lost = 0u64;

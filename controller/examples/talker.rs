@@ -35,8 +35,9 @@ fn main() {
         ex.event_loop,
     );
     let backend = lp.backend();
+    let class = lp.class();
     println!(
-        "talker: process {process}, channel {channel}, backend {backend}, period {period_us}us"
+        "talker: process {process}, channel {channel}, backend {backend}, class {class}, period {period_us}us"
     );
     let mut sender = lp
         .make_sender::<Chatter>(&channel)

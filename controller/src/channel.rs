@@ -80,9 +80,10 @@ use crate::config::{validate_channel_name, ChannelConfig, SLOT_HEADER_BYTES};
 use crate::doorbell::{Bell, BellTable};
 use crate::shm::{Mapping, ShmAtomic, ShmSafe, TypeName};
 use crate::sys;
+use crate::wake::{WakeClass, RT_LISTING};
 
 /// Version of the file layout; part of the file name and the header.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// `RTDCHAN1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RTDCHAN1");
 /// Bytes of the header page.
@@ -94,6 +95,16 @@ pub const DEFAULT_SUBSCRIBERS: u32 = 32;
 pub const BELL_ENTRIES: usize = 32;
 /// Most publisher (and subscriber) entries one channel may have.
 pub const MAX_ENTRIES: u32 = 4096;
+/// How late a message may reach a subscriber of the other wake class
+/// unless robot.yaml says otherwise (`channels[].cross_class_latency`;
+/// see [`crate::wake`]): loops watching a channel with publishers of the
+/// other class look at it at least every half of this.
+pub const DEFAULT_CROSS_CLASS_LATENCY: Duration = Duration::from_millis(2);
+/// The shortest cross-class bound a channel may have (a look every 50 us
+/// would be a busy loop by another name).
+pub const MIN_CROSS_CLASS_LATENCY: Duration = Duration::from_micros(100);
+/// The longest (the wake check of a loop heals anything later anyway).
+pub const MAX_CROSS_CLASS_LATENCY: Duration = Duration::from_secs(10);
 
 const TAG_BITS: u32 = 40;
 const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
@@ -149,15 +160,44 @@ struct Header {
     /// Of those, the ones whose owner died between stamping and bookkeeping
     /// of a ring swap (`swapping` set).
     recovered_mid_swap: AtomicU64,
-    _pad0: [AtomicU64; 5],
+    /// How late a message may cross wake classes, nanoseconds (see
+    /// [`crate::wake`]); read once, at open, and range-checked.
+    cross_class_ns: AtomicU64,
+    _pad0: [AtomicU64; 4],
     /// The channel name, NUL padded.
     name: [AtomicU64; 16],
-    /// The next queue index to publish. Its low 32 bits are the futex word.
+    /// The next queue index to publish. Its low 32 bits are the
+    /// best-effort futex word.
     next_index: AtomicU64,
-    _pad1: [AtomicU64; 7],
-    /// Waits armed on the futex word, all subscribers together.
+    /// The real-time futex word (low 32 bits): the queue index after the
+    /// last message of a real-time publisher, stored by real-time
+    /// publishers only. In the index's cache line, which every publish
+    /// writes anyway.
+    rt_word: AtomicU64,
+    _pad1: [AtomicU64; 6],
+    /// Best-effort waits armed on the index word, all subscribers together.
     waiters: AtomicU64,
     _pad2: [AtomicU64; 7],
+    /// Real-time waits armed on `rt_word` (a line of their own: no
+    /// best-effort subscriber's arm moves it).
+    rt_waiters: AtomicU64,
+    _pad3: [AtomicU64; 7],
+    /// Live publisher entries per wake class (best-effort, real-time): a
+    /// loop looks for the other class's messages only while there are
+    /// some. A hint: a wrong value costs a look or leaves a message to the
+    /// wake check.
+    class_publishers: [AtomicU64; 2],
+    _pad4: [AtomicU64; 6],
+    /// Best-effort listings in `bells`, then real-time ones (hints:
+    /// publishers skip their class's listings while 0; a wrong value costs
+    /// a scan or a wake the wake check heals).
+    bell_count: AtomicU64,
+    rt_bell_count: AtomicU64,
+    _pad5: [AtomicU64; 6],
+    /// The bells of event loops on the doorbell backend watching this
+    /// channel ([`crate::doorbell::Bell::listing`], with
+    /// [`crate::wake::RT_LISTING`] for real-time loops; 0: empty).
+    bells: [AtomicU64; BELL_ENTRIES],
     /// The message type, recorded by the first process that opens the
     /// channel with one ([`Channel::bind_type`]): its layout hash (0 while
     /// none is recorded; never 0 once one is), then size, alignment and
@@ -166,18 +206,36 @@ struct Header {
     type_size: AtomicU64,
     type_align: AtomicU64,
     type_name: [AtomicU64; 8],
-    _pad3: [AtomicU64; 5],
-    /// Listings in `bells` (a hint: publishers skip the listings while it
-    /// is 0; a wrong value costs a scan or a wake the wake check heals).
-    bell_count: AtomicU64,
-    _pad4: [AtomicU64; 7],
-    /// The bells of event loops on the doorbell backend watching this
-    /// channel ([`crate::doorbell::Bell::listing`]; 0: empty).
-    bells: [AtomicU64; BELL_ENTRIES],
+    _pad6: [AtomicU64; 5],
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays of them: no padding, no
 // pointers, no Drop, valid for every bit pattern.
 unsafe impl ShmAtomic for Header {}
+
+impl Header {
+    /// The futex word of `class` (see [`crate::wake`]).
+    #[inline]
+    fn word_of(&self, class: WakeClass) -> &AtomicU64 {
+        match class {
+            WakeClass::BestEffort => &self.next_index,
+            WakeClass::RealTime => &self.rt_word,
+        }
+    }
+    #[inline]
+    fn waiters_of(&self, class: WakeClass) -> &AtomicU64 {
+        match class {
+            WakeClass::BestEffort => &self.waiters,
+            WakeClass::RealTime => &self.rt_waiters,
+        }
+    }
+    #[inline]
+    fn bells_of(&self, class: WakeClass) -> &AtomicU64 {
+        match class {
+            WakeClass::BestEffort => &self.bell_count,
+            WakeClass::RealTime => &self.rt_bell_count,
+        }
+    }
+}
 
 #[repr(C)]
 struct PubEntry {
@@ -187,7 +245,10 @@ struct PubEntry {
     swapping: AtomicU64,
     published: AtomicU64,
     errors: AtomicU64,
-    _pad: [AtomicU64; 3],
+    /// The owner's wake class, counted in `class_publishers`: 1 + its
+    /// index (0: none counted).
+    class: AtomicU64,
+    _pad: [AtomicU64; 2],
 }
 // SAFETY: as for Header.
 unsafe impl ShmAtomic for PubEntry {}
@@ -195,8 +256,11 @@ unsafe impl ShmAtomic for PubEntry {}
 #[repr(C)]
 struct SubEntry {
     owner: AtomicU64,
+    /// Best-effort waits this subscriber counts in `waiters`.
     armed: AtomicU64,
-    _pad: [AtomicU64; 6],
+    /// Real-time waits it counts in `rt_waiters`.
+    rt_armed: AtomicU64,
+    _pad: [AtomicU64; 5],
 }
 // SAFETY: as for Header.
 unsafe impl ShmAtomic for SubEntry {}
@@ -207,6 +271,7 @@ struct SlotHeader {
     qi: AtomicU64,
     send_time_ns: AtomicU64,
     size: AtomicU64,
+    /// The publisher's pid, with its wake class in bit 63.
     pid: AtomicU64,
     _pad: [AtomicU64; 4],
 }
@@ -216,8 +281,12 @@ unsafe impl ShmAtomic for SlotHeader {}
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES as usize);
 // Offsets tools and tests scribble at (controller/tests/hostile.rs).
 const _: () = assert!(std::mem::offset_of!(Header, next_index) == 256);
+const _: () = assert!(std::mem::offset_of!(Header, rt_word) == 264);
 const _: () = assert!(std::mem::offset_of!(Header, waiters) == 320);
+const _: () = assert!(std::mem::offset_of!(Header, rt_waiters) == 384);
+const _: () = assert!(std::mem::offset_of!(Header, class_publishers) == 448);
 const _: () = assert!(std::mem::offset_of!(Header, bell_count) == 512);
+const _: () = assert!(std::mem::offset_of!(Header, rt_bell_count) == 520);
 const _: () = assert!(std::mem::size_of::<PubEntry>() == 64);
 const _: () = assert!(std::mem::size_of::<SubEntry>() == 64);
 const _: () = assert!(std::mem::size_of::<SlotHeader>() as u64 == SLOT_HEADER_BYTES);
@@ -235,6 +304,10 @@ pub struct ChannelGeometry {
     pub subscribers: u32,
     /// A publisher may not overwrite a message younger than this.
     pub retention: Duration,
+    /// How late a message may reach a subscriber of the other wake class
+    /// ([`crate::wake`]), from [`MIN_CROSS_CLASS_LATENCY`] to
+    /// [`MAX_CROSS_CLASS_LATENCY`].
+    pub cross_class: Duration,
 }
 
 impl ChannelGeometry {
@@ -248,6 +321,7 @@ impl ChannelGeometry {
             publishers,
             subscribers: DEFAULT_SUBSCRIBERS,
             retention: Duration::ZERO,
+            cross_class: DEFAULT_CROSS_CLASS_LATENCY,
         }
     }
 
@@ -260,6 +334,7 @@ impl ChannelGeometry {
             publishers,
             subscribers: DEFAULT_SUBSCRIBERS,
             retention: cfg.retention.0,
+            cross_class: cfg.cross_class_latency(),
         }
     }
 
@@ -270,6 +345,11 @@ impl ChannelGeometry {
 
     pub fn with_subscribers(mut self, subscribers: u32) -> Self {
         self.subscribers = subscribers;
+        self
+    }
+
+    pub fn with_cross_class(mut self, bound: Duration) -> Self {
+        self.cross_class = bound;
         self
     }
 
@@ -334,6 +414,11 @@ impl ChannelGeometry {
                 bytes: self.total_bytes(),
             });
         }
+        if !(MIN_CROSS_CLASS_LATENCY..=MAX_CROSS_CLASS_LATENCY).contains(&self.cross_class) {
+            return Err(ChannelGeometryError::CrossClass {
+                bound: self.cross_class,
+            });
+        }
         Ok(())
     }
 }
@@ -353,6 +438,8 @@ pub enum ChannelGeometryError {
     Slots { slots: u64 },
     #[error("channel of {bytes} bytes is larger than 4GiB")]
     TooLarge { bytes: u64 },
+    #[error("cross-class latency {bound:?} is outside {MIN_CROSS_CLASS_LATENCY:?} to {MAX_CROSS_CLASS_LATENCY:?}")]
+    CrossClass { bound: Duration },
     /// A file's header records a total size its own geometry does not give.
     #[error("header total size {header} does not match its geometry ({computed})")]
     TotalSize { header: u64, computed: u64 },
@@ -758,6 +845,8 @@ impl Channel {
         h.subscribers.store(geom.subscribers as u64, r);
         h.retention_ns
             .store(geom.retention.as_nanos().min(u64::MAX as u128) as u64, r);
+        h.cross_class_ns
+            .store(geom.cross_class.as_nanos().min(u64::MAX as u128) as u64, r);
         h.total_bytes.store(geom.total_bytes(), r);
         let pid = sys::getpid();
         h.creator.store(
@@ -766,7 +855,9 @@ impl Channel {
         );
         store_padded(&h.name, name.as_bytes(), r);
         h.next_index.store(0, r);
+        h.rt_word.store(0, r);
         h.waiters.store(0, r);
+        h.rt_waiters.store(0, r);
         let len = geom.queue_len;
         for p in 0..len {
             let e: &AtomicU64 = map.at((geom.ring_offset() + 8 * p) as usize);
@@ -895,6 +986,7 @@ impl Channel {
             publishers: h.publishers.load(a).min(u32::MAX as u64) as u32,
             subscribers: h.subscribers.load(a).min(u32::MAX as u64) as u32,
             retention: Duration::from_nanos(h.retention_ns.load(a)),
+            cross_class: Duration::from_nanos(h.cross_class_ns.load(a)),
         };
         let total = h.total_bytes.load(a);
         let truncated = head.is_broken();
@@ -950,6 +1042,11 @@ impl Channel {
                     "retention (ns)",
                     geom.retention.as_nanos() as u64,
                     expect.retention.as_nanos() as u64,
+                ),
+                (
+                    "cross-class latency (ns)",
+                    geom.cross_class.as_nanos() as u64,
+                    expect.cross_class.as_nanos() as u64,
                 ),
             ] {
                 if found != expected {
@@ -1036,9 +1133,17 @@ impl Channel {
         self.inner.header().next_index.load(Ordering::Acquire)
     }
 
-    /// The futex word: the low 32 bits of the queue index, in the mapping.
-    pub(crate) fn futex_word(&self) -> *const u32 {
-        sys::low_word_ptr(&self.inner.header().next_index)
+    /// The futex word subscribers of `class` wait on, in the mapping: the
+    /// low 32 bits of the queue index, or of `rt_word`.
+    pub(crate) fn futex_word(&self, class: WakeClass) -> *const u32 {
+        sys::low_word_ptr(self.inner.header().word_of(class))
+    }
+
+    /// Live publishers of `class` (a count in shared memory: a hint; see
+    /// [`crate::wake`]). SeqCst: a publisher counts itself before its first
+    /// message.
+    pub fn publishers_of_class(&self, class: WakeClass) -> u64 {
+        self.inner.header().class_publishers[class.index()].load(Ordering::SeqCst)
     }
 
     /// Whether the file was truncated under this process (see
@@ -1055,14 +1160,14 @@ impl Channel {
         self.inner.map.probe()
     }
 
-    /// Waits armed on this channel, all subscribers together.
-    pub fn waiters(&self) -> u64 {
-        self.inner.header().waiters.load(Ordering::SeqCst)
+    /// Waits armed on this channel by subscribers of `class`.
+    pub fn waiters(&self, class: WakeClass) -> u64 {
+        self.inner.header().waiters_of(class).load(Ordering::SeqCst)
     }
 
-    /// Doorbell listings in use (see [`crate::doorbell`]).
-    pub fn bell_listings(&self) -> u64 {
-        self.inner.header().bell_count.load(Ordering::SeqCst)
+    /// Doorbell listings of loops of `class` (see [`crate::doorbell`]).
+    pub fn bell_listings(&self, class: WakeClass) -> u64 {
+        self.inner.header().bells_of(class).load(Ordering::SeqCst)
     }
 
     /// The directory whose doorbell table this channel's publishers ring.
@@ -1070,14 +1175,16 @@ impl Channel {
         &self.inner.shm_dir
     }
 
-    /// Lists `bell` in this channel so that its publishers ring it: takes
-    /// an empty listing, or one whose loop is gone (dead, or its bell
-    /// claimed again). Bounded: two passes over the fixed listings. The
-    /// caller looks at the index after this and before sleeping (see
+    /// Lists `bell`, the bell of a loop of wake class `class`, in this
+    /// channel so that its publishers of that class ring it: takes an
+    /// empty listing, or one whose loop is gone (dead, or its bell claimed
+    /// again). Bounded: two passes over the fixed listings. The caller
+    /// looks at the index after this and before sleeping (see
     /// [`crate::doorbell`]).
     pub(crate) fn list_bell(
         &self,
         bell: &Bell,
+        class: WakeClass,
         proc_root: &Path,
     ) -> Result<BellListing, ChannelAttachError> {
         let inner = &self.inner;
@@ -1090,16 +1197,20 @@ impl Channel {
             });
         }
         let h = inner.header();
-        let listing = bell.listing();
+        let listing = match class {
+            WakeClass::RealTime => bell.listing() | RT_LISTING,
+            WakeClass::BestEffort => bell.listing(),
+        };
         for (slot, l) in h.bells.iter().enumerate() {
             if l.compare_exchange(0, listing, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                h.bell_count.fetch_add(1, Ordering::SeqCst);
+                h.bells_of(class).fetch_add(1, Ordering::SeqCst);
                 return Ok(BellListing {
                     ch: self.clone(),
                     slot,
                     listing,
+                    class,
                 });
             }
         }
@@ -1110,11 +1221,21 @@ impl Channel {
                 && l.compare_exchange(old, listing, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
             {
-                // Replaced, not added: the count stays.
+                // Replaced: the dead listing's class count goes to ours.
+                let old_class = if old & RT_LISTING != 0 {
+                    WakeClass::RealTime
+                } else {
+                    WakeClass::BestEffort
+                };
+                if old_class != class {
+                    h.bells_of(old_class).fetch_sub(1, Ordering::SeqCst);
+                    h.bells_of(class).fetch_add(1, Ordering::SeqCst);
+                }
                 return Ok(BellListing {
                     ch: self.clone(),
                     slot,
                     listing,
+                    class,
                 });
             }
         }
@@ -1262,9 +1383,19 @@ impl Channel {
         ))
     }
 
-    /// Attaches a publisher: claims a free publisher entry, or reclaims one
-    /// whose owner died. `proc_root` is normally `/proc`.
+    /// Attaches a best-effort publisher: claims a free publisher entry, or
+    /// reclaims one whose owner died. `proc_root` is normally `/proc`.
     pub fn publisher(&self, proc_root: &Path) -> Result<Publisher, ChannelAttachError> {
+        self.publisher_as(WakeClass::BestEffort, proc_root)
+    }
+
+    /// Attaches a publisher of wake class `class` (see [`crate::wake`]):
+    /// it wakes only subscribers of that class.
+    pub fn publisher_as(
+        &self,
+        class: WakeClass,
+        proc_root: &Path,
+    ) -> Result<Publisher, ChannelAttachError> {
         let me = my_owner_word(proc_root)?;
         let inner = &self.inner;
         for i in 0..inner.geom.publishers {
@@ -1276,7 +1407,7 @@ impl Channel {
                 .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                return self.make_publisher(i);
+                return self.make_publisher(i, class);
             }
         }
         for i in 0..inner.geom.publishers {
@@ -1291,7 +1422,7 @@ impl Channel {
                     .is_ok()
             {
                 self.recover_publisher(i);
-                return self.make_publisher(i);
+                return self.make_publisher(i, class);
             }
         }
         Err(ChannelAttachError::Full {
@@ -1301,7 +1432,11 @@ impl Channel {
         })
     }
 
-    fn make_publisher(&self, entry: u32) -> Result<Publisher, ChannelAttachError> {
+    fn make_publisher(
+        &self,
+        entry: u32,
+        class: WakeClass,
+    ) -> Result<Publisher, ChannelAttachError> {
         let scratch = self.inner.pub_entry(entry).scratch.load(Ordering::SeqCst);
         let slots = self.inner.geom.slots();
         if scratch >= slots || self.inner.map.is_broken() {
@@ -1324,11 +1459,18 @@ impl Channel {
                 fault,
             });
         }
+        // Counted before the first message, so that a loop of the other
+        // class that looks at the count after this sees a publisher to
+        // look for (SeqCst: see `Channel::publishers_of_class`).
+        let pe = self.inner.pub_entry(entry);
+        pe.class.store(1 + class.index() as u64, Ordering::SeqCst);
+        self.inner.header().class_publishers[class.index()].fetch_add(1, Ordering::SeqCst);
         Ok(Publisher {
             ch: self.clone(),
             entry,
+            class,
             scratch,
-            pid: sys::getpid() as u64,
+            pid_word: sys::getpid() as u64 | class.pid_bit(),
             wakes: 0,
             published: 0,
             errors: 0,
@@ -1338,9 +1480,19 @@ impl Channel {
         })
     }
 
-    /// Attaches a subscriber that may wait on the channel, starting at the
-    /// next message to be published.
+    /// Attaches a best-effort subscriber that may wait on the channel,
+    /// starting at the next message to be published.
     pub fn subscriber(&self, proc_root: &Path) -> Result<Subscriber, ChannelAttachError> {
+        self.subscriber_as(WakeClass::BestEffort, proc_root)
+    }
+
+    /// Attaches a subscriber of wake class `class` (see [`crate::wake`]):
+    /// its waits are woken by publishers of that class only.
+    pub fn subscriber_as(
+        &self,
+        class: WakeClass,
+        proc_root: &Path,
+    ) -> Result<Subscriber, ChannelAttachError> {
         let me = my_owner_word(proc_root)?;
         let inner = &self.inner;
         let mut claimed = None;
@@ -1374,7 +1526,11 @@ impl Channel {
             }
         }
         match claimed {
-            Some(i) => Ok(self.make_reader(Some(i))),
+            Some(i) => {
+                let mut sub = self.make_reader(Some(i));
+                sub.class = class;
+                Ok(sub)
+            }
             None => Err(ChannelAttachError::Full {
                 path: inner.path.clone(),
                 what: "subscriber",
@@ -1409,7 +1565,9 @@ impl Channel {
         Subscriber {
             ch: self.clone(),
             entry,
+            class: WakeClass::BestEffort,
             next: self.next_index(),
+            wait_val: 0,
             buf: vec![0u64; words],
             lost: 0,
             armed: 0,
@@ -1506,6 +1664,10 @@ impl Channel {
     fn recover_publisher(&self, i: u32) {
         let inner = &self.inner;
         let e = inner.pub_entry(i);
+        // The dead owner's class count (a scribbled class word is ignored).
+        if let c @ 1..=2 = e.class.swap(0, Ordering::SeqCst) {
+            inner.header().class_publishers[c as usize - 1].fetch_sub(1, Ordering::SeqCst);
+        }
         let sw = e.swapping.load(Ordering::SeqCst);
         if sw != NONE {
             inner
@@ -1538,12 +1700,16 @@ impl Channel {
 
     fn recover_subscriber(&self, i: u32) {
         let h = self.inner.header();
-        let armed = self.inner.sub_entry(i).armed.swap(0, Ordering::SeqCst);
+        let e = self.inner.sub_entry(i);
         // The subscriber adds to `waiters` before its own `armed` and takes
         // from `armed` first, so `armed` never exceeds its share of
-        // `waiters`: subtracting it cannot hide a live waiter.
-        if armed > 0 {
-            h.waiters.fetch_sub(armed, Ordering::SeqCst);
+        // `waiters`: subtracting it cannot hide a live waiter. The same
+        // for `rt_armed` and `rt_waiters`.
+        for (armed, waiters) in [(&e.armed, &h.waiters), (&e.rt_armed, &h.rt_waiters)] {
+            let n = armed.swap(0, Ordering::SeqCst);
+            if n > 0 {
+                waiters.fetch_sub(n, Ordering::SeqCst);
+            }
         }
     }
 }
@@ -1644,8 +1810,10 @@ pub enum PublishStep {
 pub struct Publisher {
     ch: Channel,
     entry: u32,
+    class: WakeClass,
     scratch: u64,
-    pid: u64,
+    /// The pid and class stamped into each message's slot.
+    pid_word: u64,
     wakes: u64,
     published: u64,
     errors: u64,
@@ -1667,6 +1835,7 @@ pub(crate) struct BellListing {
     ch: Channel,
     slot: usize,
     listing: u64,
+    class: WakeClass,
 }
 
 impl Drop for BellListing {
@@ -1676,7 +1845,7 @@ impl Drop for BellListing {
             .compare_exchange(self.listing, 0, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            h.bell_count.fetch_sub(1, Ordering::SeqCst);
+            h.bells_of(self.class).fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -1768,6 +1937,10 @@ impl std::fmt::Debug for Publisher {
 impl Publisher {
     pub fn channel(&self) -> &Channel {
         &self.ch
+    }
+    /// Whose words this publisher wakes (see [`crate::wake`]).
+    pub fn class(&self) -> WakeClass {
+        self.class
     }
     /// Whether this publisher rings loops on the doorbell backend (it
     /// could open its directory's doorbell table).
@@ -1991,7 +2164,7 @@ impl Publisher {
             }
         }
         sh.size.store(len as u64, Ordering::Relaxed);
-        sh.pid.store(self.pid, Ordering::Relaxed);
+        sh.pid.store(self.pid_word, Ordering::Relaxed);
         let msg_len = len;
         let h = inner.header();
         let pe = inner.pub_entry(self.entry);
@@ -2138,38 +2311,9 @@ impl Publisher {
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             );
-            // Skipping the wake without losing one (store-buffer pattern,
-            // all four accesses SeqCst so they sit in one total order):
-            //   subscriber: waiters += 1 ; load index ; arm wait(index)
-            //   publisher:  index += 1   ; load waiters ; wake if > 0
-            // If we read waiters == 0, our index store precedes the
-            // subscriber's increment, so its index load (later) sees our
-            // message and it does not sleep on the old value (and the
-            // kernel's own check of the word would see it anyway). If the
-            // subscriber read the old index, its increment precedes our
-            // load, we see waiters > 0 and wake; a wait not yet queued in
-            // the kernel then finds the word changed and returns -EAGAIN.
-            let mut woke = if h.waiters.load(Ordering::SeqCst) != 0 {
-                let _ = sys::futex_wake_all(&h.next_index);
-                self.wakes += 1;
-                true
-            } else {
-                false
-            };
-            // Loops on the doorbell backend: ring each listed bell whose
-            // loop sleeps (the ordering argument is in `crate::doorbell`).
-            // Bounded by the fixed number of listings.
-            if h.bell_count.load(Ordering::SeqCst) != 0 {
-                if let Some(table) = &self.bells {
-                    for listing in &h.bells {
-                        let l = listing.load(Ordering::SeqCst);
-                        if l != 0 && table.ring(l) {
-                            self.wakes += 1;
-                            woke = true;
-                        }
-                    }
-                }
-            }
+            let wakes = wake(self.class, self.bells.as_deref(), h, qi.wrapping_add(1));
+            self.wakes += wakes;
+            let woke = wakes != 0;
             if inner.map.is_broken() {
                 // Written into the zero pages that replaced the file.
                 return Err(self.fault(ChannelFault::Truncated));
@@ -2188,15 +2332,79 @@ impl Publisher {
     }
 }
 
+/// Wakes the subscribers of `class` that sleep, after the message before
+/// index `next` was placed and the index advanced; returns the wake
+/// syscalls made. Only that class's words and bells are touched (see
+/// [`crate::wake`]).
+///
+/// Skipping the wake without losing one (store-buffer pattern, all
+/// four accesses SeqCst so they sit in one total order):
+///
+/// ```text
+/// subscriber: waiters += 1 ; [load rt_word] ; load index ; arm wait(word)
+/// publisher:  index += 1   ; [store rt_word] ; load waiters ; wake if > 0
+/// ```
+///
+/// If we read waiters == 0, our index CAS precedes the subscriber's
+/// increment, so its index load (later) sees our message and it does
+/// not sleep. If the subscriber read the old index, its increment
+/// precedes our load, we see waiters > 0 and wake; a wait not yet
+/// queued in the kernel then finds the word changed and returns
+/// -EAGAIN. For the best-effort word (the index itself) that change is
+/// our CAS. For `rt_word` it is our store: each real-time publish
+/// stores the index after its own message, a value no store before
+/// wrote (indexes are published once), and the kernel's `FUTEX_WAKE`
+/// orders the store before its look for waiters. The Release store and
+/// the subscriber's Acquire load of `rt_word` make a subscriber that
+/// sees our store see our index too, so it does not sleep on it.
+#[inline(always)]
+fn wake(class: WakeClass, bells: Option<&BellTable>, h: &Header, next: u64) -> u64 {
+    let mut wakes = 0;
+    let (count, rt) = match class {
+        WakeClass::BestEffort => {
+            if h.waiters.load(Ordering::SeqCst) != 0 {
+                let _ = sys::futex_wake_all(&h.next_index);
+                wakes += 1;
+            }
+            (&h.bell_count, 0)
+        }
+        WakeClass::RealTime => {
+            h.rt_word.store(next, Ordering::Release);
+            if h.rt_waiters.load(Ordering::SeqCst) != 0 {
+                let _ = sys::futex_wake_all(&h.rt_word);
+                wakes += 1;
+            }
+            (&h.rt_bell_count, RT_LISTING)
+        }
+    };
+    // Loops on the doorbell backend: ring each listed bell of this
+    // class whose loop sleeps (the ordering argument is in
+    // `crate::doorbell`). Bounded by the fixed number of listings.
+    if count.load(Ordering::SeqCst) != 0 {
+        if let Some(table) = bells {
+            for listing in &h.bells {
+                let l = listing.load(Ordering::SeqCst);
+                if l != 0 && l & RT_LISTING == rt && table.ring(l) {
+                    wakes += 1;
+                }
+            }
+        }
+    }
+    wakes
+}
+
 impl Drop for Publisher {
     fn drop(&mut self) {
+        let inner = &self.ch.inner;
+        let pe = inner.pub_entry(self.entry);
+        // Uncounted only if the entry still says we counted ourselves (a
+        // scribbled word leaves the count high: a needless look, no loss).
+        if pe.class.swap(0, Ordering::SeqCst) == 1 + self.class.index() as u64 {
+            inner.header().class_publishers[self.class.index()].fetch_sub(1, Ordering::SeqCst);
+        }
         // Release: our last scratch/swapping stores are visible to the next
         // owner, whose claim CAS is SeqCst.
-        self.ch
-            .inner
-            .pub_entry(self.entry)
-            .owner
-            .store(0, Ordering::Release);
+        pe.owner.store(0, Ordering::Release);
     }
 }
 
@@ -2206,6 +2414,8 @@ pub struct Message<'a> {
     pub index: u64,
     pub send_time_ns: u64,
     pub sender_pid: u32,
+    /// The wake class of its publisher.
+    pub sender_class: WakeClass,
     /// Messages skipped (overwritten before they were read) just before
     /// this one.
     pub lost_before: u64,
@@ -2246,6 +2456,8 @@ pub struct MessageMeta {
     pub index: u64,
     pub send_time_ns: u64,
     pub sender_pid: u32,
+    /// The wake class of its publisher.
+    pub sender_class: WakeClass,
     pub lost_before: u64,
     pub size: usize,
 }
@@ -2411,7 +2623,11 @@ fn read_view<R>(inner: &Inner, i: u64, body: impl FnOnce(&SlotView) -> R) -> Rea
 pub struct Subscriber {
     ch: Channel,
     entry: Option<u32>,
+    /// Whose word its waits arm on (see [`crate::wake`]).
+    class: WakeClass,
     next: u64,
+    /// A real-time subscriber's value of `rt_word` when it began its wait.
+    wait_val: u32,
     buf: Vec<u64>,
     lost: u64,
     armed: u64,
@@ -2605,6 +2821,7 @@ impl Subscriber {
                         index: i,
                         send_time_ns: time,
                         sender_pid: pid as u32,
+                        sender_class: WakeClass::of_pid_word(pid),
                         lost_before: lost,
                         size,
                     };
@@ -2630,6 +2847,7 @@ impl Subscriber {
             index: meta.index,
             send_time_ns: meta.send_time_ns,
             sender_pid: meta.sender_pid,
+            sender_class: meta.sender_class,
             lost_before: meta.lost_before,
             data,
         }
@@ -2661,6 +2879,7 @@ impl Subscriber {
                         index: i,
                         send_time_ns: time,
                         sender_pid: pid as u32,
+                        sender_class: WakeClass::of_pid_word(pid),
                         lost_before: 0,
                         size,
                     }));
@@ -2680,19 +2899,38 @@ impl Subscriber {
         Ok(self.latest_meta()?.map(|meta| self.staged(&meta)))
     }
 
-    /// The value to arm a futex wait with: the low 32 bits of the next
-    /// index this subscriber expects.
+    /// Whose word this subscriber's waits arm on (see [`crate::wake`]).
+    pub fn class(&self) -> WakeClass {
+        self.class
+    }
+
+    /// The value to arm a futex wait with, after [`Subscriber::begin_wait`]:
+    /// the low 32 bits of the next index this subscriber expects
+    /// (best-effort), or of `rt_word` as it was when the wait began
+    /// (real-time).
     pub(crate) fn wait_value(&self) -> u32 {
-        self.next as u32
+        match self.class {
+            WakeClass::BestEffort => self.next as u32,
+            WakeClass::RealTime => self.wait_val,
+        }
+    }
+
+    /// The entry's count of this subscriber's armed waits, for recovery.
+    fn armed_entry(&self) -> Option<&AtomicU64> {
+        let e = self.ch.inner.sub_entry(self.entry?);
+        Some(match self.class {
+            WakeClass::BestEffort => &e.armed,
+            WakeClass::RealTime => &e.rt_armed,
+        })
     }
 
     /// Counts a wait as armed (call before submitting it), so publishers
-    /// wake. Returns `false` (nothing counted) when new data is already
-    /// there and the wait need not be armed.
+    /// of this subscriber's class wake. Returns `false` (nothing counted)
+    /// when new data is already there and the wait need not be armed.
     ///
-    /// Ordering: the SeqCst increment of `waiters` comes before the SeqCst
-    /// load of the index (see the matching comment in
-    /// [`Publisher::publish`]): a publisher either sees our count or we see
+    /// Ordering: the SeqCst increment of the class's waiter count comes
+    /// before the (Acquire) load of `rt_word` and the SeqCst load of the
+    /// index (see [`wake`]): a publisher either sees our count or we see
     /// its message.
     pub(crate) fn begin_wait(&mut self) -> bool {
         let inner = &*self.ch.inner;
@@ -2700,11 +2938,16 @@ impl Subscriber {
             return false; // the next read reports the truncation
         }
         let h = inner.header();
-        h.waiters.fetch_add(1, Ordering::SeqCst);
-        if let Some(i) = self.entry {
-            inner.sub_entry(i).armed.fetch_add(1, Ordering::SeqCst);
+        h.waiters_of(self.class).fetch_add(1, Ordering::SeqCst);
+        if let Some(armed) = self.armed_entry() {
+            armed.fetch_add(1, Ordering::SeqCst);
         }
         self.armed += 1;
+        if self.class == WakeClass::RealTime {
+            // Acquire: pairs with the publisher's Release store, so a
+            // value that is new is followed by the index it announces.
+            self.wait_val = h.rt_word.load(Ordering::Acquire) as u32;
+        }
         // The broken flag after the loads: a truncation they ran into
         // has been noticed by then (the next read reports it).
         if h.next_index.load(Ordering::SeqCst) != self.next || inner.map.is_broken() {
@@ -2720,19 +2963,23 @@ impl Subscriber {
             return;
         }
         self.armed -= 1;
-        let inner = &*self.ch.inner;
-        if let Some(i) = self.entry {
-            inner.sub_entry(i).armed.fetch_sub(1, Ordering::SeqCst);
+        if let Some(armed) = self.armed_entry() {
+            armed.fetch_sub(1, Ordering::SeqCst);
         }
-        inner.header().waiters.fetch_sub(1, Ordering::SeqCst);
+        self.ch
+            .inner
+            .header()
+            .waiters_of(self.class)
+            .fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Blocks (plain `FUTEX_WAIT`) until a message is there or the timeout
-    /// passes. For simple programs and tests; event loops arm io_uring.
+    /// Blocks (plain `FUTEX_WAIT` on this subscriber's class's word) until
+    /// a message of its class is there or the timeout passes. For simple
+    /// programs and tests; event loops arm their own waits.
     pub fn wait(&mut self, timeout: Option<Duration>) {
         if self.begin_wait() {
             let _ = sys::futex_wait(
-                &self.ch.inner.header().next_index,
+                self.ch.inner.header().word_of(self.class),
                 self.wait_value(),
                 timeout.map(|d| d.as_nanos() as u64),
             );

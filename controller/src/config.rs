@@ -259,6 +259,11 @@ pub struct ChannelConfig {
     /// Send -> handler-start latency budget for subscribers.
     #[serde(default)]
     pub budget: Option<Dur>,
+    /// How late a message may reach a subscriber of the other wake class
+    /// (a real-time loop reading a best-effort publisher's message, or the
+    /// reverse; see [`crate::wake`]). Default 2ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_class_latency: Option<Dur>,
 }
 
 fn default_retention() -> Dur {
@@ -288,6 +293,12 @@ impl ChannelConfig {
     /// fit.
     pub fn queue_len(&self) -> u64 {
         self.checked_queue_len().unwrap_or(u64::MAX)
+    }
+
+    /// The cross-class bound: `cross_class_latency`, or the default.
+    pub fn cross_class_latency(&self) -> std::time::Duration {
+        self.cross_class_latency
+            .map_or(crate::channel::DEFAULT_CROSS_CLASS_LATENCY, |d| d.0)
     }
 
     /// Bytes of one slot: header plus payload, rounded to a cache line.
@@ -334,6 +345,19 @@ impl ChannelConfig {
                 out.push((
                     format!("{path}.budget"),
                     "budget 0 (expected a positive duration like `200us`)".into(),
+                ));
+            }
+        }
+        if let Some(b) = self.cross_class_latency {
+            use crate::channel::{MAX_CROSS_CLASS_LATENCY as MAX, MIN_CROSS_CLASS_LATENCY as MIN};
+            if !(MIN..=MAX).contains(&b.0) {
+                out.push((
+                    format!("{path}.cross_class_latency"),
+                    format!(
+                        "cross-class latency {b} is out of range (expected {} to {})",
+                        Dur(MIN),
+                        Dur(MAX)
+                    ),
                 ));
             }
         }
@@ -659,6 +683,7 @@ mod tests {
             rate: 1000,
             retention: Dur::from_millis(100),
             budget: None,
+            cross_class_latency: None,
         };
         assert_eq!(c.queue_len(), 128);
         assert_eq!(c.slot_bytes(), 128);
@@ -677,6 +702,7 @@ mod tests {
             rate: 2_000_000_000,
             retention: Dur(Duration::from_nanos(1 << 63)),
             budget: None,
+            cross_class_latency: None,
         };
         assert_eq!(c.checked_queue_len(), None);
         assert!(c.queue_len() > MAX_QUEUE_LEN);
@@ -717,6 +743,7 @@ mod tests {
             rate: 500,
             retention: Dur::from_millis(40),
             budget: None,
+            cross_class_latency: None,
         };
         let (ch, _) = crate::channel::Channel::create_from_config(
             dir.path(),

@@ -342,9 +342,10 @@ impl BellTable {
     }
 }
 
-/// The slot a listing names, if it is in range.
+/// The slot a listing names, if it is in range (the class bit,
+/// [`crate::wake::RT_LISTING`], aside).
 fn listing_slot(listing: u64) -> Option<u32> {
-    let i = (listing as u32).checked_sub(1)?;
+    let i = ((listing & !crate::wake::RT_LISTING) as u32).checked_sub(1)?;
     (i < BELLS).then_some(i)
 }
 
@@ -466,8 +467,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ch = channel(dir.path(), "/b");
         let b = bell(dir.path());
-        let _l = ch.list_bell(&b, Path::new(PROC)).unwrap();
-        assert_eq!(ch.bell_listings(), 1);
+        let _l = ch
+            .list_bell(&b, crate::WakeClass::BestEffort, Path::new(PROC))
+            .unwrap();
+        assert_eq!(ch.bell_listings(crate::WakeClass::BestEffort), 1);
         let mut p = ch.publisher(Path::new(PROC)).unwrap();
         assert!(p.rings_doorbells());
         // Awake: nothing to ring.
@@ -494,7 +497,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ch = channel(dir.path(), "/s");
         let b = bell(dir.path());
-        let _l = ch.list_bell(&b, Path::new(PROC)).unwrap();
+        let _l = ch
+            .list_bell(&b, crate::WakeClass::BestEffort, Path::new(PROC))
+            .unwrap();
         let ch2 = ch.clone();
         let t = std::thread::spawn(move || {
             let mut p = ch2.publisher(Path::new(PROC)).unwrap();
@@ -526,18 +531,27 @@ mod tests {
         // Loops that died: their listings stay, their bells are free.
         for _ in 0..crate::channel::BELL_ENTRIES {
             let b = bell(dir.path());
-            std::mem::forget(ch.list_bell(&b, Path::new(PROC)).unwrap());
+            std::mem::forget(
+                ch.list_bell(&b, crate::WakeClass::BestEffort, Path::new(PROC))
+                    .unwrap(),
+            );
         }
-        assert_eq!(ch.bell_listings(), crate::channel::BELL_ENTRIES as u64);
+        assert_eq!(
+            ch.bell_listings(crate::WakeClass::BestEffort),
+            crate::channel::BELL_ENTRIES as u64
+        );
         let mut live = Vec::new();
         let mut listings = Vec::new();
         for _ in 0..crate::channel::BELL_ENTRIES {
             let b = bell(dir.path());
-            listings.push(ch.list_bell(&b, Path::new(PROC)).unwrap());
+            listings.push(
+                ch.list_bell(&b, crate::WakeClass::BestEffort, Path::new(PROC))
+                    .unwrap(),
+            );
             live.push(b);
         }
         let extra = bell(dir.path());
-        match ch.list_bell(&extra, Path::new(PROC)) {
+        match ch.list_bell(&extra, crate::WakeClass::BestEffort, Path::new(PROC)) {
             Err(e @ ChannelAttachError::BellsFull { .. }) => {
                 assert!(e.to_string().contains("doorbell listings"), "{e}")
             }
@@ -545,7 +559,7 @@ mod tests {
             Ok(_) => panic!("a 33rd live listing was accepted"),
         }
         drop(listings);
-        assert_eq!(ch.bell_listings(), 0);
+        assert_eq!(ch.bell_listings(crate::WakeClass::BestEffort), 0);
     }
 
     #[test]
@@ -574,7 +588,9 @@ mod tests {
         let ch = channel(b.path(), "/x/y");
         assert_eq!(ch.shm_dir(), b.path());
         let bell = bell(a.path());
-        let e = ch.list_bell(&bell, Path::new(PROC)).unwrap_err();
+        let e = ch
+            .list_bell(&bell, crate::WakeClass::BestEffort, Path::new(PROC))
+            .unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.contains(&a.path().display().to_string())

@@ -53,6 +53,7 @@ use crate::shm::ShmSafe;
 use crate::sys::{self, FutexWaitv, WaitvResult};
 use crate::time::Monotonic;
 use crate::timing_report::{self, EntryKind, EntryStats, RawReport};
+use crate::wake::{Attach, AttachEnvError, AttachMismatchError, WakeClass};
 
 /// How the loop sleeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -265,6 +266,10 @@ pub enum EventLoopCreateError {
     Ring(io::Error),
     #[error("cannot create the timing channel of process `{process}`: {reason}")]
     Timing { process: String, reason: String },
+    #[error("the supervisor's environment is not one this runtime reads")]
+    Environment(#[source] AttachEnvError),
+    #[error("refused to attach")]
+    Attach(#[source] AttachMismatchError),
 }
 
 /// Running an event loop failed.
@@ -300,6 +305,8 @@ pub enum LoopChannelError {
     Open(#[from] ChannelOpenError),
     #[error(transparent)]
     Attach(#[from] ChannelAttachError),
+    #[error(transparent)]
+    Sched(#[from] AttachMismatchError),
 }
 
 /// How often a loop looks at its watched channels' indexes itself unless
@@ -338,6 +345,17 @@ pub struct LoopOptions {
     /// late; `None` trusts the wakes alone. Each look is one timer
     /// expiry of the loop (a few microseconds of its CPU).
     pub wake_check: Option<Duration>,
+    /// Whose words the loop's waits and senders use ([`crate::wake`]);
+    /// under the supervisor, robot.yaml's (`RTDEPLOY_WAKE_CLASS`). A
+    /// real-time loop sleeps on its doorbell unless `backend` says
+    /// otherwise.
+    pub class: WakeClass,
+    /// What robot.yaml gives the process, checked against the attaching
+    /// thread (see [`Attach::check`]); `None` checks nothing.
+    pub attach: Option<Attach>,
+    /// The supervisor's environment could not be read ([`LoopOptions::from_env`]):
+    /// [`EventLoop::new`] refuses to start with it.
+    pub env_error: Option<AttachEnvError>,
 }
 
 impl Default for LoopOptions {
@@ -348,6 +366,9 @@ impl Default for LoopOptions {
             proc_root: PathBuf::from("/proc"),
             shm_dir: PathBuf::from(SHM_DIR),
             wake_check: Some(DEFAULT_WAKE_CHECK),
+            class: WakeClass::BestEffort,
+            attach: None,
+            env_error: None,
         }
     }
 }
@@ -357,7 +378,9 @@ impl LoopOptions {
     /// `RTDEPLOY_SHM_DIR` (where channels are) and `RTDEPLOY_PROCESS`
     /// (timing reports are published when both are set), `RTDEPLOY_BACKEND`
     /// (`io_uring-futex`, `futex_waitv` or `doorbell`) to force a backend
-    /// (another value is said on stderr and the probe picks), `RTDEPLOY_WAKE_CHECK`
+    /// (another value is said on stderr and the probe picks),
+    /// `RTDEPLOY_WAKE_CLASS` and `RTDEPLOY_SCHED` (the wake class and the
+    /// policy robot.yaml gives the process, see [`crate::wake`]), `RTDEPLOY_WAKE_CHECK`
     /// (microseconds, 0 for none) for [`LoopOptions::wake_check`], and the
     /// supervisor's miss tracing ([`crate::miss_trace`]).
     pub fn from_env() -> LoopOptions {
@@ -396,6 +419,14 @@ impl LoopOptions {
             .and_then(|v| v.parse::<u64>().ok())
         {
             o.wake_check = (us > 0).then(|| Duration::from_micros(us));
+        }
+        match Attach::from_env() {
+            Ok(Some(a)) => {
+                o.class = a.class;
+                o.attach = Some(a);
+            }
+            Ok(None) => {}
+            Err(e) => o.env_error = Some(e),
         }
         o
     }
@@ -489,6 +520,9 @@ struct Watcher {
     total: u64,
     /// Doorbell backend: this loop's bell listed in the channel.
     listing: Option<BellListing>,
+    /// Half the channel's cross-class bound: how often the loop looks at
+    /// it while the other class publishes there (see [`crate::wake`]).
+    cross_look_ns: u64,
 }
 
 impl Watcher {
@@ -505,13 +539,10 @@ struct Timer {
     deadline: u64,
     period: u64,
     handler: Option<TimerFn>,
-    ts: Box<types::Timespec>,
+    /// Counted in the next sleep's deadline.
     armed: bool,
     due: bool,
     active: bool,
-    /// Bumped when the timer is rescheduled or disabled, so that the
-    /// completion of a timeout armed before is recognised as stale.
-    gen: u32,
     /// Periods skipped before the next run (told to the handler).
     missed: u64,
     control: Rc<Cell<TimerCommand>>,
@@ -705,16 +736,12 @@ impl Fetcher {
     }
 }
 
-// user_data: kind in the top byte, a timer's generation in bits 24..56,
-// the watcher's or timer's index in the low 24 bits.
+// user_data: kind in the top byte, the watcher's index in the low 24
+// bits. The ring holds futex waits only: timers are the wait's own
+// timeout (see `EventLoop::wait_uring`).
 const KIND_SHIFT: u32 = 56;
 const KIND_WATCH: u64 = 1 << KIND_SHIFT;
-const KIND_TIMER: u64 = 2 << KIND_SHIFT;
-/// A timeout removal (its completion carries nothing).
-const KIND_CANCEL: u64 = 3 << KIND_SHIFT;
 const INDEX_MASK: u64 = (1 << 24) - 1;
-const GEN_SHIFT: u32 = 24;
-const GEN_MASK: u64 = (1 << 32) - 1;
 /// `FUTEX_BITSET_MATCH_ANY`.
 const MATCH_ANY: u64 = 0xffff_ffff;
 
@@ -747,11 +774,31 @@ pub struct EventLoop {
     pid: u32,
     /// Doorbell backend: the loop's bell (claimed when it first runs).
     bell: Option<Bell>,
+    /// Whose words the loop arms and its senders wake.
+    class: WakeClass,
+    /// What robot.yaml gives the process (checked at each attach).
+    attach: Option<Attach>,
+    /// io_uring backend: the kernel takes absolute wait timeouts (6.12+);
+    /// cleared at the first refusal.
+    abs_timer: bool,
+    /// How often to look at channels where the other class publishes
+    /// (`None`: none does), and when the loop last did.
+    cross_look: Option<u64>,
+    last_cross_look: u64,
 }
 
 impl EventLoop {
-    /// A loop on the best backend the kernel offers (or the forced one).
+    /// A loop on the best backend the kernel offers for its wake class (or
+    /// the forced one): a real-time loop sleeps on its doorbell, whatever
+    /// the kernel offers (see [`crate::wake`] for why), a best-effort one
+    /// on the probe's best.
     pub fn new(opts: LoopOptions) -> Result<EventLoop, EventLoopCreateError> {
+        if let Some(e) = opts.env_error {
+            return Err(EventLoopCreateError::Environment(e));
+        }
+        if let Some(a) = &opts.attach {
+            a.check_current().map_err(EventLoopCreateError::Attach)?;
+        }
         let p = probe();
         let backend = match opts.backend {
             Some(Backend::IoUringFutex) if !p.io_uring_futex => {
@@ -769,6 +816,7 @@ impl EventLoop {
                 })
             }
             Some(b) => b,
+            None if opts.class == WakeClass::RealTime => Backend::Doorbell,
             // The doorbell backend needs nothing beyond plain futexes.
             None => p.backend.unwrap_or(Backend::Doorbell),
         };
@@ -791,6 +839,11 @@ impl EventLoop {
             before_arm: None,
             pid: sys::getpid(),
             bell: None,
+            class: opts.class,
+            attach: opts.attach,
+            abs_timer: true,
+            cross_look: None,
+            last_cross_look: 0,
         };
         if let Some(t) = opts.timing {
             lp.enable_reports(&t)?;
@@ -819,6 +872,7 @@ impl EventLoop {
         timing_report::fill_name(&mut raw.process, &t.process);
         raw.pid = self.pid as u64;
         raw.backend = self.backend.code();
+        raw.class = timing_report::class_code(self.class);
         let period = t.period.as_nanos().max(1) as u64;
         raw.period_ns = period;
         let timer = self.push_timer(
@@ -840,6 +894,17 @@ impl EventLoop {
     /// The backend in use.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// The loop's wake class.
+    pub fn class(&self) -> WakeClass {
+        self.class
+    }
+
+    /// Checks the calling thread against robot.yaml's policy, as every
+    /// attach does (see [`Attach::check`]).
+    fn check_attach(&self) -> Result<(), AttachMismatchError> {
+        self.attach.as_ref().map_or(Ok(()), |a| a.check_current())
     }
 
     /// Opens channel `name` in the loop's shm directory (the supervisor
@@ -913,7 +978,7 @@ impl EventLoop {
         &mut self,
         channel: &Channel,
         handler: impl FnMut(&mut Ctx, &Message) + 'static,
-    ) -> Result<(), ChannelAttachError> {
+    ) -> Result<(), LoopChannelError> {
         self.push_watcher(channel, Handler::Copy(Box::new(handler)))
     }
 
@@ -955,8 +1020,11 @@ impl EventLoop {
         &mut self,
         channel: &Channel,
         handler: Handler,
-    ) -> Result<(), ChannelAttachError> {
-        let sub = channel.subscriber(&self.proc_root)?;
+    ) -> Result<(), LoopChannelError> {
+        self.check_attach()?;
+        let sub = channel.subscriber_as(self.class, &self.proc_root)?;
+        let half =
+            (channel.geometry().cross_class.as_nanos() / 2).clamp(1, u64::MAX as u128) as u64;
         self.watchers.push(Watcher {
             name: channel.name().to_string(),
             sub,
@@ -970,14 +1038,16 @@ impl EventLoop {
             stats: EntryStats::default(),
             total: 0,
             listing: None,
+            cross_look_ns: half,
         });
         Ok(())
     }
 
     /// A byte publisher whose counts appear in this loop's reports (see
     /// [`EventLoop::watch_raw`]).
-    pub fn make_raw_sender(&mut self, channel: &Channel) -> Result<Sender, ChannelAttachError> {
-        let publisher = channel.publisher(&self.proc_root)?;
+    pub fn make_raw_sender(&mut self, channel: &Channel) -> Result<Sender, LoopChannelError> {
+        self.check_attach()?;
+        let publisher = channel.publisher_as(self.class, &self.proc_root)?;
         let counters = Rc::new(SenderCounters {
             count: Cell::new(0),
             errors: Cell::new(0),
@@ -1013,11 +1083,9 @@ impl EventLoop {
             deadline,
             period,
             handler,
-            ts: Box::new(types::Timespec::new()),
             armed: false,
             due: false,
             active: true,
-            gen: 0,
             missed: 0,
             control: Rc::new(Cell::new(TimerCommand::None)),
             stats: EntryStats::default(),
@@ -1032,19 +1100,15 @@ impl EventLoop {
         }
     }
 
-    /// Applies what timer handles asked for since the last look: a
-    /// disabled or rescheduled timer's armed timeout is removed and its
-    /// completion, if it comes anyway, is stale (another generation).
-    fn apply_timer_commands(&mut self) -> Result<(), EventLoopRunError> {
+    /// Applies what timer handles asked for since the last look (the next
+    /// sleep's deadline follows).
+    fn apply_timer_commands(&mut self) {
         for i in 0..self.timers.len() {
             let cmd = self.timers[i].control.replace(TimerCommand::None);
             if cmd == TimerCommand::None {
                 continue;
             }
             let t = &mut self.timers[i];
-            let was_armed = t.armed;
-            let old_ud = KIND_TIMER | (t.gen as u64) << GEN_SHIFT | i as u64;
-            t.gen = t.gen.wrapping_add(1);
             t.armed = false;
             t.due = false;
             t.missed = 0;
@@ -1057,15 +1121,8 @@ impl EventLoop {
                 }
                 TimerCommand::None => {}
             }
-            if was_armed && self.backend == Backend::IoUringFutex {
-                let sqe = opcode::TimeoutRemove::new(old_ud)
-                    .build()
-                    .user_data(KIND_CANCEL);
-                self.push(&sqe)?;
-            }
-            self.arm_timer(i)?;
+            self.arm_timer(i);
         }
-        Ok(())
     }
 
     /// A timer first due at `first_deadline_ns` (CLOCK_MONOTONIC), then
@@ -1133,6 +1190,7 @@ impl EventLoop {
         raw.time_ns = sys::monotonic_ns();
         raw.pid = self.pid as u64;
         raw.backend = self.backend.code();
+        raw.class = timing_report::class_code(self.class);
         let mut n = 0;
         for w in &self.watchers {
             if n < timing_report::MAX_ENTRIES {
@@ -1273,7 +1331,7 @@ impl EventLoop {
         if self.backend == Backend::FutexWaitv {
             return Ok(()); // the wait itself is issued in wait_waitv
         }
-        let word = w.sub.channel().futex_word();
+        let word = w.sub.channel().futex_word(self.class);
         let val = w.sub.wait_value() as u64;
         if let Some(h) = self.before_arm.as_mut() {
             h();
@@ -1284,23 +1342,15 @@ impl EventLoop {
         self.push(&sqe)
     }
 
-    fn arm_timer(&mut self, i: usize) -> Result<(), EventLoopRunError> {
+    /// Counts timer `i` in the next sleep's deadline, on every backend:
+    /// the deadline is the sleep's own timeout, never an io_uring timeout
+    /// request, whose expiry would add task_work to the ring from
+    /// `ktimers/N` (see [`crate::wake`]).
+    fn arm_timer(&mut self, i: usize) {
         let t = &mut self.timers[i];
-        if t.armed || t.due || !t.active {
-            return Ok(());
+        if !(t.armed || t.due || !t.active) {
+            t.armed = true;
         }
-        t.armed = true;
-        if self.backend != Backend::IoUringFutex {
-            return Ok(()); // the deadline is the sleep's timeout
-        }
-        *t.ts = types::Timespec::new()
-            .sec(t.deadline / 1_000_000_000)
-            .nsec((t.deadline % 1_000_000_000) as u32);
-        let sqe = opcode::Timeout::new(&*t.ts as *const types::Timespec)
-            .flags(types::TimeoutFlags::ABS)
-            .build()
-            .user_data(KIND_TIMER | (t.gen as u64) << GEN_SHIFT | i as u64);
-        self.push(&sqe)
     }
 
     /// Runs until a handler calls [`Ctx::exit`] or nothing is left to wait
@@ -1333,8 +1383,9 @@ impl EventLoop {
             self.arm_watcher(i)?;
         }
         for i in 0..self.timers.len() {
-            self.arm_timer(i)?;
+            self.arm_timer(i);
         }
+        self.look_across();
         let mut hooks = std::mem::take(&mut self.on_run);
         for h in &mut hooks {
             let now = sys::monotonic_ns();
@@ -1386,15 +1437,60 @@ impl EventLoop {
                 Backend::FutexWaitv => self.wait_waitv()?,
                 Backend::Doorbell => self.wait_doorbell()?,
             }
+            self.look_across();
         }
         Ok(())
     }
 
+    /// One sleep of the io_uring backend: submit what is queued and wait
+    /// for a completion, until the next deadline at the latest. The
+    /// deadline is the wait's own timeout (`IORING_ENTER_EXT_ARG`, absolute
+    /// with `IORING_ENTER_ABS_TIMER` from Linux 6.12, relative before): no
+    /// timeout request sits in the ring, so no timer expiry adds task_work
+    /// to it (see [`crate::wake`]). A relative timeout measured from just
+    /// before the call ends a little after the deadline, never before it.
     fn wait_uring(&mut self) -> Result<(), EventLoopRunError> {
+        let deadline = self.sleep_deadline();
         let ring = self.ring.as_mut().expect("ring built in run");
-        match ring.submit_and_wait(1) {
+        let r = match deadline {
+            None => ring.submit_and_wait(1),
+            Some(d) => {
+                let mut r = None;
+                if self.abs_timer {
+                    let ts = types::Timespec::new()
+                        .sec(d / 1_000_000_000)
+                        .nsec((d % 1_000_000_000) as u32);
+                    let args = types::SubmitArgs::new().timespec(&ts);
+                    match ring.submitter().submit_with_args_and_flags(
+                        1,
+                        &args,
+                        io_uring::EnterFlags::ABS_TIMER,
+                    ) {
+                        // A kernel before 6.12: relative timeouts from now on.
+                        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.abs_timer = false,
+                        other => r = Some(other),
+                    }
+                }
+                match r {
+                    Some(r) => r,
+                    None => {
+                        let rel = d.saturating_sub(sys::monotonic_ns());
+                        let ts = types::Timespec::new()
+                            .sec(rel / 1_000_000_000)
+                            .nsec((rel % 1_000_000_000) as u32);
+                        let args = types::SubmitArgs::new().timespec(&ts);
+                        ring.submitter().submit_with_args(1, &args)
+                    }
+                }
+            }
+        };
+        match r {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::ETIME)
+                ) => {}
             Err(e) => return Err(EventLoopRunError::Enter(e)),
         }
         let ring = self.ring.as_mut().expect("ring built in run");
@@ -1402,37 +1498,65 @@ impl EventLoop {
             let ud = cqe.user_data();
             let res = cqe.result();
             let idx = (ud & INDEX_MASK) as usize;
-            match ud & (0xff << KIND_SHIFT) {
-                KIND_WATCH => {
-                    let w = &mut self.watchers[idx];
-                    w.armed = false;
-                    w.sub.end_wait();
-                    w.ready = true;
-                    if res == -libc::EAGAIN {
-                        w.stats.eagain += 1;
-                    } else if res == -libc::EFAULT && Self::fail_if_truncated(w) {
-                        // Counted; the rest of the loop runs on.
-                    } else if res < 0 && res != -libc::EINTR && res != -libc::ECANCELED {
-                        let w = &self.watchers[idx];
-                        return Err(EventLoopRunError::Wait {
-                            channel: w.name.clone(),
-                            errno: io::Error::from_raw_os_error(-res),
-                        });
-                    }
-                }
-                KIND_TIMER => {
-                    let t = &mut self.timers[idx];
-                    // A timeout of an earlier generation (the timer was
-                    // rescheduled or disabled since) means nothing.
-                    if (ud >> GEN_SHIFT) & GEN_MASK == t.gen as u64 {
-                        t.armed = false;
-                        t.due = true;
-                    }
-                }
-                _ => {}
+            // Only futex waits are ever submitted; anything else is not ours.
+            if ud & (0xff << KIND_SHIFT) != KIND_WATCH || idx >= self.watchers.len() {
+                continue;
+            }
+            let w = &mut self.watchers[idx];
+            w.armed = false;
+            w.sub.end_wait();
+            w.ready = true;
+            if res == -libc::EAGAIN {
+                w.stats.eagain += 1;
+            } else if res == -libc::EFAULT && Self::fail_if_truncated(w) {
+                // Counted; the rest of the loop runs on.
+            } else if res < 0 && res != -libc::EINTR && res != -libc::ECANCELED {
+                let w = &self.watchers[idx];
+                return Err(EventLoopRunError::Wait {
+                    channel: w.name.clone(),
+                    errno: io::Error::from_raw_os_error(-res),
+                });
             }
         }
+        self.expire_timers();
         Ok(())
+    }
+
+    /// When the next sleep must end: the earliest armed timer, and the
+    /// next look for messages of the other wake class (see
+    /// [`EventLoop::look_across`]).
+    fn sleep_deadline(&self) -> Option<u64> {
+        let timers = self.next_timer_deadline();
+        let cross = self
+            .cross_look
+            .map(|every| self.last_cross_look.saturating_add(every));
+        match (timers, cross) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// After every wake: looks at each watched channel that has publishers
+    /// of the other wake class, whose messages no wake of ours announces
+    /// (see [`crate::wake`]), and decides whether the next sleep must end
+    /// in time for the next look: half the shortest cross-class bound of
+    /// those channels after this one. One load per watched channel (two
+    /// where the other class publishes); no syscall.
+    fn look_across(&mut self) {
+        let other = self.class.other();
+        let now = sys::monotonic_ns();
+        let mut every: Option<u64> = None;
+        for w in &mut self.watchers {
+            if w.failed.is_some() || w.sub.channel().publishers_of_class(other) == 0 {
+                continue;
+            }
+            every = Some(every.map_or(w.cross_look_ns, |e| e.min(w.cross_look_ns)));
+            if !w.ready && w.staged.is_none() && w.sub.has_new() {
+                w.ready = true;
+            }
+        }
+        self.cross_look = every;
+        self.last_cross_look = now;
     }
 
     fn wait_waitv(&mut self) -> Result<(), EventLoopRunError> {
@@ -1456,14 +1580,14 @@ impl EventLoop {
             if w.armed {
                 self.waitv.push(FutexWaitv {
                     val: w.sub.wait_value() as u64,
-                    uaddr: w.sub.channel().futex_word() as u64,
+                    uaddr: w.sub.channel().futex_word(self.class) as u64,
                     flags: sys::FUTEX2_SIZE_U32,
                     reserved: 0,
                 });
                 self.waitv_owner.push(i);
             }
         }
-        let deadline = self.next_timer_deadline();
+        let deadline = self.sleep_deadline();
         let r = if self.waitv.is_empty() {
             if let Some(d) = deadline {
                 sleep_until_ns(d);
@@ -1543,7 +1667,7 @@ impl EventLoop {
             let listing = w
                 .sub
                 .channel()
-                .list_bell(bell, &self.proc_root)
+                .list_bell(bell, self.class, &self.proc_root)
                 .map_err(|source| EventLoopRunError::Listing {
                     channel: w.name.clone(),
                     source,
@@ -1569,7 +1693,7 @@ impl EventLoop {
         for i in 0..self.watchers.len() {
             self.arm_watcher(i)?;
         }
-        let deadline = self.next_timer_deadline();
+        let deadline = self.sleep_deadline();
         let Some(bell) = self.bell.as_ref() else {
             // Nothing watched: timers only.
             if let Some(d) = deadline {
@@ -1673,7 +1797,7 @@ impl EventLoop {
             if self.exit {
                 return Ok(());
             }
-            self.apply_timer_commands()?;
+            self.apply_timer_commands();
             let mut best: Option<(u64, bool, usize)> = None;
             for i in 0..self.watchers.len() {
                 self.refill(i)?;
@@ -1742,6 +1866,9 @@ impl EventLoop {
                 w.untold_lost = 0;
                 let end = sys::monotonic_ns();
                 w.stats.record(now.saturating_sub(event_ns), end - now);
+                if meta.sender_class != self.class {
+                    w.stats.record_cross_class(now.saturating_sub(event_ns));
+                }
                 w.total += 1;
             } else {
                 let end = if self.report_timer == Some(i) {
@@ -1778,7 +1905,7 @@ impl EventLoop {
                         next += skipped * t.period;
                     }
                     t.deadline = next;
-                    self.arm_timer(i)?;
+                    self.arm_timer(i);
                 }
             }
         }

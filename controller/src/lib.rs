@@ -34,7 +34,9 @@ pub mod shm;
 pub mod sys;
 pub mod time;
 pub mod timing_report;
+pub mod wake;
 
 pub use channel::{Channel, ChannelGeometry, Message, Publisher, SlotView, Subscriber};
 pub use shm::ShmSafe;
 pub use time::Monotonic;
+pub use wake::WakeClass;

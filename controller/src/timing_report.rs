@@ -11,11 +11,13 @@
 //!
 //! # Layouts
 //!
-//! The report's first word names its layout (`RTDTIME3` now). A robot
-//! updated in parts runs controllers built against an earlier runtime, so
-//! [`read_latest`] also reads the previous layout (`RTDTIME2`: no median,
-//! nothing since start; those fields are `None`), on its own channel
-//! geometry, and names any other layout as one it does not know.
+//! The report's first word names its layout (`RTDTIME4` now: the loop's
+//! wake class and each watcher's cross-class deliveries). Logs keep
+//! reports of earlier layouts, and [`TimingReport::decode`] and
+//! [`read_latest`] also read `RTDTIME3` (no wake class, no cross-class
+//! figures) and `RTDTIME2` (no median, nothing since start either), each
+//! on its own channel geometry, with what they lack `None`, and name any
+//! other layout as one they do not know.
 
 use std::path::Path;
 
@@ -148,9 +150,21 @@ pub struct EntryStats {
     pub healed: u64,
     /// Faults of the channel (corrupt or truncated shared memory).
     pub faults: u64,
+    /// Messages handled whose publisher was of the other wake class (see
+    /// [`crate::wake`]), and their wakeup latency.
+    pub cross_class: u64,
+    pub cross_latency: Histogram,
 }
 
 impl EntryStats {
+    /// Counts one handled message of a publisher of the other wake class
+    /// (after [`EntryStats::record`]).
+    #[inline]
+    pub fn record_cross_class(&mut self, latency_ns: u64) {
+        self.cross_class += 1;
+        self.cross_latency.record(latency_ns);
+    }
+
     /// Records one handled event: its wakeup latency (in the period's and
     /// the since-start histograms) and its handler run.
     #[inline]
@@ -175,7 +189,9 @@ impl EntryStats {
 pub const MAX_ENTRIES: usize = 32;
 const NAME_BYTES: usize = 48;
 /// The layout published now.
-pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"RTDTIME3");
+pub const REPORT_MAGIC: u64 = u64::from_le_bytes(*b"RTDTIME4");
+/// The layout before wake classes.
+pub const REPORT_MAGIC_V3: u64 = u64::from_le_bytes(*b"RTDTIME3");
 /// The layout before the median and since-start figures.
 pub const REPORT_MAGIC_V2: u64 = u64::from_le_bytes(*b"RTDTIME2");
 /// What every layout's magic starts with.
@@ -208,6 +224,11 @@ pub struct RawEntry {
     pub since_start_latency_p50: u64,
     pub since_start_latency_p99: u64,
     pub since_start_latency_max: u64,
+    /// Messages of the window from publishers of the other wake class,
+    /// and their wakeup latency's p99 and longest.
+    pub cross_class: u64,
+    pub cross_class_p99: u64,
+    pub cross_class_max: u64,
 }
 }
 
@@ -220,8 +241,10 @@ pub struct RawReport {
     pub seq: u64,
     pub time_ns: u64,
     pub period_ns: u64,
-    /// 1 = io_uring futex, 2 = futex_waitv.
+    /// [`crate::event_loop::Backend::code`].
     pub backend: u64,
+    /// The loop's wake class: 1 real-time, 2 best-effort (0 unknown).
+    pub class: u64,
     pub process: [u8; 64],
     pub entries: u64,
     pub entry: [RawEntry; MAX_ENTRIES],
@@ -237,6 +260,7 @@ impl Default for RawReport {
             time_ns: 0,
             period_ns: 0,
             backend: 0,
+            class: 0,
             process: [0; 64],
             entries: 0,
             entry: [RawEntry {
@@ -261,10 +285,61 @@ impl Default for RawReport {
                 since_start_latency_p50: 0,
                 since_start_latency_p99: 0,
                 since_start_latency_max: 0,
+                cross_class: 0,
+                cross_class_p99: 0,
+                cross_class_max: 0,
             }; MAX_ENTRIES],
         }
     }
 }
+
+/// The layout before wake classes (`RTDTIME3`): read, never written.
+mod v3 {
+    use super::{MAX_ENTRIES, NAME_BYTES};
+
+    crate::shm_struct! {
+    #[derive(Debug)]
+    pub struct RawEntryV3 {
+        pub kind: u64,
+        pub name: [u8; NAME_BYTES],
+        pub count: u64,
+        pub latency_min: u64,
+        pub latency_avg: u64,
+        pub latency_p99: u64,
+        pub latency_max: u64,
+        pub handler_avg: u64,
+        pub handler_p99: u64,
+        pub handler_max: u64,
+        pub eagain: u64,
+        pub lost: u64,
+        pub missed: u64,
+        pub errors: u64,
+        pub total: u64,
+        pub healed: u64,
+        pub faults: u64,
+        pub latency_p50: u64,
+        pub since_start_latency_p50: u64,
+        pub since_start_latency_p99: u64,
+        pub since_start_latency_max: u64,
+    }
+    }
+
+    crate::shm_struct! {
+    #[derive(Debug)]
+    pub struct RawReportV3 {
+        pub magic: u64,
+        pub pid: u64,
+        pub seq: u64,
+        pub time_ns: u64,
+        pub period_ns: u64,
+        pub backend: u64,
+        pub process: [u8; 64],
+        pub entries: u64,
+        pub entry: [RawEntryV3; MAX_ENTRIES],
+    }
+    }
+}
+use v3::RawReportV3;
 
 /// The previous layout (`RTDTIME2`), as controllers built before the
 /// median and the since-start figures publish it: read, never written.
@@ -351,6 +426,9 @@ impl RawEntry {
         self.total = total;
         self.healed = s.healed;
         self.faults = s.faults;
+        self.cross_class = s.cross_class;
+        self.cross_class_p99 = s.cross_latency.quantile(0.99);
+        self.cross_class_max = s.cross_latency.max();
     }
 }
 
@@ -398,6 +476,15 @@ pub struct EntryReport {
     /// Faults of the channel: corrupt or truncated shared memory.
     #[serde(default)]
     pub faults: u64,
+    /// Messages from publishers of the other wake class (see
+    /// [`crate::wake`]), with the p99 and longest of their wakeup latency
+    /// (`None` from a report of an earlier layout).
+    #[serde(default)]
+    pub cross_class: Option<u64>,
+    #[serde(default)]
+    pub cross_class_p99_ns: Option<u64>,
+    #[serde(default)]
+    pub cross_class_max_ns: Option<u64>,
 }
 
 /// A timing report as the supervisor reads it.
@@ -410,10 +497,14 @@ pub struct TimingReport {
     /// CLOCK_MONOTONIC when published, nanoseconds.
     pub time_ns: u64,
     pub period_ns: u64,
-    /// `io_uring-futex` or `futex_waitv`.
+    /// `io_uring-futex`, `futex_waitv` or `doorbell`.
     pub backend: String,
-    /// The binary layout it was published in: 3, or 2 from a controller
-    /// built against the previous runtime (no median, nothing since start).
+    /// The loop's wake class (`real-time`, `best-effort`; `None` from a
+    /// report of an earlier layout).
+    #[serde(default)]
+    pub class: Option<crate::wake::WakeClass>,
+    /// The binary layout it was published in: 4, or 3 or 2 from a
+    /// controller built against an earlier runtime.
     #[serde(default = "current_layout")]
     pub layout: u32,
     pub entries: Vec<EntryReport>,
@@ -424,7 +515,10 @@ fn current_layout() -> u32 {
 }
 
 /// The layout version [`REPORT_MAGIC`] names.
-pub const LAYOUT: u32 = 3;
+pub const LAYOUT: u32 = 4;
+/// The first layout with the median and the since-start figures (reports
+/// of earlier ones show those as `-`).
+pub const LAYOUT_WITH_MEDIANS: u32 = 3;
 
 fn kind_of(code: u64) -> Option<EntryKind> {
     match code {
@@ -432,6 +526,23 @@ fn kind_of(code: u64) -> Option<EntryKind> {
         2 => Some(EntryKind::Timer),
         3 => Some(EntryKind::Sender),
         _ => None,
+    }
+}
+
+/// The wake class a report's code stands for.
+fn class_of(code: u64) -> Option<crate::wake::WakeClass> {
+    match code {
+        1 => Some(crate::wake::WakeClass::RealTime),
+        2 => Some(crate::wake::WakeClass::BestEffort),
+        _ => None,
+    }
+}
+
+/// The code a report carries for a wake class.
+pub fn class_code(class: crate::wake::WakeClass) -> u64 {
+    match class {
+        crate::wake::WakeClass::RealTime => 1,
+        crate::wake::WakeClass::BestEffort => 2,
     }
 }
 
@@ -444,7 +555,7 @@ fn backend_name(code: u64) -> String {
 /// Why published bytes are not a report this reader can decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReportDecodeError {
-    #[error("a timing report in layout {magic}, which this reader does not know (it reads RTDTIME3 and RTDTIME2)")]
+    #[error("a timing report in layout {magic}, which this reader does not know (it reads RTDTIME4, RTDTIME3 and RTDTIME2)")]
     UnknownLayout { magic: String },
     #[error("{len} bytes that are not a timing report")]
     Garbled { len: usize },
@@ -482,6 +593,9 @@ impl TimingReport {
                     errors: e.errors,
                     healed: e.healed,
                     faults: e.faults,
+                    cross_class: Some(e.cross_class),
+                    cross_class_p99_ns: Some(e.cross_class_p99),
+                    cross_class_max_ns: Some(e.cross_class_max),
                 })
             })
             .collect();
@@ -492,9 +606,58 @@ impl TimingReport {
             time_ns: r.time_ns,
             period_ns: r.period_ns,
             backend: backend_name(r.backend),
+            class: class_of(r.class),
             layout: LAYOUT,
             entries,
         })
+    }
+
+    /// Decodes a report of the layout before wake classes: what it has,
+    /// the class and the cross-class figures `None`.
+    fn from_raw_v3(r: &RawReportV3) -> TimingReport {
+        let n = (r.entries as usize).min(MAX_ENTRIES);
+        let entries = r.entry[..n]
+            .iter()
+            .filter_map(|e| {
+                Some(EntryReport {
+                    kind: kind_of(e.kind)?,
+                    name: name_of(&e.name),
+                    count: e.count,
+                    total: e.total,
+                    latency_min_ns: e.latency_min,
+                    latency_avg_ns: e.latency_avg,
+                    latency_p50_ns: Some(e.latency_p50),
+                    latency_p99_ns: e.latency_p99,
+                    latency_max_ns: e.latency_max,
+                    since_start_latency_p50_ns: Some(e.since_start_latency_p50),
+                    since_start_latency_p99_ns: Some(e.since_start_latency_p99),
+                    since_start_latency_max_ns: Some(e.since_start_latency_max),
+                    handler_avg_ns: e.handler_avg,
+                    handler_p99_ns: e.handler_p99,
+                    handler_max_ns: e.handler_max,
+                    eagain: e.eagain,
+                    lost: e.lost,
+                    missed: e.missed,
+                    errors: e.errors,
+                    healed: e.healed,
+                    faults: e.faults,
+                    cross_class: None,
+                    cross_class_p99_ns: None,
+                    cross_class_max_ns: None,
+                })
+            })
+            .collect();
+        TimingReport {
+            process: name_of(&r.process),
+            pid: r.pid as u32,
+            seq: r.seq,
+            time_ns: r.time_ns,
+            period_ns: r.period_ns,
+            backend: backend_name(r.backend),
+            class: None,
+            layout: 3,
+            entries,
+        }
     }
 
     /// Decodes a report of the previous layout: what it has, the median
@@ -526,6 +689,9 @@ impl TimingReport {
                     errors: e.errors,
                     healed: e.healed,
                     faults: e.faults,
+                    cross_class: None,
+                    cross_class_p99_ns: None,
+                    cross_class_max_ns: None,
                 })
             })
             .collect();
@@ -536,6 +702,7 @@ impl TimingReport {
             time_ns: r.time_ns,
             period_ns: r.period_ns,
             backend: backend_name(r.backend),
+            class: None,
             layout: 2,
             entries,
         }
@@ -554,6 +721,9 @@ impl TimingReport {
             REPORT_MAGIC => crate::shm::from_bytes::<RawReport>(data)
                 .as_ref()
                 .and_then(TimingReport::from_raw)
+                .ok_or(garbled),
+            REPORT_MAGIC_V3 => crate::shm::from_bytes::<RawReportV3>(data)
+                .map(|r| TimingReport::from_raw_v3(&r))
                 .ok_or(garbled),
             REPORT_MAGIC_V2 => crate::shm::from_bytes::<RawReportV2>(data)
                 .map(|r| TimingReport::from_raw_v2(&r))
@@ -576,9 +746,13 @@ pub fn timing_geometry() -> ChannelGeometry {
     geometry_for(std::mem::size_of::<RawReport>())
 }
 
-/// Geometry of a timing channel of the previous layout (`RTDTIME2`).
-fn timing_geometry_v2() -> ChannelGeometry {
-    geometry_for(std::mem::size_of::<RawReportV2>())
+/// Geometries of timing channels of the earlier layouts (`RTDTIME3`,
+/// `RTDTIME2`), told apart by their slot size.
+fn earlier_geometries() -> [ChannelGeometry; 2] {
+    [
+        geometry_for(std::mem::size_of::<RawReportV3>()),
+        geometry_for(std::mem::size_of::<RawReportV2>()),
+    ]
 }
 
 fn geometry_for(report_bytes: usize) -> ChannelGeometry {
@@ -593,7 +767,7 @@ pub enum TimingReadError {
         process: String,
         source: ChannelOpenError,
     },
-    #[error("timing channel {path} has slots of {slot_bytes} bytes: a timing report layout this reader does not know (it reads RTDTIME3 and RTDTIME2)")]
+    #[error("timing channel {path} has slots of {slot_bytes} bytes: a timing report layout this reader does not know (it reads RTDTIME4, RTDTIME3 and RTDTIME2)")]
     UnknownGeometry { path: String, slot_bytes: u64 },
     #[error("timing channel {path} holds {source}")]
     Decode {
@@ -609,7 +783,7 @@ pub enum TimingReadError {
 ///
 /// The file belongs to another process and may hold anything: its geometry
 /// is checked against [`timing_geometry`] (or, when only its slot size
-/// differs, the previous layout's) before it is mapped (nothing is
+/// differs, an earlier layout's) before it is mapped (nothing is
 /// prefaulted), the read is bounded, and a truncated file is an error, so
 /// the caller (the supervisor's loop) never blocks or grows on it.
 pub fn read_latest(shm_dir: &Path, process: &str) -> Result<Option<TimingReport>, TimingReadError> {
@@ -628,13 +802,15 @@ pub fn read_latest(shm_dir: &Path, process: &str) -> Result<Option<TimingReport>
             found,
             ..
         }) => {
-            let old = timing_geometry_v2();
-            if found != old.slot_bytes {
+            let Some(old) = earlier_geometries()
+                .into_iter()
+                .find(|g| g.slot_bytes == found)
+            else {
                 return Err(TimingReadError::UnknownGeometry {
                     path: path.display().to_string(),
                     slot_bytes: found,
                 });
-            }
+            };
             Channel::open_to_inspect(shm_dir, &name, &old).map_err(open_err)?
         }
         Err(source) => return Err(open_err(source)),
@@ -734,7 +910,7 @@ mod tests {
             ),
             (Some(5_119), Some(7_000), Some(7_000))
         );
-        assert_eq!(back.layout, 3);
+        assert_eq!(back.layout, 4);
         let json = serde_json::to_string(&back).unwrap();
         let again: TimingReport = serde_json::from_str(&json).unwrap();
         assert_eq!(again, back);
@@ -831,10 +1007,10 @@ mod tests {
     fn the_layouts_have_different_slot_sizes() {
         // How a reader tells an old channel from a current one before
         // mapping it.
-        assert_ne!(
-            timing_geometry().slot_bytes,
-            timing_geometry_v2().slot_bytes
-        );
+        let [v3, v2] = earlier_geometries();
+        let now = timing_geometry().slot_bytes;
+        assert!(now != v3.slot_bytes && now != v2.slot_bytes && v3.slot_bytes != v2.slot_bytes);
         assert_eq!(std::mem::size_of::<RawReportV2>(), 5752);
+        assert_eq!(std::mem::size_of::<RawReportV3>(), 5752 + 32 * 4 * 8);
     }
 }

@@ -1,8 +1,9 @@
-//! Timing reports of the previous binary layout (`RTDTIME2`, published by
+//! Timing reports of the earlier binary layouts (`RTDTIME2`, published by
 //! controllers built against the runtime before the median and the
-//! since-start figures) are read back with what they carry; a layout the
-//! reader does not know is named as such. The old layout's bytes are built
-//! here from its field list, not from the runtime's own definition of it.
+//! since-start figures, and `RTDTIME3`, before wake classes) are read back
+//! with what they carry; a layout the reader does not know is named as
+//! such. The old layouts' bytes are built here from their field lists, not
+//! from the runtime's own definitions of them.
 
 use std::path::Path;
 
@@ -21,6 +22,10 @@ const PROC: &str = "/proc";
 const V2_HEAD: usize = 120;
 const V2_ENTRY: usize = 176;
 const V2_BYTES: usize = V2_HEAD + 32 * V2_ENTRY;
+/// `RTDTIME3`: the same head, entries of 208 bytes (the 176 of `RTDTIME2`,
+/// then latency p50, since-start p50, p99 and max).
+const V3_ENTRY: usize = V2_ENTRY + 32;
+const V3_BYTES: usize = V2_HEAD + 32 * V3_ENTRY;
 
 struct V2Entry<'a> {
     kind: u64,
@@ -167,20 +172,76 @@ fn a_report_of_the_previous_layout_is_read_with_what_it_carries() {
     let mut raw = RawReport {
         pid: 4243,
         seq: 1,
+        class: 1,
         ..RawReport::default()
     };
     raw.entries = 1;
     raw.entry[0].kind = 2;
     raw.entry[0].latency_p50 = 3_000;
     raw.entry[0].since_start_latency_max = 77_000;
+    raw.entry[0].cross_class = 12;
+    raw.entry[0].cross_class_max = 900_000;
     ch.publisher(Path::new(PROC))
         .unwrap()
         .publish_value(&raw)
         .unwrap();
     let r = read_latest(dir.path(), "old").unwrap().unwrap();
-    assert_eq!((r.layout, r.pid), (3, 4243));
+    assert_eq!((r.layout, r.pid), (4, 4243));
+    assert_eq!(r.class, Some(controller::WakeClass::RealTime));
     assert_eq!(r.entries[0].latency_p50_ns, Some(3_000));
     assert_eq!(r.entries[0].since_start_latency_max_ns, Some(77_000));
+    assert_eq!(
+        (r.entries[0].cross_class, r.entries[0].cross_class_max_ns),
+        (Some(12), Some(900_000))
+    );
+}
+
+#[test]
+fn a_report_of_the_layout_before_wake_classes_is_read_with_what_it_carries() {
+    let dir = tempfile::tempdir().unwrap();
+    let ch = channel_for(dir.path(), "v3", V3_BYTES);
+    let mut b = vec![0u8; V3_BYTES];
+    b[..8].copy_from_slice(b"RTDTIME3");
+    put(&mut b, 8, 77);
+    put(&mut b, 16, 3);
+    put(&mut b, 32, 1_000_000_000);
+    put(&mut b, 40, 1); // io_uring-futex
+    b[48..50].copy_from_slice(b"v3");
+    put(&mut b, 112, 1);
+    let at = V2_HEAD;
+    put(&mut b, at, 1);
+    b[at + 8..at + 12].copy_from_slice(b"/imu");
+    for j in 0..15 {
+        put(&mut b, at + 56 + 8 * j, 100 + j as u64);
+    }
+    for (j, v) in [4_000u64, 5_000, 6_000, 7_000].iter().enumerate() {
+        put(&mut b, at + V2_ENTRY + 8 * j, *v);
+    }
+    publish(&ch, &b);
+    let r = read_latest(dir.path(), "v3").unwrap().unwrap();
+    assert_eq!((r.layout, r.pid, r.seq), (3, 77, 3));
+    assert_eq!(r.backend, "io_uring-futex");
+    assert_eq!(r.class, None);
+    let e = &r.entries[0];
+    assert_eq!(
+        (e.kind, e.name.as_str(), e.count),
+        (EntryKind::Watcher, "/imu", 100)
+    );
+    assert_eq!(e.latency_p50_ns, Some(4_000));
+    assert_eq!(
+        (
+            e.since_start_latency_p50_ns,
+            e.since_start_latency_p99_ns,
+            e.since_start_latency_max_ns
+        ),
+        (Some(5_000), Some(6_000), Some(7_000))
+    );
+    assert_eq!((e.healed, e.faults), (113, 114));
+    // What the layout does not carry is absent, not zero.
+    assert_eq!(
+        (e.cross_class, e.cross_class_p99_ns, e.cross_class_max_ns),
+        (None, None, None)
+    );
 }
 
 #[test]
@@ -196,12 +257,12 @@ fn a_layout_the_reader_does_not_know_is_named_so() {
     );
     let msg = e.to_string();
     assert!(msg.contains("does not know"), "{msg}");
-    assert!(msg.contains("RTDTIME3 and RTDTIME2"), "{msg}");
+    assert!(msg.contains("RTDTIME4, RTDTIME3 and RTDTIME2"), "{msg}");
 
     // The current geometry, another layout's magic.
     let ch = channel_for(dir.path(), "magic", std::mem::size_of::<RawReport>());
     let raw = RawReport {
-        magic: u64::from_le_bytes(*b"RTDTIME4"),
+        magic: u64::from_le_bytes(*b"RTDTIME5"),
         ..RawReport::default()
     };
     ch.publisher(Path::new(PROC))
@@ -210,7 +271,7 @@ fn a_layout_the_reader_does_not_know_is_named_so() {
         .unwrap();
     let msg = read_latest(dir.path(), "magic").unwrap_err().to_string();
     assert!(
-        msg.contains("a timing report in layout RTDTIME4, which this reader does not know"),
+        msg.contains("a timing report in layout RTDTIME5, which this reader does not know"),
         "{msg}"
     );
 

@@ -186,7 +186,7 @@ fn json_report_matches_the_schema_and_files_follow_their_formats() {
         doc["verdict"],
         if code == Some(0) { "pass" } else { "fail" }
     );
-    assert_eq!(doc["scenario"]["mechanisms"][0], "io_uring");
+    assert_eq!(doc["scenario"]["mechanisms"][0], "doorbell");
     // The timer worker pinned itself to its isolated CPU.
     let notes = doc["notes"].as_array().unwrap();
     assert!(
@@ -360,12 +360,13 @@ fn boot_check_writes_its_report_under_the_prefix() {
     );
 }
 
-/// The seven mechanisms in the order `--compare` runs them, with their
+/// The eight mechanisms in the order `--compare` runs them, with their
 /// table labels.
-const MECHANISMS: [(&str, &str); 7] = [
+const MECHANISMS: [(&str, &str); 8] = [
+    ("doorbell", "doorbell"),
     ("io_uring", "io_uring futex (armed)"),
     ("futex_waitv", "futex_waitv"),
-    ("doorbell", "doorbell"),
+    ("io_uring_shared", "io_uring futex, one word"),
     ("futex", "futex"),
     ("eventfd", "eventfd"),
     ("signalfd", "RT signal + signalfd"),
@@ -476,7 +477,7 @@ fn compare_runs_all_seven_mechanisms_and_delivers_every_message() {
         );
         assert_delivered(&doc, mech);
     }
-    assert_eq!(ran[0], "io_uring", "the runtime's mechanism decides");
+    assert_eq!(ran[0], "doorbell", "the runtime's mechanism decides");
     let shm = dir.path().join("dev/shm/rtdeploy/rtdeploy/check");
     let left: Vec<_> = std::fs::read_dir(&shm)
         .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -692,9 +693,12 @@ fn bad_arguments_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// Another process of the group scribbles the waiter count of the check's
-/// channel to zero, over and over, while `deploy check` runs: publishers
-/// then skip their wakes. Returns the run's JSON report.
+/// Another process of the group scribbles the waiter counts of the check's
+/// channel to zero, over and over, while `deploy check --mechanism
+/// io_uring` runs: publishers then skip their wakes. It zeroes the counts
+/// of live publishers per wake class too, so that the receivers do not look
+/// for the other class's messages either: only the loop's wake check is
+/// left to find what no wake announced. Returns the run's JSON report.
 fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
     use std::os::unix::fs::FileExt;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -717,10 +721,14 @@ fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
                     })
                 }) {
                     if let Ok(file) = std::fs::OpenOptions::new().write(true).open(f) {
-                        // The waiter count, 320 bytes into the header.
+                        // The waiter counts, best-effort at 320 bytes into
+                        // the header, real-time at 384; the publishers per
+                        // class at 448 and 456.
                         for _ in 0..1000 {
-                            if file.write_all_at(&0u64.to_le_bytes(), 320).is_ok() {
-                                writes.fetch_add(1, Ordering::Relaxed);
+                            for at in [320, 384, 448, 456] {
+                                if file.write_all_at(&0u64.to_le_bytes(), at).is_ok() {
+                                    writes.fetch_add(1, Ordering::Relaxed);
+                                }
                             }
                         }
                     }
@@ -738,7 +746,15 @@ fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
         dir.path(),
         &cfg,
         // Not quiet: should it hang, the progress on stderr says where.
-        &["check", "--duration", "2s", "--json", "--no-verify"],
+        &[
+            "check",
+            "--duration",
+            "2s",
+            "--mechanism",
+            "io_uring",
+            "--json",
+            "--no-verify",
+        ],
         &wrap,
     );
     stop.store(true, Ordering::SeqCst);

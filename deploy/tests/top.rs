@@ -329,7 +329,7 @@ fn once_json_is_one_frame_for_scripts() {
             v("since_start_wakeup_max_us") >= v("wakeup_max_us"),
             "{p:#}"
         );
-        assert_eq!(p["report_layout"], 3);
+        assert_eq!(p["report_layout"], controller::timing_report::LAYOUT);
     }
     let zones = f["thermal"].as_array().unwrap();
     let z: Vec<(&str, f64, bool)> = zones
@@ -360,7 +360,7 @@ fn once_json_is_one_frame_for_scripts() {
         .unwrap();
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &s["processes"][0]["timing"];
-    assert_eq!(t["layout"], 3, "{s:#}");
+    assert_eq!(t["layout"], controller::timing_report::LAYOUT, "{s:#}");
     for k in [
         "wakeup_p50_us",
         "since_start_wakeup_p50_us",

@@ -428,7 +428,7 @@ fn trace_compare_runs_untraced_then_traced_and_states_the_cost() {
     let notes = doc["notes"].as_array().unwrap();
     assert!(
         notes.iter().any(|n| n.as_str().unwrap().starts_with(
-            "tracing overhead (io_uring, untraced -> traced in this run): delivery p50 "
+            "tracing overhead (doorbell, untraced -> traced in this run): delivery p50 "
         )),
         "{notes:?}"
     );

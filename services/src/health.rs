@@ -215,6 +215,7 @@ impl Health {
             seq: r.seq,
             period_s,
             layout: Some(r.layout),
+            wake_class: r.class,
             wakeup_avg_us: waits.clone().map(|e| e.latency_avg_ns).max().map(us),
             wakeup_p50_us: worst(|e| e.latency_p50_ns),
             wakeup_p99_us: self.wakeup_p99_ns.map(us),
@@ -250,6 +251,11 @@ impl Health {
                         since_start_latency_max_us: e.since_start_latency_max_ns.map(us),
                         handler_max_us: us(e.handler_max_ns),
                         lost: e.lost,
+                        cross_class: e.cross_class.filter(|_| e.kind == EntryKind::Watcher),
+                        cross_class_max_us: e
+                            .cross_class_max_ns
+                            .filter(|_| e.kind == EntryKind::Watcher)
+                            .map(us),
                         totals: self
                             .metrics
                             .entries
@@ -288,6 +294,7 @@ mod tests {
             time_ns: 0,
             period_ns: 1_000_000_000,
             backend: "io_uring-futex".into(),
+            class: None,
             layout: controller::timing_report::LAYOUT,
             entries: vec![EntryReport {
                 kind: EntryKind::Watcher,
@@ -311,6 +318,9 @@ mod tests {
                 errors: 0,
                 healed: 0,
                 faults: 0,
+                cross_class: None,
+                cross_class_p99_ns: None,
+                cross_class_max_ns: None,
             }],
         }
     }
@@ -370,7 +380,7 @@ mod tests {
         assert!(h.timing_status().is_none());
         h.on_report(&report(8, 3, 50), 8, Duration::from_secs(1), &p, &none);
         let t = h.timing_status().unwrap();
-        assert_eq!(t.layout, Some(3));
+        assert_eq!(t.layout, Some(controller::timing_report::LAYOUT));
         assert_eq!(t.wakeup_p50_us, Some(1.5));
         assert_eq!(
             (

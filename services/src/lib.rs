@@ -51,3 +51,4 @@ pub mod thermal;
 pub mod top;
 pub mod trial;
 pub mod unit;
+pub mod wake_class;

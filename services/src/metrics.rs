@@ -91,6 +91,9 @@ pub struct EntryTotals {
     pub missed: u64,
     pub errors: u64,
     pub faults: u64,
+    /// Watchers: messages from publishers of the other wake class.
+    #[serde(default)]
+    pub cross_class: u64,
 }
 
 /// What the supervisor accumulates from one process's reports, across its
@@ -155,6 +158,7 @@ impl ProcessMetrics {
             t.missed = t.missed.saturating_add(e.missed);
             t.errors = t.errors.saturating_add(e.errors);
             t.faults = t.faults.saturating_add(e.faults);
+            t.cross_class = t.cross_class.saturating_add(e.cross_class.unwrap_or(0));
         }
     }
 }
@@ -184,6 +188,13 @@ pub struct EntryStatus {
     pub handler_max_us: f64,
     /// Lost (watchers) in the latest window.
     pub lost: u64,
+    /// Watchers: messages of the latest window from publishers of the
+    /// other wake class, and the longest wakeup latency among them (`None`
+    /// from reports of earlier layouts and from older supervisors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_class: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_class_max_us: Option<f64>,
     pub totals: EntryTotals,
 }
 
@@ -200,6 +211,10 @@ pub struct TimingStatus {
     /// older supervisors.
     #[serde(default)]
     pub layout: Option<u32>,
+    /// The event loop's wake class (`None` from reports of earlier
+    /// layouts and from older supervisors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_class: Option<controller::WakeClass>,
     /// Worst over watchers and timers in the latest window: average,
     /// median, 99th percentile, longest.
     pub wakeup_avg_us: Option<f64>,
@@ -489,6 +504,11 @@ pub fn exposition(s: &SupervisorStatus) -> String {
             "rtdeploy_channel_faults_total",
             "Corrupt or truncated shared memory seen.",
             |t: &EntryTotals| t.faults,
+        ),
+        (
+            "rtdeploy_cross_class_total",
+            "Messages a watcher got from publishers of the other wake class (found by its own look at the index, within the channel's cross-class bound).",
+            |t: &EntryTotals| t.cross_class,
         ),
     ] {
         let rows: Vec<(&str, &EntryStatus)> = procs

@@ -256,6 +256,19 @@ pub fn render_table(s: &SupervisorStatus) -> String {
         if let Some(why) = &p.last_trace {
             out.push_str(&format!("{:<16} why: {why}\n", ""));
         }
+        if let Some(t) = &p.timing {
+            for e in &t.entries {
+                if let (Some(n @ 1..), Some(max)) = (e.cross_class, e.cross_class_max_us) {
+                    let from = t.wake_class.map_or("the other class".to_string(), |c| {
+                        format!("{} publishers", c.other())
+                    });
+                    out.push_str(&format!(
+                        "{:<16} across classes: {} {n} message(s) in the last report from {from}, longest {max:.1}us\n",
+                        "", e.name
+                    ));
+                }
+            }
+        }
     }
     out
 }

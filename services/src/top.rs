@@ -15,8 +15,6 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
-use controller::timing_report::LAYOUT;
-
 use serde::Serialize;
 
 use crate::metrics::TimingStatus;
@@ -459,9 +457,10 @@ pub fn frame(
         .iter()
         .filter(|p| {
             p.state == "running"
-                && p.timing
-                    .as_ref()
-                    .is_some_and(|t| t.layout.is_some_and(|l| l < LAYOUT))
+                && p.timing.as_ref().is_some_and(|t| {
+                    t.layout
+                        .is_some_and(|l| l < controller::timing_report::LAYOUT_WITH_MEDIANS)
+                })
         })
         .map(|p| p.name.as_str())
         .collect();

@@ -196,7 +196,7 @@ fn old_layouts_unknown_layouts_and_garbage_figures_leave_the_supervisor_answerin
     assert_eq!(o.since_start_wakeup_p99_us, None);
     assert_eq!(o.entries[0].name, "/imu");
     let l = t("liar");
-    assert_eq!(l.layout, Some(3));
+    assert_eq!(l.layout, Some(controller::timing_report::LAYOUT));
     assert_eq!(l.wakeup_p50_us, Some(u64::MAX as f64 / 1000.0));
     assert_eq!(
         (l.since_start_wakeup_p99_us, l.since_start_wakeup_max_us),

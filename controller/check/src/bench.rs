@@ -242,7 +242,7 @@ pub enum BenchRunError {
     #[error("cannot create the benchmark's event loop")]
     LoopCreate(#[source] EventLoopCreateError),
     #[error("the benchmark's event loop cannot watch its channel")]
-    LoopWatch(#[source] ChannelAttachError),
+    LoopWatch(#[source] controller::event_loop::LoopChannelError),
     #[error("the benchmark's event loop failed")]
     LoopRun(#[source] EventLoopRunError),
     #[error("{what} of a {bytes}-byte message failed")]
@@ -437,7 +437,9 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
                 continue;
             }
             let skip = match m {
-                Mechanism::IoUringFutex if !p.io_uring_futex => p.io_uring_problem.clone(),
+                Mechanism::IoUringFutex | Mechanism::IoUringShared if !p.io_uring_futex => {
+                    p.io_uring_problem.clone()
+                }
                 Mechanism::FutexWaitv if !p.futex_waitv => {
                     Some("kernel lacks futex_waitv (5.16+)".into())
                 }
@@ -558,19 +560,21 @@ fn run_one(
         coalesced: 0,
     };
     match m {
-        Mechanism::IoUringFutex | Mechanism::FutexWaitv | Mechanism::Doorbell => {
+        Mechanism::IoUringFutex
+        | Mechanism::FutexWaitv
+        | Mechanism::Doorbell
+        | Mechanism::IoUringShared => {
             let dir = bench_dir(&opts.shm_dir)?;
             let geom = ChannelGeometry::new(64, 1024, 2);
             let ch = channel_for(dir.path(), "/bench/wake", &geom, &opts.proc_root)?;
-            let mut publisher = publisher_for(&ch, dir.path(), &opts.proc_root)?;
-            let backend = match m {
-                Mechanism::IoUringFutex => Backend::IoUringFutex,
-                Mechanism::FutexWaitv => Backend::FutexWaitv,
-                _ => Backend::Doorbell,
-            };
+            // The real-time pair's class for the runtime's backends (its
+            // own word or bell), one class for the one-word reference.
+            let (class, _) = m.classes();
+            let mut publisher = publisher_for(&ch, dir.path(), &opts.proc_root, class)?;
             let mut lp = EventLoop::new(LoopOptions {
-                backend: Some(backend),
+                backend: m.backend(),
                 proc_root: opts.proc_root.clone(),
+                class,
                 ..LoopOptions::default()
             })
             .map_err(BenchRunError::LoopCreate)?;
@@ -826,8 +830,9 @@ fn publisher_for(
     ch: &Channel,
     dir: &Path,
     proc_root: &Path,
+    class: controller::WakeClass,
 ) -> Result<controller::channel::Publisher, BenchRunError> {
-    ch.publisher(proc_root)
+    ch.publisher_as(class, proc_root)
         .map_err(|source| BenchRunError::ChannelAttach {
             dir: dir.into(),
             source,
@@ -847,7 +852,12 @@ pub fn publish(
     let dir = bench_dir(shm_dir)?;
     let geom = ChannelGeometry::new(payload_bytes as u64, 4096, 2);
     let ch = channel_for(dir.path(), "/bench/publish", &geom, proc_root)?;
-    let mut p = publisher_for(&ch, dir.path(), proc_root)?;
+    let mut p = publisher_for(
+        &ch,
+        dir.path(),
+        proc_root,
+        controller::WakeClass::BestEffort,
+    )?;
     let payload = vec![0x5au8; payload_bytes];
     // Warm up.
     for _ in 0..10_000 {
@@ -952,7 +962,7 @@ fn publish_with_waiter(
     }
     // Wait until the child's loop runs and its wait is armed.
     let t_end = sys::monotonic_ns() + 5_000_000_000;
-    while ch.waiters() == 0 && sys::monotonic_ns() < t_end {
+    while ch.waiters(controller::WakeClass::BestEffort) == 0 && sys::monotonic_ns() < t_end {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut v = Vec::with_capacity(n as usize);
@@ -1262,7 +1272,7 @@ impl<const N: usize> SizeBench<N> {
         let per_sample = (65536 / N).max(1) as u32;
         let geom = ChannelGeometry::new(N as u64, per_sample as u64, 1).with_subscribers(1);
         let ch = channel_for(dir, &format!("/bench/copy-loan-{N}"), &geom, proc_root)?;
-        let mut publisher = publisher_for(&ch, dir, proc_root)?;
+        let mut publisher = publisher_for(&ch, dir, proc_root, controller::WakeClass::BestEffort)?;
         publisher.reserve_loans::<[u8; N]>();
         let subscriber =
             ch.subscriber(proc_root)
@@ -1527,7 +1537,12 @@ pub fn throughput(
     let mut handles = Vec::new();
     let start = sys::monotonic_ns();
     for _ in 0..publishers.max(1) {
-        let mut p = publisher_for(&ch, dir.path(), proc_root)?;
+        let mut p = publisher_for(
+            &ch,
+            dir.path(),
+            proc_root,
+            controller::WakeClass::BestEffort,
+        )?;
         let stop = stop.clone();
         let payload = vec![0xa5u8; payload_bytes];
         handles.push(std::thread::spawn(move || {

@@ -80,21 +80,32 @@ pub use scenario::evaluate_budgets;
 /// line and in JSON, and one [`Mechanism::label`] in the tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Mechanism {
-    /// The runtime's own: an io_uring `IORING_OP_FUTEX_WAIT` kept armed on
-    /// the channel's queue index (the event loop on its `io_uring-futex`
-    /// backend).
+    /// The event loop on its `io_uring-futex` backend: an io_uring
+    /// `IORING_OP_FUTEX_WAIT` kept armed per channel, on the word of its
+    /// wake class (the real-time pair on `rt_word`, the lower-priority
+    /// processes on the queue index; see [`controller::wake`]).
     #[serde(rename = "io_uring")]
     IoUringFutex,
-    /// `futex_waitv(2)` on the queue index (the event loop's fallback).
+    /// The event loop on its `futex_waitv` backend: one `futex_waitv(2)`
+    /// per sleep over the words of its wake class.
     #[serde(rename = "futex_waitv")]
     FutexWaitv,
-    /// The event loop's `doorbell` backend, for kernels with neither of
-    /// the above (JetPack 5's 5.10): the subscriber sleeps in a plain
+    /// The event loop's `doorbell` backend, which real-time loops use on
+    /// every kernel (and best-effort ones on kernels with neither of the
+    /// above, such as JetPack 5's 5.10): the subscriber sleeps in a plain
     /// `FUTEX_WAIT` on its own word in the channel directory's bell table,
-    /// which every publisher of a channel it watches rings; see
+    /// which the publishers of its wake class ring; see
     /// [`controller::doorbell`].
     #[serde(rename = "doorbell")]
     Doorbell,
+    /// The reference the wake classes are measured against: the event
+    /// loop on `io_uring-futex` with every process in one wake class, so
+    /// that every subscriber, real-time or not, arms its one-shot wait on
+    /// the queue index and every publisher wakes it (the runtime before
+    /// wake classes, and the background letter's "one-shot io_uring
+    /// wait" row).
+    #[serde(rename = "io_uring_shared")]
+    IoUringShared,
     /// A plain `FUTEX_WAIT` / `FUTEX_WAKE` pair on the queue index: the
     /// floor the others are measured against.
     #[serde(rename = "futex")]
@@ -123,10 +134,11 @@ pub enum Mechanism {
 
 impl Mechanism {
     /// Every mechanism, in the order `bench wake` measures them.
-    pub const ALL: [Mechanism; 8] = [
+    pub const ALL: [Mechanism; 9] = [
+        Mechanism::Doorbell,
         Mechanism::IoUringFutex,
         Mechanism::FutexWaitv,
-        Mechanism::Doorbell,
+        Mechanism::IoUringShared,
         Mechanism::Futex,
         Mechanism::Eventfd,
         Mechanism::Signalfd,
@@ -136,24 +148,47 @@ impl Mechanism {
 
     /// The mechanisms the check drives, in the order `--compare` runs
     /// them.
-    pub const CHECKED: [Mechanism; 7] = [
+    pub const CHECKED: [Mechanism; 8] = [
+        Mechanism::Doorbell,
         Mechanism::IoUringFutex,
         Mechanism::FutexWaitv,
-        Mechanism::Doorbell,
+        Mechanism::IoUringShared,
         Mechanism::Futex,
         Mechanism::Eventfd,
         Mechanism::Signalfd,
         Mechanism::MsgRing,
     ];
 
-    /// The runtime's own mechanism on this kernel: the one of the backend
-    /// the event loop's probe picks (io_uring when the probe finds none,
-    /// so that the check says why it cannot run).
+    /// The runtime's own mechanism for a real-time subscriber: the
+    /// doorbell, on every kernel (see [`controller::wake`]).
     pub fn runtime() -> Mechanism {
-        match controller::event_loop::probe().backend {
-            Some(controller::event_loop::Backend::FutexWaitv) => Mechanism::FutexWaitv,
-            Some(controller::event_loop::Backend::Doorbell) => Mechanism::Doorbell,
-            _ => Mechanism::IoUringFutex,
+        Mechanism::Doorbell
+    }
+
+    /// The event loop backend the mechanism runs the receivers on, for
+    /// the runtime's own and the reference.
+    pub fn backend(self) -> Option<controller::event_loop::Backend> {
+        use controller::event_loop::Backend;
+        match self {
+            Mechanism::IoUringFutex | Mechanism::IoUringShared => Some(Backend::IoUringFutex),
+            Mechanism::FutexWaitv => Some(Backend::FutexWaitv),
+            Mechanism::Doorbell => Some(Backend::Doorbell),
+            _ => None,
+        }
+    }
+
+    /// The wake classes the scenario's real-time pair and its
+    /// lower-priority processes run in: apart for the runtime's
+    /// backends, all best-effort (one word, one class) for the reference
+    /// and the comparison mechanisms, whose publishers wake the queue
+    /// index or notify every subscriber.
+    pub fn classes(self) -> (controller::WakeClass, controller::WakeClass) {
+        use controller::WakeClass::{BestEffort, RealTime};
+        match self {
+            Mechanism::IoUringFutex | Mechanism::FutexWaitv | Mechanism::Doorbell => {
+                (RealTime, BestEffort)
+            }
+            _ => (BestEffort, BestEffort),
         }
     }
 
@@ -172,6 +207,7 @@ impl Mechanism {
             Mechanism::IoUringFutex => "io_uring",
             Mechanism::FutexWaitv => "futex_waitv",
             Mechanism::Doorbell => "doorbell",
+            Mechanism::IoUringShared => "io_uring_shared",
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "signalfd",
@@ -186,6 +222,7 @@ impl Mechanism {
             Mechanism::IoUringFutex => "io_uring futex (armed)",
             Mechanism::FutexWaitv => "futex_waitv",
             Mechanism::Doorbell => "doorbell",
+            Mechanism::IoUringShared => "io_uring futex, one word",
             Mechanism::Futex => "futex",
             Mechanism::Eventfd => "eventfd",
             Mechanism::Signalfd => "RT signal + signalfd",
@@ -259,7 +296,7 @@ mod mechanism_tests {
         assert_eq!(Mechanism::parse("io_uring-futex"), None);
         assert_eq!(
             Mechanism::names(&Mechanism::CHECKED),
-            "io_uring, futex_waitv, doorbell, futex, eventfd, signalfd, msg_ring"
+            "doorbell, io_uring, futex_waitv, io_uring_shared, futex, eventfd, signalfd, msg_ring"
         );
         assert!(Mechanism::CHECKED
             .iter()

@@ -93,7 +93,7 @@ pub enum WorkerRunError {
         source: EventLoopCreateError,
     },
     #[error("cannot watch the check channel")]
-    Watch(#[source] ChannelAttachError),
+    Watch(#[source] controller::event_loop::LoopChannelError),
     #[error("the {mechanism} receive loop failed")]
     LoopRun {
         mechanism: Mechanism,
@@ -361,7 +361,7 @@ pub fn mechanism_availability(m: Mechanism) -> Result<(), MechanismUnavailableEr
                 Err(MechanismUnavailableError::NoFutexWaitv { kernel: p.kernel })
             }
         }
-        Mechanism::IoUringFutex => {
+        Mechanism::IoUringFutex | Mechanism::IoUringShared => {
             let p = event_loop::probe();
             if p.io_uring_futex {
                 Ok(())
@@ -575,7 +575,7 @@ fn rt_send(a: &Args) -> Result<(), WorkerRunError> {
     rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
     let ch = open_channel(a)?;
     let mut publisher = ch
-        .publisher(&a.path("proc")?)
+        .publisher_as(mech.classes().0, &a.path("proc")?)
         .map_err(WorkerRunError::Attach)?;
     let period = a.u64("period_ns")?.max(1);
     let send_h = shared.hist(mech, H_SEND);
@@ -803,13 +803,15 @@ fn drain(sub: &mut controller::channel::Subscriber, h: &Histogram, only: Option<
 /// message's delivery latency (send time -> handler start) into `h`.
 /// `ready` runs once the first wait is armed.
 ///
-/// io_uring and futex_waitv run the runtime's own event loop (with that
-/// backend forced); the plain futex uses the channel's blocking wait;
-/// eventfd and signalfd block in their [`Waiter`], whose address is
-/// published in `cell` for the publishers, then drain the channel.
+/// The runtime's backends and the one-word reference run the runtime's
+/// own event loop (with that backend forced, in wake class `class`); the
+/// plain futex uses the channel's blocking wait; eventfd and signalfd
+/// block in their [`Waiter`], whose address is published in `cell` for
+/// the publishers, then drain the channel.
 #[allow(clippy::too_many_arguments)]
 fn receive(
     mech: Mechanism,
+    class: controller::WakeClass,
     ch: &Channel,
     proc_root: &Path,
     h: &'static Histogram,
@@ -820,18 +822,18 @@ fn receive(
     ready: impl FnOnce() + 'static,
 ) -> Result<(), WorkerRunError> {
     match mech {
-        Mechanism::IoUringFutex | Mechanism::FutexWaitv | Mechanism::Doorbell => {
-            let backend = match mech {
-                Mechanism::IoUringFutex => Backend::IoUringFutex,
-                Mechanism::FutexWaitv => Backend::FutexWaitv,
-                _ => Backend::Doorbell,
-            };
+        Mechanism::IoUringFutex
+        | Mechanism::FutexWaitv
+        | Mechanism::Doorbell
+        | Mechanism::IoUringShared => {
+            let backend = mech.backend().unwrap_or(Backend::Doorbell);
             let mut lp = EventLoop::new(LoopOptions {
                 backend: Some(backend),
                 timing: None,
                 proc_root: proc_root.into(),
                 // As a controller under the supervisor would run it.
                 wake_check: LoopOptions::from_env().wake_check,
+                class,
                 ..LoopOptions::default()
             })
             .map_err(|source| WorkerRunError::Loop {
@@ -946,6 +948,7 @@ fn rt_recv(a: &Args) -> Result<(), WorkerRunError> {
     let h = shared.hist(mech, H_DELIVERY);
     receive(
         mech,
+        mech.classes().0,
         &ch,
         &a.path("proc")?,
         h,
@@ -984,7 +987,9 @@ fn low(a: &Args) -> Result<(), WorkerRunError> {
             && ctl.low_gen[slot].load(Ordering::Relaxed) == gen
     };
     let cell = a.index("cell", CELLS)?;
-    let mut publisher = ch.publisher(&proc_root).map_err(WorkerRunError::Attach)?;
+    let mut publisher = ch
+        .publisher_as(mech.classes().1, &proc_root)
+        .map_err(WorkerRunError::Attach)?;
     let mut peers = notified(mech).then(|| Peers::new(CELLS));
     let publisher_thread = std::thread::Builder::new()
         .name("check-low-pub".into())
@@ -1014,6 +1019,7 @@ fn low(a: &Args) -> Result<(), WorkerRunError> {
     let h = shared.hist(mech, H_LOW_DELIVERY);
     let r = receive(
         mech,
+        mech.classes().1,
         &ch,
         &proc_root,
         h,
@@ -1225,7 +1231,7 @@ mod tests {
         );
         let m = a.mech().unwrap_err().to_string();
         assert!(
-            m.starts_with("mech=pipes is not a mechanism (expected one of io_uring, "),
+            m.starts_with("mech=pipes is not a mechanism (expected one of doorbell, io_uring, "),
             "{m}"
         );
         assert_eq!(

@@ -35,8 +35,9 @@ fn wake_bench_measures_every_mechanism() {
     assert!(table.contains("io_uring-futex") && table.contains("signalfd"));
     assert!(table.contains("doorbell backends"));
     let json = serde_json::to_value(&r).unwrap();
-    assert_eq!(json["results"][2]["mechanism"], "doorbell");
-    assert_eq!(json["results"][3]["mechanism"], "futex");
+    assert_eq!(json["results"][0]["mechanism"], "doorbell");
+    assert_eq!(json["results"][3]["mechanism"], "io_uring_shared");
+    assert_eq!(json["results"][4]["mechanism"], "futex");
 }
 
 #[test]

@@ -157,9 +157,14 @@ pub struct ProcessPlan {
     pub publishes: Vec<String>,
     pub subscribes: Vec<String>,
     /// The backend `RTDEPLOY_BACKEND` in the process's `env` forces, if
-    /// any (otherwise the kernel's, see [`KernelPlan`]).
+    /// any (otherwise the kernel's, see [`KernelPlan`], or the doorbell
+    /// for a real-time process).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
+    /// Whose futex words it arms and wakes (see `controller::wake`), and
+    /// why.
+    pub wake_class: controller::WakeClass,
+    pub wake_class_reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -173,6 +178,12 @@ pub struct ChannelPlan {
     pub publishers: usize,
     pub subscribers: usize,
     pub shm_bytes: u64,
+    /// Publishers and subscribers by wake class.
+    pub classes: services::wake_class::ChannelClasses,
+    /// How late a message may reach a subscriber of the other class.
+    pub cross_class_latency: controller::config::Dur,
+    /// Whether some publisher and subscriber are of different classes.
+    pub crosses_classes: bool,
 }
 
 /// The plan of a valid robot.
@@ -194,6 +205,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
         .collect();
     let order = services::config::start_order(&r.processes)
         .unwrap_or_else(|| (0..r.processes.len()).collect());
+    let classes = r.wake_classes();
     let processes = order
         .iter()
         .enumerate()
@@ -215,6 +227,8 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 publishes: p.publishes.clone(),
                 subscribes: p.subscribes.clone(),
                 backend: p.env.get("RTDEPLOY_BACKEND").cloned(),
+                wake_class: classes[i].class,
+                wake_class_reason: classes[i].reason.clone(),
             }
         })
         .collect();
@@ -223,6 +237,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
         .iter()
         .map(|c| {
             let publishers = r.publishers_of(&c.name);
+            let on = services::wake_class::ChannelClasses::of(&c.name, &r.processes, &classes);
             ChannelPlan {
                 name: c.name.clone(),
                 max_size: c.max_size.0,
@@ -237,6 +252,9 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                     .filter(|p| p.subscribes.contains(&c.name))
                     .count(),
                 shm_bytes: c.shm_bytes(publishers as u64),
+                crosses_classes: on.crosses(),
+                classes: on,
+                cross_class_latency: controller::config::Dur(c.cross_class_latency()),
             }
         })
         .collect();
@@ -453,6 +471,7 @@ pub fn render(p: &Plan) -> String {
             let _ = write!(line, " backend {b} (RTDEPLOY_BACKEND)");
         }
         let _ = writeln!(o, "{}", line.trim_end());
+        let _ = writeln!(o, "       {}: {}", pr.wake_class, pr.wake_class_reason);
     }
     let _ = writeln!(o, "\nchannels");
     for c in &p.channels {
@@ -468,6 +487,31 @@ pub fn render(p: &Plan) -> String {
             c.publishers,
             c.subscribers
         );
+        let side = |m: &std::collections::BTreeMap<controller::WakeClass, Vec<String>>| {
+            let parts: Vec<String> = m
+                .iter()
+                .map(|(class, names)| format!("{class} {}", names.join(",")))
+                .collect();
+            if parts.is_empty() {
+                "none".to_string()
+            } else {
+                parts.join("; ")
+            }
+        };
+        let _ = writeln!(
+            o,
+            "    pub {} -> sub {}",
+            side(&c.classes.publishers),
+            side(&c.classes.subscribers)
+        );
+        if c.crosses_classes {
+            let _ = writeln!(
+                o,
+                "    across classes within {}: subscribers look every {} while the other class publishes",
+                c.cross_class_latency,
+                controller::config::Dur(c.cross_class_latency.0 / 2)
+            );
+        }
     }
     o
 }

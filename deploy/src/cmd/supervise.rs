@@ -292,6 +292,13 @@ impl MissTrace {
 /// is (see `controller::miss_trace`).
 fn supervisor_config(robot: &Robot, trace: Option<&MissTrace>) -> SupervisorConfig {
     let mut processes = robot.processes.clone();
+    // Each process's wake class, from robot.yaml (config check refuses
+    // these variables in a process's own `env`).
+    for (p, c) in processes.iter_mut().zip(robot.wake_classes()) {
+        for (k, v) in services::wake_class::environment(p, c.class) {
+            p.env.insert(k, v);
+        }
+    }
     if let Some(instance) = trace.and_then(|t| t.instance.as_ref()) {
         for p in &mut processes {
             if let Some(b) = p.budgets.wakeup {

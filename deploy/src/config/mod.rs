@@ -88,6 +88,23 @@ impl Robot {
         }
     }
 
+    /// Every process's wake class, from its placement (see
+    /// [`services::wake_class`]), in robot.yaml's order.
+    pub fn wake_classes(&self) -> Vec<services::wake_class::ProcessClass> {
+        let cpus: Vec<CpuSet> = self
+            .processes
+            .iter()
+            .map(|p| self.process_cpus(p))
+            .collect();
+        services::wake_class::Placement {
+            processes: &self.processes,
+            cpus: &cpus,
+            isolated: &self.cpus.isolated,
+            irqs: &self.irqs,
+        }
+        .classes()
+    }
+
     /// How many processes publish on a channel.
     pub fn publishers_of(&self, channel: &str) -> usize {
         self.processes

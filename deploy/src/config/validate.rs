@@ -486,6 +486,17 @@ fn cross_check(c: &mut Checker, r: &Robot) {
     let mut published: HashSet<&str> = HashSet::new();
     for (i, p) in r.processes.iter().enumerate() {
         let base = format!("processes[{i}]");
+        // The wake class is robot.yaml's placement, set by the supervisor.
+        for var in [controller::wake::CLASS_ENV, controller::wake::SCHED_ENV] {
+            if p.env.contains_key(var) {
+                c.error(
+                    &format!("{base}.env.{var}"),
+                    format!(
+                        "`{var}` is set by the supervisor from the process's placement (its wake class follows its policy, priority and CPUs); remove it from `env`"
+                    ),
+                );
+            }
+        }
         // A forced wake backend: known, and one the declared kernel has.
         if let Some(name) = p.env.get("RTDEPLOY_BACKEND") {
             let field = format!("{base}.env.RTDEPLOY_BACKEND");
@@ -645,6 +656,40 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                     .join(" -> ")
             ),
         );
+    }
+
+    // Messages that cross wake classes arrive up to the channel's
+    // cross-class bound late: say where that exceeds a real-time
+    // subscriber's budget.
+    let classes = r.wake_classes();
+    for (ci, ch) in r.channels.iter().enumerate() {
+        let on = services::wake_class::ChannelClasses::of(&ch.name, &r.processes, &classes);
+        let Some(be_pubs) = on.publishers.get(&controller::WakeClass::BestEffort) else {
+            continue;
+        };
+        let bound = ch.cross_class_latency();
+        for (i, p) in r.processes.iter().enumerate() {
+            if classes[i].class != controller::WakeClass::RealTime
+                || !p.subscribes.iter().any(|n| n == &ch.name)
+            {
+                continue;
+            }
+            let budget = [p.budgets.wakeup, ch.budget].into_iter().flatten().min();
+            if let Some(b) = budget.filter(|b| b.0 < bound) {
+                c.warn(
+                    &format!("channels[{ci}].cross_class_latency"),
+                    format!(
+                        "real-time process `{}` subscribes to `{}`, where best-effort {} `{}` publish{}: those messages reach it up to {} late (the cross-class bound), beyond its budget {b} (lower `cross_class_latency`, or place the publisher where it is real-time)",
+                        echo::value(&p.name),
+                        echo::value(&ch.name),
+                        if be_pubs.len() == 1 { "process" } else { "processes" },
+                        be_pubs.iter().map(|n| echo::value(n)).collect::<Vec<_>>().join("`, `"),
+                        if be_pubs.len() == 1 { "es" } else { "" },
+                        controller::config::Dur(bound)
+                    ),
+                );
+            }
+        }
     }
 
     // IRQ threads and the processes they feed.
