@@ -908,3 +908,90 @@ fn log_compare_runs_without_then_with_the_logger_and_states_the_cost() {
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `--rounds`: the mechanisms in interleaved rounds, the reference again
+/// in every round (A/A), and the harness's ratios and publish-cost
+/// difference in the report, every message of every run accounted for.
+#[test]
+fn rounds_interleave_the_mechanisms_and_report_ratios_with_their_floor() {
+    if !enough_cpus() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = robot_yaml(dir.path(), |t| t);
+    let out = deploy(
+        dir.path(),
+        &cfg,
+        &[
+            "check",
+            "--mechanisms",
+            "doorbell,io_uring_shared",
+            "--rounds",
+            "2",
+            "--duration",
+            "4s",
+            "--json",
+            "-q",
+            "--no-verify",
+        ],
+        &[],
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_valid(&doc);
+    assert_eq!(ran(&doc), ["doorbell", "io_uring_shared"]);
+    let runs: Vec<(String, Option<String>)> = doc["accounting"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            assert_eq!(a["unaccounted"], 0, "{a}");
+            (
+                a["mechanism"].as_str().unwrap().to_string(),
+                a["run"].as_str().map(String::from),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("doorbell".into(), None),
+            ("io_uring_shared".into(), None),
+            ("io_uring_shared".into(), Some("A/A".into()))
+        ]
+    );
+    let r = &doc["ratios"][0];
+    assert_eq!(
+        (
+            r["figure"].as_str(),
+            r["numerator"].as_str(),
+            r["denominator"].as_str()
+        ),
+        (
+            Some("delivery p50"),
+            Some("doorbell"),
+            Some("io_uring_shared")
+        )
+    );
+    assert_eq!(r["per_round"].as_array().unwrap().len(), 2, "{r}");
+    assert!(r["aa"]["median"].as_f64().unwrap() > 0.0, "{r}");
+    let d = &doc["differences"][0];
+    assert_eq!(d["numerator"], "real-time");
+    assert_eq!(d["denominator"], "best-effort");
+    assert_eq!(d["per_round"].as_array().unwrap().len(), 2, "{d}");
+
+    // Rounds need something to compare.
+    let out = deploy(dir.path(), &cfg, &["check", "--rounds", "3", "-q"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--rounds 3 needs mechanisms to compare"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -153,6 +153,10 @@ impl LatencySummary {
 pub struct WakeReport {
     pub settings: BenchSettings,
     pub results: Vec<LatencySummary>,
+    /// Each mechanism's p50 over the one-word reference's (io_uring_shared),
+    /// per round, with the reference's A/A floor (see [`crate::harness`]);
+    /// empty when the reference did not run.
+    pub ratios: Vec<crate::harness::Ratio>,
 }
 
 fn us(ns: u64) -> String {
@@ -214,6 +218,9 @@ impl WakeReport {
                 r.over_1ms,
                 r.coalesced
             );
+        }
+        for r in &self.ratios {
+            let _ = writeln!(out, "{}", r.line());
         }
         out
     }
@@ -426,13 +433,30 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     };
     let rounds = opts.rounds.max(1);
     let per_round = opts.samples.div_ceil(rounds);
-    let mut all: Vec<(Vec<u64>, u64, Option<String>)> = opts
-        .mechanisms
+    // The arms: every mechanism, and the one-word reference a second time
+    // (the A/A floor) when it is measured.
+    let mut arms: Vec<Mechanism> = opts.mechanisms.clone();
+    let reference = arms.iter().position(|&m| m == Mechanism::IoUringShared);
+    if let Some(r) = reference {
+        arms.push(arms[r]);
+    }
+    let mut all: Vec<(Vec<u64>, u64, Option<String>)> =
+        arms.iter().map(|_| (Vec::new(), 0, None)).collect();
+    let mut p50s: Vec<crate::harness::Arm> = arms
         .iter()
-        .map(|_| (Vec::new(), 0, None))
+        .enumerate()
+        .map(|(k, m)| crate::harness::Arm {
+            name: if k >= opts.mechanisms.len() {
+                format!("{} (A/A)", m.short())
+            } else {
+                m.short().to_string()
+            },
+            rounds: vec![None; rounds as usize],
+        })
         .collect();
-    for _ in 0..rounds {
-        for (k, &m) in opts.mechanisms.iter().enumerate() {
+    for round in 0..rounds as usize {
+        for k in crate::harness::order(arms.len(), round) {
+            let m = arms[k];
             if all[k].2.is_some() {
                 continue;
             }
@@ -453,20 +477,35 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
                 continue;
             }
             let (v, coalesced) = run_one(m, per_round, opts, &child_sched)?;
+            p50s[k].rounds[round] = (!v.is_empty())
+                .then(|| LatencySummary::from_samples("", v.clone(), 0).p50_ns as f64);
             all[k].0.extend(v);
             all[k].1 += coalesced;
         }
     }
-    let results = opts
-        .mechanisms
+    let mut ratios = vec![];
+    if let Some(r) = reference {
+        let aa = p50s.last();
+        for (k, arm) in p50s.iter().enumerate().take(opts.mechanisms.len()) {
+            if k != r {
+                ratios.extend(crate::harness::Ratio::of("wake p50", arm, &p50s[r], aa));
+            }
+        }
+    }
+    let results = arms
         .iter()
         .zip(all)
-        .map(|(m, (v, c, skip))| match skip {
-            Some(why) => LatencySummary::skipped(m.short(), why),
-            None => LatencySummary::from_samples(m.short(), v, c),
+        .zip(&p50s)
+        .map(|((_, (v, c, skip)), arm)| match skip {
+            Some(why) => LatencySummary::skipped(&arm.name, why),
+            None => LatencySummary::from_samples(&arm.name, v, c),
         })
         .collect();
-    Ok(WakeReport { settings, results })
+    Ok(WakeReport {
+        settings,
+        results,
+        ratios,
+    })
 }
 
 #[derive(Clone, Copy)]
@@ -837,6 +876,60 @@ fn publisher_for(
             dir: dir.into(),
             source,
         })
+}
+
+/// Publishes per arm of [`publish_costs`], in this many batches.
+const COST_PUBLISHES: u64 = 100_000;
+const COST_BATCHES: usize = 50;
+
+/// The cost of one 8-byte publish with no waiter, in nanoseconds (the
+/// median of 50 batches' means), for
+/// a real-time publisher (the wake classes' path), a best-effort one (the
+/// path as before them) and a best-effort one again (the A/A floor), each
+/// on a channel of its own under `<prefix>/dev/shm/rtdeploy`, measured in
+/// turn, in an order rotated by `round` (see [`crate::harness`]). `None`
+/// for an arm that could not run.
+pub fn publish_costs(
+    prefix: &Path,
+    proc_root: &Path,
+    round: usize,
+) -> Vec<(&'static str, Option<f64>)> {
+    use controller::WakeClass::{BestEffort, RealTime};
+    let arms = [
+        ("real-time", RealTime),
+        ("best-effort", BestEffort),
+        ("best-effort (A/A)", BestEffort),
+    ];
+    let mut out: Vec<(&'static str, Option<f64>)> = arms.iter().map(|a| (a.0, None)).collect();
+    let base = crate::scenario::shm_dir(prefix);
+    for i in crate::harness::order(arms.len(), round) {
+        let (_, class) = arms[i];
+        out[i].1 = (|| {
+            let dir = bench_dir(&base).ok()?;
+            let geom = ChannelGeometry::new(8, 4096, 1);
+            let ch = channel_for(dir.path(), "/bench/cost", &geom, proc_root).ok()?;
+            let mut p = publisher_for(&ch, dir.path(), proc_root, class).ok()?;
+            let payload = 7u64.to_ne_bytes();
+            for _ in 0..10_000 {
+                let _ = p.publish(&payload);
+            }
+            // The median of short batches: a batch the machine preempted
+            // is an outlier, not part of the figure.
+            let mut batches = Vec::with_capacity(COST_BATCHES);
+            for _ in 0..COST_BATCHES {
+                let t0 = sys::monotonic_ns();
+                for _ in 0..COST_PUBLISHES / COST_BATCHES as u64 {
+                    let _ = std::hint::black_box(p.publish(std::hint::black_box(&payload)));
+                }
+                batches.push(
+                    (sys::monotonic_ns() - t0) as f64
+                        / (COST_PUBLISHES / COST_BATCHES as u64) as f64,
+                );
+            }
+            crate::harness::Spread::of(&batches).map(|s| s.median)
+        })();
+    }
+    out
 }
 
 /// Measures the cost of publishing `payload_bytes` messages: `count`

@@ -49,6 +49,7 @@
 //! real-time figures.
 
 pub mod bench;
+pub mod harness;
 pub mod hist;
 pub mod host;
 pub mod notify;
@@ -365,6 +366,13 @@ pub struct CheckInputs {
     /// cost on the figures, its CPU time and its bytes per message in a
     /// note.
     pub log_compare: bool,
+    /// The scenario runs in this many interleaved rounds (each round runs
+    /// every mechanism for `1/rounds` of its time, in an order rotated
+    /// round by round; see [`harness`]); 1: each mechanism once.
+    pub rounds: u32,
+    /// With rounds: the mechanism the others' ratios are taken against,
+    /// run a second time in every round as the A/A noise floor.
+    pub aa_reference: Option<Mechanism>,
 }
 
 /// Where and how many traced misses a run keeps.
@@ -399,6 +407,8 @@ impl CheckInputs {
             trace: None,
             trace_compare: false,
             log_compare: false,
+            rounds: 1,
+            aa_reference: None,
         }
     }
 

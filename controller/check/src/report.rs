@@ -112,9 +112,21 @@ pub struct DeliveryAccount {
     pub beyond_range: u64,
     /// A compared mechanism: reported, not deciding.
     pub informational: bool,
+    /// A second run of the same mechanism in the check: `traced`,
+    /// `logged` or `A/A`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 impl DeliveryAccount {
+    /// The mechanism's name, with the run when it is a second one.
+    fn name(&self) -> String {
+        match &self.run {
+            Some(r) => format!("{} ({r})", self.mechanism.short()),
+            None => self.mechanism.short().to_string(),
+        }
+    }
+
     pub fn pass(&self) -> bool {
         self.unaccounted == 0
     }
@@ -124,7 +136,7 @@ impl DeliveryAccount {
         if self.pass() {
             return format!(
                 "{}: {} sent, {} delivered, {} lost: every message accounted for",
-                self.mechanism.short(),
+                self.name(),
                 self.sent,
                 self.delivered,
                 self.lost
@@ -132,7 +144,7 @@ impl DeliveryAccount {
         }
         format!(
             "{}: {} sent, {} delivered, {} lost: {} never delivered nor counted lost{} (seq {})",
-            self.mechanism.short(),
+            self.name(),
             self.sent,
             self.delivered,
             self.lost,
@@ -265,6 +277,14 @@ pub struct CheckReport {
     /// when not asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSummary>,
+    /// With rounds: each mechanism's delivery p50 over the reference's,
+    /// per round, with the reference's A/A floor (see [`crate::harness`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ratios: Vec<crate::harness::Ratio>,
+    /// With rounds: a real-time publish's cost over a best-effort one's
+    /// (8 bytes, no waiter), per round, with the A/A floor.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<crate::harness::Difference>,
 }
 
 /// What tracing did in a run.
@@ -592,12 +612,12 @@ impl CheckReport {
         o.push('\n');
         let _ = writeln!(
             o,
-            "{:<22} {:>9} | {:>12} {:>9} | {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
+            "{:<30} {:>9} | {:>12} {:>9} | {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
             "", "", "sends", "", "late by", "late by", "", "", "", ""
         );
         let _ = writeln!(
             o,
-            "{:<22} {:>9} | {:>12} {:>9} | {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
+            "{:<30} {:>9} | {:>12} {:>9} | {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
             "mechanism",
             "messages",
             "over 100us",
@@ -609,16 +629,25 @@ impl CheckReport {
             "longest",
             "lost"
         );
-        for &mech in &self.scenario.mechanisms {
-            let send = self.measurement("send", Some(mech));
-            let del = self.measurement("delivery", Some(mech));
+        // Each mechanism, and the A/A run of the reference under it.
+        let rows = self.scenario.mechanisms.iter().flat_map(|&m| {
+            [(m, ""), (m, " (A/A)")].into_iter().filter(|(m, suffix)| {
+                suffix.is_empty()
+                    || self
+                        .measurement(&format!("delivery{suffix}"), Some(*m))
+                        .is_some()
+            })
+        });
+        for (mech, suffix) in rows {
+            let send = self.measurement(&format!("send{suffix}"), Some(mech));
+            let del = self.measurement(&format!("delivery{suffix}"), Some(mech));
             let g = |m: Option<&Measurement>, f: fn(&Measurement) -> String| {
                 m.map_or("-".to_string(), f)
             };
             let _ = writeln!(
                 o,
-                "{:<22} {:>9} | {:>12} {:>9} | {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
-                mech.label(),
+                "{:<30} {:>9} | {:>12} {:>9} | {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
+                format!("{}{suffix}", mech.label()),
                 g(del, |m| m.count.to_string()),
                 g(send, |m| m.over_100us.to_string()),
                 g(send, |m| fmt_ns(m.max_ns)),
@@ -640,8 +669,12 @@ impl CheckReport {
             for m in lp {
                 let _ = writeln!(
                     o,
-                    "{:<22} {:>9} messages, p50 {}, longest {}, {} over 100us, {} over 1ms",
-                    m.mechanism.map_or("-", |x| x.label()),
+                    "{:<30} {:>9} messages, p50 {}, longest {}, {} over 100us, {} over 1ms",
+                    format!(
+                        "{}{}",
+                        m.mechanism.map_or("-", |x| x.label()),
+                        m.name.strip_prefix("low-priority delivery").unwrap_or("")
+                    ),
                     m.count,
                     fmt_ns(m.p50_ns),
                     fmt_ns(m.max_ns),

@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::hist::Summary;
 use crate::notify::Notifier;
 use crate::report::{
     fmt_ns, seq_ranges, BudgetResult, CheckReport, DeliveryAccount, Measurement, MeasurementKind,
@@ -459,7 +460,13 @@ pub(crate) fn run(
         run.io_dir = Some(d);
     }
 
-    let n_phases = 1 + mechanisms.len() as u32;
+    let rounds = if inputs.trace_compare || inputs.log_compare {
+        1
+    } else {
+        inputs.rounds.max(1) as usize
+    };
+    let aa_runs = inputs.aa_reference.is_some_and(|r| mechanisms.contains(&r)) as u32;
+    let n_phases = 1 + mechanisms.len() as u32 + aa_runs;
     let whole = timer_dur + scen_dur * (n_phases - 1);
     let t_start = Instant::now();
     let frac = |t0: Instant| t0.elapsed().as_secs_f64() / whole.as_secs_f64();
@@ -572,29 +579,66 @@ pub(crate) fn run(
             (0, mechanisms[0], tracing_on, true),
         ]
     } else {
-        mechanisms
+        // In rounds (the harness, see [`crate::harness`]): each round runs
+        // every mechanism, in an order rotated round by round, plus the
+        // reference a second time for the A/A floor.
+        let mut arms: Vec<(usize, Mechanism, bool)> = mechanisms
             .iter()
             .enumerate()
-            .map(|(mi, &m)| (mi, m, tracing_on, false))
+            .map(|(mi, &m)| (mi, m, false))
+            .collect();
+        if let Some(ri) = inputs
+            .aa_reference
+            .and_then(|r| mechanisms.iter().position(|&m| m == r))
+        {
+            arms.push((ri, mechanisms[ri], true));
+        }
+        (0..rounds)
+            .flat_map(|r| {
+                crate::harness::order(arms.len(), r)
+                    .into_iter()
+                    .map(|i| arms[i])
+                    .collect::<Vec<_>>()
+            })
+            .map(|(mi, m, aa)| (mi, m, tracing_on, aa))
             .collect()
     };
+    let phase_dur = if compare_trace || inputs.log_compare {
+        scen_dur
+    } else {
+        scen_dur / rounds as u32
+    };
+    // What the phases measured, merged per measurement (a mechanism run
+    // in several rounds is one measurement), in the order first run.
+    let mut merged: Vec<Merged> = vec![];
+    let mut per_round: Vec<crate::harness::Arm> = vec![];
+    let mut publish_arms: Vec<crate::harness::Arm> = vec![];
     let mut logger_note: Option<String> = None;
-    for &(mi, mech, traced, logged) in &phases {
+    for (phase_i, &(mi, mech, traced, flag)) in phases.iter().enumerate() {
+        // `flag`: the logged run with `log_compare`, the A/A run of the
+        // reference otherwise.
+        let logged = inputs.log_compare && flag;
+        let aa = !inputs.log_compare && flag;
+        let round = if compare_trace || inputs.log_compare {
+            0
+        } else {
+            phase_i / phases.len().div_ceil(rounds).max(1)
+        };
         // The traced (or logged) phase of a comparison is shown beside the
         // plain one, under its own measurement names; it does not decide.
         let (suffix, shown_only) = if compare_trace && traced {
             (" (traced)", true)
         } else if logged {
             (" (logged)", true)
+        } else if aa {
+            (" (A/A)", true)
         } else {
             ("", mi > 0)
         };
-        if (compare_trace && traced) || logged {
-            // No worker runs between phases: the histograms are reset for
-            // the second run of the same mechanism.
-            for which in [H_SEND, H_DELIVERY, H_LOW_DELIVERY] {
-                run.shared.hist(mech, which).reset();
-            }
+        // No worker runs between phases: each phase's histograms start
+        // empty, and the phases of one measurement are merged below.
+        for which in [H_SEND, H_DELIVERY, H_LOW_DELIVERY] {
+            run.shared.hist(mech, which).reset();
         }
         let failed_before = run.shared.control().notify_failed.load(Ordering::SeqCst);
         let phase = (|| -> Result<(), CheckRunError> {
@@ -687,7 +731,7 @@ pub(crate) fn run(
             let mut send = run.spawn("rt-send", &send_args)?;
             let (send_pid, recv_pid) = (send.child.id(), recv.child.id());
             let phase_start = Instant::now();
-            let phase_end = phase_start + scen_dur;
+            let phase_end = phase_start + phase_dur;
             // Staggered churn: slot i is replaced at churn * (k + (i+1)/n).
             let mut next_churn: Vec<Instant> = (0..low_n)
                 .map(|i| phase_start + churn.mul_f64((i + 1) as f64 / low_n.max(1) as f64))
@@ -768,7 +812,7 @@ pub(crate) fn run(
             } else {
                 unseen.len() as u64
             };
-            accounting.push(DeliveryAccount {
+            let account = DeliveryAccount {
                 mechanism: mech,
                 sent,
                 delivered: delivery.count,
@@ -782,22 +826,47 @@ pub(crate) fn run(
                 },
                 beyond_range: sent.saturating_sub(sent_marked),
                 informational: shown_only,
-            });
-            let cpu_s = Some(sender_cpu);
-            measurements.push(Measurement::new(
-                format!("send{suffix}"),
-                MeasurementKind::Send,
-                Some(mech),
-                cpu_s,
-                sh.hist(mech, H_SEND).summary(),
-            ));
-            measurements.push(Measurement::new(
-                format!("delivery{suffix}"),
-                MeasurementKind::Delivery,
-                Some(mech),
-                Some(receiver_cpu),
-                sh.hist(mech, H_DELIVERY).summary(),
-            ));
+                run: (!suffix.is_empty()).then(|| {
+                    suffix
+                        .trim_matches(|c| c == ' ' || c == '(' || c == ')')
+                        .to_string()
+                }),
+            };
+            let label = format!("{}{suffix}", mech.short());
+            let send = sh.hist(mech, H_SEND).summary();
+            let arm = match per_round.iter().position(|a| a.name == label) {
+                Some(i) => i,
+                None => {
+                    per_round.push(crate::harness::Arm {
+                        name: label.clone(),
+                        rounds: vec![None; rounds],
+                    });
+                    per_round.len() - 1
+                }
+            };
+            if let Some(slot) = per_round[arm].rounds.get_mut(round) {
+                *slot = (delivery.count > 0).then(|| delivery.quantile(0.5) as f64);
+            }
+            let m = match merged
+                .iter()
+                .position(|m| m.mech == mech && m.suffix == suffix)
+            {
+                Some(i) => &mut merged[i],
+                None => {
+                    merged.push(Merged {
+                        mech,
+                        suffix,
+                        account: None,
+                        send: Summary::empty(),
+                        delivery: Summary::empty(),
+                        low: Summary::empty(),
+                    });
+                    merged.last_mut().expect("just pushed")
+                }
+            };
+            m.send.merge(&send);
+            m.delivery.merge(&delivery);
+            m.add_account(account);
             // Low-priority processes still running write into this
             // mechanism's histogram; they are replaced at the next phase.
             let lows: Vec<Worker> = run.low.iter_mut().filter_map(|w| w.take()).collect();
@@ -811,15 +880,34 @@ pub(crate) fn run(
                 finish(w, Duration::from_secs(2))?;
             }
             run.reap_retired(true);
-            measurements.push(Measurement::new(
-                format!("low-priority delivery{suffix}"),
-                MeasurementKind::LowPriorityDelivery,
-                Some(mech),
-                None,
-                run.shared.hist(mech, H_LOW_DELIVERY).summary(),
-            ));
+            let low = run.shared.hist(mech, H_LOW_DELIVERY).summary();
+            if let Some(m) = merged
+                .iter_mut()
+                .find(|m| m.mech == mech && m.suffix == suffix)
+            {
+                m.low.merge(&low);
+            }
             Ok(())
         })();
+        // The last phase of a round: the cost of a publish with no waiter,
+        // real-time (the wake classes' path) against best-effort (the
+        // path as before them) and best-effort again (A/A), in turn.
+        let round_ends = !compare_trace
+            && !inputs.log_compare
+            && rounds > 1
+            && (phase_i + 1) % phases.len().div_ceil(rounds).max(1) == 0;
+        if round_ends {
+            let costs = crate::bench::publish_costs(&run.env.prefix, &proc_root, round);
+            for (i, (name, ns)) in costs.into_iter().enumerate() {
+                if publish_arms.len() <= i {
+                    publish_arms.push(crate::harness::Arm {
+                        name: name.into(),
+                        rounds: vec![None; rounds],
+                    });
+                }
+                publish_arms[i].rounds[round] = ns;
+            }
+        }
         match phase {
             Ok(()) => {}
             // The deciding mechanism must run; a compared one that
@@ -854,6 +942,63 @@ pub(crate) fn run(
     drop(run);
     drop(tracing.take());
     let _ = t_start;
+    for m in merged {
+        let cpu_s = Some(sender_cpu);
+        measurements.push(Measurement::new(
+            format!("send{}", m.suffix),
+            MeasurementKind::Send,
+            Some(m.mech),
+            cpu_s,
+            m.send,
+        ));
+        measurements.push(Measurement::new(
+            format!("delivery{}", m.suffix),
+            MeasurementKind::Delivery,
+            Some(m.mech),
+            Some(receiver_cpu),
+            m.delivery,
+        ));
+        measurements.push(Measurement::new(
+            format!("low-priority delivery{}", m.suffix),
+            MeasurementKind::LowPriorityDelivery,
+            Some(m.mech),
+            None,
+            m.low,
+        ));
+        accounting.extend(m.account);
+    }
+    // The harness's ratios: each mechanism's delivery p50 over the
+    // reference's, with the reference's A/A floor.
+    let mut ratios = vec![];
+    if let Some(reference) = inputs.aa_reference.filter(|_| rounds > 1) {
+        let den = per_round.iter().find(|a| a.name == reference.short());
+        let aa = per_round
+            .iter()
+            .find(|a| a.name == format!("{} (A/A)", reference.short()));
+        if let Some(den) = den {
+            for num in per_round
+                .iter()
+                .filter(|a| !std::ptr::eq(*a, den) && !a.name.ends_with("(A/A)"))
+            {
+                ratios.extend(crate::harness::Ratio::of("delivery p50", num, den, aa));
+            }
+        }
+    }
+    let mut differences = vec![];
+    if let [rt, be, be_again] = &publish_arms[..] {
+        differences.extend(crate::harness::Difference::of(
+            "publish 8 B, no waiter (mean ns)",
+            rt,
+            be,
+            Some(be_again),
+        ));
+    }
+    for r in &ratios {
+        notes.push(r.line());
+    }
+    for d in &differences {
+        notes.push(d.line("ns"));
+    }
 
     let sched_fifo = timer_fifo && fifo_refused == 0;
     let realtime = Realtime {
@@ -927,9 +1072,45 @@ pub(crate) fn run(
         failed: vec![],
         notes,
         trace,
+        ratios,
+        differences,
     };
     report.decide();
     Ok(report)
+}
+
+/// One measurement's phases merged (a mechanism run in several rounds).
+struct Merged {
+    mech: Mechanism,
+    suffix: &'static str,
+    account: Option<DeliveryAccount>,
+    send: Summary,
+    delivery: Summary,
+    low: Summary,
+}
+
+impl Merged {
+    /// Adds one phase's accounting: counts summed, the receiver reached
+    /// the end only if it did in every phase, the missing ranges of each.
+    fn add_account(&mut self, a: DeliveryAccount) {
+        match &mut self.account {
+            None => self.account = Some(a),
+            Some(m) => {
+                m.sent += a.sent;
+                m.delivered += a.delivered;
+                m.lost += a.lost;
+                m.receiver_reached_end &= a.receiver_reached_end;
+                m.unaccounted += a.unaccounted;
+                if !a.missing.is_empty() {
+                    if !m.missing.is_empty() {
+                        m.missing.push_str("; ");
+                    }
+                    m.missing.push_str(&a.missing);
+                }
+                m.beyond_range += a.beyond_range;
+            }
+        }
+    }
 }
 
 /// The cost of tracing or of the logger in one line: the plain and the

@@ -20,7 +20,9 @@ fn wake_bench_measures_every_mechanism() {
         "{}",
         r.settings.cpu_dma_latency
     );
-    assert_eq!(r.results.len(), Mechanism::ALL.len());
+    // Every mechanism, then the one-word reference again (the A/A floor).
+    assert_eq!(r.results.len(), Mechanism::ALL.len() + 1);
+    assert_eq!(r.results.last().unwrap().mechanism, "io_uring_shared (A/A)");
     for (res, m) in r.results.iter().zip(Mechanism::ALL) {
         assert_eq!(res.mechanism, m.short());
         if let Some(why) = &res.skipped {
@@ -34,6 +36,18 @@ fn wake_bench_measures_every_mechanism() {
     let table = r.table();
     assert!(table.contains("io_uring-futex") && table.contains("signalfd"));
     assert!(table.contains("doorbell backends"));
+    // A ratio to the reference for every other mechanism measured, with
+    // the A/A floor beside it.
+    let measured = r.results.iter().filter(|x| x.skipped.is_none()).count();
+    assert_eq!(r.ratios.len(), measured - 2, "{:?}", r.ratios);
+    for ratio in &r.ratios {
+        assert_eq!(ratio.denominator, "io_uring_shared");
+        assert!(ratio.aa.is_some() && ratio.median > 0.0, "{ratio:?}");
+    }
+    assert!(
+        table.contains("wake p50: doorbell / io_uring_shared"),
+        "{table}"
+    );
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["results"][0]["mechanism"], "doorbell");
     assert_eq!(json["results"][3]["mechanism"], "io_uring_shared");

@@ -199,6 +199,8 @@ fn report_of(
         failed: vec![],
         notes: vec![],
         trace: None,
+        ratios: vec![],
+        differences: vec![],
     };
     r.decide();
     r
@@ -215,6 +217,7 @@ fn account(mech: Mechanism, unaccounted: u64, informational: bool) -> DeliveryAc
         missing: seq_ranges(&(1000 - unaccounted..1000).collect::<Vec<_>>(), 12),
         beyond_range: 0,
         informational,
+        run: None,
     }
 }
 

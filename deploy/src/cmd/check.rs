@@ -36,11 +36,27 @@ pub struct CheckArgs {
     #[arg(long, conflicts_with_all = ["mechanism", "boot"])]
     pub compare: bool,
 
-    /// The wake mechanism: io_uring, futex_waitv or doorbell (the runtime's
-    /// backends; default: the one its probe picks here), futex, eventfd,
-    /// signalfd, msg_ring.
+    /// The wake mechanism: doorbell (the runtime's own for a real-time
+    /// subscriber, the default), io_uring or futex_waitv (the runtime's
+    /// other backends), io_uring_shared (the one-word reference), futex,
+    /// eventfd, signalfd, msg_ring.
     #[arg(long, value_name = "M", value_parser = parse_mechanism)]
     pub mechanism: Option<Mechanism>,
+
+    /// Compare these mechanisms only (comma separated), the first deciding
+    /// the verdict, as --compare does for all of them.
+    #[arg(long, value_name = "M,M..", value_delimiter = ',', value_parser = parse_mechanism, conflicts_with_all = ["mechanism", "compare", "boot"])]
+    pub mechanisms: Vec<Mechanism>,
+
+    /// With --compare or --mechanisms: run the scenario in N interleaved
+    /// rounds (each mechanism 1/N of its time per round, the order rotated
+    /// each round), with the one-word reference (io_uring_shared) run a
+    /// second time in every round as the A/A floor, and report each
+    /// mechanism's delivery p50 over the reference's and a real-time
+    /// publish's cost over a best-effort one's: medians over the rounds
+    /// with their spread.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100), default_value_t = 1)]
+    pub rounds: u32,
 
     /// The supervisor's short run (`boot_check.duration`), writing its
     /// report to <prefix>/var/lib/rtdeploy/boot-check.json.
@@ -322,8 +338,23 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     inputs.log_compare = args.log_compare;
     if args.compare {
         inputs.mechanisms = Mechanism::compared();
+    } else if !args.mechanisms.is_empty() {
+        inputs.mechanisms = args.mechanisms.clone();
     } else if let Some(m) = args.mechanism {
         inputs.mechanisms = vec![m];
+    }
+    if args.rounds > 1 {
+        if inputs.mechanisms.len() < 2 {
+            anyhow::bail!(
+                "--rounds {} needs mechanisms to compare (--compare or --mechanisms)",
+                args.rounds
+            );
+        }
+        inputs.rounds = args.rounds;
+        inputs.aa_reference = inputs
+            .mechanisms
+            .contains(&Mechanism::IoUringShared)
+            .then_some(Mechanism::IoUringShared);
     }
     if !args.no_verify {
         let line = verify_summary(ctx, r);
