@@ -634,6 +634,8 @@ pub struct RecoveryReport {
     pub subscribers: u32,
     /// Whether the queue index had to be advanced for a dead publisher.
     pub helped_along: bool,
+    /// Doorbell listings of loops that are gone, removed.
+    pub bells_unlisted: u64,
 }
 
 struct Inner {
@@ -1160,6 +1162,14 @@ impl Channel {
         self.inner.map.probe()
     }
 
+    /// `FUTEX_WAKE` of every best-effort waiter of this channel, as a
+    /// best-effort publisher's wake does (for tools, and for the timing
+    /// check's hammer on that word). There is no such call for the
+    /// real-time word: only real-time publishers wake it.
+    pub fn wake_best_effort_waiters(&self) -> io::Result<usize> {
+        sys::futex_wake_all(&self.inner.header().next_index)
+    }
+
     /// Waits armed on this channel by subscribers of `class`.
     pub fn waiters(&self, class: WakeClass) -> u64 {
         self.inner.header().waiters_of(class).load(Ordering::SeqCst)
@@ -1176,9 +1186,10 @@ impl Channel {
     }
 
     /// Lists `bell`, the bell of a loop of wake class `class`, in this
-    /// channel so that its publishers of that class ring it: takes an
-    /// empty listing, or one whose loop is gone (dead, or its bell claimed
-    /// again). Bounded: two passes over the fixed listings. The caller
+    /// channel so that its publishers of that class ring it: clears the
+    /// listings of loops that are gone (dead, or their bell claimed
+    /// again), then takes an empty one. Bounded: two passes over the fixed
+    /// listings. The caller
     /// looks at the index after this and before sleeping (see
     /// [`crate::doorbell`]).
     pub(crate) fn list_bell(
@@ -1197,6 +1208,9 @@ impl Channel {
             });
         }
         let h = inner.header();
+        // The listings of dead loops first (a loop killed before it
+        // unlisted): their publishers would ring them on every message.
+        self.unlist_stale(bell.table(), proc_root);
         let listing = match class {
             WakeClass::RealTime => bell.listing() | RT_LISTING,
             WakeClass::BestEffort => bell.listing(),
@@ -1214,34 +1228,34 @@ impl Channel {
                 });
             }
         }
-        for (slot, l) in h.bells.iter().enumerate() {
+        Err(ChannelAttachError::BellsFull {
+            path: inner.path.clone(),
+        })
+    }
+
+    /// Clears the listings of loops that are gone (their bell free, owned
+    /// by a dead process, or claimed again), so that publishers stop
+    /// ringing them; returns how many. Bounded by the fixed listings.
+    fn unlist_stale(&self, table: &BellTable, proc_root: &Path) -> u64 {
+        let h = self.inner.header();
+        let mut n = 0;
+        for l in &h.bells {
             let old = l.load(Ordering::SeqCst);
-            if old != listing
-                && bell.table().is_stale(old, proc_root)
-                && l.compare_exchange(old, listing, Ordering::SeqCst, Ordering::SeqCst)
+            if old != 0
+                && table.is_stale(old, proc_root)
+                && l.compare_exchange(old, 0, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
             {
-                // Replaced: the dead listing's class count goes to ours.
-                let old_class = if old & RT_LISTING != 0 {
+                let class = if old & RT_LISTING != 0 {
                     WakeClass::RealTime
                 } else {
                     WakeClass::BestEffort
                 };
-                if old_class != class {
-                    h.bells_of(old_class).fetch_sub(1, Ordering::SeqCst);
-                    h.bells_of(class).fetch_add(1, Ordering::SeqCst);
-                }
-                return Ok(BellListing {
-                    ch: self.clone(),
-                    slot,
-                    listing,
-                    class,
-                });
+                h.bells_of(class).fetch_sub(1, Ordering::SeqCst);
+                n += 1;
             }
         }
-        Err(ChannelAttachError::BellsFull {
-            path: inner.path.clone(),
-        })
+        n
     }
 
     /// Publisher entries reclaimed from dead owners since creation.
@@ -1616,6 +1630,9 @@ impl Channel {
             }
         }
         rep.helped_along = self.help_along();
+        if let Ok(table) = BellTable::open(&inner.shm_dir, None, false) {
+            rep.bells_unlisted = self.unlist_stale(&table, proc_root);
+        }
         rep
     }
 

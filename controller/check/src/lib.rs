@@ -49,6 +49,7 @@
 //! real-time figures.
 
 pub mod bench;
+pub mod census;
 pub mod harness;
 pub mod hist;
 pub mod host;
@@ -373,6 +374,12 @@ pub struct CheckInputs {
     /// With rounds: the mechanism the others' ratios are taken against,
     /// run a second time in every round as the A/A noise floor.
     pub aa_reference: Option<Mechanism>,
+    /// Run the census ([`census`]) through the run, with its positive
+    /// control (a PI futex) before the mechanisms.
+    pub census: bool,
+    /// Best-effort threads hammering the channel's best-effort word with
+    /// `FUTEX_WAKE` in every mechanism's phase (0: none).
+    pub hammer: u32,
 }
 
 /// Where and how many traced misses a run keeps.
@@ -409,6 +416,8 @@ impl CheckInputs {
             log_compare: false,
             rounds: 1,
             aa_reference: None,
+            census: false,
+            hammer: 0,
         }
     }
 

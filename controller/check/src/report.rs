@@ -285,6 +285,10 @@ pub struct CheckReport {
     /// (8 bytes, no waiter), per round, with the A/A floor.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub differences: Vec<crate::harness::Difference>,
+    /// With `--census`: which task touched which kernel object of a
+    /// wake, and the real-time threads' waits on lower-priority holders.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub census: Option<crate::census::CensusReport>,
 }
 
 /// What tracing did in a run.
@@ -536,6 +540,9 @@ impl CheckReport {
                     t.reason.as_deref().unwrap_or("not asked for")
                 );
             }
+        }
+        if let Some(c) = &self.census {
+            o.push_str(&c.to_text());
         }
         for n in &self.notes {
             let _ = writeln!(o, "note: {n}");

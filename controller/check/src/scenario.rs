@@ -555,6 +555,31 @@ pub(crate) fn run(
         ));
     }
 
+    // The census (see [`crate::census`]): from here to the end, with its
+    // positive control first.
+    let census = if inputs.census {
+        match crate::census::Census::start(&env.sysroot.join("sys"), &proc_root) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                notes.push(format!("no census: {}", Chain(&e)));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let census_off = (inputs.census && census.is_none()).then(|| {
+        notes
+            .iter()
+            .rev()
+            .find(|n| n.starts_with("no census:"))
+            .cloned()
+            .unwrap_or_default()
+    });
+    if let Some(cs) = &census {
+        pi_control(&mut run, cs, inputs, &hk, receiver_cpu)?;
+    }
+
     // The scenario, once per mechanism.
     let churn = c.low_priority.churn.0.max(Duration::from_millis(10));
     let mut gen = 0u64;
@@ -641,6 +666,9 @@ pub(crate) fn run(
             run.shared.hist(mech, which).reset();
         }
         let failed_before = run.shared.control().notify_failed.load(Ordering::SeqCst);
+        if let Some(cs) = &census {
+            cs.phase(&format!("{}{suffix}", mech.short()));
+        }
         let phase = (|| -> Result<(), CheckRunError> {
             let ctl = run.shared.control();
             ctl.rt_stop.store(0, Ordering::SeqCst);
@@ -668,6 +696,20 @@ pub(crate) fn run(
                     run.retired.push(old);
                 }
             }
+            // The census's hammer on the best-effort word, for this phase.
+            let mut hammer = if inputs.hammer > 0 {
+                let g = run.shared.control().hammer_gen.load(Ordering::SeqCst);
+                Some(run.spawn(
+                    "hammer",
+                    &[
+                        format!("cpu={hk}"),
+                        format!("gen={g}"),
+                        format!("threads={}", inputs.hammer),
+                    ],
+                )?)
+            } else {
+                None
+            };
             let rt_args = |cpu: usize| {
                 vec![
                     format!("cpu={cpu}"),
@@ -869,6 +911,16 @@ pub(crate) fn run(
             m.add_account(account);
             // Low-priority processes still running write into this
             // mechanism's histogram; they are replaced at the next phase.
+            if let Some(cs) = &census {
+                cs.end_phase();
+            }
+            if let Some(h) = hammer.take() {
+                run.shared
+                    .control()
+                    .hammer_gen
+                    .fetch_add(1, Ordering::SeqCst);
+                finish(h, Duration::from_secs(5))?;
+            }
             let lows: Vec<Worker> = run.low.iter_mut().filter_map(|w| w.take()).collect();
             for slot in 0..low_n {
                 gen += 1;
@@ -1074,9 +1126,52 @@ pub(crate) fn run(
         trace,
         ratios,
         differences,
+        census: census.map(|c| c.finish()).or_else(|| {
+            census_off.map(|why| crate::census::CensusReport {
+                enabled: false,
+                reason: Some(why),
+                ..Default::default()
+            })
+        }),
     };
     report.decide();
     Ok(report)
+}
+
+/// The census's positive control: a best-effort process on the
+/// housekeeping CPUs holds a priority-inheritance futex most of the time
+/// and a SCHED_FIFO process on `cpu` locks it every 5 ms, so that the
+/// kernel boosts the holder: the census must count those waits (2 s).
+fn pi_control(
+    run: &mut Run,
+    cs: &crate::census::Census,
+    inputs: &CheckInputs,
+    hk: &str,
+    cpu: usize,
+) -> Result<(), CheckRunError> {
+    let ctl = run.shared.control();
+    ctl.rt_stop.store(0, Ordering::SeqCst);
+    ctl.pi_word.store(0, Ordering::SeqCst);
+    cs.phase("positive control: PI futex");
+    let hold = run.spawn(
+        "pi-hold",
+        &[format!("cpu={hk}"), "hold_ns=4000000".to_string()],
+    )?;
+    let waiter = run.spawn(
+        "rt-pi",
+        &[
+            format!("cpu={cpu}"),
+            format!("priority={}", inputs.check.priority),
+            "period_ns=5000000".to_string(),
+        ],
+    )?;
+    std::thread::sleep(Duration::from_secs(2));
+    cs.end_phase();
+    run.shared.control().rt_stop.store(1, Ordering::SeqCst);
+    finish(waiter, Duration::from_secs(5))?;
+    finish(hold, Duration::from_secs(5))?;
+    run.shared.control().rt_stop.store(0, Ordering::SeqCst);
+    Ok(())
 }
 
 /// One measurement's phases merged (a mechanism run in several rounds).

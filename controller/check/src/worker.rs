@@ -11,7 +11,16 @@
 //! - `burst`: a SCHED_FIFO thread below the real-time priority running
 //!   busy bursts of random length;
 //! - `hog`: a CPU hog at normal priority;
-//! - `io`: a writer doing fsync'd writes in a directory.
+//! - `io`: a writer doing fsync'd writes in a directory;
+//! - `hammer`: best-effort threads calling `FUTEX_WAKE` on the channel's
+//!   best-effort word (the queue index) in a tight loop, the census's
+//!   hammer on the word the one-word reference shares;
+//! - `pi-hold` and `rt-pi`: the census's positive control, a best-effort
+//!   process holding a priority-inheritance futex (`FUTEX_LOCK_PI`) that
+//!   a real-time one then locks, which the kernel answers with a boost.
+//!
+//! Each names itself `rtd-<role>` (the census tells the robot's tasks and
+//! their class by it: `rtd-rt-*` are the real-time ones).
 //!
 //! Workers stop when the engine raises their stop word in the shared
 //! control file, and die with it (`PR_SET_PDEATHSIG`).
@@ -178,7 +187,11 @@ pub(crate) struct Control {
     /// The real-time receiver reached the end of the run (it handled the
     /// stop message after `rt_recv_stop`).
     pub rt_recv_done: AtomicU64,
-    pub _pad: [AtomicU64; 2],
+    /// The generation the hammer runs for (it stops when it changes).
+    pub hammer_gen: AtomicU64,
+    /// The positive control's priority-inheritance futex word (low 32
+    /// bits: the holder's tid, `FUTEX_WAITERS` when one waits).
+    pub pi_word: AtomicU64,
     /// Per low-priority slot: the generation that may run; a process whose
     /// generation differs stops.
     pub low_gen: [AtomicU64; MAX_LOW],
@@ -504,6 +517,7 @@ pub fn main(args: &[String]) -> i32 {
         eprintln!("check worker: no role given");
         return 2;
     };
+    name_thread(&format!("rtd-{role}"));
     let result = Args::parse(rest).and_then(|a| match role.as_str() {
         "rt-send" => rt_send(&a),
         "rt-recv" => rt_recv(&a),
@@ -512,6 +526,9 @@ pub fn main(args: &[String]) -> i32 {
         "timer" => timer(&a),
         "hog" => hog(&a),
         "io" => io_writer(&a),
+        "hammer" => hammer(&a),
+        "pi-hold" => pi_hold(&a),
+        "rt-pi" => rt_pi(&a),
         r => Err(WorkerRunError::UnknownRole { role: r.into() }),
     });
     match result {
@@ -992,7 +1009,7 @@ fn low(a: &Args) -> Result<(), WorkerRunError> {
         .map_err(WorkerRunError::Attach)?;
     let mut peers = notified(mech).then(|| Peers::new(CELLS));
     let publisher_thread = std::thread::Builder::new()
-        .name("check-low-pub".into())
+        .name("rtd-low-pub".into())
         .spawn(move || {
             let mut seq = 0u64;
             let mut next = monotonic_ns() + period;
@@ -1201,6 +1218,136 @@ fn io_writer(a: &Args) -> Result<(), WorkerRunError> {
     }
     drop(f);
     let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// Names the calling thread (its comm: at most 15 bytes are kept).
+fn name_thread(name: &str) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
+    // bytes from the buffer, which outlives the call.
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr()) };
+}
+
+/// The census's hammer: `threads=N` threads on the housekeeping CPUs, each
+/// calling `FUTEX_WAKE` on the channel's best-effort word in a tight loop
+/// until the engine moves `hammer_gen` on. With the one-word reference the
+/// real-time pair waits and wakes on that very word: on PREEMPT_RT its
+/// bucket lock is then the letter's contended lock. The runtime's
+/// real-time path never touches it.
+fn hammer(a: &Args) -> Result<(), WorkerRunError> {
+    let shared = shared_static(a)?;
+    let ctl = shared.control();
+    rt_setup(ctl, a, None)?;
+    let gen = a.u64("gen")?;
+    let threads = a.u64("threads")?.clamp(1, 16);
+    let ch = open_channel(a)?;
+    let running = move || {
+        // Relaxed: stop requests; see rt_send.
+        ctl.stop_all.load(Ordering::Relaxed) == 0 && ctl.hammer_gen.load(Ordering::Relaxed) == gen
+    };
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let ch = ch.clone();
+            std::thread::Builder::new()
+                .name("rtd-hammer".into())
+                .spawn(move || {
+                    while running() {
+                        for _ in 0..256 {
+                            let _ = ch.wake_best_effort_waiters();
+                        }
+                    }
+                })
+                .map_err(WorkerRunError::Thread)
+        })
+        .collect::<Result<_, _>>()?;
+    for h in handles {
+        let _ = h.join();
+    }
+    Ok(())
+}
+
+fn gettid() -> u32 {
+    // SAFETY: no arguments; cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// `FUTEX_LOCK_PI` / `FUTEX_UNLOCK_PI` (shared) on the low word of `w`.
+fn futex_pi(w: &AtomicU64, op: i32) -> i64 {
+    let word = controller::sys::low_word_ptr(w);
+    // SAFETY: the kernel reads and writes the 32-bit word, which lives in
+    // the shared control file this process maps for its whole life.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            op,
+            0,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    }
+}
+
+/// Takes the PI lock: the fast path claims a free word with our tid, else
+/// the kernel queues us (and boosts the holder).
+fn pi_lock(w: &AtomicU64, tid: u32) {
+    // SeqCst: a lock word shared with the kernel's PI protocol.
+    if w.compare_exchange(0, tid as u64, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
+        futex_pi(w, libc::FUTEX_LOCK_PI);
+    }
+}
+
+fn pi_unlock(w: &AtomicU64, tid: u32) {
+    if w.compare_exchange(tid as u64, 0, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
+        // FUTEX_WAITERS set: the kernel hands the lock on.
+        futex_pi(w, libc::FUTEX_UNLOCK_PI);
+    }
+}
+
+/// The positive control's holder (best-effort, on the housekeeping CPUs):
+/// takes the PI lock, holds it for `hold_ns` busy, releases it, pauses as
+/// long, until `rt_stop`.
+fn pi_hold(a: &Args) -> Result<(), WorkerRunError> {
+    let shared = a.shared()?;
+    let ctl = shared.control();
+    rt_setup(ctl, a, None)?;
+    let hold = a.u64("hold_ns")?.clamp(1_000, 1_000_000_000);
+    let tid = gettid();
+    // Relaxed: a stop request; see rt_send.
+    while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
+        pi_lock(&ctl.pi_word, tid);
+        let end = monotonic_ns() + hold;
+        while monotonic_ns() < end {
+            std::hint::spin_loop();
+        }
+        pi_unlock(&ctl.pi_word, tid);
+        sleep_until(Monotonic::now() + Duration::from_nanos(hold));
+    }
+    Ok(())
+}
+
+/// The positive control's waiter (SCHED_FIFO on an isolated CPU): every
+/// `period_ns`, locks the PI futex the holder has most of the time (so the
+/// kernel boosts the holder to this priority) and unlocks it.
+fn rt_pi(a: &Args) -> Result<(), WorkerRunError> {
+    let shared = a.shared()?;
+    let ctl = shared.control();
+    rt_setup(ctl, a, Some(a.u64("priority")? as u32))?;
+    let period = a.u64("period_ns")?.clamp(1_000, 1_000_000_000);
+    let tid = gettid();
+    while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
+        sleep_until(Monotonic::now() + Duration::from_nanos(period));
+        pi_lock(&ctl.pi_word, tid);
+        pi_unlock(&ctl.pi_word, tid);
+    }
     Ok(())
 }
 

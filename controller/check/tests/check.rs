@@ -201,6 +201,7 @@ fn report_of(
         trace: None,
         ratios: vec![],
         differences: vec![],
+        census: None,
     };
     r.decide();
     r

@@ -58,6 +58,23 @@ pub struct CheckArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100), default_value_t = 1)]
     pub rounds: u32,
 
+    /// Take the census (root, tracefs): for the whole run, which task
+    /// touched which futex word (syscalls, keyed by file and offset) and,
+    /// where the kernel has kprobes, which hash bucket (futex_hash), and
+    /// every wait of a real-time thread on a lock a lower-priority task
+    /// held (priority-inheritance boosts inside its wakes and waits:
+    /// counted; its other lock waits: listed). A positive control runs
+    /// first: a best-effort process holds a PI futex a real-time one then
+    /// locks.
+    #[arg(long)]
+    pub census: bool,
+
+    /// With every mechanism: N best-effort threads on the housekeeping CPUs
+    /// calling FUTEX_WAKE on the channel's best-effort word (the one the
+    /// one-word reference shares) in a tight loop.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=16), default_value_t = 0)]
+    pub hammer: u32,
+
     /// The supervisor's short run (`boot_check.duration`), writing its
     /// report to <prefix>/var/lib/rtdeploy/boot-check.json.
     #[arg(long)]
@@ -343,6 +360,8 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     } else if let Some(m) = args.mechanism {
         inputs.mechanisms = vec![m];
     }
+    inputs.census = args.census;
+    inputs.hammer = args.hammer;
     if args.rounds > 1 {
         if inputs.mechanisms.len() < 2 {
             anyhow::bail!(

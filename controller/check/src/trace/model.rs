@@ -97,6 +97,17 @@ pub enum EventKind {
     Marker {
         text: String,
     },
+    /// `syscalls:sys_enter_<name>`: the call's arguments as the kernel
+    /// prints them (`name: 0xvalue`), in order; at most 6.
+    SysEnter {
+        name: String,
+        args: Vec<(String, u64)>,
+    },
+    /// `syscalls:sys_exit_<name>`: its return value.
+    SysExit {
+        name: String,
+        ret: i64,
+    },
     /// Any other event (io_uring completions, task work, ...): its name
     /// and its text.
     Other {
@@ -159,6 +170,17 @@ pub fn parse_line(line: &str) -> Option<Event> {
     let (ts_field, after) = rest.split_once(": ")?;
     let ts_text = ts_field.split_whitespace().last()?;
     let ts_ns = parse_ts(ts_text)?;
+    // Syscall events have their own shape: `sys_futex(uaddr: 0x.., op:
+    // 0x81, ...)` and `sys_futex -> 0x0`.
+    if let Some(kind) = parse_syscall(after) {
+        return Some(Event {
+            cpu,
+            ts_ns,
+            comm: cut(comm, MAX_COMM),
+            pid,
+            kind,
+        });
+    }
     let (name, fields) = match after.split_once(": ") {
         Some((n, f)) => (n, f),
         None => (after.trim_end().strip_suffix(':')?, ""),
@@ -173,6 +195,50 @@ pub fn parse_line(line: &str) -> Option<Event> {
         comm: cut(comm, MAX_COMM),
         pid,
         kind,
+    })
+}
+
+/// A number as a syscall event prints it: `0x1f` or `31`.
+fn sys_num(v: &str) -> Option<u64> {
+    let v = v.trim();
+    match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+/// A syscall enter or exit event's text (after the timestamp), or `None`.
+fn parse_syscall(after: &str) -> Option<EventKind> {
+    let after = after.trim_end();
+    let rest = after.strip_prefix("sys_")?;
+    if let Some((name, ret)) = rest.split_once(" -> ") {
+        if name.is_empty()
+            || name.len() > 32
+            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return None;
+        }
+        return Some(EventKind::SysExit {
+            name: name.to_string(),
+            ret: sys_num(ret)? as i64,
+        });
+    }
+    let (name, args) = rest.split_once('(')?;
+    if name.is_empty()
+        || name.len() > 32
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return None;
+    }
+    let args = args.strip_suffix(')')?;
+    let mut out = Vec::new();
+    for a in args.split(", ").filter(|a| !a.is_empty()).take(6) {
+        let (k, v) = a.split_once(": ")?;
+        out.push((cut(k, 16), sys_num(v)?));
+    }
+    Some(EventKind::SysEnter {
+        name: name.to_string(),
+        args: out,
     })
 }
 
@@ -510,6 +576,50 @@ mod tests {
             k => panic!("{k:?}"),
         }
         assert!(matches!(&kinds[10], EventKind::Other { name, .. } if name == "io_uring_complete"));
+    }
+
+    #[test]
+    fn syscall_lines() {
+        let text = "\
+           rtd-rt-send-6020    [001] .....  4849.824352: sys_futex(uaddr: 0x7f7ba5e02a4c, op: 0x81, val: 0x7fffffff, utime: 0, uaddr2: 3, val3: 0)
+           rtd-rt-send-6020    [001] .....  4849.824492: sys_futex -> 0x1
+           rtd-low-91    [000] .....  4849.842454: sys_futex_waitv -> 0xffffffffffffff92
+           rtd-low-91    [000] .....  4849.842455: sys_futex(uaddr: 0xzz, op: 0x81)
+";
+        let p = parse(text);
+        assert_eq!(p.skipped, 1, "{p:?}");
+        assert_eq!(
+            p.events[0].kind,
+            EventKind::SysEnter {
+                name: "futex".into(),
+                args: vec![
+                    ("uaddr".into(), 0x7f7ba5e02a4c),
+                    ("op".into(), 0x81),
+                    ("val".into(), 0x7fffffff),
+                    ("utime".into(), 0),
+                    ("uaddr2".into(), 3),
+                    ("val3".into(), 0)
+                ]
+            }
+        );
+        assert_eq!(
+            (p.events[0].comm.as_str(), p.events[0].pid),
+            ("rtd-rt-send", 6020)
+        );
+        assert_eq!(
+            p.events[1].kind,
+            EventKind::SysExit {
+                name: "futex".into(),
+                ret: 1
+            }
+        );
+        assert_eq!(
+            p.events[2].kind,
+            EventKind::SysExit {
+                name: "futex_waitv".into(),
+                ret: -110
+            }
+        );
     }
 
     #[test]

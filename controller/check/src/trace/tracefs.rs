@@ -226,8 +226,10 @@ pub fn remove_stale(tracefs: &Path, proc_root: &Path) -> Vec<String> {
         let Ok(name) = e.file_name().into_string() else {
             continue;
         };
+        // `rtdeploy-<pid>`, or `rtdeploy-<pid>-<what>` (the census's).
         let Some(pid) = name
             .strip_prefix(PREFIX)
+            .and_then(|p| p.split('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;
