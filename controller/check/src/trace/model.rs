@@ -185,7 +185,7 @@ pub fn parse_line(line: &str) -> Option<Event> {
         Some((n, f)) => (n, f),
         None => (after.trim_end().strip_suffix(':')?, ""),
     };
-    if name.is_empty() || name.contains(' ') {
+    if name.is_empty() || name.contains(' ') || name.contains('(') {
         return None;
     }
     let kind = parse_kind(name, fields)?;
