@@ -57,9 +57,13 @@ pub fn run(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Result<RoleResult
     })
 }
 
+/// The benchmark's processes are a real-time pair (SCHED_FIFO on CPUs of
+/// their own): their loops and publishers are of the real-time wake class,
+/// as robot.yaml would make them (see `controller::wake`).
 fn event_loop(spec: &RoleSpec) -> Result<EventLoop> {
     EventLoop::new(LoopOptions {
         shm_dir: spec.names.ours_dir.clone(),
+        class: controller::WakeClass::RealTime,
         ..LoopOptions::default()
     })
     .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))
@@ -71,7 +75,7 @@ fn publisher<const W: usize>(spec: &RoleSpec, name: &str) -> Result<Publisher> {
         .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))
         .with_context(|| format!("opening channel {name}"))?;
     let mut p = ch
-        .publisher(Path::new(PROC))
+        .publisher_as(controller::WakeClass::RealTime, Path::new(PROC))
         .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))
         .with_context(|| format!("attaching a publisher to {name}"))?;
     p.reserve_loans::<[u64; W]>();
