@@ -361,6 +361,9 @@ fn once_json_is_one_frame_for_scripts() {
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &s["processes"][0]["timing"];
     assert_eq!(t["layout"], controller::timing_report::LAYOUT, "{s:#}");
+    // The class the supervisor gave it from robot.yaml (policy other:
+    // best-effort), as its loop reports it.
+    assert_eq!(t["wake_class"], "best-effort", "{s:#}");
     for k in [
         "wakeup_p50_us",
         "since_start_wakeup_p50_us",
