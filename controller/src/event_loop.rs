@@ -785,6 +785,8 @@ pub struct EventLoop {
     /// (`None`: none does), and when the loop last did.
     cross_look: Option<u64>,
     last_cross_look: u64,
+    /// A real-time loop looked at its locked memory at its first run.
+    memory_checked: bool,
 }
 
 impl EventLoop {
@@ -844,6 +846,7 @@ impl EventLoop {
             abs_timer: true,
             cross_look: None,
             last_cross_look: 0,
+            memory_checked: false,
         };
         if let Some(t) = opts.timing {
             lp.enable_reports(&t)?;
@@ -1357,6 +1360,17 @@ impl EventLoop {
     /// for.
     pub fn run(&mut self) -> Result<(), EventLoopRunError> {
         self.exit = false;
+        if self.class == WakeClass::RealTime && !self.memory_checked {
+            self.memory_checked = true;
+            // A page fault on the real-time path takes the process's
+            // mmap_lock, which any thread mapping memory holds (see
+            // crate::wake): said once, off the real-time path.
+            if let Some(0) = locked_kb(&self.proc_root) {
+                eprintln!(
+                    "rtdeploy: a real-time event loop runs with no memory locked: a page fault on its wake path waits for this process's mmap_lock (call controller::rt::lock_and_prefault at start, and give the process `memlock` in robot.yaml)"
+                );
+            }
+        }
         self.waitv.reserve(self.watchers.len());
         self.waitv_owner.reserve(self.watchers.len());
         if let (Some(every), None, false) = (
@@ -1912,6 +1926,30 @@ impl EventLoop {
     }
 }
 
+/// `VmLck` of this process, in KiB, from `<proc_root>/self/status` (at
+/// most 16 KiB read); `None` when it cannot be read.
+fn locked_kb(proc_root: &std::path::Path) -> Option<u64> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(proc_root.join("self/status"))
+        .ok()?
+        .take(16 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
+    parse_locked_kb(&text)
+}
+
+fn parse_locked_kb(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Sleeps until the absolute `CLOCK_MONOTONIC` time `deadline_ns` (the
 /// runtime's one absolute sleep, [`crate::time::sleep_until`]).
 fn sleep_until_ns(deadline_ns: u64) {
@@ -1932,6 +1970,17 @@ mod tests {
         .to_string();
         assert!(e.contains("kernel 5.10.120-tegra"), "{e}");
         assert!(e.contains("futex_waitv") && e.contains("Linux 5.16"), "{e}");
+    }
+
+    #[test]
+    fn locked_memory_is_read_from_the_status_file() {
+        assert_eq!(
+            parse_locked_kb("Name:\tx\nVmLck:\t   65536 kB\nVmPin: 0 kB\n"),
+            Some(65536)
+        );
+        assert_eq!(parse_locked_kb("VmLck:\t0 kB\n"), Some(0));
+        assert_eq!(parse_locked_kb("VmLck: lots\n"), None);
+        assert_eq!(parse_locked_kb(""), None);
     }
 
     #[test]

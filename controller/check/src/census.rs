@@ -180,6 +180,12 @@ pub struct CensusPhase {
     /// Futex-family syscalls of the robot's tasks, by class.
     pub futex_calls_real_time: u64,
     pub futex_calls_best_effort: u64,
+    /// `mmap`, `munmap` and `mremap` calls of the real-time threads in the
+    /// phase (a running real-time loop should make none: each takes the
+    /// process's `mmap_lock`, and an unmap interrupts every CPU it runs
+    /// on), and of the best-effort tasks.
+    pub maps_real_time: u64,
+    pub maps_best_effort: u64,
     pub words: Vec<WordUse>,
     /// Words touched by a real-time and a best-effort task both.
     pub shared_words: u64,
@@ -229,11 +235,13 @@ impl CensusReport {
         for p in &self.phases {
             let _ = writeln!(
                 o,
-                "  {:<28} {} counted waits of real-time threads on lower-priority holders; futex calls {} real-time, {} best-effort; {} words, {} touched by both classes{}",
+                "  {:<28} {} counted waits of real-time threads on lower-priority holders; futex calls {} real-time, {} best-effort; maps and unmaps {} real-time, {} best-effort; {} words, {} touched by both classes{}",
                 p.label,
                 p.counted_waits,
                 p.futex_calls_real_time,
                 p.futex_calls_best_effort,
+                p.maps_real_time,
+                p.maps_best_effort,
                 p.words.len(),
                 p.shared_words,
                 if p.unresolved > 0 {
@@ -317,6 +325,8 @@ struct PhaseAgg {
     listed: BTreeMap<(String, String), ListedWait>,
     futex_rt: u64,
     futex_be: u64,
+    maps_rt: u64,
+    maps_be: u64,
     words: BTreeMap<(String, u64), WordUse>,
     words_dropped: u64,
     unresolved: u64,
@@ -418,6 +428,17 @@ impl<R: Resolver> Aggregator<R> {
             self.tasks.clear();
         }
         match &e.kind {
+            EventKind::SysEnter { name, .. }
+                if class != TaskClass::Other
+                    && matches!(name.as_str(), "mmap" | "munmap" | "mremap") =>
+            {
+                if let Some(p) = self.phase_at(e.ts_ns) {
+                    match class {
+                        TaskClass::RealTime => p.maps_rt += 1,
+                        _ => p.maps_be += 1,
+                    }
+                }
+            }
             EventKind::SysEnter { name, args } if class != TaskClass::Other => {
                 let task = self.tasks.entry(e.pid).or_default();
                 if bracket_call(name) {
@@ -667,6 +688,8 @@ impl<R: Resolver> Aggregator<R> {
                     listed_waits: p.listed.into_values().collect(),
                     futex_calls_real_time: p.futex_rt,
                     futex_calls_best_effort: p.futex_be,
+                    maps_real_time: p.maps_rt,
+                    maps_best_effort: p.maps_be,
                     words,
                     shared_words,
                     unresolved: p.unresolved,
@@ -866,6 +889,11 @@ const EVENTS: &[(&str, &str)] = &[
     ("syscalls/sys_exit_futex_wake", ROBOT_FILTER),
     ("syscalls/sys_enter_io_uring_enter", ROBOT_FILTER),
     ("syscalls/sys_exit_io_uring_enter", ROBOT_FILTER),
+    // Maps and unmaps after start: mmap_lock, and TLB-shootdown IPIs to
+    // every CPU the process runs on.
+    ("syscalls/sys_enter_mmap", ROBOT_FILTER),
+    ("syscalls/sys_enter_munmap", ROBOT_FILTER),
+    ("syscalls/sys_enter_mremap", ROBOT_FILTER),
     ("lock/contention_begin", RT_FILTER),
     ("lock/contention_end", RT_FILTER),
     // Unfiltered: its own `comm` field (the boosted task's) would shadow
