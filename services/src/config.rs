@@ -11,6 +11,10 @@ use cpusets::config::{validate_priority, Policy};
 use cpusets::cpuset::CpuSet;
 use serde::{Deserialize, Serialize};
 
+/// The largest robot.yaml read (`deploy`'s loader refuses a larger one at
+/// its first byte past this; the supervisor reads a release's no further).
+pub const MAX_ROBOT_YAML: u64 = 512 << 10;
+
 /// A validation problem: the field path and what is wrong with it.
 pub type Problem = (String, String);
 

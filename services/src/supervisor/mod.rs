@@ -142,7 +142,8 @@ fn start_logger(
             .iter()
             .map(|p| controller::timing_report::timing_channel_name(&p.name)),
     );
-    let boot_id = std::fs::read_to_string(roots.proc_root.join("sys/kernel/random/boot_id"))
+    let boot_id = units::bounded::Bound::pseudo(64)
+        .read_lossy(&roots.proc_root.join("sys/kernel/random/boot_id"))
         .map(|s| s.trim().chars().take(64).collect())
         .unwrap_or_default();
     let recorded = channels.iter().filter(|c| section.records(c)).count();
