@@ -484,11 +484,10 @@ fn keep_in_history(
     });
     let path = layout.boot_check_history();
     match services::boot_history::append(&path, record, robot.boot_check.history as usize) {
-        Ok(notes) if notes.is_empty() => String::new(),
-        Ok(notes) => format!(
-            "; history {}: {} damaged line(s) dropped ({})",
+        Ok((notes, _)) if notes.is_empty() => String::new(),
+        Ok((notes, skipped)) => format!(
+            "; history {}: {skipped} damaged line(s) dropped ({})",
             path.display(),
-            notes.len(),
             notes[0]
         ),
         Err(e) => format!("; {}", controller::error::Chain(&e)),
