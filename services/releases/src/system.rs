@@ -91,6 +91,12 @@ pub struct SystemUpdate {
 }
 
 /// The boot loader file a system update replaces.
+///
+/// What `state.json` keeps of it is what a rollback needs: the file as it
+/// was ([`previous_text`](BootEntry::previous_text), at most
+/// [`MAX_BOOT_FILE`]) and the labels. The new file itself is written once,
+/// by the install that planned it, and not kept: a state that held both
+/// held the file twice, and every reader of the state read it twice.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootEntry {
     /// The file, relative to the prefix (`boot/extlinux/extlinux.conf`).
@@ -99,7 +105,9 @@ pub struct BootEntry {
     pub label: String,
     /// The label that was `DEFAULT` (kept in `text` as the fallback).
     pub previous_label: String,
-    /// The file as the install writes it.
+    /// The file as the install writes it: only in the install's own
+    /// memory, never in `state.json`.
+    #[serde(skip)]
     pub text: String,
     /// The file as it was: written back by a rollback.
     pub previous_text: String,
