@@ -115,6 +115,9 @@ fn cases() -> Vec<Case> {
         c("nvpmodel file without a mode", add("power:\n  nvpmodel_conf: p3767_0003  #!\n"), "power.nvpmodel_conf", "`power.nvpmodel` names no mode"),
         c("negative nvpmodel mode", add("power:\n  nvpmodel: -2  #!\n"), "power.nvpmodel", "mode id -2 is negative"),
         c("channel name", edit("  - name: /a\n", "  - name: a  #!\n"), "channels[0].name", "not a channel name"),
+        // Paths under the prefix cannot climb out of it.
+        c("metrics textfile out of the prefix", add("metrics:\n  textfile: /../../tmp/x.prom  #!\n"), "metrics.textfile", "`/../../tmp/x.prom` has a `..` component, which would lead out of the prefix"),
+        c("log dir out of the prefix", add("log:\n  dir: /var/../../tmp/x  #!\n"), "log.dir", "`/var/../../tmp/x` has a `..` component, which would lead out of the prefix"),
         c("duplicate channel", edit("    rate: 1000\n", "    rate: 1000\n  - name: /a  #!\n    max_size: 8\n    rate: 10\n"), "channels[1].name", "already defined"),
         c("rate zero", edit("    rate: 1000\n", "    rate: 0  #!\n"), "channels[0].rate", "rate 0"),
         c("negative rate", edit("    rate: 1000\n", "    rate: -5  #!\n"), "channels[0].rate", "-5"),

@@ -392,7 +392,12 @@ impl MetricsSection {
             ));
         }
         if let Some(t) = &self.textfile {
-            if !t.ends_with(".prom") || t.ends_with("/.prom") {
+            if let Err(e) = units::path::check(t) {
+                out.push((
+                    "metrics.textfile".into(),
+                    format!("{e} (expected a path under the robot's root, without `..`)"),
+                ));
+            } else if !t.ends_with(".prom") || t.ends_with("/.prom") {
                 out.push((
                     "metrics.textfile".into(),
                     format!("`{t}` (expected a file name ending in `.prom`, which node_exporter's textfile collector reads)"),

@@ -100,7 +100,8 @@ fn log_dir(ctx: &Ctx) -> PathBuf {
         .and_then(|l| l.robot.log)
         .and_then(|l| l.dir);
     match configured {
-        Some(d) => ctx.root(&d),
+        Some(d) => units::path::join_under(&ctx.prefix, &d)
+            .unwrap_or_else(|_| ctx.root("/var/log/rtdeploy/mcap")),
         None => ctx.root("/var/log/rtdeploy/mcap"),
     }
 }
