@@ -119,8 +119,10 @@ impl ProcessMetrics {
     ) {
         self.reports += 1;
         if let Some((pid, seq)) = self.last_seq {
-            if pid == r.pid && r.seq > seq + 1 {
-                self.reports_skipped += (r.seq - seq - 1).min(1 << 32);
+            if pid == r.pid && r.seq > seq.saturating_add(1) {
+                self.reports_skipped = self
+                    .reports_skipped
+                    .saturating_add((r.seq - seq - 1).min(1 << 32));
             }
         }
         self.last_seq = Some((r.pid, r.seq));
