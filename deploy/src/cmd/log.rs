@@ -229,7 +229,9 @@ fn info(ctx: &Ctx, file: &Path) -> anyhow::Result<Exit> {
         )?;
         return Ok(Exit::Ok);
     }
-    let mut out = format!("{}: {} bytes, {}\n", file.display(), sum.size, state(&sum));
+    // The file's length (the reader stops at the data section's end).
+    let len = std::fs::metadata(file).map_or(sum.size, |m| m.len().max(sum.size));
+    let mut out = format!("{}: {len} bytes, {}\n", file.display(), state(&sum));
     if !sum.library.is_empty() {
         out.push_str(&format!("written by: {}\n", sum.library));
     }

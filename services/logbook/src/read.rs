@@ -174,7 +174,8 @@ pub enum Flow {
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub path: PathBuf,
-    /// Bytes of the file read.
+    /// Bytes of the file read: up to the end of its data section (its
+    /// summary and footer are not read).
     pub size: u64,
     pub profile: String,
     pub library: String,
@@ -373,6 +374,24 @@ fn first_log_time_from(path: &Path, mut input: impl Read) -> Result<Option<u64>,
     Ok(first)
 }
 
+/// The most a reason for stopping says, in characters.
+const MAX_REASON: usize = 600;
+
+/// `s` as one short line: control characters (a parser's error may span
+/// lines, a name from the file may hold anything) shown as spaces, cut at
+/// [`MAX_REASON`] characters.
+fn one_line(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(MAX_REASON)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if s.chars().nth(MAX_REASON).is_some() {
+        out.push_str("...");
+    }
+    out
+}
+
 /// How a walk over the records ended.
 #[derive(Debug, Default)]
 struct WalkEnd {
@@ -515,11 +534,11 @@ fn walk<R: Read>(input: R, visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, Str
         match step {
             None => break,
             Some(Err(e)) => {
-                end.why = Some(cut(&end, &e));
+                end.why = Some(one_line(&cut(&end, &e)));
                 break;
             }
             Some(Ok(Err(why))) => {
-                end.why = Some(why);
+                end.why = Some(one_line(&why));
                 break;
             }
             Some(Ok(Ok(Flow::Go))) => {}
