@@ -481,7 +481,13 @@ fn cgroup_cpus(procs: &Path) -> Option<Vec<usize>> {
         "cpuset.effective_cpus",
     ]
     .iter()
-    .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+    // units::bounded: a CPU list of 4096 CPUs is well under 64 KiB; a FIFO
+    // is refused, not waited on.
+    .filter_map(|f| {
+        units::bounded::Bound::pseudo(64 << 10)
+            .read_lossy(&dir.join(f))
+            .ok()
+    })
     .find(|t| !t.trim().is_empty())
     .and_then(|t| parse_cpu_list(t.trim()))
 }

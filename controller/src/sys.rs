@@ -255,7 +255,11 @@ pub fn getpid() -> u32 {
 /// Start time (field 22 of `<proc_root>/<pid>/stat`, in clock ticks since
 /// boot) of process `pid`, or `None` when the process does not exist.
 pub fn process_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    // units::bounded: a stat line is a few hundred bytes; a FIFO or a
+    // device in a fake /proc is refused, not waited on or read to its end.
+    let text = units::bounded::Bound::pseudo(64 << 10)
+        .read_lossy(&proc_root.join(pid.to_string()).join("stat"))
+        .ok()?;
     // The command name (field 2) is in parentheses and may hold spaces or
     // parentheses: parse from the last `)`.
     let rest = &text[text.rfind(')')? + 1..];

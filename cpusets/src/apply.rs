@@ -773,7 +773,7 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
             Outcome::WouldChange
         } else if fake {
             let stat_path = dir.join("stat");
-            let text = fs::read_to_string(&stat_path).unwrap_or_default();
+            let text = crate::model::live::read_text(&stat_path).unwrap_or_default();
             match TaskStat::with_sched(&text, policy.sched_number(), prio) {
                 Some(new_text) => match write_existing(&stat_path, &new_text) {
                     Ok(()) => Outcome::Changed,
@@ -811,7 +811,7 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
             Outcome::WouldChange
         } else if fake {
             let status_path = dir.join("status");
-            let text = fs::read_to_string(&status_path).unwrap_or_default();
+            let text = crate::model::live::read_text(&status_path).unwrap_or_default();
             match write_existing(&status_path, &status_with_cpus(&text, cpus)) {
                 Ok(()) => Outcome::Changed,
                 Err(e) => Outcome::Failed {

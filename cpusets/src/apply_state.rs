@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::apply::ApplyReport;
 
+/// The most read of the file: one number per interrupt that would not
+/// move, thousands of them in well under this.
+pub const MAX_STATE_FILE: u64 = 1 << 20;
+
 /// What `apply` found it could not change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplyState {
@@ -46,13 +50,13 @@ impl ApplyState {
     /// Reads the state at `path`; `None` when there is no file (apply has
     /// not run).
     pub fn read(path: &Path) -> Result<Option<Self>, ApplyStateError> {
-        let text = match fs::read_to_string(path) {
+        let text = match units::bounded::Bound::regular(MAX_STATE_FILE).read_text(path) {
             Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => {
                 return Err(ApplyStateError::Read {
                     path: path.to_path_buf(),
-                    source,
+                    source: e.into_io(),
                 })
             }
         };

@@ -563,18 +563,22 @@ pub fn verify(
     Ok(VerifyReport::new(checks))
 }
 
+/// The most of the kernel log [`read_kernel_log`] reads.
+pub const MAX_KERNEL_LOG: u64 = 8 << 20;
+
 /// The kernel log's records (`/dev/kmsg`: `prio,seq,usec,flags;text`,
 /// continuation lines start with a space), without blocking.
+/// At most [`MAX_KERNEL_LOG`] bytes are read (the kernel's log buffer is
+/// 2^CONFIG_LOG_BUF_SHIFT bytes, 128 KiB to a few MiB on the kernels we
+/// meet): a sysroot whose `dev/kmsg` never ends is cut there.
 pub fn read_kernel_log(path: &Path) -> std::io::Result<Vec<String>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
+    let mut f = units::bounded::Bound::pseudo(MAX_KERNEL_LOG)
+        .open(path)
+        .map_err(|e| e.into_io())?;
     let mut text = String::new();
     let mut buf = vec![0u8; 16 * 1024];
-    loop {
+    while (text.len() as u64) < MAX_KERNEL_LOG {
         // /dev/kmsg returns one record per read; a plain file, chunks.
         match f.read(&mut buf) {
             Ok(0) => break,

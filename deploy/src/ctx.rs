@@ -98,7 +98,10 @@ pub fn write_stdout(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// `base` joined with an absolute path, as if `base` were `/`.
+/// `base` joined with an absolute path, as if `base` were `/`, through
+/// [`units::path::join_under`]: for the program's own constant paths,
+/// which have no `..` (robot.yaml's paths are refused at validation when
+/// they do, and joined with `units::path::join_under` where used).
 pub fn join_under(base: &Path, abs: &str) -> PathBuf {
-    base.join(abs.trim_start_matches('/'))
+    units::path::join_under(base, abs).expect("an on-robot path of the program's own")
 }

@@ -115,6 +115,9 @@ fn cases() -> Vec<Case> {
         c("nvpmodel file without a mode", add("power:\n  nvpmodel_conf: p3767_0003  #!\n"), "power.nvpmodel_conf", "`power.nvpmodel` names no mode"),
         c("negative nvpmodel mode", add("power:\n  nvpmodel: -2  #!\n"), "power.nvpmodel", "mode id -2 is negative"),
         c("channel name", edit("  - name: /a\n", "  - name: a  #!\n"), "channels[0].name", "not a channel name"),
+        // Paths under the prefix cannot climb out of it.
+        c("metrics textfile out of the prefix", add("metrics:\n  textfile: /../../tmp/x.prom  #!\n"), "metrics.textfile", "`/../../tmp/x.prom` has a `..` component, which would lead out of the prefix"),
+        c("log dir out of the prefix", add("log:\n  dir: /var/../../tmp/x  #!\n"), "log.dir", "`/var/../../tmp/x` has a `..` component, which would lead out of the prefix"),
         c("duplicate channel", edit("    rate: 1000\n", "    rate: 1000\n  - name: /a  #!\n    max_size: 8\n    rate: 10\n"), "channels[1].name", "already defined"),
         c("rate zero", edit("    rate: 1000\n", "    rate: 0  #!\n"), "channels[0].rate", "rate 0"),
         c("negative rate", edit("    rate: 1000\n", "    rate: -5  #!\n"), "channels[0].rate", "-5"),
@@ -494,6 +497,14 @@ mod process {
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
+    /// Makes a FIFO at `path`.
+    pub fn mkfifo(path: &std::path::Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(r, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    }
+
     /// Makes `command` start with fork and exec, not posix_spawn.
     ///
     /// A posix_spawn child shares this process's memory until it execs,
@@ -645,17 +656,33 @@ fn a_cpu_count_of_u32_max_is_refused_without_building_the_set() {
 }
 
 #[test]
-fn an_endless_file_is_read_only_up_to_the_limit() {
+fn an_endless_device_and_a_fifo_are_refused_without_being_read() {
     let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let path = Path::new("/dev/zero");
-    let run = deploy_bounded(dir.path(), path);
-    assert_refused_within_bounds(
-        &run,
-        path,
-        &format!("1:{}", deploy::config::MAX_FILE_BYTES + 1),
-        "the file is larger than 512 KiB (the limit for robot.yaml)",
-    );
+    // A FIFO nobody writes: opening it for reading used to wait forever.
+    let fifo = dir.path().join("robot.yaml");
+    process::mkfifo(&fifo);
+    for (path, kind) in [
+        (Path::new("/dev/zero"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+    ] {
+        let run = deploy_bounded(dir.path(), path);
+        assert_eq!(run.code, Some(2), "{}", run.stderr);
+        let want = format!(
+            "deploy: cannot read {}: {kind}, not a regular file",
+            path.display()
+        );
+        assert!(
+            run.stderr.contains(&want),
+            "wanted {want}, got {}",
+            run.stderr
+        );
+        assert!(
+            run.peak_rss_kib < MAX_RSS_KIB,
+            "peak RSS {} KiB (at most {MAX_RSS_KIB} KiB)",
+            run.peak_rss_kib
+        );
+    }
 }
 
 #[test]

@@ -612,6 +612,52 @@ fn each_module_state_is_idempotent_and_a_killed_install_rolls_back() {
     ok(module(&prefix, "Cleanup", &w, &[]));
     assert!(files_under(&w.join("tmp")).is_empty());
 
+    // A work directory whose leftover record names the running release
+    // (another payload's, or an older module's without a bundle hash)
+    // holds a new bundle: it is installed, not skipped as done.
+    let other = dir.join("2.1.bundle");
+    ok(deploy(&[
+        "bundle",
+        "--release",
+        s(&small_release(dir, "2.1")),
+        "--version",
+        "2.1",
+        "--key",
+        s(&key),
+        "--out",
+        s(&other),
+    ]));
+    for (n, record) in [
+        serde_json::json!({"previous": null, "release": first, "reboot": false}),
+        serde_json::json!({"previous": null, "release": first, "bundle_sha256": "00".repeat(32)}),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let stale = files_dir(dir, &format!("stale{n}"), &other);
+        fs::write(stale.join("tmp/rtdeploy-release.json"), record.to_string()).unwrap();
+        let o = ok(module(&prefix, "ArtifactInstall", &stale, &[]));
+        assert!(
+            stderr(&o).contains(&format!(
+                "a record of {first} is here, but not of this bundle"
+            )),
+            "{}",
+            text(&o)
+        );
+        assert!(!stderr(&o).contains("already installed"), "{}", text(&o));
+        assert!(current(&prefix).starts_with("2.1-"), "{}", current(&prefix));
+        // And now the record is this bundle's: run again, it is done.
+        let o = ok(module(&prefix, "ArtifactInstall", &stale, &[]));
+        assert!(
+            stderr(&o).contains("is already installed by this artifact"),
+            "{}",
+            text(&o)
+        );
+        ok(module(&prefix, "ArtifactRollback", &stale, &[]));
+        assert_eq!(committed(&prefix), first);
+        ok(module(&prefix, "Cleanup", &stale, &[]));
+    }
+
     // No supervisor gives a verdict: the commit gives up after
     // update.mender.verdict_timeout (4 s in this release's robot.yaml).
     let slow = small_release(dir, "slow");

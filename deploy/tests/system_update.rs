@@ -10,6 +10,7 @@
 //! install cut after every step leaves a robot that boots the old or the
 //! new line, with the release that goes with it.
 
+mod bounded;
 mod common;
 
 use std::fs;
@@ -457,4 +458,67 @@ fn deploy_update_reports_the_reboot_and_asks_for_it_with_reboot() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["rebooting"], false, "{j}");
+}
+
+#[test]
+fn the_state_of_a_system_trial_keeps_the_boot_file_once() {
+    let r = robot();
+    install_system_update(&r);
+    let state = fs::read_to_string(r.prefix.join("var/lib/rtdeploy/state.json")).unwrap();
+    let j: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let e = &j["system"]["boot_entry"];
+    // What a rollback needs: the file as it was, and the labels.
+    assert_eq!(e["previous_text"], BOOTED, "{state}");
+    assert!(e["label"]
+        .as_str()
+        .unwrap()
+        .starts_with("rtdeploy-release-2.0-"));
+    // Not the new file a second time (it is on disk).
+    assert!(e.get("text").is_none(), "{state}");
+    assert!(
+        state.len() < BOOTED.len() + 4096,
+        "state.json is {} bytes for a {}-byte extlinux.conf",
+        state.len(),
+        BOOTED.len()
+    );
+}
+
+#[test]
+fn an_extlinux_conf_larger_than_the_boot_loader_reads_is_refused_within_bounds() {
+    let r = robot();
+    // 50 MB of comments: the lint alone passed it, and the state held it
+    // twice (100 MB) for every reader of state.json to read.
+    let mut big = String::from(BOOTED);
+    let comment = format!("# {}\n", "x".repeat(98));
+    while big.len() < 50_000_000 {
+        big.push_str(&comment);
+    }
+    fs::write(r.prefix.join(CONF), &big).unwrap();
+    drop(big);
+    let state_before = fs::read(r.prefix.join("var/lib/rtdeploy/state.json")).unwrap();
+    let run = bounded::deploy(&["--prefix", r.p(), "--sysroot", r.sys(), "install", s(&r.b2)]);
+    run.assert_refused(&format!(
+        "the board boots through extlinux.conf and {} cannot be read: holds more than 65536 bytes, the most read from it",
+        r.prefix.join(CONF).display()
+    ));
+    // Nothing changed: the release, its state, the boot file.
+    assert!(r.current().starts_with("1.0-"), "{}", r.current());
+    assert_eq!(
+        fs::read(r.prefix.join("var/lib/rtdeploy/state.json")).unwrap(),
+        state_before
+    );
+    assert_eq!(
+        fs::metadata(r.prefix.join(CONF)).unwrap().len() as usize / 1_000_000,
+        50
+    );
+    assert!(!r.prefix.join(MARKER).exists());
+    // Within the boot loader's sizes, the lint still says what is wrong
+    // with a file, each problem once, the first 20 and a count.
+    let mut bad = String::from(BOOTED);
+    for _ in 0..500 {
+        bad.push_str("KERNEL /boot/Image\n");
+    }
+    let p = rootfs::extlinux::lint(&bad);
+    assert_eq!(p.len(), 21, "{p:?}");
+    assert_eq!(p[20], "and 480 more problem(s)");
 }

@@ -414,14 +414,14 @@ fn read_tar(
     progress: &mut dyn FnMut(u64),
 ) -> Result<LoadedBase, ImageBuildError> {
     let io_err = |what| ImageBuildError::io(what, path);
-    let mut file = File::open(path).map_err(io_err("open base"))?;
+    let mut file = crate::entry::open_input(path, true).map_err(io_err("open base"))?;
     let mut head = Vec::with_capacity(512);
     (&mut file)
         .take(512)
         .read_to_end(&mut head)
         .map_err(io_err("read base"))?;
     let compression = detect(path, &head)?;
-    let file = File::open(path).map_err(io_err("open base"))?;
+    let file = crate::entry::open_input(path, true).map_err(io_err("open base"))?;
     let mut hashing = HashingReader {
         inner: Progressing {
             inner: BufReader::with_capacity(1 << 20, file),
@@ -436,7 +436,7 @@ fn read_tar(
         Compression::None => {
             // One sequential pass hashes the file and indexes its members;
             // their data is read later by offset from the same file.
-            let data_file = File::open(path).map_err(io_err("open base"))?;
+            let data_file = crate::entry::open_input(path, true).map_err(io_err("open base"))?;
             let tree = index_tar(path, &mut hashing, &data_file)?;
             (tree, data_file)
         }

@@ -251,9 +251,13 @@ pub fn build(
                 kind: Kind::File { size, data, .. },
                 ..
             }) => {
+                // At most one byte past the limit: lint refuses a longer file.
                 let mut text = String::new();
                 tree.open(paths::EXTLINUX, *size, data)
-                    .and_then(|mut r| r.read_to_string(&mut text))
+                    .and_then(|r| {
+                        r.take(extlinux::MAX_FILE_BYTES as u64 + 1)
+                            .read_to_string(&mut text)
+                    })
                     .map_err(ImageBuildError::io("read", tree.source_of(paths::EXTLINUX, data)))?;
                 let merged = extlinux::merge_conf(&text, &spec.cmdline).map_err(|problems| ImageBuildError::Extlinux {
                     path: format!("/{}", paths::EXTLINUX),

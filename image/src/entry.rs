@@ -75,6 +75,17 @@ impl SparseMap {
     }
 }
 
+/// Opens an input file of the image (through units::bounded: a FIFO or a
+/// device where a file was found is refused, not waited on or read
+/// forever). `follow`: a path named on the command line, which may be a
+/// link; a file of a walked tree is opened as found, never through a
+/// link that replaced it.
+pub fn open_input(path: &Path, follow: bool) -> io::Result<File> {
+    let b = units::bounded::Bound::regular(u64::MAX);
+    let b = if follow { b.following_links() } else { b };
+    b.open(path).map_err(|e| e.into_io())
+}
+
 /// The map of a file's holes, or `None` when the filesystem reports none
 /// (or no whole `HOLE_BLOCK` of zeros is left once the blocks around its
 /// data are read).
@@ -89,7 +100,7 @@ impl SparseMap {
 /// the cost of a build.
 pub fn map_holes(path: &Path, size: u64) -> io::Result<Option<SparseMap>> {
     use rustix::fs::SeekFrom;
-    let file = File::open(path)?;
+    let file = open_input(path, false)?;
     // The filesystem's data regions, as [start, end).
     let mut regions = Vec::new();
     let mut pos = 0;
@@ -357,7 +368,9 @@ impl Tree {
         data: &'a Data,
     ) -> io::Result<Box<dyn Read + 'a>> {
         Ok(match data {
-            Data::Disk(p) | Data::SparseDisk { path: p, .. } => Box::new(File::open(p)?.take(size)),
+            Data::Disk(p) | Data::SparseDisk { path: p, .. } => {
+                Box::new(open_input(p, false)?.take(size))
+            }
             Data::Bytes(b) => Box::new(io::Cursor::new(b.as_slice())),
             Data::TarAt { offset } => Box::new(ReadAt {
                 file: self.tar_file(path)?,

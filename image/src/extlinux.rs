@@ -50,6 +50,15 @@ pub const MAX_LABELS: usize = 10;
 /// The kernel's command line buffer on arm64 (`COMMAND_LINE_SIZE`).
 pub const MAX_CMDLINE: usize = 2048;
 
+/// The largest extlinux.conf taken (read, linted, merged, kept for a
+/// rollback): [`releases::system::MAX_BOOT_FILE`]. L4TLauncher keeps
+/// [`MAX_LABELS`] labels of a few lines each, an APPEND at most
+/// [`MAX_CMDLINE`] bytes: what it boots is a few KiB.
+pub const MAX_FILE_BYTES: usize = releases::system::MAX_BOOT_FILE as usize;
+
+/// Problems [`lint`] lists in words; more are counted in one last line.
+pub const MAX_PROBLEMS: usize = 20;
+
 /// One non-blank, non-comment line: its keyword (upper case) and argument.
 fn keyword(line: &str) -> Option<(String, &str)> {
     let t = line.trim_start();
@@ -118,8 +127,26 @@ pub struct Merged {
 }
 
 /// Checks `text` against the boot loader's limits; one message per problem,
-/// each naming its line.
+/// each naming its line: the first [`MAX_PROBLEMS`], then how many more. A
+/// file over [`MAX_FILE_BYTES`] is one problem, without a look inside.
 pub fn lint(text: &str) -> Vec<String> {
+    if text.len() > MAX_FILE_BYTES {
+        return vec![format!(
+            "the file is {} bytes, over the {} KiB an extlinux.conf may be here (the boot loader keeps {MAX_LABELS} labels; what it boots is a few KiB)",
+            text.len(),
+            MAX_FILE_BYTES >> 10
+        )];
+    }
+    let mut problems = lint_lines(text);
+    if problems.len() > MAX_PROBLEMS {
+        let more = problems.len() - MAX_PROBLEMS;
+        problems.truncate(MAX_PROBLEMS);
+        problems.push(format!("and {more} more problem(s)"));
+    }
+    problems
+}
+
+fn lint_lines(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().collect();
     let mut problems = Vec::new();
     let all = labels(&lines);

@@ -260,13 +260,17 @@ fn release_files(release: L4tRelease) -> Option<(&'static str, &'static str)> {
 /// is not there.
 pub fn bsp_version(l4t: &Path) -> Result<Option<L4tRelease>, FlashPlanError> {
     let path = l4t.join(BSP_VERSION);
-    let text = match std::fs::read_to_string(&path) {
+    // units::bounded: one line of a few bytes, a FIFO refused.
+    let text = match units::bounded::Bound::regular(4096)
+        .following_links()
+        .read_text(&path)
+    {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => {
             return Err(FlashPlanError::BadBspVersion {
                 path,
-                reason: e.to_string(),
+                reason: e.into_io().to_string(),
             })
         }
     };
@@ -317,7 +321,7 @@ fn release(
 fn image_kind(path: &Path) -> Result<Option<bool>, FlashPlanError> {
     use std::io::Read;
     let mut head = Vec::new();
-    std::fs::File::open(path)
+    crate::entry::open_input(path, true)
         .and_then(|f| f.take(512).read_to_end(&mut head))
         .map_err(|source| FlashPlanError::Image {
             path: path.to_path_buf(),
@@ -339,7 +343,7 @@ fn image_has(path: &Path, zst: bool, name: &str) -> Result<bool, FlashPlanError>
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    let file = crate::entry::open_input(path, true).map_err(io)?;
     let reader: Box<dyn std::io::Read> = if zst {
         Box::new(zstd::stream::read::Decoder::new(file).map_err(io)?)
     } else {

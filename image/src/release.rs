@@ -32,7 +32,7 @@ pub struct Release {
 
 /// sha256 of a file, streamed.
 pub fn sha256_file(path: &Path) -> Result<String, ImageBuildError> {
-    let mut f = fs::File::open(path).map_err(ImageBuildError::io("open", path))?;
+    let mut f = crate::entry::open_input(path, false).map_err(ImageBuildError::io("open", path))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {

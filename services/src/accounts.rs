@@ -101,6 +101,9 @@ fn is_numeric(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_digit())
 }
 
+/// The most read of `etc/passwd` or `etc/group`.
+pub const MAX_ACCOUNTS_FILE: u64 = 16 << 20;
+
 impl Accounts {
     /// Reads `<prefix>/etc/passwd` and `<prefix>/etc/group`. A missing file
     /// is an empty database (numeric ids still resolve); any other read
@@ -108,12 +111,18 @@ impl Accounts {
     pub fn load(prefix: &Path) -> Result<Self, AccountResolveError> {
         let passwd_path = prefix.join("etc/passwd");
         let group_path = prefix.join("etc/group");
-        let read = |p: &Path| match std::fs::read_to_string(p) {
+        // Bounded (units::bounded): a site's account files are far under
+        // MAX_ACCOUNTS_FILE; a link is followed (some systems keep them
+        // elsewhere), a FIFO or a device refused.
+        let read = |p: &Path| match units::bounded::Bound::regular(MAX_ACCOUNTS_FILE)
+            .following_links()
+            .read_lossy(p)
+        {
             Ok(t) => Ok(t),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-            Err(err) => Err(AccountResolveError::Read {
+            Err(e) if e.is_not_found() => Ok(String::new()),
+            Err(e) => Err(AccountResolveError::Read {
                 path: p.to_path_buf(),
-                err,
+                err: e.into_io(),
             }),
         };
         Ok(Accounts {
@@ -257,7 +266,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("etc/passwd")).unwrap();
         let e = Accounts::load(dir.path()).unwrap_err();
-        assert!(e.to_string().ends_with("(os error 21)"), "{e}");
+        assert!(
+            e.to_string().ends_with("a directory, not a regular file"),
+            "{e}"
+        );
         assert!(std::error::Error::source(&e).is_none(), "{e}");
     }
 }

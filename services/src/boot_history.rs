@@ -6,10 +6,14 @@
 //!
 //! The file lives on the robot's disk and may be damaged (a power cut on a
 //! file system without data journaling, a hand edit): reading is bounded
-//! ([`MAX_FILE_BYTES`], [`MAX_LINE_BYTES`]), and a line that is not a
-//! record is skipped with a note naming its line number, never an error.
+//! ([`MAX_FILE_BYTES`], [`MAX_LINE_BYTES`], through [`units::bounded`]:
+//! a FIFO or a device there is refused), a line that is not a record is
+//! skipped with a note naming its line number, never an error (the first
+//! [`MAX_NOTES`] of them, then their count), and a figure that cannot be
+//! a boot check's ([`plausible_ns`]) is dropped with a note. Every
+//! comparison of figures saturates: none wraps.
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +24,15 @@ pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// A longer line is not a record.
 pub const MAX_LINE_BYTES: usize = 16 << 10;
+
+/// Notes kept about skipped lines and dropped figures; the rest are
+/// counted ([`History::skipped`]).
+pub const MAX_NOTES: usize = 20;
+
+/// The longest latency a boot check can report, in nanoseconds: a day. A
+/// boot check holds the robot's start for its duration (seconds), so a
+/// delivery later than this was not measured by one.
+pub const MAX_PLAUSIBLE_NS: u64 = 86_400 * 1_000_000_000;
 
 /// Strings kept per field, and failed budgets kept per record.
 const MAX_TEXT: usize = 256;
@@ -69,14 +82,76 @@ impl BootRecord {
         self.failed.iter_mut().for_each(cut);
         self
     }
+
+    /// Drops figures that cannot be a boot check's ([`plausible_ns`]);
+    /// says why when it did.
+    fn plausible(mut self) -> (BootRecord, Option<String>) {
+        match plausible_ns(self.p99_ns, self.max_ns) {
+            Ok(()) => (self, None),
+            Err(why) => {
+                self.p99_ns = None;
+                self.max_ns = None;
+                (self, Some(why))
+            }
+        }
+    }
+}
+
+/// Whether a record's p99 and longest can be a boot check's: each at most
+/// [`MAX_PLAUSIBLE_NS`], and the 99th percentile no longer than the
+/// longest. `Err` says which does not hold.
+pub fn plausible_ns(p99: Option<u64>, max: Option<u64>) -> Result<(), String> {
+    for (what, v) in [("p99", p99), ("max", max)] {
+        if let Some(v) = v.filter(|&v| v > MAX_PLAUSIBLE_NS) {
+            return Err(format!(
+                "{what} {v} ns is longer than a day, which no boot check measures"
+            ));
+        }
+    }
+    if let (Some(p), Some(m)) = (p99, max) {
+        if p > m {
+            return Err(format!(
+                "p99 {p} ns is longer than its max {m} ns, which cannot be"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What [`read`] found: the records, oldest first, and what was skipped.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct History {
     pub records: Vec<BootRecord>,
-    /// One line per skipped part of the file.
+    /// One line per skipped part of the file (the first [`MAX_NOTES`]).
     pub notes: Vec<String>,
+    /// Lines skipped and records whose figures were dropped, all of them
+    /// (`notes` lists the first).
+    pub skipped: usize,
+}
+
+impl History {
+    /// Notes a skipped line or dropped figure: the first [`MAX_NOTES`] in
+    /// words, every one counted.
+    fn skip(&mut self, note: String) {
+        self.skipped += 1;
+        if self.notes.len() < MAX_NOTES {
+            self.notes.push(note);
+        }
+    }
+
+    /// The notes to show: those kept, then how many more there were.
+    pub fn shown_notes(&self) -> Vec<String> {
+        let mut v = self.notes.clone();
+        let listed = self.notes.iter().filter(|n| n.starts_with("line ")).count();
+        let lines = self.skipped;
+        if lines > listed {
+            v.push(format!(
+                "{} more line(s) skipped or figures dropped (the first {listed} are listed)",
+                lines - listed
+            ));
+        }
+        v
+    }
 }
 
 /// Reading the history failed (a missing file is an empty history).
@@ -109,17 +184,21 @@ pub fn parse(text: &[u8]) -> History {
         }
         let n = i + 1;
         if line.len() > MAX_LINE_BYTES {
-            h.notes.push(format!(
+            h.skip(format!(
                 "line {n}: {} bytes, longer than a record can be ({MAX_LINE_BYTES}): skipped",
                 line.len()
             ));
             continue;
         }
         match serde_json::from_slice::<BootRecord>(line) {
-            Ok(r) => h.records.push(r.bounded()),
-            Err(e) => h
-                .notes
-                .push(format!("line {n}: not a boot record ({e}): skipped")),
+            Ok(r) => {
+                let (r, why) = r.bounded().plausible();
+                if let Some(why) = why {
+                    h.skip(format!("line {n}: {why}: its figures are dropped"));
+                }
+                h.records.push(r);
+            }
+            Err(e) => h.skip(format!("line {n}: not a boot record ({e}): skipped")),
         }
     }
     h
@@ -131,21 +210,14 @@ pub fn read(path: &Path) -> Result<History, BootHistoryReadError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(History::default()),
-        Err(e) => return Err(err(e)),
+    let tail = match units::bounded::Bound::regular(MAX_FILE_BYTES).read_tail(path) {
+        Ok(t) => t,
+        Err(e) if e.is_not_found() => return Ok(History::default()),
+        Err(e) => return Err(err(e.into_io())),
     };
-    let len = f.metadata().map_err(err)?.len();
-    let mut skipped_head = false;
-    if len > MAX_FILE_BYTES {
-        f.seek(SeekFrom::Start(len - MAX_FILE_BYTES)).map_err(err)?;
-        skipped_head = true;
-    }
-    let mut buf = Vec::new();
-    f.take(MAX_FILE_BYTES).read_to_end(&mut buf).map_err(err)?;
+    let buf = tail.bytes;
     let mut from = 0;
-    if skipped_head {
+    if tail.skipped > 0 {
         // The first line read is likely the tail of one: start after it.
         from = buf
             .iter()
@@ -153,11 +225,12 @@ pub fn read(path: &Path) -> Result<History, BootHistoryReadError> {
             .map_or(buf.len(), |p| p + 1);
     }
     let mut h = parse(&buf[from..]);
-    if skipped_head {
+    if tail.skipped > 0 {
         h.notes.insert(
             0,
             format!(
-                "the file is {len} bytes: only its last {MAX_FILE_BYTES} were read (line numbers count from there)"
+                "the file is {} bytes: only its last {MAX_FILE_BYTES} were read (line numbers count from there)",
+                tail.skipped + buf.len() as u64
             ),
         );
     }
@@ -166,15 +239,16 @@ pub fn read(path: &Path) -> Result<History, BootHistoryReadError> {
 
 /// Appends `record` to the history at `path`, keeping the last `keep`
 /// records; the file is replaced atomically (temporary file in the same
-/// directory, fsync, rename, fsync of the directory). Returns the notes of
-/// the read (lines of the old file that were dropped).
+/// directory, fsync, rename, fsync of the directory). Returns what the
+/// read skipped of the old file (those lines are dropped): the notes and
+/// their count.
 pub fn append(
     path: &Path,
     record: BootRecord,
     keep: usize,
-) -> Result<Vec<String>, BootHistoryWriteError> {
+) -> Result<(Vec<String>, usize), BootHistoryWriteError> {
     let mut h = read(path)?;
-    h.records.push(record.bounded());
+    h.records.push(record.bounded().plausible().0);
     let keep = keep.max(1);
     if h.records.len() > keep {
         let drop = h.records.len() - keep;
@@ -189,7 +263,7 @@ pub fn append(
         path: path.to_path_buf(),
         source,
     })?;
-    Ok(h.notes)
+    Ok((h.notes, h.skipped))
 }
 
 /// Writes `bytes` to `path` via a temporary file beside it, fsync and
@@ -264,7 +338,9 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
 /// of a few-second check).
 fn rose(before: Option<u64>, after: Option<u64>) -> Option<(u64, u64)> {
     let (b, a) = (before?, after?);
-    (a > b + b / 4 && a > b + 2_000).then_some((b, a))
+    // Saturating: a figure near u64::MAX (a damaged file) must not wrap
+    // into a small bound that a fall would pass.
+    (a > b.saturating_add(b / 4) && a > b.saturating_add(2_000)).then_some((b, a))
 }
 
 /// Groups the records into eras and compares each era with the one before.
@@ -349,7 +425,7 @@ pub fn fmt_utc(unix: u64) -> String {
 /// The text `deploy check --history` prints.
 pub fn render(h: &History) -> String {
     let mut out = String::new();
-    for n in &h.notes {
+    for n in h.shown_notes() {
         out.push_str(&format!("note: {n}\n"));
     }
     if h.records.is_empty() {
@@ -436,7 +512,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("var/lib/rtdeploy/boot-check-history.jsonl");
         for i in 0..5 {
-            let notes = append(&path, rec(i, "6.1.0-rt", "1-aaaaaaaa", "pass", 10, 20), 3).unwrap();
+            let (notes, _) =
+                append(&path, rec(i, "6.1.0-rt", "1-aaaaaaaa", "pass", 10, 20), 3).unwrap();
             assert!(notes.is_empty(), "{notes:?}");
         }
         let h = read(&path).unwrap();
@@ -477,8 +554,8 @@ mod tests {
             h.notes[0]
         );
         assert!(h.notes[2].starts_with("line 5: "), "{}", h.notes[2]);
-        let notes = append(&path, rec(2, "k", "r", "pass", 10, 20), 10).unwrap();
-        assert_eq!(notes.len(), 3);
+        let (notes, skipped) = append(&path, rec(2, "k", "r", "pass", 10, 20), 10).unwrap();
+        assert_eq!((notes.len(), skipped), (3, 3));
         assert_eq!(
             read(&path).unwrap(),
             History {
@@ -488,8 +565,68 @@ mod tests {
                     rec(2, "k", "r", "pass", 10, 20)
                 ],
                 notes: vec![],
+                skipped: 0,
             }
         );
+    }
+
+    #[test]
+    fn two_million_bad_lines_give_twenty_notes_and_a_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let good = serde_json::to_string(&rec(1, "k", "r", "pass", 10, 20)).unwrap();
+        let mut text = "x\n".repeat(2_000_000);
+        text.push_str(&good);
+        std::fs::write(&path, text).unwrap();
+        let h = read(&path).unwrap();
+        assert_eq!(h.records.len(), 1);
+        assert_eq!(h.notes.len(), MAX_NOTES);
+        assert_eq!(h.skipped, 2_000_000);
+        let shown = h.shown_notes();
+        assert_eq!(shown.len(), MAX_NOTES + 1);
+        assert_eq!(
+            shown[MAX_NOTES],
+            "1999980 more line(s) skipped or figures dropped (the first 20 are listed)"
+        );
+        let text = render(&h);
+        assert!(text.len() < 8 << 10, "{} bytes of report", text.len());
+    }
+
+    #[test]
+    fn figures_near_u64_max_neither_wrap_nor_count() {
+        // A fall from near u64::MAX compared with wrapping arithmetic
+        // passed for a rise (and panicked in a debug build).
+        let near = u64::MAX - 10;
+        assert_eq!(rose(Some(near), Some(100_000)), None);
+        assert_eq!(rose(Some(near), Some(u64::MAX)), None);
+        assert_eq!(rose(Some(10_000), Some(near)), Some((10_000, near)));
+        // Read from a file, such figures cannot be a boot check's: dropped
+        // with a note, so no era compares them.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let mut bad = rec(1, "k", "1", "pass", 10, 20);
+        bad.p99_ns = Some(near);
+        bad.max_ns = Some(u64::MAX);
+        let mut upside_down = rec(2, "k", "1", "pass", 10, 20);
+        upside_down.p99_ns = Some(30_000);
+        let text = [bad, upside_down, rec(3, "k", "2", "pass", 10, 20)]
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap() + "\n")
+            .collect::<String>();
+        std::fs::write(&path, text).unwrap();
+        let h = read(&path).unwrap();
+        assert_eq!(h.records.len(), 3);
+        assert_eq!((h.records[0].p99_ns, h.records[0].max_ns), (None, None));
+        assert_eq!(h.records[1].p99_ns, None);
+        assert_eq!(
+            h.notes,
+            [
+                "line 1: p99 18446744073709551605 ns is longer than a day, which no boot check measures: its figures are dropped",
+                "line 2: p99 30000 ns is longer than its max 20000 ns, which cannot be: its figures are dropped",
+            ]
+        );
+        let t = trend(&h.records);
+        assert!(t.regressions.is_empty(), "{t:#?}");
     }
 
     #[test]
@@ -546,6 +683,7 @@ mod tests {
         let text = render(&History {
             records: rs,
             notes: vec![],
+            skipped: 0,
         });
         assert!(
             text.contains(

@@ -11,6 +11,10 @@ use cpusets::config::{validate_priority, Policy};
 use cpusets::cpuset::CpuSet;
 use serde::{Deserialize, Serialize};
 
+/// The largest robot.yaml read (`deploy`'s loader refuses a larger one at
+/// its first byte past this; the supervisor reads a release's no further).
+pub const MAX_ROBOT_YAML: u64 = 512 << 10;
+
 /// A validation problem: the field path and what is wrong with it.
 pub type Problem = (String, String);
 
@@ -388,7 +392,12 @@ impl MetricsSection {
             ));
         }
         if let Some(t) = &self.textfile {
-            if !t.ends_with(".prom") || t.ends_with("/.prom") {
+            if let Err(e) = units::path::check(t) {
+                out.push((
+                    "metrics.textfile".into(),
+                    format!("{e} (expected a path under the robot's root, without `..`)"),
+                ));
+            } else if !t.ends_with(".prom") || t.ends_with("/.prom") {
                 out.push((
                     "metrics.textfile".into(),
                     format!("`{t}` (expected a file name ending in `.prom`, which node_exporter's textfile collector reads)"),

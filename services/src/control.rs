@@ -29,7 +29,7 @@
 //! [`ControlRequestError::Busy`]. After `logs` with `follow` a connection
 //! only receives; what the client sends is ignored.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -66,7 +66,25 @@ pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// Output a log follower may leave unread before it is dropped (a
 /// terminal or a pipe reads far faster; this bounds a stalled one).
-pub const FOLLOW_BACKLOG: usize = 1 << 20;
+pub const FOLLOW_BACKLOG: usize = 256 << 10;
+
+/// The longest reply line, its newline included. `status` of a robot of
+/// 64 processes, each with a full timing report, is well under this; a
+/// reply that would be longer is answered with an error saying so
+/// ([`Reply::too_long`]), and a client refuses a longer line.
+pub const MAX_REPLY_LINE: usize = 1 << 20;
+
+/// The longest `logs` reply line: the newest lines of the log that fit,
+/// each escaped as JSON (a control byte takes six).
+pub const MAX_LOGS_REPLY: usize = 256 << 10;
+
+/// Reply bytes left unsent, over every connection that is not following
+/// a log, beyond which a new reply is [`Reply::busy`] (a short line): a
+/// client that asks and does not read holds at most one reply, and all of
+/// them together hold at most this, so with [`MAX_FOLLOWERS`] times
+/// [`FOLLOW_BACKLOG`] the supervisor holds at most 12 MiB of output for
+/// clients however many ask.
+pub const MAX_UNSENT: usize = 8 << 20;
 
 /// The socket path under a prefix.
 pub fn socket_path(prefix: &Path) -> PathBuf {
@@ -148,6 +166,64 @@ impl Reply {
             ..Reply::error(msg)
         }
     }
+
+    /// Stands for a reply of `len` bytes, longer than [`MAX_REPLY_LINE`].
+    pub fn too_long(len: usize) -> Reply {
+        Reply::error(format!(
+            "the reply is {len} bytes, longer than the {} KiB a reply may be",
+            MAX_REPLY_LINE >> 10
+        ))
+    }
+}
+
+/// Keeps the newest of `lines` whose JSON fits in `budget` bytes (a line
+/// is a JSON string: quotes, escapes, and a comma): what a `logs` reply
+/// carries. A newest line too long for the budget alone keeps its end.
+/// Returns how many older lines were left out (a cut line counts).
+pub fn fit_lines(lines: &mut Vec<String>, budget: usize) -> usize {
+    let mut used = 0usize;
+    let mut keep = 0;
+    for l in lines.iter().rev() {
+        let n = json_string_len(l) + 1;
+        if used + n > budget {
+            break;
+        }
+        used += n;
+        keep += 1;
+    }
+    let dropped = lines.len() - keep;
+    if keep == 0 {
+        if let Some(last) = lines.last_mut() {
+            // The end of the line that fits, on a character boundary.
+            let mut n = 3usize;
+            let mut start = last.len();
+            for (i, c) in last.char_indices().rev() {
+                n += json_string_len(c.encode_utf8(&mut [0; 4])) - 2;
+                if n > budget {
+                    break;
+                }
+                start = i;
+            }
+            last.drain(..start);
+            let n = lines.len() - 1;
+            lines.drain(..n);
+            return dropped;
+        }
+    }
+    lines.drain(..dropped);
+    dropped
+}
+
+/// The length of `s` written as a JSON string by serde_json.
+fn json_string_len(s: &str) -> usize {
+    2 + s
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        })
+        .sum::<usize>()
 }
 
 /// Why a control request failed on the client side.
@@ -168,6 +244,8 @@ pub enum ControlRequestError {
     /// The supervisor had no room for this connection.
     #[error("control socket {}: {message}", path.display())]
     Busy { path: PathBuf, message: String },
+    #[error("control socket {}: a reply line longer than {max} bytes", path.display())]
+    TooLong { path: PathBuf, max: usize },
 }
 
 /// A connection to the supervisor.
@@ -224,12 +302,13 @@ impl Client {
     }
 
     /// The next reply line; `None` when the supervisor hung up, an error
-    /// when it answered that it is busy.
+    /// when it answered that it is busy. A line longer than
+    /// [`MAX_REPLY_LINE`] is refused without being held.
     pub fn next_reply(&mut self) -> Result<Option<Reply>, ControlRequestError> {
-        let mut line = String::new();
-        let n = self
-            .reader
-            .read_line(&mut line)
+        let mut raw = Vec::new();
+        let n = (&mut self.reader)
+            .take(MAX_REPLY_LINE as u64)
+            .read_until(b'\n', &mut raw)
             .map_err(|err| ControlRequestError::Io {
                 path: self.path.clone(),
                 err,
@@ -237,10 +316,17 @@ impl Client {
         if n == 0 {
             return Ok(None);
         }
+        if n >= MAX_REPLY_LINE && raw.last() != Some(&b'\n') {
+            return Err(ControlRequestError::TooLong {
+                path: self.path.clone(),
+                max: MAX_REPLY_LINE,
+            });
+        }
+        let line = String::from_utf8_lossy(&raw);
         let reply: Reply =
             serde_json::from_str(line.trim_end()).map_err(|err| ControlRequestError::BadReply {
                 path: self.path.clone(),
-                line: line.trim_end().to_string(),
+                line: line.trim_end().chars().take(200).collect(),
                 err,
             })?;
         if reply.busy {
@@ -399,6 +485,23 @@ mod tests {
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"explode"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"start"}"#).is_err());
+    }
+
+    #[test]
+    fn logs_lines_are_fit_into_a_reply_newest_first() {
+        let mut l: Vec<String> = (0..100).map(|i| format!("line {i}")).collect();
+        // `"line 99",` is 10 bytes: 3 of them fit in 30.
+        assert_eq!(fit_lines(&mut l, 30), 97);
+        assert_eq!(l, ["line 97", "line 98", "line 99"]);
+        // A line of control bytes (six each as JSON) longer than the
+        // budget keeps its end.
+        let mut l = vec!["old".to_string(), "\u{1}".repeat(1000)];
+        assert_eq!(fit_lines(&mut l, 603), 2);
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].len(), 100);
+        assert!(serde_json::to_vec(&l[0]).unwrap().len() < 603);
+        let mut none: Vec<String> = Vec::new();
+        assert_eq!(fit_lines(&mut none, 10), 0);
     }
 
     #[test]

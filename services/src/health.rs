@@ -14,6 +14,13 @@
 //!   above `budgets.wakeup` or the watched channel's `budget`, or whose
 //!   worst handler run is above `budgets.handler`. Each such report is
 //!   counted and marks the process degraded.
+//! - *Implausible*: a report whose figures cannot be true ([`plausible`]:
+//!   a wakeup or handler run longer than the process has run, a maximum
+//!   below its own percentile or average, a period outside 1 ms to an
+//!   hour). Any process of the robot group can write its timing channel:
+//!   such a report keeps the process alive (it came from its pid) but is
+//!   not taken at its word, neither for budgets nor for the metrics, and
+//!   the supervisor says so.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,6 +31,88 @@ use crate::config::ProcessConfig;
 
 /// How long a freshly started process may take to publish its first report.
 pub const FIRST_REPORT_GRACE: Duration = Duration::from_secs(5);
+
+/// Report periods a loop may have (it publishes once a second).
+pub const PERIODS: std::ops::RangeInclusive<u64> = 1_000_000..=3_600_000_000_000;
+
+/// What [`Health::on_report`] made of a report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportVerdict {
+    /// Not new (a repeat, another pid's): nothing changed.
+    Old,
+    /// Within budget.
+    Ok,
+    /// Over budget: why.
+    Over(String),
+    /// Its figures cannot be true: why. Counted for liveness only.
+    Implausible(String),
+}
+
+/// Whether `r`'s figures can be true of a process that has run for
+/// `uptime`: every wakeup and handler run no longer than that (and a
+/// second, for the clocks' granularity), each entry's figures in order
+/// (min <= avg <= max, p50 <= p99 <= max), at most one event per
+/// nanosecond of the period, and a period of 1 ms to an hour. `Err` names
+/// the first figure that is not.
+pub fn plausible(r: &TimingReport, uptime: Duration) -> Result<(), String> {
+    if !PERIODS.contains(&r.period_ns) {
+        return Err(format!(
+            "period {} ns (expected 1 ms to an hour)",
+            r.period_ns
+        ));
+    }
+    let ran = uptime.saturating_add(Duration::from_secs(1));
+    let ran_ns = u64::try_from(ran.as_nanos()).unwrap_or(u64::MAX);
+    let us = |ns: u64| format!("{}us", ns / 1000);
+    for e in r
+        .entries
+        .iter()
+        .filter(|e| matches!(e.kind, EntryKind::Watcher | EntryKind::Timer) && e.count > 0)
+    {
+        let n = &e.name;
+        for (what, v) in [
+            ("wakeup max", e.latency_max_ns),
+            ("handler max", e.handler_max_ns),
+            (
+                "wakeup max since start",
+                e.since_start_latency_max_ns.unwrap_or(0),
+            ),
+        ] {
+            if v > ran_ns {
+                return Err(format!(
+                    "{n} {what} {} is longer than the process has run ({:.1}s)",
+                    us(v),
+                    uptime.as_secs_f64()
+                ));
+            }
+        }
+        let order = [
+            ("wakeup min", e.latency_min_ns, "avg", e.latency_avg_ns),
+            ("wakeup avg", e.latency_avg_ns, "max", e.latency_max_ns),
+            ("wakeup p99", e.latency_p99_ns, "max", e.latency_max_ns),
+            (
+                "wakeup p50",
+                e.latency_p50_ns.unwrap_or(0),
+                "p99",
+                e.latency_p99_ns,
+            ),
+            ("handler avg", e.handler_avg_ns, "max", e.handler_max_ns),
+            ("handler p99", e.handler_p99_ns, "max", e.handler_max_ns),
+        ];
+        for (a, x, b, y) in order {
+            if x > y {
+                return Err(format!("{n} {a} {} is above its {b} {}", us(x), us(y)));
+            }
+        }
+        if e.count > r.period_ns {
+            return Err(format!(
+                "{n}: {} events in a period of {} ns",
+                e.count, r.period_ns
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// What the supervisor knows about one process's reports.
 #[derive(Debug, Clone, Default)]
@@ -86,8 +175,9 @@ impl Health {
         !self.expected || self.last_seq.is_some()
     }
 
-    /// Takes a report read at `now` for the process running as `pid`.
-    /// Returns `Some(why)` when this new report is over budget.
+    /// Takes a report read at `now` for the process running as `pid`: new
+    /// or not, within budget, over it (why), or implausible (why:
+    /// [`plausible`], against the time since the process started).
     pub fn on_report(
         &mut self,
         r: &TimingReport,
@@ -95,12 +185,15 @@ impl Health {
         now: Duration,
         p: &ProcessConfig,
         channel_budgets: &BTreeMap<String, Duration>,
-    ) -> Option<String> {
+    ) -> ReportVerdict {
         if r.pid != pid as u32 || self.last_seq == Some(r.seq) {
-            return None;
+            return ReportVerdict::Old;
         }
         self.last_seq = Some(r.seq);
         self.last_at = Some(now);
+        if let Err(why) = plausible(r, now.saturating_sub(self.started_at)) {
+            return ReportVerdict::Implausible(why);
+        }
         self.period = Duration::from_nanos(r.period_ns.max(1));
         self.backend = Some(r.backend.clone());
         let waits = r
@@ -150,12 +243,12 @@ impl Health {
             }
         }
         if over.is_empty() {
-            return None;
+            return ReportVerdict::Ok;
         }
         self.over_budget += 1;
         let why = over.join(", ");
         self.last_over = Some(why.clone());
-        Some(why)
+        ReportVerdict::Over(why)
     }
 
     /// The budget column of `deploy status` at `now`.
@@ -169,7 +262,7 @@ impl Health {
                 now.saturating_sub(self.started_at).as_secs_f64()
             )),
             None => Some("waiting for the first timing report".to_string()),
-            Some(t) if now.saturating_sub(t) > self.period * 3 => Some(format!(
+            Some(t) if now.saturating_sub(t) > self.period.saturating_mul(3) => Some(format!(
                 "unhealthy: no timing report for {:.1}s",
                 now.saturating_sub(t).as_secs_f64()
             )),
@@ -340,12 +433,12 @@ mod tests {
         // A report from another pid (a previous run) does not count.
         assert_eq!(
             h.on_report(&report(7, 1, 50), 8, Duration::from_secs(12), &p, &none),
-            None
+            ReportVerdict::Old
         );
         assert!(!h.ready());
         assert_eq!(
             h.on_report(&report(8, 1, 50), 8, Duration::from_secs(12), &p, &none),
-            None
+            ReportVerdict::Ok
         );
         assert!(h.ready());
         assert_eq!(h.describe(Duration::from_secs(13)), "ok");
@@ -353,14 +446,14 @@ mod tests {
             (h.wakeup_p99_ns, h.wakeup_max_ns),
             (Some(3000), Some(50_000))
         );
-        let why = h
-            .on_report(&report(8, 2, 900), 8, Duration::from_secs(13), &p, &none)
-            .unwrap();
-        assert_eq!(why, "/ping wakeup max 900us > 200us");
+        assert_eq!(
+            h.on_report(&report(8, 2, 900), 8, Duration::from_secs(13), &p, &none),
+            ReportVerdict::Over("/ping wakeup max 900us > 200us".into())
+        );
         // The same report read twice is counted once.
         assert_eq!(
             h.on_report(&report(8, 2, 900), 8, Duration::from_secs(14), &p, &none),
-            None
+            ReportVerdict::Old
         );
         assert_eq!(h.over_budget, 1);
         assert!(h
@@ -414,13 +507,65 @@ mod tests {
     }
 
     #[test]
+    fn reports_that_cannot_be_true_are_said_so_and_not_counted() {
+        let p = cfg(Some(200));
+        let none = BTreeMap::new();
+        let mut h = Health::new(&p);
+        h.restarted(Duration::from_secs(10));
+        // A wakeup of 584 years, 2 s after the start.
+        let mut r = report(8, 1, 0);
+        r.entries[0].latency_max_ns = 18_446_603_336_221_196_000;
+        assert_eq!(
+            h.on_report(&r, 8, Duration::from_secs(12), &p, &none),
+            ReportVerdict::Implausible(
+                "/ping wakeup max 18446603336221196us is longer than the process has run (2.0s)"
+                    .into()
+            )
+        );
+        assert_eq!(h.over_budget, 0);
+        assert_eq!(h.metrics.reports, 0);
+        assert!(h.timing_status().is_none());
+        // It came from the process: alive, and ready.
+        assert!(h.ready());
+        assert_eq!(h.describe(Duration::from_secs(12)), "ok");
+        // Figures out of order, a period of u64::MAX ns (whose three
+        // periods overflowed a Duration), more events than nanoseconds.
+        let mut r = report(8, 2, 50);
+        r.entries[0].latency_p99_ns = 60_000;
+        assert_eq!(
+            h.on_report(&r, 8, Duration::from_secs(13), &p, &none),
+            ReportVerdict::Implausible("/ping wakeup p99 60us is above its max 50us".into())
+        );
+        let mut r = report(8, 3, 50);
+        r.period_ns = u64::MAX;
+        assert!(matches!(
+            h.on_report(&r, 8, Duration::from_secs(13), &p, &none),
+            ReportVerdict::Implausible(w) if w.starts_with("period 18446744073709551615 ns")
+        ));
+        assert_eq!(h.describe(Duration::from_secs(14)), "ok");
+        let mut r = report(8, 4, 50);
+        r.entries[0].count = 2_000_000_000;
+        assert!(matches!(
+            h.on_report(&r, 8, Duration::from_secs(13), &p, &none),
+            ReportVerdict::Implausible(w) if w.contains("events in a period")
+        ));
+        // A true report after them is taken.
+        assert_eq!(
+            h.on_report(&report(8, 5, 900), 8, Duration::from_secs(14), &p, &none),
+            ReportVerdict::Over("/ping wakeup max 900us > 200us".into())
+        );
+        assert_eq!(h.over_budget, 1);
+    }
+
+    #[test]
     fn channel_budgets_apply_to_watchers() {
         let p = cfg(None);
         let budgets = BTreeMap::from([("/ping".to_string(), Duration::from_micros(100))]);
         let mut h = Health::new(&p);
-        assert!(h
-            .on_report(&report(1, 1, 150), 1, Duration::ZERO, &p, &budgets)
-            .is_some());
+        assert!(matches!(
+            h.on_report(&report(1, 1, 150), 1, Duration::ZERO, &p, &budgets),
+            ReportVerdict::Over(_)
+        ));
         let plain: ProcessConfig =
             serde_json::from_value(serde_json::json!({"name": "s", "exec": "/bin/sleep"})).unwrap();
         let h = Health::new(&plain);

@@ -7,7 +7,7 @@
 //! last byte.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Why a log could not be written or read.
@@ -126,38 +126,42 @@ impl RotatingLog {
     }
 }
 
-/// The last `lines` lines of a log (from the current file only).
+/// The most of a log [`tail`] reads: its newest 256 KiB, whatever
+/// `lines` asks for (a `logs` reply is bounded: [`crate::control`]).
+pub const MAX_TAIL_BYTES: u64 = 256 << 10;
+
+/// The most lines [`tail`] gives.
+pub const MAX_TAIL_LINES: usize = 10_000;
+
+/// The last `lines` lines of a log (from the current file only), at most
+/// [`MAX_TAIL_LINES`] of its newest [`MAX_TAIL_BYTES`] (a line cut by that
+/// start is left out). Read once, in one pass (units::bounded): a log
+/// without newlines costs what a log of lines does.
 pub fn tail(path: &Path, lines: usize) -> Result<Vec<String>, LogWriteError> {
-    let mut f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => {
+    let t = match units::bounded::Bound::regular(MAX_TAIL_BYTES).read_tail(path) {
+        Ok(t) => t,
+        Err(e) if e.is_not_found() => return Ok(Vec::new()),
+        Err(e) => {
             return Err(LogWriteError::Open {
                 path: path.to_path_buf(),
-                err,
+                err: e.into_io(),
             })
         }
     };
-    let err = |e| LogWriteError::Open {
-        path: path.to_path_buf(),
-        err: e,
-    };
-    let len = f.metadata().map_err(err)?.len();
-    // Read backwards in blocks until enough newlines are seen.
-    let mut buf: Vec<u8> = Vec::new();
-    let mut pos = len;
-    while pos > 0 && buf.iter().filter(|&&b| b == b'\n').count() <= lines {
-        let step = pos.min(64 * 1024);
-        pos -= step;
-        let mut block = vec![0u8; step as usize];
-        f.seek(SeekFrom::Start(pos)).map_err(err)?;
-        f.read_exact(&mut block).map_err(err)?;
-        block.extend_from_slice(&buf);
-        buf = block;
+    let mut from = 0;
+    if t.skipped > 0 {
+        // The first line read is likely the end of one: start after it
+        // (unless it is the only one).
+        from = t
+            .bytes
+            .iter()
+            .position(|&b| b == b'\n')
+            .filter(|&p| p + 1 < t.bytes.len())
+            .map_or(0, |p| p + 1);
     }
-    let text = String::from_utf8_lossy(&buf);
+    let text = String::from_utf8_lossy(&t.bytes[from..]);
     let all: Vec<&str> = text.lines().collect();
-    let start = all.len().saturating_sub(lines);
+    let start = all.len().saturating_sub(lines.min(MAX_TAIL_LINES));
     Ok(all[start..].iter().map(|s| s.to_string()).collect())
 }
 
@@ -181,6 +185,26 @@ mod tests {
         assert!(dir.path().join("var/log/rtdeploy/imu.log.2").exists());
         assert!(!dir.path().join("var/log/rtdeploy/imu.log.3").exists());
         assert_eq!(tail(&path, 2).unwrap(), vec!["line 0028", "line 0029"]);
+    }
+
+    #[test]
+    fn tail_reads_only_the_newest_bytes_and_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.log");
+        // 4 MiB of control bytes without a newline, then three lines.
+        let mut text = vec![1u8; 4 << 20];
+        text.extend_from_slice(b"\na\nb\nc\n");
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(tail(&path, usize::MAX).unwrap(), vec!["a", "b", "c"]);
+        // A log of short lines gives at most MAX_TAIL_LINES of them.
+        let lines: String = (0..50_000).map(|i| format!("{i}\n")).collect();
+        std::fs::write(&path, lines).unwrap();
+        let t = tail(&path, usize::MAX).unwrap();
+        assert_eq!(t.len(), MAX_TAIL_LINES);
+        assert_eq!(t.last().map(String::as_str), Some("49999"));
+        // A log that is not a regular file is refused, not waited on.
+        let e = tail(Path::new("/dev/zero"), 5).unwrap_err();
+        assert!(e.to_string().contains("a character device"), "{e}");
     }
 
     #[test]

@@ -122,8 +122,10 @@ impl ProcessMetrics {
     ) {
         self.reports += 1;
         if let Some((pid, seq)) = self.last_seq {
-            if pid == r.pid && r.seq > seq + 1 {
-                self.reports_skipped += (r.seq - seq - 1).min(1 << 32);
+            if pid == r.pid && r.seq > seq.saturating_add(1) {
+                self.reports_skipped = self
+                    .reports_skipped
+                    .saturating_add((r.seq - seq - 1).min(1 << 32));
             }
         }
         self.last_seq = Some((r.pid, r.seq));
@@ -541,6 +543,9 @@ pub fn exposition(s: &SupervisorStatus) -> String {
 #[derive(Debug)]
 pub struct Textfile {
     pub path: PathBuf,
+    /// The root `path` must stay inside, once links are resolved (the
+    /// install prefix), checked before every write.
+    pub root: Option<PathBuf>,
     pub every: Duration,
     next: Option<Instant>,
     /// The last write error, said once until a write succeeds.
@@ -551,9 +556,19 @@ impl Textfile {
     pub fn new(path: PathBuf, every: Duration) -> Textfile {
         Textfile {
             path,
+            root: None,
             every: every.max(Duration::from_millis(100)),
             next: None,
             last_error: None,
+        }
+    }
+
+    /// Written only while its path stays inside `root` once links are
+    /// resolved.
+    pub fn within(self, root: PathBuf) -> Textfile {
+        Textfile {
+            root: Some(root),
+            ..self
         }
     }
 
@@ -575,7 +590,12 @@ impl Textfile {
         }
         self.next = Some(now + self.every);
         let text = exposition(&status());
-        match crate::boot_history::write_atomic(&self.path, text.as_bytes()) {
+        let inside = match &self.root {
+            Some(root) => units::path::resolved_within(root, &self.path)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())),
+            None => Ok(()),
+        };
+        match inside.and_then(|()| crate::boot_history::write_atomic(&self.path, text.as_bytes())) {
             Ok(()) => {
                 self.last_error = None;
                 None
@@ -598,6 +618,32 @@ impl Textfile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_textfile_is_not_written_through_a_link_out_of_the_prefix() {
+        let prefix = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(prefix.path().join("var/lib")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), prefix.path().join("var/lib/node_exporter"))
+            .unwrap();
+        let path =
+            units::path::join_under(prefix.path(), "/var/lib/node_exporter/rtdeploy.prom").unwrap();
+        let mut t = Textfile::new(path, Duration::from_secs(1)).within(prefix.path().into());
+        let e = t
+            .write_if_due(Instant::now(), SupervisorStatus::default)
+            .expect("an error");
+        assert!(e.contains("leads out of"), "{e}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        // Inside the prefix it is written.
+        let inside = units::path::join_under(prefix.path(), "/var/lib/x.prom").unwrap();
+        let mut t =
+            Textfile::new(inside.clone(), Duration::from_secs(1)).within(prefix.path().into());
+        assert_eq!(
+            t.write_if_due(Instant::now(), SupervisorStatus::default),
+            None
+        );
+        assert!(inside.is_file());
+    }
 
     #[test]
     fn buckets_end_at_the_budget_in_microseconds() {

@@ -170,8 +170,16 @@ pub fn policy_name(policy: u32) -> &'static str {
     }
 }
 
+/// The most read of a process's `stat` or `status` (a few hundred bytes).
+pub const MAX_PROC_FILE: u64 = 64 << 10;
+
 fn read(path: PathBuf) -> Result<String, ProcReadError> {
-    std::fs::read_to_string(&path).map_err(|err| ProcReadError::Read { path, err })
+    units::bounded::Bound::pseudo(MAX_PROC_FILE)
+        .read_lossy(&path)
+        .map_err(|e| ProcReadError::Read {
+            path,
+            err: e.into_io(),
+        })
 }
 
 /// Reads and parses `<proc>/<pid>/stat`.

@@ -13,7 +13,6 @@
 //! zone, and a few dozen bytes of each file. sysfs text is read as hostile
 //! as any other input: what does not parse is left out, never an error.
 
-use std::io::Read;
 use std::path::Path;
 
 use serde::Serialize;
@@ -116,10 +115,9 @@ impl ThermalZone {
 /// At most `max` bytes of a file as text; `None` when it cannot be read
 /// (missing, or a sensor that answers with an error).
 fn read_small(path: &Path, max: u64) -> Option<String> {
-    let f = std::fs::File::open(path).ok()?;
-    let mut buf = Vec::new();
-    f.take(max).read_to_end(&mut buf).ok()?;
-    Some(String::from_utf8_lossy(&buf).into_owned())
+    // units::bounded: a FIFO is refused rather than waited on; more than
+    // `max` bytes is not a sensor's answer.
+    units::bounded::Bound::pseudo(max).read_lossy(path).ok()
 }
 
 /// The zones under `sysroot`, in zone order, and notes on what could not

@@ -12,7 +12,6 @@
 //! leaves its columns empty with a note, never an error.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 
 use serde::Serialize;
@@ -28,14 +27,12 @@ pub const MAX_PROC_BYTES: u64 = 4 << 20;
 /// The most CPUs shown.
 pub const MAX_CPUS: usize = 1024;
 
-/// Reads at most [`MAX_PROC_BYTES`] of a file as text.
+/// Reads a pseudo file of at most `max` bytes as text (units::bounded: a
+/// FIFO is refused rather than waited on, a device is cut at `max`).
 fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut buf = Vec::new();
-    f.take(max)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
+    units::bounded::Bound::pseudo(max)
+        .read_lossy(path)
+        .map_err(|e| e.to_string())
 }
 
 /// One reading of the CPUs.

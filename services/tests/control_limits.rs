@@ -430,3 +430,142 @@ fn requests_sent_ahead_of_their_replies_stay_within_bounded_memory() {
     // Valid requests whose replies are never read: they must not pile up.
     flood(b"{\"cmd\":\"status\"}\n");
 }
+
+/// A log of `bytes` control bytes and no newline, then a sleep: the worst
+/// log to answer `logs` from (every byte six as JSON, no line to stop at).
+fn chatty(bytes: u64) -> serde_json::Value {
+    json!({
+        "name": "chatty", "exec": "/bin/sh",
+        "args": ["-c", format!("head -c {bytes} /dev/zero | tr '\\000' '\\001'; exec sleep 600")],
+    })
+}
+
+#[test]
+fn logs_floods_from_sixty_clients_that_do_not_read_leave_status_and_restarts_working() {
+    const CLIENTS: usize = 60;
+    const ROUNDS: u64 = 2;
+    let victim = json!({
+        "name": "victim", "exec": "/bin/sleep", "args": ["600"],
+        "restart": {"initial_backoff": "50ms", "max_backoff": "100ms"},
+    });
+    // Under the helper's 1 MiB log rotation.
+    let sup = Child::start(json!([chatty(900 << 10), victim]));
+    let dog = Watchdog::arm(sup.pid(), Duration::from_secs(120));
+    let log = sup._prefix.path().join("var/log/rtdeploy/chatty.log");
+    let until = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&log).map_or(0, |m| m.len()) < 900 << 10 {
+        assert!(Instant::now() < until, "chatty's log did not fill");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = sup.peak_rss();
+
+    // One reply, read: bounded, the newest bytes kept, and it says so.
+    let mut c = control::Client::connect(&sup.socket).unwrap();
+    let r = c
+        .raw(r#"{"cmd":"logs","name":"chatty","lines":1000000000}"#)
+        .unwrap();
+    assert!(r.ok, "{r:?}");
+    let json_len = serde_json::to_vec(&r).unwrap().len();
+    assert!(
+        json_len <= control::MAX_LOGS_REPLY,
+        "a logs reply of {json_len} bytes"
+    );
+    let lines = r.lines.unwrap();
+    assert_eq!(lines.len(), 1, "one (cut) line of control bytes");
+    assert!(lines[0].len() > 30 << 10, "{} bytes kept", lines[0].len());
+    assert!(lines[0].bytes().all(|b| b == 1));
+
+    // Sixty clients ask for every line of it and never read, each
+    // reconnecting once the supervisor drops it for not reading.
+    // Relaxed: counters read after the threads are joined, or as progress.
+    let asked = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (socket, asked, stop) = (sup.socket.clone(), asked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    let Ok(mut s) = UnixStream::connect(&socket) else {
+                        return;
+                    };
+                    let req = b"{\"cmd\":\"logs\",\"name\":\"chatty\",\"lines\":1000000000}\n";
+                    if s.write_all(req).is_ok() {
+                        asked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Longer than IDLE_TIMEOUT: the supervisor gives up on
+                    // this client before it goes on.
+                    let until = Instant::now() + control::IDLE_TIMEOUT + Duration::from_secs(1);
+                    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Meanwhile: status answers, and a killed child comes back.
+    let mut answered = 0u64;
+    while asked.load(Ordering::Relaxed) < CLIENTS as u64 {
+        status_ok(&sup.socket);
+        answered += 1;
+        dog.check();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let victim_pid = |r: Reply| {
+        let p = r
+            .status
+            .unwrap()
+            .processes
+            .into_iter()
+            .find(|p| p.name == "victim");
+        p.map(|p| (p.pid, p.restarts, p.state))
+    };
+    let (pid, restarts, _) =
+        victim_pid(control::request(&sup.socket, &Request::Status).unwrap()).unwrap();
+    let pid = pid.expect("victim runs");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = control::request(&sup.socket, &Request::Status).expect("status answered");
+        answered += 1;
+        let (p, n, state) = victim_pid(r).unwrap();
+        if n == restarts + 1 && state == "running" && p != Some(pid) {
+            break;
+        }
+        assert!(Instant::now() < until, "victim not restarted: {n} {state}");
+        dog.check();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    while asked.load(Ordering::Relaxed) < CLIENTS as u64 * ROUNDS {
+        status_ok(&sup.socket);
+        answered += 1;
+        dog.check();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in clients {
+        t.join().unwrap();
+    }
+    dog.check();
+    status_ok(&sup.socket);
+    let peak = sup.peak_rss();
+    eprintln!(
+        "supervisor peak RSS {} KiB (before the flood {} KiB) after {} unread logs requests; status answered {answered} times",
+        peak >> 10,
+        before >> 10,
+        asked.load(Ordering::Relaxed)
+    );
+    // The unbounded replies were 6 MiB each here: sixty of them 360 MiB.
+    assert!(
+        peak < RSS_BOUND,
+        "supervisor peak RSS {} MiB, over {} MiB",
+        peak >> 20,
+        RSS_BOUND >> 20
+    );
+    drop(dog);
+    sup.stop_all();
+}

@@ -173,12 +173,13 @@ fn old_layouts_unknown_layouts_and_garbage_figures_leave_the_supervisor_answerin
         .publish_value(&raw)
         .unwrap();
 
-    let s = sup.wait_for("the reports read", |s| {
-        ["old", "liar"].iter().all(|n| {
-            s.processes
-                .iter()
-                .any(|p| p.name == *n && p.timing.is_some())
-        })
+    // The liar's report cannot be true (a median above its 99th
+    // percentile): said once, and not taken at its word.
+    sup.wait_log("liar", "timing report implausible");
+    let s = sup.wait_for("the old report read", |s| {
+        s.processes
+            .iter()
+            .any(|p| p.name == "old" && p.timing.is_some())
     });
     let t = |n: &str| {
         s.processes
@@ -195,13 +196,22 @@ fn old_layouts_unknown_layouts_and_garbage_figures_leave_the_supervisor_answerin
     assert_eq!(o.wakeup_p50_us, None);
     assert_eq!(o.since_start_wakeup_p99_us, None);
     assert_eq!(o.entries[0].name, "/imu");
-    let l = t("liar");
-    assert_eq!(l.layout, Some(controller::timing_report::LAYOUT));
-    assert_eq!(l.wakeup_p50_us, Some(u64::MAX as f64 / 1000.0));
-    assert_eq!(
-        (l.since_start_wakeup_p99_us, l.since_start_wakeup_max_us),
-        (Some(0.003), Some(0.0))
+    let liar_status = s.processes.iter().find(|p| p.name == "liar").unwrap();
+    assert!(liar_status.timing.is_none(), "{liar_status:?}");
+    assert!(
+        !liar_status.budget.starts_with("over"),
+        "{}",
+        liar_status.budget
     );
+    let log = sup.log("liar");
+    assert!(
+        log.contains(&format!(
+            "wakeup p50 {}us is above its p99 0us); not counted against its budgets",
+            u64::MAX / 1000
+        )),
+        "{log}"
+    );
+    assert_eq!(log.matches("timing report implausible").count(), 1, "{log}");
     sup.wait_log("alien", "timing report unreadable");
     let log = sup.log("alien");
     assert!(
@@ -211,10 +221,7 @@ fn old_layouts_unknown_layouts_and_garbage_figures_leave_the_supervisor_answerin
     assert!(!sup.log("old").contains("unreadable"), "{}", sup.log("old"));
     // What the status feeds: the exposition and top's frame take it.
     let text = services::metrics::exposition(&s);
-    assert!(
-        text.contains("rtdeploy_wakeup_since_start_p99_microseconds{robot=\"testbot\",process=\"liar\"} 0.003"),
-        "{text}"
-    );
+    assert!(!text.contains("process=\"liar\"} 0.003"), "{text}");
     assert!(!text.contains("rtdeploy_wakeup_p50_microseconds{robot=\"testbot\",process=\"old\""));
     let f = services::top::frame(Ok(&s), vec![], &[], Default::default(), None);
     assert!(
@@ -236,4 +243,74 @@ fn old_layouts_unknown_layouts_and_garbage_figures_leave_the_supervisor_answerin
         s.processes[3].restarts == 1 && s.processes[3].state == "running"
     });
     sup.stop_all();
+}
+
+#[test]
+fn an_impossible_wakeup_in_a_report_does_not_degrade_its_process() {
+    let talker = process(json!({
+        "name": "talker", "exec": "/bin/sleep", "args": ["600"],
+        "budgets": {"wakeup": "1ms"},
+    }));
+    let sup = start(config(vec![talker], None), Hooks::default());
+    let s = sup.wait_for("running", |s| s.processes[0].state == "running");
+    let pid = s.processes[0].pid.unwrap() as u64;
+    let shm = sup.prefix.path().join("dev/shm/rtdeploy");
+    let (ch, _) = Channel::create(
+        &shm,
+        &timing_channel_name("talker"),
+        &timing_geometry(),
+        None,
+        Path::new("/proc"),
+    )
+    .unwrap();
+    let mut p = ch.publisher(Path::new("/proc")).unwrap();
+    // A scribbled report: a wakeup of 584 years, seconds after the start.
+    let mut raw = RawReport {
+        pid,
+        seq: 1,
+        period_ns: 1_000_000_000,
+        entries: 1,
+        ..Default::default()
+    };
+    let e = &mut raw.entry[0];
+    e.kind = 2;
+    e.name[..5].copy_from_slice(b"timer");
+    e.count = 10;
+    e.total = 10;
+    e.latency_min = 1_000;
+    e.latency_avg = 2_000;
+    e.latency_p50 = 1_500;
+    e.latency_p99 = 3_000;
+    e.latency_max = 18_446_603_336_221_196_000;
+    e.since_start_latency_max = 3_000;
+    p.publish_value(&raw).unwrap();
+    sup.wait_log("talker", "timing report implausible");
+    let log = sup.log("talker");
+    assert!(
+        log.contains("timer wakeup max 18446603336221196us is longer than the process has run"),
+        "{log}"
+    );
+    let s = sup.status();
+    let t = &s.processes[0];
+    assert_eq!(t.state, "running", "{t:?}");
+    assert!(!t.budget.starts_with("over"), "{}", t.budget);
+    assert!(t.timing.is_none(), "{t:?}");
+    // A true report after it is taken, and judged.
+    e_true(&mut raw);
+    p.publish_value(&raw).unwrap();
+    let s = sup.wait_for("the true report", |s| s.processes[0].timing.is_some());
+    assert!(
+        s.processes[0]
+            .budget
+            .starts_with("over: 1 report(s) over budget"),
+        "{}",
+        s.processes[0].budget
+    );
+    sup.stop_all();
+}
+
+/// The report's second version: its wakeup 2 ms, over the 1 ms budget.
+fn e_true(raw: &mut RawReport) {
+    raw.seq = 2;
+    raw.entry[0].latency_max = 2_000_000;
 }

@@ -30,23 +30,37 @@ pub fn sys_path(root: &Path, abs: &str) -> PathBuf {
     root.join(abs.trim_start_matches('/'))
 }
 
-/// The whole text of a file; errors carry the path.
+/// The most read of a /proc or /sys file: a 256-CPU machine's
+/// /proc/interrupts is well under this.
+pub const MAX_PSEUDO_FILE: u64 = 4 << 20;
+
+/// The most read of one task's `stat` or `status` (a few hundred bytes
+/// each): thousands of tasks are read per plan.
+pub const MAX_TASK_FILE: u64 = 64 << 10;
+
+/// How every /proc and /sys file of the model is read: without blocking
+/// on a FIFO, at most [`MAX_PSEUDO_FILE`] (their sizes say 0 or 4096).
+const PSEUDO: units::bounded::Bound = units::bounded::Bound::pseudo(MAX_PSEUDO_FILE);
+
+fn io_error(e: units::bounded::FileReadError) -> ModelReadError {
+    ModelReadError::Io {
+        path: e.path().to_path_buf(),
+        err: e.into_io(),
+    }
+}
+
+/// The whole text of a file (bounded: [`MAX_PSEUDO_FILE`]); errors carry
+/// the path.
 pub fn read_text(path: &Path) -> Result<String, ModelReadError> {
-    fs::read_to_string(path).map_err(|err| ModelReadError::Io {
-        path: path.to_path_buf(),
-        err,
-    })
+    PSEUDO.read_lossy(path).map_err(io_error)
 }
 
 /// The text of a file, or `None` when it does not exist.
 pub fn read_opt(path: &Path) -> Result<Option<String>, ModelReadError> {
-    match fs::read_to_string(path) {
+    match PSEUDO.read_lossy(path) {
         Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(ModelReadError::Io {
-            path: path.to_path_buf(),
-            err,
-        }),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(io_error(e)),
     }
 }
 
@@ -312,13 +326,15 @@ pub fn read_task(pid: u32, tid: u32, dir: &Path) -> Result<Option<Task>, ModelRe
 /// Reads a file of a task that may exit at any moment: missing or `ESRCH`
 /// means gone.
 fn gone_is_none(path: &Path) -> Result<Option<String>, ModelReadError> {
-    match fs::read_to_string(path) {
+    use units::bounded::FileReadError;
+    match units::bounded::Bound::pseudo(MAX_TASK_FILE).read_lossy(path) {
         Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => Ok(None),
-        Err(err) => Err(ModelReadError::Io {
-            path: path.to_path_buf(),
-            err,
-        }),
+        Err(FileReadError::Open { err, .. } | FileReadError::Read { err, .. })
+            if err.kind() == io::ErrorKind::NotFound || err.raw_os_error() == Some(3) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(io_error(e)),
     }
 }
 

@@ -96,6 +96,9 @@ pub fn run_logs(ctx: &Ctx, args: LogsArgs) -> anyhow::Result<Exit> {
         eprintln!("deploy: {}", first.error.unwrap_or_default());
         return Ok(Exit::Failed);
     }
+    if let Some(m) = &first.message {
+        ctx.note(m);
+    }
     for line in first.lines.unwrap_or_default() {
         println!("{line}");
     }

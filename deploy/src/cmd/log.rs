@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use controller::config::Dur;
-use logbook::read::{load, scan, Filter, Summary};
+use logbook::read::{scan_file, Filter, Flow, Summary};
 
 use crate::ctx::{Ctx, Exit};
 
@@ -100,7 +100,8 @@ fn log_dir(ctx: &Ctx) -> PathBuf {
         .and_then(|l| l.robot.log)
         .and_then(|l| l.dir);
     match configured {
-        Some(d) => ctx.root(&d),
+        Some(d) => units::path::join_under(&ctx.prefix, &d)
+            .unwrap_or_else(|_| ctx.root("/var/log/rtdeploy/mcap")),
         None => ctx.root("/var/log/rtdeploy/mcap"),
     }
 }
@@ -115,10 +116,8 @@ fn filter(w: &Window, first: Option<u64>) -> Filter {
     }
 }
 
-fn read_summary(path: &Path) -> anyhow::Result<(Vec<u8>, Summary)> {
-    let bytes = load(path)?;
-    let sum = scan(path, &bytes, |_| {})?;
-    Ok((bytes, sum))
+fn read_summary(path: &Path) -> anyhow::Result<Summary> {
+    Ok(scan_file(path, |_| Flow::Go)?)
 }
 
 /// `YYYY-mm-ddTHH:MM:SS.nnnnnnnnnZ`.
@@ -137,6 +136,9 @@ pub fn utc(ns: u64) -> String {
 }
 
 fn state(sum: &Summary) -> String {
+    if sum.stopped && sum.truncated.is_none() {
+        return "read up to --limit".into();
+    }
     match (&sum.truncated, sum.finished) {
         (Some(t), _) => format!("cut short: {t}"),
         (None, true) => "finished".into(),
@@ -168,7 +170,7 @@ fn ls(ctx: &Ctx, a: LsArgs) -> anyhow::Result<Exit> {
     for (path, size) in logbook::recorder::list_files(&dir) {
         let r = read_summary(&path);
         rows.push(match r {
-            Ok((_, s)) => serde_json::json!({
+            Ok(s) => serde_json::json!({
                 "file": path.display().to_string(),
                 "bytes": size,
                 "messages": s.messages,
@@ -220,14 +222,16 @@ fn ls(ctx: &Ctx, a: LsArgs) -> anyhow::Result<Exit> {
 }
 
 fn info(ctx: &Ctx, file: &Path) -> anyhow::Result<Exit> {
-    let (_, sum) = read_summary(file)?;
+    let sum = read_summary(file)?;
     if ctx.json {
         ctx.print_json(
             &serde_json::json!({"schema_version": 1, "file": sum, "state": state(&sum)}),
         )?;
         return Ok(Exit::Ok);
     }
-    let mut out = format!("{}: {} bytes, {}\n", file.display(), sum.size, state(&sum));
+    // The file's length (the reader stops at the data section's end).
+    let len = std::fs::metadata(file).map_or(sum.size, |m| m.len().max(sum.size));
+    let mut out = format!("{}: {len} bytes, {}\n", file.display(), state(&sum));
     if !sum.library.is_empty() {
         out.push_str(&format!("written by: {}\n", sum.library));
     }
@@ -237,6 +241,15 @@ fn info(ctx: &Ctx, file: &Path) -> anyhow::Result<Exit> {
             utc(a),
             utc(b),
             (b - a) as f64 / 1e9
+        ));
+    }
+    if sum.decompressed > 0 {
+        out.push_str(&format!(
+            "chunks: {} read, {} bytes of records decompressed ({:.1} times the {} bytes read)\n",
+            sum.chunks,
+            sum.decompressed,
+            sum.decompressed as f64 / sum.size.max(1) as f64,
+            sum.size
         ));
     }
     if let Some(c) = sum.clock() {
@@ -287,26 +300,31 @@ fn info(ctx: &Ctx, file: &Path) -> anyhow::Result<Exit> {
 }
 
 fn cat(ctx: &Ctx, a: CatArgs) -> anyhow::Result<Exit> {
-    let bytes = load(&a.file)?;
-    let first = logbook::read::first_log_time(&a.file, &bytes)?;
+    let first = logbook::read::first_log_time_file(&a.file)?;
     let f = filter(&a.window, first);
     let limit = a.limit.unwrap_or(u64::MAX);
     let mut n = 0u64;
-    let mut text = String::new();
-    let mut docs = Vec::new();
     let mut unwrap = logbook::read::Unwrap::default();
     let mut senders = logbook::read::Senders::default();
-    let sum = scan(&a.file, &bytes, |m| {
+    // Each message is written as it is read: nothing is held but the
+    // chunk being read and the output buffer.
+    let mut out = Out::new();
+    if ctx.json {
+        out.put(b"{\"schema_version\":1,\"messages\":[");
+    }
+    let sum = scan_file(&a.file, |m| {
         senders.note(m);
-        if n >= limit || !f.takes(m) {
-            return;
+        if n >= limit {
+            return Flow::Stop;
         }
-        n += 1;
+        if !f.takes(m) {
+            return Flow::Go;
+        }
         let index = unwrap.index(&m.channel.topic, m.sequence);
         let value = m.channel.decode(m.data);
         let sender = senders.sender(&m.channel.topic, index);
         if ctx.json {
-            docs.push(serde_json::json!({
+            let doc = serde_json::json!({
                 "time": utc(m.log_time),
                 "log_time": m.log_time,
                 "channel": m.channel.topic,
@@ -314,9 +332,13 @@ fn cat(ctx: &Ctx, a: CatArgs) -> anyhow::Result<Exit> {
                 "sender_pid": sender,
                 "value": value,
                 "bytes": if value.is_none() { Some(hex(m.channel.payload(m.data))) } else { None },
-            }));
+            });
+            if n > 0 {
+                out.put(b",");
+            }
+            out.put(&serde_json::to_vec(&doc).unwrap_or_default());
         } else {
-            text.push_str(&format!(
+            let line = format!(
                 "{} {} #{}{} {}\n",
                 utc(m.log_time),
                 m.channel.topic,
@@ -326,22 +348,76 @@ fn cat(ctx: &Ctx, a: CatArgs) -> anyhow::Result<Exit> {
                     Some(v) => v.to_string(),
                     None => hex(m.channel.payload(m.data)),
                 }
-            ));
+            );
+            out.put(line.as_bytes());
+        }
+        n += 1;
+        if out.failed() {
+            Flow::Stop
+        } else {
+            Flow::Go
         }
     })?;
     if ctx.json {
-        ctx.print_json(&serde_json::json!({
-            "schema_version": 1,
-            "messages": docs,
-            "state": state(&sum),
-        }))?;
-    } else {
-        crate::ctx::write_stdout(&text)?;
-        if sum.truncated.is_some() {
-            ctx.note(format!("{}: {}", a.file.display(), state(&sum)));
-        }
+        out.put(b"],\"state\":");
+        out.put(&serde_json::to_vec(&state(&sum)).unwrap_or_default());
+        out.put(b"}\n");
+    }
+    out.finish()?;
+    if !ctx.json && sum.truncated.is_some() {
+        ctx.note(format!("{}: {}", a.file.display(), state(&sum)));
+    }
+    if senders.dropped() > 0 {
+        ctx.note(format!(
+            "{}: {} sender records past the {} kept: their messages show no sender",
+            a.file.display(),
+            senders.dropped(),
+            logbook::read::MAX_SENDERS
+        ));
     }
     Ok(Exit::Ok)
+}
+
+/// Standard output, buffered: a write error is kept and ends the command
+/// (a reader that went away ends it quietly, as [`crate::ctx::write_stdout`]
+/// does).
+struct Out {
+    w: std::io::BufWriter<std::io::Stdout>,
+    err: Option<std::io::Error>,
+}
+
+impl Out {
+    fn new() -> Out {
+        Out {
+            w: std::io::BufWriter::with_capacity(64 << 10, std::io::stdout()),
+            err: None,
+        }
+    }
+
+    fn put(&mut self, b: &[u8]) {
+        use std::io::Write;
+        if self.err.is_none() {
+            if let Err(e) = self.w.write_all(b) {
+                self.err = Some(e);
+            }
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.err.is_some()
+    }
+
+    fn finish(mut self) -> anyhow::Result<()> {
+        use std::io::Write;
+        let r = match self.err.take() {
+            Some(e) => Err(e),
+            None => self.w.flush(),
+        };
+        match r {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+            r => Ok(r?),
+        }
+    }
 }
 
 fn hex(b: &[u8]) -> String {
@@ -375,8 +451,7 @@ fn export(ctx: &Ctx, a: ExportArgs) -> anyhow::Result<Exit> {
 /// The file's earliest log time, from its chunk headers (the windows are
 /// relative to it); the file is decompressed once, by the command itself.
 fn first_log_time(path: &std::path::Path) -> anyhow::Result<Option<u64>> {
-    let bytes = load(path)?;
-    Ok(logbook::read::first_log_time(path, &bytes)?)
+    Ok(logbook::read::first_log_time_file(path)?)
 }
 
 /// `deploy replay FILE`.
@@ -416,6 +491,13 @@ pub fn run_replay(ctx: &Ctx, a: ReplayArgs) -> anyhow::Result<Exit> {
             out.push_str(&format!(
                 "  {c}: {} published, {} refused, {} lost in the recording\n",
                 r.published, r.refused, r.gaps_in_log
+            ));
+        }
+        if rep.out_of_order > 0 {
+            out.push_str(&format!(
+                "  {} message(s) published after a later one (the file's order strayed further than the {} messages held to sort it)\n",
+                rep.out_of_order,
+                logbook::replay::REORDER_MESSAGES
             ));
         }
         crate::ctx::write_stdout(&out)?;

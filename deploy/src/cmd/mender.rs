@@ -22,8 +22,12 @@
 //! Mender may run a state again (after a power cut, or a client restart),
 //! so each state is idempotent: what this artifact installed and what ran
 //! before is kept in `FILES_DIR/tmp/rtdeploy-release.json`, written before
-//! the install starts and again when it ends; each state compares it with
-//! `state.json` and the `current` link and only acts on a difference. A
+//! the install starts and again when it ends, with the sha256 of the
+//! bundle it was made for; each state compares it with `state.json` and
+//! the `current` link and only acts on a difference (an install is found
+//! done only when the record names the bundle in `files/`, byte for byte,
+//! and its release is current: a record left by another payload does not
+//! skip this one). A
 //! trial interrupted by a power cut is rolled back by the supervisor at
 //! its next start anyway.
 //!
@@ -124,7 +128,14 @@ struct Record {
     /// for controller-only releases).
     #[serde(default)]
     reboot: bool,
+    /// The sha256 of the bundle this record is about (`None` in a record
+    /// of an older module: it names no bundle, so it proves nothing).
+    #[serde(default)]
+    bundle_sha256: Option<String>,
 }
+
+/// The most of the record read: a few hundred bytes.
+const MAX_RECORD_FILE: u64 = 64 << 10;
 
 fn record_path(files_dir: &Path) -> PathBuf {
     files_dir.join("tmp").join(RECORD)
@@ -132,12 +143,12 @@ fn record_path(files_dir: &Path) -> PathBuf {
 
 fn read_record(files_dir: &Path) -> anyhow::Result<Option<Record>> {
     let path = record_path(files_dir);
-    match fs::read(&path) {
+    match units::bounded::Bound::regular(MAX_RECORD_FILE).read(&path) {
         Ok(b) => serde_json::from_slice(&b)
             .map(Some)
             .with_context(|| format!("cannot parse {}", path.display())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into_io()).with_context(|| format!("cannot read {}", path.display())),
     }
 }
 
@@ -229,22 +240,49 @@ fn the_bundle(files_dir: &Path) -> anyhow::Result<PathBuf> {
 fn artifact_install(ctx: &Ctx, dir: &Path) -> anyhow::Result<Exit> {
     let layout = Layout::new(&ctx.prefix);
     let bundle = the_bundle(dir)?;
+    let (sha, _) = releases::bundle::sha256_file(&bundle)
+        .with_context(|| format!("cannot read {}", bundle.display()))?;
+    let sha = sha.to_string();
     let current = link_target(&layout.current());
+    let old = read_record(dir)?;
     if let Some(Record {
-        release: Some(r), ..
-    }) = read_record(dir)?
+        release: Some(r),
+        bundle_sha256: Some(was),
+        ..
+    }) = &old
     {
-        if current.as_deref() == Some(r.as_str()) {
+        if *was == sha && current.as_deref() == Some(r.as_str()) {
             say(format!("{r} is already installed by this artifact"));
             return Ok(Exit::Ok);
         }
     }
+    if let Some(Record {
+        release: Some(r), ..
+    }) = &old
+    {
+        if current.as_deref() == Some(r.as_str()) {
+            say(format!(
+                "a record of {r} is here, but not of this bundle (sha256 {sha}): installing it"
+            ));
+        }
+    }
     // Written before the install, so that a rollback after a power cut in
-    // the middle of it knows what ran before.
+    // the middle of it knows what ran before; an install cut short and run
+    // again keeps the release that ran before the first attempt.
+    let previous = match &old {
+        Some(Record {
+            release: None,
+            bundle_sha256: Some(was),
+            previous,
+            ..
+        }) if *was == sha => previous.clone(),
+        _ => current,
+    };
     let mut rec = Record {
-        previous: current,
+        previous,
         release: None,
         reboot: false,
+        bundle_sha256: Some(sha),
     };
     write_record(dir, &rec)?;
     let opts = super::install::install_options(ctx, "deploy mender-module")?;
@@ -549,6 +587,7 @@ mod tests {
             previous: Some("1.0-aaaaaaaa".into()),
             release: None,
             reboot: false,
+            bundle_sha256: Some("ab".repeat(32)),
         };
         write_record(d.path(), &r).unwrap();
         r.release = Some("2.0-bbbbbbbb".into());

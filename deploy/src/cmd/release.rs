@@ -132,7 +132,10 @@ const REASON_MAX: u64 = 4096;
 pub fn run_reboot(ctx: &Ctx, _args: RebootArgs) -> anyhow::Result<Exit> {
     use std::io::Read;
     let marker = release::system::reboot_marker(&ctx.prefix);
-    let why = match std::fs::File::open(&marker) {
+    let why = match units::bounded::Bound::regular(REASON_MAX)
+        .open(&marker)
+        .map_err(|e| e.into_io())
+    {
         Ok(f) => {
             let mut b = Vec::new();
             f.take(REASON_MAX)

@@ -149,12 +149,16 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         irq_scan_every: robot.irqs.rescan_every(),
         irq_scan_on_events: true,
         journal: true,
-        metrics_textfile: robot.metrics.textfile.as_ref().map(|t| {
+        metrics_textfile: match &robot.metrics.textfile {
             // Absolute paths are on the robot's root, under the prefix
-            // like every other on-robot path.
-            let path = ctx.prefix.join(t.trim_start_matches('/'));
-            (path, robot.metrics.every.0)
-        }),
+            // like every other on-robot path (validated: no `..`).
+            Some(t) => Some((
+                units::path::join_under(&ctx.prefix, t)
+                    .map_err(|e| anyhow::anyhow!("metrics.textfile: {e}"))?,
+                robot.metrics.every.0,
+            )),
+            None => None,
+        },
         recovered,
         // As PID 1 the start-up mounts and reaps: not done twice.
         restart_to_reload: !pid1,
@@ -491,11 +495,10 @@ fn keep_in_history(
     });
     let path = layout.boot_check_history();
     match services::boot_history::append(&path, record, robot.boot_check.history as usize) {
-        Ok(notes) if notes.is_empty() => String::new(),
-        Ok(notes) => format!(
-            "; history {}: {} damaged line(s) dropped ({})",
+        Ok((notes, _)) if notes.is_empty() => String::new(),
+        Ok((notes, skipped)) => format!(
+            "; history {}: {skipped} damaged line(s) dropped ({})",
             path.display(),
-            notes.len(),
             notes[0]
         ),
         Err(e) => format!("; {}", controller::error::Chain(&e)),

@@ -104,12 +104,17 @@ fn plan(
     let boot_entry = match new.board.board().map(|b| b.boot) {
         Some(BootLoader::Extlinux) if old_t != new_t => {
             let path = prefix.join(EXTLINUX);
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                format!(
-                    "the board boots through extlinux.conf and {} cannot be read: {e}",
-                    path.display()
-                )
-            })?;
+            // Bounded (units::bounded): a file over the boot loader's
+            // sizes is refused here, before it could reach state.json.
+            let text = units::bounded::Bound::regular(releases::system::MAX_BOOT_FILE)
+                .read_text(&path)
+                .map_err(|e| {
+                    format!(
+                        "the board boots through extlinux.conf and {} cannot be read: {}",
+                        path.display(),
+                        e.into_io()
+                    )
+                })?;
             let e = rootfs::extlinux::add_system_entry(&text, release, &old_t, &new_t).map_err(
                 |p| {
                     format!(
@@ -129,9 +134,10 @@ fn plan(
         }
         _ => None,
     };
-    let install_boot = std::fs::read_to_string(boot_id)
+    let install_boot = units::bounded::Bound::pseudo(64)
+        .read_lossy(boot_id)
         .map(|s| s.trim().to_string())
-        .map_err(|e| format!("{} cannot be read: {e}", boot_id.display()))?;
+        .map_err(|e| format!("{} cannot be read: {}", boot_id.display(), e.into_io()))?;
     let names = |t: &[cpusets::cmdline::Token]| t.iter().map(|t| t.token.clone()).collect();
     Ok(Some(SystemUpdate {
         changes,

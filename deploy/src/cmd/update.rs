@@ -66,12 +66,19 @@ pub struct UpdateArgs {
     pub reboot: bool,
 }
 
+/// The largest hosts file read: a line per robot, a fleet of thousands.
+const MAX_HOSTS_FILE: u64 = 4 << 20;
+
 /// The robots from `--host` or `--hosts-file`.
 fn targets(args: &UpdateArgs) -> anyhow::Result<Vec<Robot>> {
     let mut out = Vec::new();
     if let Some(f) = &args.hosts_file {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("hosts file {}", f.display()))?;
+        // units::bounded: at most MAX_HOSTS_FILE, a FIFO refused.
+        let text = units::bounded::Bound::regular(MAX_HOSTS_FILE)
+            .following_links()
+            .read_text(f)
+            .map_err(|e| e.into_io())
+            .with_context(|| format!("hosts file {}", f.display()))?;
         for (i, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {

@@ -33,7 +33,7 @@ pub use yaml::{MAX_ALIASES, MAX_ALIAS_BYTES, MAX_ALIAS_NODES, MAX_DEPTH};
 /// after it: the tree, and the parser's own buffer, which holds a flow
 /// list nested in a flow list whole until it ends (about 450 bytes for a
 /// two-byte value like `1,`: the worst file costs about 120 MiB).
-pub const MAX_FILE_BYTES: usize = 512 << 10;
+pub const MAX_FILE_BYTES: usize = services::config::MAX_ROBOT_YAML as usize;
 
 /// The validated robot description.
 #[derive(Debug, Clone, Serialize)]
@@ -139,20 +139,22 @@ pub enum ConfigLoadError {
     },
 }
 
-/// Reads, parses and validates `robot.yaml`. At most one byte past
-/// [`MAX_FILE_BYTES`] is read, whatever the path names (`/dev/zero`, a
-/// pipe, a growing file).
+/// Reads, parses and validates `robot.yaml`. It must be a regular file
+/// (through links: `/etc/rtdeploy/robot.yaml` is one into the current
+/// release); a FIFO or a device is refused without waiting or reading
+/// ([`units::bounded`]), and at most one byte past [`MAX_FILE_BYTES`] is
+/// read of a file that grows.
 pub fn load(path: &Path) -> Result<Loaded, ConfigLoadError> {
+    let limit = MAX_FILE_BYTES as u64 + 1;
     let read = || {
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)?
-            .take(MAX_FILE_BYTES as u64 + 1)
-            .read_to_end(&mut bytes)?;
-        Ok(bytes)
+        let f = units::bounded::Bound::regular(limit)
+            .following_links()
+            .open(path)?;
+        units::bounded::read_at_most(&mut f.take(limit), path, limit)
     };
-    let bytes = read().map_err(|source| ConfigLoadError::Read {
+    let bytes = read().map_err(|e| ConfigLoadError::Read {
         path: path.to_path_buf(),
-        source,
+        source: e.into_io(),
     })?;
     load_bytes(path, bytes)
 }

@@ -132,6 +132,11 @@ impl LogSection {
                     "log.dir".into(),
                     format!("{d:?}: expected an absolute path"),
                 ));
+            } else if let Err(e) = units::path::check(d) {
+                out.push((
+                    "log.dir".into(),
+                    format!("{e} (expected an absolute path under the robot's root, without `..`)"),
+                ));
             }
         }
         if !(MIN_CHUNK..=MAX_CHUNK).contains(&self.chunk_size.0) {

@@ -47,6 +47,23 @@ pub enum ReleaseError {
     },
 }
 
+/// Opens a regular file of the release store (never through a link: the
+/// store's own files are never links), without waiting on a FIFO and
+/// refusing a device ([`units::bounded`]).
+pub(crate) fn open_regular(path: &Path) -> io::Result<std::fs::File> {
+    units::bounded::Bound::regular(u64::MAX)
+        .open(path)
+        .map_err(|e| e.into_io())
+}
+
+/// Reads a regular file of the store whole, at most `limit` bytes (more is
+/// an error, `InvalidData`); a missing file is `NotFound`.
+pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    units::bounded::Bound::regular(limit)
+        .read(path)
+        .map_err(|e| e.into_io())
+}
+
 pub(crate) fn ioe(path: &Path) -> impl FnOnce(io::Error) -> ReleaseError + '_ {
     move |err| ReleaseError::Io {
         path: path.to_path_buf(),

@@ -260,12 +260,8 @@ fn attempt(
     })?;
     let stdin = child.stdin.take().expect("piped");
     let stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let err_thread = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
+    let stderr = child.stderr.take().expect("piped");
+    let err_thread = std::thread::spawn(move || newest_text(stderr, STDERR_KEPT));
     let mut total = 0u64;
     let result = send_bundle(bundle, stdout, stdin, send, &mut |p| match p {
         Progress::Need { blobs, bytes } => {
@@ -286,6 +282,32 @@ fn attempt(
             code,
         })
     })
+}
+
+/// What is kept of the remote side's stderr: its newest 64 KiB (why it
+/// failed is at the end), however much it writes.
+const STDERR_KEPT: usize = 64 << 10;
+
+/// Reads `r` to its end (so the writer never blocks on a full pipe),
+/// keeping only its newest `keep` bytes, as text.
+fn newest_text(mut r: impl Read, keep: usize) -> String {
+    let mut kept: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&chunk[..n]);
+                if kept.len() > keep {
+                    let over = kept.len() - keep;
+                    kept.drain(..over);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
 }
 
 /// Updates one robot: connects, and reconnects after a broken connection
@@ -416,6 +438,21 @@ pub fn update_fleet(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_remote_stderr_keeps_its_newest_bytes_only() {
+        // 100 MiB of noise, then why it failed: the end is kept, and no
+        // more than the bound is held.
+        let noise = std::io::repeat(b'x').take(100 << 20);
+        let why = &b"\ndeploy: install refused: bad signature\n"[..];
+        let s = newest_text(noise.chain(why), STDERR_KEPT);
+        assert_eq!(s.len(), STDERR_KEPT);
+        assert!(
+            s.ends_with("deploy: install refused: bad signature\n"),
+            "{}",
+            &s[s.len() - 80..]
+        );
+    }
 
     const NASTY: &[&str] = &[
         "plain",

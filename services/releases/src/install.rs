@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, BufReader};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::bundle::{
     load_trusted_keys, sha256_file, sync_dir, BundleReadError, BundleReader, Compat, Manifest,
-    Sha256Hex, Staging, VerifiedManifest, MANIFEST_NAME, SIGNATURE_NAME,
+    Sha256Hex, Staging, VerifiedManifest, MANIFEST_NAME, MAX_MANIFEST, SIGNATURE_NAME,
 };
 use crate::error::{ioe, ReleaseError};
 use crate::fault::fault_point;
@@ -105,10 +105,14 @@ pub fn install_bundle(
     opts: &InstallOptions,
 ) -> Result<InstallReport, ReleaseError> {
     let layout = Layout::new(prefix);
-    let file = File::open(bundle).map_err(|err| BundleReadError::Open {
-        path: bundle.to_path_buf(),
-        err,
-    })?;
+    // Named on the command line: through a link, but a regular file.
+    let file = units::bounded::Bound::regular(u64::MAX)
+        .following_links()
+        .open(bundle)
+        .map_err(|e| BundleReadError::Open {
+            path: bundle.to_path_buf(),
+            err: e.into_io(),
+        })?;
     let lock = UpdateLock::acquire(prefix, &opts.holder, opts.lock_timeout)?;
     fault_point("locked");
     let trusted = load_trusted_keys(&layout.keys(), &opts.public_keys)?;
@@ -307,7 +311,7 @@ fn build_release(layout: &Layout, v: &VerifiedManifest) -> Result<(), ReleaseErr
 }
 
 fn copy_synced(from: &Path, to: &Path, mode: u32) -> Result<(), ReleaseError> {
-    let mut src = File::open(from).map_err(ioe(from))?;
+    let mut src = crate::error::open_regular(from).map_err(ioe(from))?;
     let mut dst = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -328,11 +332,13 @@ pub fn verify_release(dir: &Path) -> Result<Manifest, ReleaseError> {
         path: dir.to_path_buf(),
         why,
     };
-    let bytes =
-        fs::read(dir.join(MANIFEST_NAME)).map_err(|e| inc(format!("{MANIFEST_NAME}: {e}")))?;
+    let bytes = crate::error::read_regular(&dir.join(MANIFEST_NAME), MAX_MANIFEST)
+        .map_err(|e| inc(format!("{MANIFEST_NAME}: {e}")))?;
     let m = Manifest::parse(&bytes).map_err(|e| inc(e.to_string()))?;
-    let yaml =
-        fs::read_to_string(dir.join("robot.yaml")).map_err(|e| inc(format!("robot.yaml: {e}")))?;
+    // The manifest carries robot.yaml: it is no longer than the manifest.
+    let yaml = crate::error::read_regular(&dir.join("robot.yaml"), MAX_MANIFEST)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .map_err(|e| inc(format!("robot.yaml: {e}")))?;
     if yaml != m.robot_yaml {
         return Err(inc("robot.yaml differs from the manifest".into()));
     }

@@ -51,7 +51,9 @@ impl UpdateLock {
             }
             if start.elapsed() >= timeout {
                 let path = Layout::new(prefix).lock();
-                let text = fs::read_to_string(&path).unwrap_or_default();
+                let text = crate::error::read_regular(&path, 4096)
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
                 return Err(UpdateLockError::Busy {
                     path,
                     holder: describe_holder(&text),

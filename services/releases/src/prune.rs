@@ -8,8 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::bundle::{sync_dir, Manifest, MANIFEST_NAME};
-use crate::error::{ioe, ReleaseError};
+use crate::bundle::{sync_dir, Manifest, MANIFEST_NAME, MAX_MANIFEST};
+use crate::error::{ioe, read_regular, ReleaseError};
 use crate::layout::Layout;
 use crate::state::{link_target, read_state, ReleaseState};
 
@@ -63,7 +63,7 @@ pub fn list(prefix: &Path) -> Result<ReleasesInfo, ReleaseError> {
     let releases = release_dirs(&layout)
         .into_iter()
         .map(|(name, _)| {
-            let m = fs::read(layout.release(&name).join(MANIFEST_NAME))
+            let m = read_regular(&layout.release(&name).join(MANIFEST_NAME), MAX_MANIFEST)
                 .ok()
                 .and_then(|b| Manifest::parse(&b).ok());
             ReleaseInfo {
@@ -138,7 +138,7 @@ pub fn prune(prefix: &Path, keep: u32) -> Result<(Vec<String>, usize), ReleaseEr
     }
     let mut used = BTreeSet::new();
     for n in &kept {
-        let Ok(b) = fs::read(layout.release(n).join(MANIFEST_NAME)) else {
+        let Ok(b) = read_regular(&layout.release(n).join(MANIFEST_NAME), MAX_MANIFEST) else {
             continue;
         };
         let Ok(m) = Manifest::parse(&b) else { continue };

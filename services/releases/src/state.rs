@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::bundle::sync_dir;
-use crate::error::{ioe, ReleaseError};
+use crate::error::{ioe, read_regular, ReleaseError};
 use crate::layout::Layout;
 use crate::system::SystemUpdate;
 
@@ -49,10 +49,16 @@ impl ReleaseState {
     }
 }
 
-/// Reads `state.json` (`None` if there is none yet).
+/// The most of `state.json` read: a trial record with a system update
+/// (its previous extlinux.conf at most [`crate::system::MAX_BOOT_FILE`],
+/// six times as JSON at worst) is well under this.
+pub const MAX_STATE_FILE: u64 = 1 << 20;
+
+/// Reads `state.json` (`None` if there is none yet), at most
+/// [`MAX_STATE_FILE`]; a FIFO or a device there is refused.
 pub fn read_state(prefix: &Path) -> Result<Option<ReleaseState>, ReleaseError> {
     let path = Layout::new(prefix).state();
-    match fs::read(&path) {
+    match read_regular(&path, MAX_STATE_FILE) {
         Ok(b) => serde_json::from_slice(&b)
             .map(Some)
             .map_err(|e| ReleaseError::State {
@@ -120,5 +126,48 @@ pub(crate) fn describe_state(s: &Option<ReleaseState>) -> String {
         None => "no state.json".into(),
         Some(ReleaseState::Committed { release }) => format!("committed {release}"),
         Some(ReleaseState::Trial { release, .. }) => format!("trial {release}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `f` on its own thread, failed if it has not returned within 10 s
+    /// (a read that waits on a FIFO would never return).
+    fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("returned within 10 s")
+    }
+
+    #[test]
+    fn a_state_file_that_is_a_fifo_or_too_large_is_refused_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let path = Layout::new(d.path()).state();
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        mkfifo(&path);
+        let prefix = d.path().to_path_buf();
+        let e = within_10s(move || read_state(&prefix).unwrap_err().to_string());
+        assert_eq!(e, format!("{}: a FIFO, not a regular file", path.display()));
+        fs::remove_file(&path).unwrap();
+        fs::write(&path, vec![b' '; MAX_STATE_FILE as usize + 1]).unwrap();
+        let e = read_state(d.path()).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: holds more than {MAX_STATE_FILE} bytes, the most read from it",
+                path.display()
+            )
+        );
+    }
+
+    #[allow(unsafe_code)]
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(r, 0, "mkfifo: {}", io::Error::last_os_error());
     }
 }

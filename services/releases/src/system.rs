@@ -55,6 +55,13 @@ use crate::state::write_synced;
 /// a crash) means the trial did not reach a verdict: it is rolled back.
 pub const MAX_TRIAL_BOOTS: u32 = 1;
 
+/// The largest boot loader file a system update reads, writes or keeps
+/// for a rollback. L4TLauncher reads at most 10 labels
+/// (`MAX_EXTLINUX_OPTIONS`) of a few lines each, the kernel takes a
+/// command line of at most 2048 bytes on arm64 (`COMMAND_LINE_SIZE`):
+/// the files it boots are a few KiB, and 64 KiB leaves room for comments.
+pub const MAX_BOOT_FILE: u64 = 64 << 10;
+
 /// A release that changes the system, as the installer records it with
 /// the trial.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +91,12 @@ pub struct SystemUpdate {
 }
 
 /// The boot loader file a system update replaces.
+///
+/// What `state.json` keeps of it is what a rollback needs: the file as it
+/// was ([`previous_text`](BootEntry::previous_text), at most
+/// [`MAX_BOOT_FILE`]) and the labels. The new file itself is written once,
+/// by the install that planned it, and not kept: a state that held both
+/// held the file twice, and every reader of the state read it twice.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootEntry {
     /// The file, relative to the prefix (`boot/extlinux/extlinux.conf`).
@@ -92,7 +105,9 @@ pub struct BootEntry {
     pub label: String,
     /// The label that was `DEFAULT` (kept in `text` as the fallback).
     pub previous_label: String,
-    /// The file as the install writes it.
+    /// The file as the install writes it: only in the install's own
+    /// memory, never in `state.json`.
+    #[serde(skip)]
     pub text: String,
     /// The file as it was: written back by a rollback.
     pub previous_text: String,
@@ -148,7 +163,8 @@ pub fn ask_restart(prefix: &Path, release: &str, boot_id: &str) -> Result<(), Re
 pub(crate) fn take_restart(prefix: &Path, release: &str, boot_id: &str) -> bool {
     use std::io::Read;
     let path = prefix.join(RESTART_MARKER);
-    let Ok(f) = fs::File::open(&path) else {
+    let Ok(f) = crate::error::open_regular(&path) else {
+        let _ = fs::remove_file(&path);
         return false;
     };
     let mut b = Vec::new();
@@ -173,7 +189,7 @@ pub(crate) fn write_boot_file(
 ) -> Result<(), ReleaseError> {
     use std::os::unix::fs::PermissionsExt;
     let path = prefix.join(rel);
-    if fs::read(&path).is_ok_and(|b| b == text.as_bytes()) {
+    if crate::error::read_regular(&path, MAX_BOOT_FILE).is_ok_and(|b| b == text.as_bytes()) {
         return Ok(());
     }
     let dir = path.parent().expect("boot/extlinux");
@@ -214,8 +230,11 @@ impl Boot {
     /// (empty when unreadable: no token is then found, and a system trial
     /// is not kept).
     pub fn read(proc_root: &Path) -> Boot {
+        // The kernel's command line is at most COMMAND_LINE_SIZE (2048 on
+        // arm64, 4096 elsewhere); the boot id 37 bytes.
         let read = |p: &str| {
-            fs::read_to_string(proc_root.join(p))
+            units::bounded::Bound::pseudo(64 << 10)
+                .read_lossy(&proc_root.join(p))
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };

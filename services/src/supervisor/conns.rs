@@ -137,9 +137,10 @@ impl Conn {
     }
 
     /// Answered: the client has `IDLE_TIMEOUT` to read this and send the
-    /// next request.
-    fn answered(&mut self, r: &Reply, now: Instant) {
-        queue(self, r);
+    /// next request. `unsent` is what the other connections have not sent
+    /// yet ([`queue`]).
+    fn answered(&mut self, r: &Reply, now: Instant, unsent: usize) {
+        queue(self, r, unsent);
         self.awaiting = false;
         self.since = now;
         self.deadline = Some(now + control::IDLE_TIMEOUT);
@@ -148,7 +149,8 @@ impl Conn {
     /// Sends `r` as the last reply and drops the connection once it is out
     /// (or after `CLOSE_LINGER`).
     fn close_with(&mut self, r: &Reply, now: Instant) {
-        queue(self, r);
+        // A refusal is a short line: it is queued whatever others hold.
+        queue(self, r, 0);
         self.input.discard();
         self.closing = true;
         self.deadline = Some(now + control::CLOSE_LINGER);
@@ -205,17 +207,24 @@ pub(super) struct Conns {
 
 impl Followers for Conns {
     fn forward(&mut self, proc_idx: usize, data: &str) {
+        let reply = Reply {
+            ok: true,
+            data: Some(data.to_string()),
+            ..Default::default()
+        };
+        let line = reply_line(&reply);
         for c in self
             .conns
             .iter_mut()
             .filter(|c| c.follow == Some(proc_idx) && !c.dead)
         {
-            let reply = Reply {
-                ok: true,
-                data: Some(data.to_string()),
-                ..Default::default()
-            };
-            queue(c, &reply);
+            if c.outbuf.len() + line.len() > control::FOLLOW_BACKLOG {
+                // A follower that does not read: drop it rather than hold
+                // more for it.
+                c.dead = true;
+                continue;
+            }
+            c.outbuf.extend_from_slice(&line);
         }
     }
 }
@@ -248,6 +257,17 @@ impl Conns {
             .enumerate()
             .filter(|(_, c)| !c.dead)
             .map(|(k, c)| (k, c.stream.as_raw_fd(), !c.outbuf.is_empty()))
+    }
+
+    /// Reply bytes queued and not sent yet on the connections other than
+    /// `k` that do not follow a log (what [`control::MAX_UNSENT`] bounds).
+    fn unsent_except(&self, k: Option<usize>) -> usize {
+        self.conns
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| Some(*i) != k && c.follow.is_none() && !c.dead)
+            .map(|(_, c)| c.outbuf.len())
+            .sum()
     }
 
     /// Connection `k` is ready for its next request and one is complete.
@@ -351,7 +371,7 @@ impl Conns {
                     "request line longer than {} KiB",
                     control::MAX_REQUEST_LINE / 1024
                 ));
-                c.answered(&r, now);
+                c.answered(&r, now, 0);
                 flush(c);
                 return Turn::Handled;
             }
@@ -374,9 +394,10 @@ impl Conns {
     /// Answers connection `k`'s request with `reply`, or marks it awaiting
     /// a reply (`None`, see [`Pending`]).
     pub(super) fn reply(&mut self, k: usize, reply: Option<Reply>, now: Instant) {
+        let unsent = self.unsent_except(Some(k));
         let c = &mut self.conns[k];
         match reply {
-            Some(r) => c.answered(&r, now),
+            Some(r) => c.answered(&r, now, unsent),
             None => {
                 c.awaiting = true;
                 c.deadline = None;
@@ -446,12 +467,14 @@ impl Conns {
                     )
                 }
             };
-            if let Some(c) = self
+            if let Some(k) = self
                 .conns
-                .iter_mut()
-                .find(|c| c.id == conn && c.awaiting && !c.dead)
+                .iter()
+                .position(|c| c.id == conn && c.awaiting && !c.dead)
             {
-                c.answered(&reply, Instant::now());
+                let unsent = self.unsent_except(Some(k));
+                let c = &mut self.conns[k];
+                c.answered(&reply, Instant::now(), unsent);
                 flush(c);
             }
             done.push(k);
@@ -570,15 +593,31 @@ fn truncate(s: &str, n: usize) -> String {
     format!("{}...", &s[..end])
 }
 
-fn queue(c: &mut Conn, r: &Reply) {
-    if c.outbuf.len() > control::FOLLOW_BACKLOG {
-        // A follower that does not read: drop it rather than grow forever.
-        c.dead = true;
-        return;
-    }
+/// `r` as one line of JSON.
+fn reply_line(r: &Reply) -> Vec<u8> {
     let mut line = serde_json::to_vec(r)
         .unwrap_or_else(|_| b"{\"ok\":false,\"error\":\"unserializable reply\"}".to_vec());
     line.push(b'\n');
+    line
+}
+
+/// Queues the reply `r` on `c`, whose peers hold `unsent` bytes they have
+/// not sent: a reply longer than [`control::MAX_REPLY_LINE`] is replaced by
+/// an error saying so, and one that would take what every client holds
+/// past [`control::MAX_UNSENT`] by a `busy` line. So a client that asks
+/// and does not read costs at most one reply, and all of them together a
+/// bounded total.
+fn queue(c: &mut Conn, r: &Reply, unsent: usize) {
+    let mut line = reply_line(r);
+    if line.len() > control::MAX_REPLY_LINE {
+        line = reply_line(&Reply::too_long(line.len()));
+    }
+    if unsent + c.outbuf.len() + line.len() > control::MAX_UNSENT {
+        line = reply_line(&Reply::busy(format!(
+            "busy: {} KiB of replies wait for clients that do not read them; try again",
+            unsent >> 10
+        )));
+    }
     c.outbuf.extend_from_slice(&line);
 }
 

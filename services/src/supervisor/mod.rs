@@ -132,9 +132,23 @@ fn start_logger(
     steps: &mut Vec<StepStatus>,
 ) -> Option<logbook::Recorder> {
     let section = cfg.log.as_ref().filter(|l| l.enabled)?;
+    // Under the prefix, through the one join that cannot leave it, and
+    // not through a link that leads out of it either.
     let dir = match &section.dir {
-        Some(d) => roots.prefix.join(d.trim_start_matches('/')),
-        None => releases::Layout::new(&roots.prefix).log_dir().join("mcap"),
+        Some(d) => units::path::join_under(&roots.prefix, d),
+        None => Ok(releases::Layout::new(&roots.prefix).log_dir().join("mcap")),
+    }
+    .and_then(|dir| units::path::resolved_within(&roots.prefix, &dir).map(|()| dir));
+    let dir = match dir {
+        Ok(d) => d,
+        Err(e) => {
+            steps.push(StepStatus {
+                step: "logger".into(),
+                result: "failed".into(),
+                detail: format!("log.dir: {e}"),
+            });
+            return None;
+        }
     };
     let mut channels: Vec<String> = cfg.channels.iter().map(|c| c.name.clone()).collect();
     channels.extend(
@@ -142,7 +156,8 @@ fn start_logger(
             .iter()
             .map(|p| controller::timing_report::timing_channel_name(&p.name)),
     );
-    let boot_id = std::fs::read_to_string(roots.proc_root.join("sys/kernel/random/boot_id"))
+    let boot_id = units::bounded::Bound::pseudo(64)
+        .read_lossy(&roots.proc_root.join("sys/kernel/random/boot_id"))
         .map(|s| s.trim().chars().take(64).collect())
         .unwrap_or_default();
     let recorded = channels.iter().filter(|c| section.records(c)).count();
@@ -288,6 +303,7 @@ impl Supervisor {
             group_gid: s.group_gid,
             proc_root: roots.proc_root.clone(),
         };
+        let prefix = roots.prefix.clone();
         let mut sup = Supervisor {
             table,
             conns: Conns::new(s.listener, s.socket_path, access),
@@ -325,10 +341,9 @@ impl Supervisor {
             last_irq_scan_at: None,
             hotplug: Vec::new(),
             early_scan: None,
-            metrics: opts
-                .metrics_textfile
-                .clone()
-                .map(|(path, every)| crate::metrics::Textfile::new(path, every)),
+            metrics: opts.metrics_textfile.clone().map(|(path, every)| {
+                crate::metrics::Textfile::new(path, every).within(prefix.clone())
+            }),
             next_trace_watch: trace_watch.as_ref().map(|_| started),
             trace_watch,
         };

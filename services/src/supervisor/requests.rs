@@ -151,10 +151,13 @@ impl Supervisor {
                     Ok(i) => i,
                     Err(e) => return Some(Reply::error(e)),
                 };
-                let tail = match logfile::tail(self.table.proc(i).log_path(), lines) {
+                let mut tail = match logfile::tail(self.table.proc(i).log_path(), lines) {
                     Ok(t) => t,
                     Err(e) => return Some(Reply::error(e.to_string())),
                 };
+                // The newest lines that fit in a bounded reply (a log of
+                // control bytes is six times longer as JSON).
+                let cut = control::fit_lines(&mut tail, control::MAX_LOGS_REPLY - 256);
                 if follow {
                     let following = self.conns.followers();
                     if following >= control::MAX_FOLLOWERS {
@@ -166,6 +169,12 @@ impl Supervisor {
                 }
                 Some(Reply {
                     ok: true,
+                    message: (cut > 0).then(|| {
+                        format!(
+                            "{cut} older line(s) left out: a reply carries at most {} KiB",
+                            control::MAX_LOGS_REPLY >> 10
+                        )
+                    }),
                     lines: Some(tail),
                     ..Default::default()
                 })

@@ -30,6 +30,9 @@ use crate::status::{InForceStatus, ProcessStatus};
 /// event loop.
 const OUTPUT_PER_TURN: usize = 1 << 20;
 
+/// How an implausible timing report is said in the process's log.
+const IMPLAUSIBLE: &str = "timing report implausible";
+
 /// How often the timing reports are read (they are published once a second).
 const TIMING_POLL: Duration = Duration::from_millis(500);
 
@@ -428,14 +431,31 @@ impl Table {
                     continue;
                 }
             };
-            self.procs[i].timing_error = None;
             let p = &mut self.procs[i];
             let was_ready = p.health.ready();
-            if let Some(why) = p
+            let verdict = p
                 .health
-                .on_report(&report, pid, now, &p.cfg, &self.channel_budgets)
-            {
-                let n = p.health.over_budget;
+                .on_report(&report, pid, now, &p.cfg, &self.channel_budgets);
+            if let crate::health::ReportVerdict::Implausible(why) = &verdict {
+                // Said once per run of such reports (their figures vary).
+                if !self.procs[i]
+                    .timing_error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with(IMPLAUSIBLE))
+                {
+                    let msg = format!(
+                        "{IMPLAUSIBLE} (report {}: {why}); not counted against its budgets",
+                        report.seq
+                    );
+                    self.note(i, &msg, out);
+                    self.stderr.warn_about(&name, &msg);
+                    self.procs[i].timing_error = Some(msg);
+                }
+            } else if verdict != crate::health::ReportVerdict::Old {
+                self.procs[i].timing_error = None;
+            }
+            if let crate::health::ReportVerdict::Over(why) = verdict {
+                let n = self.procs[i].health.over_budget;
                 if n <= 10 || n % 100 == 0 {
                     self.note(
                         i,

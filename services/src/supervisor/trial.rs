@@ -215,7 +215,11 @@ impl ReleaseWatch {
         if from == release {
             return None;
         }
-        let read = |r: &str| std::fs::read(layout.release(r).join("robot.yaml")).ok();
+        let read = |r: &str| {
+            units::bounded::Bound::regular(crate::config::MAX_ROBOT_YAML)
+                .read(&layout.release(r).join("robot.yaml"))
+                .ok()
+        };
         if read(&from) == read(release) {
             self.config_release = Some(release.to_string());
             return None;

@@ -265,7 +265,11 @@ pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, TraceLoadError> {
         path: path.into(),
         source,
     };
-    let f = std::fs::File::open(path).map_err(rerr)?;
+    // units::bounded: a FIFO or a device is refused, not waited on.
+    let f = units::bounded::Bound::regular(max + 1)
+        .following_links()
+        .open(path)
+        .map_err(|e| rerr(e.into_io()))?;
     let mut buf = vec![];
     f.take(max + 1).read_to_end(&mut buf).map_err(rerr)?;
     if buf.len() as u64 > max {

@@ -52,7 +52,10 @@ pub fn sha256_hex(bytes: &[u8]) -> Sha256Hex {
 
 /// sha256 and size of a file's contents.
 pub fn sha256_file(path: &Path) -> io::Result<(Sha256Hex, u64)> {
-    let mut f = std::fs::File::open(path)?;
+    let mut f = units::bounded::Bound::regular(u64::MAX)
+        .following_links()
+        .open(path)
+        .map_err(|e| e.into_io())?;
     let mut w = Sha256Writer::new(io::sink());
     let mut buf = vec![0u8; 256 * 1024];
     loop {

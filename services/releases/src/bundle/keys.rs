@@ -106,12 +106,24 @@ pub fn load_secret_key(path: &Path) -> Result<SecretKey, KeyError> {
             mode,
         });
     }
-    let text = std::fs::read_to_string(path).map_err(err)?;
+    let text = read_key_file(path).map_err(err)?;
     let seed = decode32(text.trim()).ok_or_else(|| KeyError::Malformed {
         what: path.display().to_string(),
         kind: "secret",
     })?;
     Ok(SecretKey::from_seed(seed))
+}
+
+/// The most of a key file read: one base64 key and a newline is 45 bytes.
+pub const MAX_KEY_FILE: u64 = 4096;
+
+/// A key file's text (through a link: keys are often placed by links), at
+/// most [`MAX_KEY_FILE`]; a FIFO or a device is refused.
+fn read_key_file(path: &Path) -> std::io::Result<String> {
+    units::bounded::Bound::regular(MAX_KEY_FILE)
+        .following_links()
+        .read_text(path)
+        .map_err(|e| e.into_io())
 }
 
 fn decode32(s: &str) -> Option<[u8; 32]> {
@@ -183,7 +195,7 @@ pub fn load_trusted_keys(keys_dir: &Path, extra: &[String]) -> Result<TrustedKey
                 .collect();
             paths.sort();
             for p in paths {
-                let text = std::fs::read_to_string(&p).map_err(|err| KeyError::Read {
+                let text = read_key_file(&p).map_err(|err| KeyError::Read {
                     path: p.clone(),
                     err,
                 })?;

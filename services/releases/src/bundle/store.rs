@@ -121,7 +121,7 @@ impl Store {
         size: u64,
     ) -> Result<Option<(u64, Sha256Hex)>, StoreError> {
         let path = self.partial_path(sha);
-        let mut f = match File::open(&path) {
+        let mut f = match crate::error::open_regular(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(ioe(&path)(e)),
@@ -175,7 +175,7 @@ impl Store {
                 removed += 1;
                 continue;
             }
-            let f = File::open(&path).map_err(ioe(&path))?;
+            let f = crate::error::open_regular(&path).map_err(ioe(&path))?;
             if !try_lock(&f).map_err(ioe(&path))? {
                 continue; // a receiver is writing it
             }

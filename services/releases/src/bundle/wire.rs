@@ -33,7 +33,6 @@
 //! before the payload is read, and a payload is read as it arrives, so a
 //! peer that announces a large frame and sends nothing costs nothing.
 
-use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -344,7 +343,10 @@ pub fn send_bundle(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<SendReport, WireError> {
     let open = |p: &Path| {
-        File::open(p)
+        units::bounded::Bound::regular(u64::MAX)
+            .following_links()
+            .open(p)
+            .map_err(|e| e.into_io())
             .map(BufReader::new)
             .map_err(|err| BundleReadError::Open {
                 path: PathBuf::from(p),

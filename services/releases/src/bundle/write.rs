@@ -164,10 +164,12 @@ pub fn write_bundle(
                 .or_insert(src);
         }
         for (sha, src) in &seen {
-            let file = File::open(src).map_err(|err| BundleWriteError::Read {
-                path: src.to_path_buf(),
-                err,
-            })?;
+            let file = units::bounded::Bound::regular(u64::MAX)
+                .open(src)
+                .map_err(|e| BundleWriteError::Read {
+                    path: src.to_path_buf(),
+                    err: e.into_io(),
+                })?;
             let size = file.metadata().map_err(werr)?.len();
             append(&mut tar, &format!("blobs/{sha}"), size, file).map_err(werr)?;
         }
