@@ -346,7 +346,12 @@ fn place_thread(cfg: &RecorderConfig, status: &Mutex<LogStatus>) {
     let nice = cfg.section.nice;
     if nice != 0 {
         if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice) {
-            lock(status).last_problem = Some(format!("nice {nice} for the logger's threads: {e}"));
+            let own = rustix::process::getpriority_process(None).unwrap_or(0);
+            lock(status).last_problem = Some(format!(
+                "nice {nice} for the logger's threads: {e} (lowering nice {own} to {nice} needs root, \
+                 CAP_SYS_NICE or an RLIMIT_NICE of at least {}: the logger runs at nice {own})",
+                20 - nice
+            ));
         }
     }
 }
