@@ -37,7 +37,23 @@ pub struct SupervisorStatus {
     /// The logger (robot.yaml `log:`), when it runs or ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logger: Option<logbook::LogStatus>,
+    /// What woke the supervisor's own event loop, counted since it
+    /// started (absent from supervisors that predate the count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_loop: Option<LoopCounts>,
     pub processes: Vec<ProcessStatus>,
+}
+
+/// The supervisor's event loop, counted: an idle supervisor wakes for its
+/// timers (at least once a second) and its clients, not once per turn for
+/// a descriptor it has nothing more to read from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopCounts {
+    /// Returns from poll(2).
+    pub turns: u64,
+    /// Returns that found a process's output pipe readable (data, or its
+    /// hang-up: a pipe at end of file is dropped from the poll set).
+    pub output_wakes: u64,
 }
 
 /// The installed release as the supervisor sees it.
