@@ -17,13 +17,14 @@ fn repo(p: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
 }
 
-/// Whether this machine has the CPUs dev.yaml names (0 and 1).
-fn enough_cpus() -> bool {
+/// Fails the test unless this machine has the CPUs dev.yaml names (0
+/// and 1).
+fn require_two_cpus() {
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if n < 2 {
-        eprintln!("skipped: examples/dev.yaml needs CPUs 0 and 1, this machine has {n}");
-    }
-    n >= 2
+    assert!(
+        n >= 2,
+        "examples/dev.yaml needs CPUs 0 and 1, this machine has {n}"
+    );
 }
 
 /// dev.yaml with `edit` applied, written into `dir`.
@@ -148,9 +149,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn json_report_matches_the_schema_and_files_follow_their_formats() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -294,9 +293,7 @@ fn json_report_matches_the_schema_and_files_follow_their_formats() {
 
 #[test]
 fn an_impossible_budget_fails_the_run_and_is_named() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| {
@@ -327,9 +324,7 @@ fn an_impossible_budget_fails_the_run_and_is_named() {
 
 #[test]
 fn boot_check_writes_its_report_under_the_prefix() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| {
@@ -444,9 +439,7 @@ fn ran(doc: &serde_json::Value) -> Vec<&str> {
 
 #[test]
 fn compare_runs_all_seven_mechanisms_and_delivers_every_message() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -490,9 +483,7 @@ fn compare_runs_all_seven_mechanisms_and_delivers_every_message() {
 /// why the two others cannot run.
 #[test]
 fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -546,9 +537,7 @@ fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
 
 #[test]
 fn eventfd_signalfd_and_msg_ring_run_alone_and_decide() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -608,17 +597,14 @@ fn is_root() -> bool {
 
 #[test]
 fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
+    // No RLIMIT_RTPRIO (whatever this user's limits.conf gives), and as
+    // root, nobody without capabilities: SCHED_FIFO is refused.
     let wrap: &[&str] = if is_root() {
-        if Command::new("setpriv").arg("--version").output().is_err() {
-            eprintln!(
-                "skipped: running as root and setpriv (util-linux) is missing to drop privileges"
-            );
-            return;
-        }
         &[
+            "prlimit",
+            "--rtprio=0:0",
+            "--",
             "setpriv",
             "--reuid=65534",
             "--regid=65534",
@@ -626,7 +612,7 @@ fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
             "--inh-caps=-all",
         ]
     } else {
-        &[]
+        &["prlimit", "--rtprio=0:0", "--"]
     };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
@@ -648,10 +634,7 @@ fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
     );
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_valid(&doc);
-    if doc["realtime"]["sched_fifo"] == true {
-        eprintln!("skipped: this user may use SCHED_FIFO (RLIMIT_RTPRIO), nothing to show");
-        return;
-    }
+    assert_eq!(doc["realtime"]["sched_fifo"], false, "{doc:#}");
     let warning = doc["realtime"]["warning"]
         .as_str()
         .expect("a warning when SCHED_FIFO was refused");
@@ -761,9 +744,7 @@ fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
 
 #[test]
 fn lost_wakeups_heal_and_every_message_is_accounted_for() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let doc = check_with_waiters_scribbled(None);
     let a = &doc["accounting"][0];
@@ -783,9 +764,7 @@ fn lost_wakeups_heal_and_every_message_is_accounted_for() {
 
 #[test]
 fn messages_whose_wakes_were_lost_fail_the_check_by_name() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Without the loop's own look at the index, a lost wake is a message
     // the receiver never sees: the run must not pass.
@@ -820,9 +799,7 @@ fn messages_whose_wakes_were_lost_fail_the_check_by_name() {
 /// recorded.
 #[test]
 fn log_compare_runs_without_then_with_the_logger_and_states_the_cost() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let out = deploy(

@@ -83,41 +83,15 @@ impl Drop for Guard {
     }
 }
 
-/// Capabilities (capabilities(7)) the tests probe for.
-const CAP_SETGID: u32 = 6;
-const CAP_SETUID: u32 = 7;
-const CAP_SYS_NICE: u32 = 23;
-
-/// Whether capability `bit` is in this process's effective set (the
-/// supervisor and its children start with the same).
-fn has_cap(bit: u32) -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        })
-        .is_some_and(|caps| caps & (1 << bit) != 0)
-}
-
-/// Whether a process the supervisor starts may have SCHED_FIFO at
-/// `priority`: CAP_SYS_NICE, or a hard RLIMIT_RTPRIO at least that high
-/// (the child raises its soft limit to its priority before sched_setattr).
-fn may_use_sched_fifo(priority: u64) -> bool {
-    let hard = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("Max realtime priority"))?;
-            let hard = line.split_whitespace().nth(4)?;
-            Some(if hard == "unlimited" {
-                u64::MAX
-            } else {
-                hard.parse().ok()?
-            })
-        })
-        .unwrap_or(0);
-    has_cap(CAP_SYS_NICE) || hard >= priority
+/// Fails the test unless `unshare` may make a PID namespace here (root).
+fn require_pid_namespace() {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "`unshare --pid --fork --mount-proc` is not permitted here ({probe:?})"
+    );
 }
 
 fn gone(pid: i32) -> bool {
@@ -207,14 +181,9 @@ fn sigterm_is_an_orderly_shutdown() {
 }
 
 #[test]
+#[ignore = "needs root: a PID namespace of its own (unshare --pid --mount-proc)"]
 fn pid1_in_a_fresh_pid_namespace_reaps_orphans_and_stops_on_request() {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .output();
-    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not permitted here ({probe:?})");
-        return;
-    }
+    require_pid_namespace();
     // `orphans` leaves short-lived orphans behind every 100 ms: they are
     // reparented to PID 1 and must be reaped there.
     let prefix = prefix_with(
@@ -281,11 +250,12 @@ fn pid1_in_a_fresh_pid_namespace_reaps_orphans_and_stops_on_request() {
 }
 
 #[test]
+#[ignore = "needs root: the boot check's SCHED_FIFO workers and a SCHED_FIFO process, on CPU 1"]
 fn the_boot_check_runs_before_the_processes_and_decides_for_realtime_ones() {
-    if !Path::new("/sys/devices/system/cpu/cpu1").exists() {
-        eprintln!("skipped: the boot check needs CPU 1 (isolated in this robot.yaml)");
-        return;
-    }
+    assert!(
+        Path::new("/sys/devices/system/cpu/cpu1").exists(),
+        "the boot check needs CPU 1 (isolated in this robot.yaml)"
+    );
     // `refuse`: a failed check keeps the fifo process from starting; a
     // passed one starts it. Which one happens depends on this machine;
     // the supervisor's decision must match the check's own report.
@@ -319,12 +289,6 @@ fn the_boot_check_runs_before_the_processes_and_decides_for_realtime_ones() {
     match report["verdict"].as_str().unwrap() {
         "pass" => {
             assert!(s.boot_check.starts_with("passed"), "{}", s.boot_check);
-            if !may_use_sched_fifo(10) {
-                eprintln!(
-                    "skipped: `rt` running after a passed check: SCHED_FIFO 10 needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 10"
-                );
-                return;
-            }
             assert_eq!(s.processes[0].state, "running");
         }
         _ => {
@@ -380,23 +344,15 @@ fn children_die_with_a_killed_supervisor() {
 }
 
 #[test]
+#[ignore = "needs root: running `b` as user 65534 (CAP_SETUID and CAP_SETGID)"]
 fn children_die_with_a_killed_supervisor_after_a_user_change() {
-    if !(has_cap(CAP_SETUID) && has_cap(CAP_SETGID)) {
-        eprintln!("skipped: running `b` as user 65534 needs CAP_SETUID and CAP_SETGID (root)");
-        return;
-    }
     children_die_with_a_killed_supervisor_when("    user: \"65534\"\n");
 }
 
 #[test]
+#[ignore = "needs root: a PID namespace of its own (unshare --pid --mount-proc)"]
 fn pid1_powers_off_when_asked() {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .output();
-    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not permitted here");
-        return;
-    }
+    require_pid_namespace();
     let prefix = prefix_with("  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n");
     let mut unshare = Command::new("unshare")
         .args([

@@ -25,7 +25,7 @@ pub fn examples() -> Result<(PathBuf, PathBuf), String> {
         Ok((t, l))
     } else {
         Err(format!(
-            "the example controllers are not built in {} (cargo build -p controller --examples)",
+            "the example controllers are not built in {} (`cargo test --workspace` builds them; alone: cargo build -p controller --examples)",
             dir.display()
         ))
     }
@@ -34,8 +34,9 @@ pub fn examples() -> Result<(PathBuf, PathBuf), String> {
 /// A prefix whose robot.yaml runs talker (1 kHz on `/demo/ping`, its
 /// timer's wakeup budget 50ms) and listener (its wakeup budget 1us: a
 /// budget no machine meets, so every report is a miss), `extra` appended.
-pub fn robot_with_examples(extra: &str) -> Result<tempfile::TempDir, String> {
-    let (talker, listener) = examples()?;
+/// Fails the test when the example controllers are not built.
+pub fn robot_with_examples(extra: &str) -> tempfile::TempDir {
+    let (talker, listener) = examples().unwrap_or_else(|why| panic!("{why}"));
     let dir = tempfile::Builder::new()
         .prefix("rtdeploy-ex-")
         .tempdir()
@@ -57,7 +58,7 @@ pub fn robot_with_examples(extra: &str) -> Result<tempfile::TempDir, String> {
     ]
     .concat();
     std::fs::write(dir.path().join("etc/rtdeploy/robot.yaml"), yaml).unwrap();
-    Ok(dir)
+    dir
 }
 
 /// Kills the supervisor when a test ends before it stopped it.
