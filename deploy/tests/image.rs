@@ -192,7 +192,7 @@ fn image_lists_every_missing_program() {
     assert_eq!(o.status.code(), Some(2));
     let err = text(&o.stderr);
     assert!(
-        err.contains("lacks 2 program(s) robot.yaml names: bin/planner, bin/logger"),
+        err.contains("lacks 2 program(s) its robot.yaml runs: bin/planner (not in the release), bin/logger (not in the release)"),
         "{err}"
     );
     assert!(!t.path().join("x.tar").exists());

@@ -17,7 +17,7 @@ use crate::error::ImageBuildError;
 use crate::extlinux;
 use crate::manifest::{Manifest, ManifestEntry};
 use crate::readahead;
-use crate::release::{self, exec_in_release};
+use crate::release;
 use crate::sbom;
 use crate::write::{
     cpio::CpioSink, ext4, tar::TarSink, zst::ZstdFile, CountingWriter, Format, Item, Sink,
@@ -562,8 +562,9 @@ pub fn build(
     let controllers = spec
         .programs
         .iter()
-        .filter_map(|p| exec_in_release(p))
+        .filter_map(|p| releases::programs::in_release(p))
         .filter_map(|rel_path| {
+            let rel_path = rel_path.as_str();
             let path = format!("{release_dir}/{rel_path}");
             files
                 .iter()

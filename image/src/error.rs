@@ -16,11 +16,10 @@ pub enum ImageBuildError {
     OutputExists { path: PathBuf },
     #[error("base {} is not a root filesystem: no {} (expected at least /etc and /usr directories)", base.display(), missing.join(", no "))]
     NotRootFs { base: PathBuf, missing: Vec<String> },
-    #[error("release {} lacks {} program(s) robot.yaml names: {}", release.display(), missing.len(), missing.join(", "))]
-    MissingPrograms {
-        release: PathBuf,
-        missing: Vec<String>,
-    },
+    /// The release lacks programs its robot.yaml runs (the check
+    /// `deploy bundle` and `deploy install` make too).
+    #[error(transparent)]
+    Programs(#[from] releases::ReleaseProgramsError),
     #[error("base {}: {reason}", path.display())]
     BadBase { path: PathBuf, reason: String },
     #[error("{path}: {reason}")]

@@ -47,15 +47,10 @@ pub fn sha256_file(path: &Path) -> Result<String, ImageBuildError> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// The path a process's `exec` names inside the release directory, or
-/// `None` for an absolute path (a program of the base system).
-pub fn exec_in_release(exec: &str) -> Option<&str> {
-    (!exec.starts_with('/')).then_some(exec.trim_start_matches("./"))
-}
-
 /// Reads the release directory (symlinks kept as links, never followed)
 /// and checks that every program in `programs` is a regular executable
-/// file in it; all missing ones are listed at once.
+/// file in it ([`releases::check_programs`], the check bundles and
+/// installs make too); all missing ones are listed at once.
 pub fn read(dir: &Path, programs: &[String]) -> Result<Release, ImageBuildError> {
     let md = fs::metadata(dir).map_err(ImageBuildError::io("read release directory", dir))?;
     if !md.is_dir() {
@@ -130,24 +125,19 @@ pub fn read(dir: &Path, programs: &[String]) -> Result<Release, ImageBuildError>
         }
     }
     files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    let mut missing = Vec::new();
-    for p in programs {
-        let Some(rel) = exec_in_release(p) else {
-            continue;
-        };
-        let ok = files.iter().any(|f| {
-            f.rel == rel && matches!(f.entry.kind, Kind::File { .. }) && f.entry.mode & 0o111 != 0
-        });
-        if !ok && !missing.contains(&rel.to_string()) {
-            missing.push(rel.to_string());
-        }
-    }
-    if !missing.is_empty() {
-        return Err(ImageBuildError::MissingPrograms {
-            release: dir.to_path_buf(),
-            missing,
-        });
-    }
+    let seen: Vec<_> = files
+        .iter()
+        .map(|f| releases::programs::ReleaseFile {
+            path: &f.rel,
+            mode: f.entry.mode,
+            regular: matches!(f.entry.kind, Kind::File { .. }),
+        })
+        .collect();
+    releases::check_programs(
+        &dir.display().to_string(),
+        programs.iter().map(String::as_str),
+        &seen,
+    )?;
     Ok(Release {
         files,
         newest_mtime: newest,

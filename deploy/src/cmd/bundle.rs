@@ -93,6 +93,7 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
         robot: loaded.robot.robot.name.clone(),
         board: loaded.robot.board.model.clone(),
         robot_yaml: loaded.text.clone(),
+        programs: loaded.robot.programs(),
     };
     let w = bundle::write_bundle(&spec, &key, &args.out).with_context(|| {
         format!(

@@ -176,7 +176,7 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
                 )
             })
             .collect(),
-        programs: robot.processes.iter().map(|p| p.exec.clone()).collect(),
+        programs: robot.programs(),
         size: args.size.map(|s| s.0),
         force: args.force,
         sync: args.sync,
