@@ -388,3 +388,156 @@ fn pid1_powers_off_when_asked() {
         "{st:?}"
     );
 }
+
+/// `deploy` as a user: itself when not root; as root, nobody without
+/// capabilities (setpriv, util-linux).
+fn as_a_user() -> Vec<&'static str> {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if root {
+        vec![
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ]
+    } else {
+        Vec::new()
+    }
+}
+
+/// A supervisor started as a user applies the CPU plan to the live /proc
+/// and /sys, and every write is refused: its status says so in a sentence
+/// with the fix, not as a dump of the first failures' Rust values.
+#[test]
+fn a_supervisor_started_as_a_user_says_the_cpu_plan_needs_root() {
+    use std::os::unix::fs::PermissionsExt;
+    let prefix = prefix_with("  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n");
+    std::fs::set_permissions(prefix.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let wrap = as_a_user();
+    let mut cmd = Command::new(wrap.first().copied().unwrap_or(DEPLOY));
+    if !wrap.is_empty() {
+        cmd.args(&wrap[1..]).arg(DEPLOY);
+    }
+    let _sup = cmd
+        .args([
+            "-q",
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "supervise",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    let s = wait_status(prefix.path(), "a running", |s| {
+        s.processes[0].state == "running"
+    });
+    let plan = s
+        .startup
+        .iter()
+        .find(|st| st.step == "cpu plan")
+        .expect("a cpu plan step");
+    assert_eq!(plan.result, "failed", "{plan:?}");
+    assert!(
+        plan.detail
+            .contains(" writes to /proc and /sys were refused: applying the CPU plan needs root"),
+        "{plan:?}"
+    );
+    assert!(plan.detail.contains("--skip-cpu-plan"), "{plan:?}");
+    let out = Command::new(DEPLOY)
+        .args(["--prefix", prefix.path().to_str().unwrap(), "status"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cpu plan: failed ("), "{text}");
+    assert!(
+        !text.contains("Failed {") && !text.contains("error: \""),
+        "a Rust value in the status: {text}"
+    );
+}
+
+/// `deploy logs` of a process that never started (it waits for one that
+/// failed) says so, and why, with exit 1; of one unknown, exit 1 too.
+#[test]
+fn logs_of_a_process_that_never_started_say_why() {
+    let prefix = prefix_with(
+        "  - name: broken\n    exec: /nonexistent/program\n    restart: {policy: never}\n  - name: waiter\n    exec: /bin/sleep\n    args: [\"600\"]\n    after: [broken]\n",
+    );
+    let _sup = Command::new(DEPLOY)
+        .args([
+            "-q",
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "supervise",
+            "--skip-cpu-plan",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    wait_status(prefix.path(), "broken failed", |s| {
+        s.processes[0].state == "failed"
+    });
+    let logs = |name: &str| {
+        Command::new(DEPLOY)
+            .args(["--prefix", prefix.path().to_str().unwrap(), "logs", name])
+            .output()
+            .unwrap()
+    };
+    let o = logs("waiter");
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("deploy: `waiter` has no output: it never started (state waiting"),
+        "{err}"
+    );
+    // The one that failed to start has its failure in its log.
+    let o = logs("broken");
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("exec /nonexistent/program failed: No such file or directory"),
+        "{out}"
+    );
+    let o = logs("nosuch");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no process `nosuch`"));
+}
+
+/// A check run as a user where root's runs left /dev/shm/rtdeploy says
+/// whose the directory is and how to get a directory of one's own.
+#[test]
+#[ignore = "needs root: a shared-memory directory of root's, and deploy run as nobody"]
+fn a_check_as_a_user_under_roots_shm_directory_says_what_to_do() {
+    use std::os::unix::fs::PermissionsExt;
+    let prefix = prefix_with("");
+    std::fs::set_permissions(prefix.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let shm = prefix.path().join("dev/shm/rtdeploy");
+    std::fs::create_dir_all(&shm).unwrap();
+    std::fs::set_permissions(&shm, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let dev = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/dev.yaml");
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(DEPLOY)
+        .arg("--prefix")
+        .arg(prefix.path())
+        .arg("-c")
+        .arg(dev)
+        .args(["check", "--duration", "1s", "-q", "--no-verify"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "this user (uid 65534) cannot write in {}, which belongs to uid 0",
+            shm.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("--prefix"), "{err}");
+}
