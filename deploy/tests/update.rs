@@ -250,6 +250,81 @@ fn a_release_without_the_programs_its_robot_yaml_runs_is_refused_by_bundle_and_i
     assert!(fs::symlink_metadata(prefix.join("opt/rtdeploy/current")).is_err());
 }
 
+/// The programs of a bundle go in stripped of their debug information,
+/// which `deploy bundle` keeps beside the bundle (`<bundle>.debug/`) for
+/// symbolising a crash; `--no-strip` bundles them as given.
+#[test]
+fn bundled_programs_are_stripped_and_their_debug_information_kept_beside_the_bundle() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let key = dir.join("key");
+    ok(&deploy(&["keygen", "--out", s(&key)]));
+    let rel = release(dir, "r1", 0);
+    // A real program with debug information: this test binary.
+    let original = fs::read(std::env::current_exe().unwrap()).unwrap();
+    fs::write(rel.join("bin/talker"), &original).unwrap();
+    let b = dir.join("v1.bundle");
+    let w = json(&deploy(&[
+        "--json",
+        "bundle",
+        "--release",
+        s(&rel),
+        "--version",
+        "1.0",
+        "--key",
+        s(&key),
+        "--out",
+        s(&b),
+    ]));
+    let debug = dir.join("v1.bundle.debug");
+    assert_eq!(w["debug"], s(&debug));
+    assert!(fs::read(debug.join("bin/talker.debug")).unwrap() == original);
+    // The non-ELF listener is bundled as it is, with no debug file.
+    assert!(!debug.join("bin/listener.debug").exists());
+    // Installed, the program is the stripped one and links its debug file.
+    let prefix = dir.join("robot");
+    robot(&prefix, &dir.join("key.pub"));
+    let cfg = dir.join("robot.yaml");
+    fs::write(&cfg, robot_yaml()).unwrap();
+    ok(&deploy(&[
+        "--prefix",
+        s(&prefix),
+        "-c",
+        s(&cfg),
+        "install",
+        s(&b),
+    ]));
+    let installed = fs::read(prefix.join("opt/rtdeploy/current/bin/talker")).unwrap();
+    assert!(
+        installed.len() < original.len() / 2,
+        "{} of {} bytes",
+        installed.len(),
+        original.len()
+    );
+    assert_eq!(
+        rootfs::elf::debuglink(&installed).unwrap(),
+        Some(("talker.debug".to_string(), rootfs::elf::crc32(&original)))
+    );
+    // --no-strip: as given, no debug directory.
+    let b2 = dir.join("v2.bundle");
+    let w = json(&deploy(&[
+        "--json",
+        "bundle",
+        "--release",
+        s(&rel),
+        "--version",
+        "2.0",
+        "--key",
+        s(&key),
+        "--out",
+        s(&b2),
+        "--no-strip",
+    ]));
+    assert!(w.get("debug").is_none(), "{w}");
+    assert!(!dir.join("v2.bundle.debug").exists());
+    assert!(w["release_bytes"].as_u64().unwrap() >= original.len() as u64);
+}
+
 #[test]
 fn install_refuses_a_bundle_signed_by_an_unknown_key() {
     let d = tempfile::tempdir().unwrap();

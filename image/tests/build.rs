@@ -146,7 +146,7 @@ fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
     assert!(m["etc/security/limits.d/90-rtdeploy.conf"]
         .data
         .ends_with(b"memlock unlimited\n"));
-    assert_eq!(m["usr/bin/deploy"].data, b"\x7fELF deploy");
+    assert_eq!(m["usr/bin/deploy"].data, elf(183, "deploy"));
     assert_eq!(m["usr/bin/deploy"].mode, 0o755);
 
     // The base as it was: symlinks untouched, modes, hard links, owners.
@@ -237,9 +237,10 @@ fn l4t_base_to_tar_with_merged_append_line_and_manifest() {
     );
     assert_eq!(
         comps[3]["hashes"][0]["content"].as_str().unwrap(),
-        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
-            b"\x7fELF imu reader"
-        ))
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(elf(
+            183,
+            "imu reader"
+        )))
     );
     assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
     // Made like any file of the user's: the umask decides, not 0600.
@@ -406,7 +407,7 @@ fn cpio_unpacks_the_initramfs() {
     assert!(st.success());
     assert_eq!(
         fs::read(dir.join("usr/bin/deploy")).unwrap(),
-        b"\x7fELF deploy"
+        elf(183, "deploy")
     );
     assert_eq!(
         fs::read_link(dir.join("bin")).unwrap(),
@@ -443,7 +444,7 @@ fn an_output_among_the_inputs_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("the output is the deploy binary"), "{e}");
-    assert_eq!(fs::read(&deploy).unwrap(), b"\x7fELF deploy");
+    assert_eq!(fs::read(&deploy).unwrap(), elf(183, "deploy"));
 
     // A tar base replaced by the image made from it.
     let base_tar = t.path().join("base.tar");

@@ -56,6 +56,11 @@ pub struct ImageArgs {
     /// release directory].
     #[arg(long, value_name = "SECONDS", env = "SOURCE_DATE_EPOCH")]
     pub source_date_epoch: Option<u64>,
+    /// Install the programs as given, debug information and all (by
+    /// default they go in stripped, and their debug information into
+    /// <out>.debug/ for symbolising a crash on the build host).
+    #[arg(long)]
+    pub no_strip: bool,
 }
 
 /// Flash an image onto a Jetson board in recovery mode.
@@ -177,6 +182,12 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
             })
             .collect(),
         programs: robot.programs(),
+        board: robot.board.model.clone(),
+        arch: board
+            .map(|b| b.arch)
+            .filter(|a| *a != "any")
+            .map(String::from),
+        strip: !args.no_strip,
         size: args.size.map(|s| s.0),
         force: args.force,
         sync: args.sync,
@@ -219,6 +230,13 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
         }
         println!("  manifest  {}", summary.manifest.display());
         println!("  sbom      {}", summary.sbom.display());
+        if let Some(d) = &summary.debug {
+            println!(
+                "  debug     {} (programs stripped of {} bytes of debug information)",
+                d.display(),
+                summary.stripped_bytes
+            );
+        }
     }
     Ok(Exit::Ok)
 }
