@@ -53,6 +53,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The first run: the example robot (examples/first-run.yaml) under a
+    /// directory of its own for a bounded time, as any user, then its
+    /// status, timing and log (exit 0 ran, 1 a process failed, 2 could
+    /// not run).
+    Demo(cmd::demo::DemoArgs),
     /// robot.yaml: validate it (exit 0 valid, 2 invalid).
     #[command(subcommand)]
     Config(cmd::config::ConfigCommand),
@@ -154,6 +159,7 @@ fn main() -> ExitCode {
         verbose: cli.verbose,
     };
     let result = match cli.command {
+        Command::Demo(a) => cmd::demo::run(&ctx, a),
         Command::Config(c) => cmd::config::run(&ctx, c),
         Command::Plan(a) => cmd::plan::run(&ctx, a),
         Command::Image(a) => cmd::image::run(&ctx, a),

@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod check;
 pub mod config;
 pub mod control;
+pub mod demo;
 pub mod image;
 pub mod install;
 pub mod keygen;
