@@ -73,7 +73,8 @@ enum Command {
     /// Build a reproducible root filesystem image with the controller
     /// installed (tar, tar.zst, ext4, cpio.gz).
     Image(cmd::image::ImageArgs),
-    /// Flash an image onto a Jetson board in recovery mode.
+    /// Flash an image onto a Jetson board in recovery mode, with Jetson
+    /// Linux's own flashing script (--dry-run prints its commands).
     Flash(cmd::image::FlashArgs),
     /// Run the supervisor: CPU plan, channels, boot check, processes (also
     /// as PID 1, and under systemd).

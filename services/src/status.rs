@@ -306,6 +306,13 @@ pub fn describe_logger(l: &logbook::LogStatus) -> String {
             ));
         }
     }
+    if gaps > 0 {
+        // Three counts of loss, each its own reader's: the logger's here,
+        // each subscriber's in its own output and in `deploy top`'s LOST.
+        out.push_str(
+            "logger: lost counts the messages the logger itself missed (overwritten in the channel before it read them, or dropped while its writer was behind by more than log.buffer), each on /rtdeploy/log/gaps; a subscriber counts its own, so the listener and `deploy top` may say 0; the logger falls behind when a channel keeps less than log.poll of messages, or when its CPU (a housekeeping CPU, at log.nice) is taken by other work: a longer retention, a shorter log.poll or a CPU of its own\n",
+        );
+    }
     if let Some(p) = &l.last_problem {
         out.push_str(&format!("logger: last problem: {p}\n"));
     }

@@ -20,8 +20,10 @@ use crate::ctx::{Ctx, Exit};
 /// Build a root filesystem image with the controller installed.
 #[derive(Debug, clap::Args)]
 pub struct ImageArgs {
-    /// The base root filesystem: a directory, a tar (.tar, .tar.gz,
-    /// .tar.zst, told apart by content), or `none` for rtdeploy's files only.
+    /// The base root filesystem: a directory, a tar (plain, gzip, zstd, or
+    /// bzip2 as Jetson Linux's sample root filesystem .tbz2 comes; told
+    /// apart by content), or `none` for rtdeploy's files only (an overlay
+    /// for a root filesystem the board already has).
     #[arg(long, value_name = "B")]
     pub base: PathBuf,
     /// The release directory: the controller programs robot.yaml names
@@ -83,7 +85,8 @@ pub struct FlashArgs {
     /// module's developer kit carrier]
     #[arg(long, value_name = "C")]
     pub carrier: Option<rootfs::flash::Carrier>,
-    /// Print the commands instead of running them.
+    /// Print the commands instead of running them (without it, the board
+    /// in recovery mode is flashed).
     #[arg(long)]
     pub dry_run: bool,
 }

@@ -282,7 +282,11 @@ fn logged_burst() -> Burst {
     assert_eq!(fs.len(), 1, "{fs:?}");
     let bytes = load(&fs[0]).unwrap();
     let mut seqs = Vec::new();
+    let mut event_seqs = Vec::new();
     let sum = scan(&fs[0], &bytes, |m| {
+        if m.channel.topic == "/rtdeploy/events" {
+            event_seqs.push(m.sequence);
+        }
         if m.channel.topic == "/demo/sample" {
             let v = m.channel.decode(m.data).unwrap();
             seqs.push(v["seq"].as_u64().unwrap());
@@ -301,6 +305,8 @@ fn logged_burst() -> Burst {
     assert_eq!(*seqs.last().unwrap(), 2199);
     assert!(sum.clock.is_some());
     assert_eq!(sum.channel("/rtdeploy/events").unwrap().messages, 2);
+    // The supervisor's events are numbered in the order they came.
+    assert_eq!(event_seqs, [0, 1]);
     assert!(sum.channel("/rtdeploy/log/senders").unwrap().messages >= 2);
     Burst {
         file: fs[0].clone(),
