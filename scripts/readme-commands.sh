@@ -6,26 +6,26 @@
 #
 # Marks (after `sh`, which GitHub shows as the language):
 #   tour   run, as whoever runs this script
-#   test   the README's test command: run unless --skip-tests (CI runs it
-#          as a step of its own)
+#   ci     a command CI runs as a step of its own (the test commands):
+#          run only with --ci
 #   root   run only as root (CI's root step); listed as not run otherwise
 #   board  needs a Jetson board or a network download: never run, listed
 # A block without a mark (`sh` alone) is an example inside prose and is
 # not run; --list shows what would run.
 #
-# Usage: scripts/readme-commands.sh [--skip-tests] [--list] [README]
+# Usage: scripts/readme-commands.sh [--ci] [--list] [README]
 # Exit status: 0 every block run passed; 1 one failed (named, with its
 # output); 2 the README has no tour block or a mark this script does not
 # know.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-skip_tests=0
+with_ci=0
 list=0
 readme=README.md
 for a in "$@"; do
     case $a in
-        --skip-tests) skip_tests=1 ;;
+        --ci) with_ci=1 ;;
         --list) list=1 ;;
         -*) echo "readme-commands: unknown option $a" >&2; exit 2 ;;
         *) readme=$a ;;
@@ -59,7 +59,7 @@ for b in "${blocks[@]}"; do
     mark=${b##*/}; mark=${mark#*.}; mark=${mark%.sh}
     case $mark in
         tour) tour=$((tour + 1)) ;;
-        test | root | board | prose) ;;
+        ci | root | board | prose) ;;
         *) echo "readme-commands: $(head -n1 "$b" | cut -c3-): unknown mark \`$mark\`" >&2; exit 2 ;;
     esac
 done
@@ -81,7 +81,7 @@ for b in "${blocks[@]}"; do
         prose) continue ;;
         board) notrun+=("$where (board: needs a Jetson or a download)"); continue ;;
         root) if ((!root)); then notrun+=("$where (root: run as root)"); continue; fi ;;
-        test) if ((skip_tests)); then notrun+=("$where (test: --skip-tests)"); continue; fi ;;
+        ci) if ((!with_ci)); then notrun+=("$where (ci: a step of CI's own; --ci runs it)"); continue; fi ;;
     esac
     ran=$((ran + 1))
     if ((list)); then
