@@ -4,6 +4,8 @@
 //! check's report file, and the plain warning when SCHED_FIFO is refused.
 //! No timing figure is asserted (the machine is shared and noisy).
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -47,10 +49,15 @@ const WATCHDOG: Duration = Duration::from_secs(90);
 /// process group, which holds deploy's workers) is the outer bound should
 /// this process itself be stopped.
 fn deploy(prefix: &Path, config: &Path, args: &[&str], wrap: &[&str]) -> Output {
+    deploy_from(Path::new(common::DEPLOY), prefix, config, args, wrap)
+}
+
+/// [`deploy`] with the binary at `exe`.
+fn deploy_from(exe: &Path, prefix: &Path, config: &Path, args: &[&str], wrap: &[&str]) -> Output {
     let mut cmd = Command::new("timeout");
     cmd.args(["-s", "KILL", &(WATCHDOG.as_secs() + 30).to_string()])
         .args(wrap)
-        .arg(env!("CARGO_BIN_EXE_deploy"));
+        .arg(exe);
     cmd.arg("--prefix")
         .arg(prefix)
         .arg("-c")
@@ -615,12 +622,14 @@ fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
         &["prlimit", "--rtprio=0:0", "--"]
     };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_bin, exe) = common::deploy_anyone_may_run();
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = deploy(
+    let out = deploy_from(
+        &exe,
         dir.path(),
         &cfg,
         &["check", "--duration", "1s", "--json", "-q", "--no-verify"],
@@ -640,7 +649,8 @@ fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
         .expect("a warning when SCHED_FIFO was refused");
     assert!(warning.contains("NOT real-time figures"), "{warning}");
     // And the human report says it too.
-    let out = deploy(
+    let out = deploy_from(
+        &exe,
         dir.path(),
         &cfg,
         &["check", "--duration", "400ms", "-q", "--no-verify"],

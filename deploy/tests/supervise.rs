@@ -1,6 +1,8 @@
 //! `deploy supervise` as a real process: bad robot.yaml, SIGTERM, and the
 //! supervisor as PID 1 of a fresh PID namespace.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -418,9 +420,10 @@ fn a_supervisor_started_as_a_user_says_the_cpu_plan_needs_root() {
     let prefix = prefix_with("  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n");
     std::fs::set_permissions(prefix.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let wrap = as_a_user();
-    let mut cmd = Command::new(wrap.first().copied().unwrap_or(DEPLOY));
+    let (_bin, exe) = common::deploy_anyone_may_run();
+    let mut cmd = Command::new(wrap.first().copied().map_or(exe.clone(), PathBuf::from));
     if !wrap.is_empty() {
-        cmd.args(&wrap[1..]).arg(DEPLOY);
+        cmd.args(&wrap[1..]).arg(&exe);
     }
     let _sup = cmd
         .args([
@@ -519,10 +522,19 @@ fn a_check_as_a_user_under_roots_shm_directory_says_what_to_do() {
     let shm = prefix.path().join("dev/shm/rtdeploy");
     std::fs::create_dir_all(&shm).unwrap();
     std::fs::set_permissions(&shm, std::fs::Permissions::from_mode(0o750)).unwrap();
-    let dev = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/dev.yaml");
+    // The binary and robot.yaml where nobody may read them (the clone
+    // may be under /root).
+    let (bin_dir, exe) = common::deploy_anyone_may_run();
+    let dev = bin_dir.path().join("dev.yaml");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/dev.yaml"),
+        &dev,
+    )
+    .unwrap();
+    std::fs::set_permissions(&dev, std::fs::Permissions::from_mode(0o644)).unwrap();
     let o = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(DEPLOY)
+        .arg(&exe)
         .arg("--prefix")
         .arg(prefix.path())
         .arg("-c")

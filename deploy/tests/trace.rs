@@ -617,10 +617,11 @@ fn without_permission_the_check_runs_untraced_and_says_why() {
     let cfg = dir.path().join("robot.yaml");
     std::fs::copy(repo("examples/dev.yaml"), &cfg).unwrap();
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (_bin, exe) = common::deploy_anyone_may_run();
     let out = Command::new("timeout")
         .args(["-s", "KILL", "60"])
         .args(wrap)
-        .arg(env!("CARGO_BIN_EXE_deploy"))
+        .arg(&exe)
         .arg("--prefix")
         .arg(dir.path())
         .arg("-c")

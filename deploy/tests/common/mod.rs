@@ -201,3 +201,20 @@ pub fn trust_key(prefix: &Path, pubkey: &Path) {
     std::fs::create_dir_all(prefix.join("etc/rtdeploy/keys")).unwrap();
     std::fs::copy(pubkey, prefix.join("etc/rtdeploy/keys/build.pub")).unwrap();
 }
+
+/// A copy of this build's `deploy` in a directory every user may enter,
+/// for the tests that run it as another user (the clone may be out of
+/// that user's reach, under /root): the check's workers are the copy too,
+/// since deploy starts them from its own path.
+pub fn deploy_anyone_may_run() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("rtdeploy-bin-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("deploy");
+    std::fs::copy(DEPLOY, &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, exe)
+}
