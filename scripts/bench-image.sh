@@ -96,12 +96,19 @@ fi
 bytes=$(du -sb --apparent-size "$tree" | cut -f1)
 
 # Inputs for deploy image: the QEMU example's release (two programs) and
-# a stand-in for the deploy binary the image carries.
+# a stand-in for the deploy binary the image carries: each a static
+# x86_64 ELF header (what deploy image checks of a program) and a name.
+elf_x86_64() {
+    printf '\177ELF\002\001\001'; printf '\000%.0s' $(seq 9)
+    printf '\002\000\076\000\001\000\000\000'; printf '\000%.0s' $(seq 28)
+    printf '\100\000'; printf '\000%.0s' $(seq 10)
+    printf '%s\n' "$1"
+}
 rel="$work/release"
 mkdir -p "$rel/bin"
-for p in talker listener; do printf '\177ELF %s\n' "$p" > "$rel/bin/$p"; chmod 755 "$rel/bin/$p"; done
+for p in talker listener; do elf_x86_64 "$p" > "$rel/bin/$p"; chmod 755 "$rel/bin/$p"; done
 standin="$work/deploy-standin"
-printf '\177ELF deploy\n' > "$standin"; chmod 755 "$standin"
+elf_x86_64 deploy > "$standin"; chmod 755 "$standin"
 cfg="$here/examples/qemu.yaml"
 # With --json the table goes to stderr: stdout holds the JSON alone.
 if [ "$json" = 1 ]; then exec 3>&1 1>&2; fi

@@ -478,7 +478,7 @@ if [ -n "$timer_named" ]; then
     pass "deploy check --trace in the guest: a timer verdict on CPU ${TRACE_CPU:-?} names the planted spinner ($(grep -c . <<<"$timer_verdicts") timer miss(es) traced there; $(cut -c1-200 <<<"$timer_named"))"
 else
     fail "deploy check --trace in the guest: a timer verdict on CPU ${TRACE_CPU:-?} names the planted spinner" \
-        "$(jq -r '"\(.trace.timer_over_threshold) timer wake(s) over \(.trace.timer_miss_threshold_ns) ns"' <<<"$timer_doc" 2>/dev/null); verdicts: $(jq -r '.trace.verdicts[]? | "[\(.timer_cpu)] \(.verdict)"' <<<"$timer_doc" 2>/dev/null | head -n 8)"
+        "$(jq -r '"\(.trace.timer_over_threshold) timer wake(s) over \(.trace.timer_miss_threshold_ns) ns"' <<<"$timer_doc" 2>/dev/null); timer misses traced per CPU: $(jq -r '[.trace.verdicts[]? | select(.timer_cpu != null) | .timer_cpu] | group_by(.) | map("cpu\(.[0]) \(length)") | join(", ")' <<<"$timer_doc" 2>/dev/null); verdicts: $(jq -r '.trace.verdicts[]? | "[\(.timer_cpu)] \(.verdict)"' <<<"$timer_doc" 2>/dev/null | head -n 8)"
 fi
 # The supervisor tracing its running processes (driver.sh: a supervisor
 # in a prefix whose listener on that CPU has a 5 ms wakeup budget).

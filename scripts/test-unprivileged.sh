@@ -2,8 +2,9 @@
 # The workspace's tests as a user with no privilege at all, the way a new user
 # runs the README's `cargo test --workspace`: uid and gid 65534 (nobody), no
 # supplementary groups, no capabilities, RLIMIT_RTPRIO 0 and RLIMIT_MEMLOCK
-# 8 MiB (a Debian login's defaults). Every test that needs a privilege must
-# skip with its printed reason; everything else must pass.
+# 8 MiB (a Debian login's defaults), under the nice value this script runs
+# at. The tests that need a privilege or a tool are #[ignore]d with their
+# reason and stay ignored here; everything else must pass.
 #
 # Run as root (setpriv needs it to drop to 65534). The toolchain may live
 # under root's home, out of nobody's reach, so the tests are built once here
@@ -15,8 +16,8 @@
 # traversable (o+x, restored on exit) rather than the executables copied.
 # Doc tests need rustdoc and are left to the root run.
 #
-# Arguments are passed to every test binary (`--show-output` prints the
-# skip reasons of tests that passed; a name filters).
+# Arguments are passed to every test binary (a name filters; the counts
+# of passed, failed and ignored tests are summed at the end).
 #
 # Exit status: 0 when every test binary passed, 1 when one failed (each
 # failing binary is named at the end), 2 when the tests cannot be built or
@@ -86,6 +87,8 @@ fi
 
 failed=()
 count=0
+tests=0
+ignored=0
 start=$SECONDS
 while IFS=$'\t' read -r manifest package_id name kind exe; do
     pkg_dir=$(dirname "$manifest")
@@ -95,12 +98,18 @@ while IFS=$'\t' read -r manifest package_id name kind exe; do
     if [[ $package_id =~ \#([A-Za-z0-9_-]+)@ ]]; then pkg_name=${BASH_REMATCH[1]}; fi
     printf '\n     Running %s %s (%s) as uid %s\n' "$kind" "$name" "${exe#"$ws"/}" "$uid"
     count=$((count + 1))
+    # Counted from the listings (a test that runs this binary again for a
+    # child process prints a summary line of its own).
+    all=$("$exe" --list "$@" 2>/dev/null | grep -c ': test$' || true)
+    ign=$("$exe" --list --ignored "$@" 2>/dev/null | grep -c ': test$' || true)
+    tests=$((tests + all)); ignored=$((ignored + ign))
     if ! (cd "$pkg_dir" && as_nobody CARGO_MANIFEST_DIR="$pkg_dir" CARGO_PKG_NAME="$pkg_name" "$exe" "$@" </dev/null); then
         failed+=("$pkg_name $kind $name")
     fi
 done <"$work/tests.tsv"
 
-printf '\ntest-unprivileged: %d test executables as uid %s in %ds\n' "$count" "$uid" $((SECONDS - start))
+printf '\ntest-unprivileged: %d test executables as uid %s in %ds: %d tests, %d run, %d ignored\n' \
+    "$count" "$uid" $((SECONDS - start)) "$tests" $((tests - ignored)) "$ignored"
 if ((${#failed[@]})); then
     printf 'test-unprivileged: failed: %s\n' "${failed[@]}" >&2
     exit 1

@@ -105,6 +105,31 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// A failure the kernel gave for want of a privilege (EACCES or
+    /// EPERM: the plan needs root). The error texts come from
+    /// `std::io::Error`, which ends them with the errno.
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, Outcome::Failed { error }
+            if error.ends_with("(os error 13)") || error.ends_with("(os error 1)"))
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Unchanged => f.write_str("unchanged"),
+            Outcome::Changed => f.write_str("changed"),
+            Outcome::WouldChange => f.write_str("would change"),
+            Outcome::Unmovable { reason } => write!(f, "unmovable: {reason}"),
+            Outcome::Unsupported { reason } => write!(f, "unsupported: {reason}"),
+            Outcome::Invalid { reason } => write!(f, "invalid: {reason}"),
+            Outcome::RebootRequired { reason } => write!(f, "reboot required: {reason}"),
+            Outcome::Failed { error } => f.write_str(error),
+        }
+    }
+}
+
 /// One planned write and its outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct Action {

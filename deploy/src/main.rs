@@ -53,6 +53,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The first run: the example robot (examples/first-run.yaml) under a
+    /// directory of its own for a bounded time, as any user, then its
+    /// status, timing and log (exit 0 ran, 1 a process failed, 2 could
+    /// not run).
+    Demo(cmd::demo::DemoArgs),
     /// robot.yaml: validate it (exit 0 valid, 2 invalid).
     #[command(subcommand)]
     Config(cmd::config::ConfigCommand),
@@ -68,7 +73,8 @@ enum Command {
     /// Build a reproducible root filesystem image with the controller
     /// installed (tar, tar.zst, ext4, cpio.gz).
     Image(cmd::image::ImageArgs),
-    /// Flash an image onto a Jetson board in recovery mode.
+    /// Flash an image onto a Jetson board in recovery mode, with Jetson
+    /// Linux's own flashing script (--dry-run prints its commands).
     Flash(cmd::image::FlashArgs),
     /// Run the supervisor: CPU plan, channels, boot check, processes (also
     /// as PID 1, and under systemd).
@@ -154,6 +160,7 @@ fn main() -> ExitCode {
         verbose: cli.verbose,
     };
     let result = match cli.command {
+        Command::Demo(a) => cmd::demo::run(&ctx, a),
         Command::Config(c) => cmd::config::run(&ctx, c),
         Command::Plan(a) => cmd::plan::run(&ctx, a),
         Command::Image(a) => cmd::image::run(&ctx, a),

@@ -4,6 +4,8 @@
 //! check's report file, and the plain warning when SCHED_FIFO is refused.
 //! No timing figure is asserted (the machine is shared and noisy).
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -17,13 +19,14 @@ fn repo(p: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
 }
 
-/// Whether this machine has the CPUs dev.yaml names (0 and 1).
-fn enough_cpus() -> bool {
+/// Fails the test unless this machine has the CPUs dev.yaml names (0
+/// and 1).
+fn require_two_cpus() {
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if n < 2 {
-        eprintln!("skipped: examples/dev.yaml needs CPUs 0 and 1, this machine has {n}");
-    }
-    n >= 2
+    assert!(
+        n >= 2,
+        "examples/dev.yaml needs CPUs 0 and 1, this machine has {n}"
+    );
 }
 
 /// dev.yaml with `edit` applied, written into `dir`.
@@ -46,10 +49,15 @@ const WATCHDOG: Duration = Duration::from_secs(90);
 /// process group, which holds deploy's workers) is the outer bound should
 /// this process itself be stopped.
 fn deploy(prefix: &Path, config: &Path, args: &[&str], wrap: &[&str]) -> Output {
+    deploy_from(Path::new(common::DEPLOY), prefix, config, args, wrap)
+}
+
+/// [`deploy`] with the binary at `exe`.
+fn deploy_from(exe: &Path, prefix: &Path, config: &Path, args: &[&str], wrap: &[&str]) -> Output {
     let mut cmd = Command::new("timeout");
     cmd.args(["-s", "KILL", &(WATCHDOG.as_secs() + 30).to_string()])
         .args(wrap)
-        .arg(env!("CARGO_BIN_EXE_deploy"));
+        .arg(exe);
     cmd.arg("--prefix")
         .arg(prefix)
         .arg("-c")
@@ -148,9 +156,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn json_report_matches_the_schema_and_files_follow_their_formats() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -294,9 +300,7 @@ fn json_report_matches_the_schema_and_files_follow_their_formats() {
 
 #[test]
 fn an_impossible_budget_fails_the_run_and_is_named() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| {
@@ -327,9 +331,7 @@ fn an_impossible_budget_fails_the_run_and_is_named() {
 
 #[test]
 fn boot_check_writes_its_report_under_the_prefix() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| {
@@ -445,9 +447,7 @@ fn ran(doc: &serde_json::Value) -> Vec<&str> {
 
 #[test]
 fn compare_runs_all_seven_mechanisms_and_delivers_every_message() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -491,9 +491,7 @@ fn compare_runs_all_seven_mechanisms_and_delivers_every_message() {
 /// why the two others cannot run.
 #[test]
 fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -547,9 +545,7 @@ fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
 
 #[test]
 fn eventfd_signalfd_and_msg_ring_run_alone_and_decide() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -609,17 +605,14 @@ fn is_root() -> bool {
 
 #[test]
 fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
+    // No RLIMIT_RTPRIO (whatever this user's limits.conf gives), and as
+    // root, nobody without capabilities: SCHED_FIFO is refused.
     let wrap: &[&str] = if is_root() {
-        if Command::new("setpriv").arg("--version").output().is_err() {
-            eprintln!(
-                "skipped: running as root and setpriv (util-linux) is missing to drop privileges"
-            );
-            return;
-        }
         &[
+            "prlimit",
+            "--rtprio=0:0",
+            "--",
             "setpriv",
             "--reuid=65534",
             "--regid=65534",
@@ -627,15 +620,17 @@ fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
             "--inh-caps=-all",
         ]
     } else {
-        &[]
+        &["prlimit", "--rtprio=0:0", "--"]
     };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_bin, exe) = common::deploy_anyone_may_run();
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = deploy(
+    let out = deploy_from(
+        &exe,
         dir.path(),
         &cfg,
         &["check", "--duration", "1s", "--json", "-q", "--no-verify"],
@@ -649,16 +644,14 @@ fn without_sched_fifo_the_report_says_the_figures_are_not_real_time() {
     );
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_valid(&doc);
-    if doc["realtime"]["sched_fifo"] == true {
-        eprintln!("skipped: this user may use SCHED_FIFO (RLIMIT_RTPRIO), nothing to show");
-        return;
-    }
+    assert_eq!(doc["realtime"]["sched_fifo"], false, "{doc:#}");
     let warning = doc["realtime"]["warning"]
         .as_str()
         .expect("a warning when SCHED_FIFO was refused");
     assert!(warning.contains("NOT real-time figures"), "{warning}");
     // And the human report says it too.
-    let out = deploy(
+    let out = deploy_from(
+        &exe,
         dir.path(),
         &cfg,
         &["check", "--duration", "400ms", "-q", "--no-verify"],
@@ -777,9 +770,7 @@ fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
 
 #[test]
 fn lost_wakeups_heal_and_every_message_is_accounted_for() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let doc = check_with_waiters_scribbled(None);
     let a = &doc["accounting"][0];
@@ -799,9 +790,7 @@ fn lost_wakeups_heal_and_every_message_is_accounted_for() {
 
 #[test]
 fn messages_whose_wakes_were_lost_fail_the_check_by_name() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Without the loop's own look at the index, a lost wake is a message
     // the receiver never sees: the run must not pass.
@@ -836,9 +825,7 @@ fn messages_whose_wakes_were_lost_fail_the_check_by_name() {
 /// recorded.
 #[test]
 fn log_compare_runs_without_then_with_the_logger_and_states_the_cost() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let out = deploy(
@@ -914,9 +901,7 @@ fn log_compare_runs_without_then_with_the_logger_and_states_the_cost() {
 /// difference in the report, every message of every run accounted for.
 #[test]
 fn rounds_interleave_the_mechanisms_and_report_ratios_with_their_floor() {
-    if !enough_cpus() {
-        return;
-    }
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
@@ -1011,7 +996,7 @@ fn rounds_interleave_the_mechanisms_and_report_ratios_with_their_floor() {
 #[test]
 #[ignore = "needs root: tracefs syscall events for the census"]
 fn the_census_finds_no_word_shared_across_classes_on_any_backend() {
-    assert!(enough_cpus(), "examples/dev.yaml needs CPUs 0 and 1");
+    require_two_cpus();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);

@@ -61,13 +61,25 @@ fn inputs(dir: &Path) {
         "rt_receiver",
         "diag_publisher",
     ] {
-        write(
-            &dir.join("release/bin").join(p),
-            format!("\x7fELF {p}").as_bytes(),
-            0o755,
-        );
+        write(&dir.join("release/bin").join(p), &elf_aarch64(p), 0o755);
     }
-    write(&dir.join("deploy-aarch64"), b"\x7fELF deploy", 0o755);
+    write(&dir.join("deploy-aarch64"), &elf_aarch64("deploy"), 0o755);
+}
+
+/// A static aarch64 ELF program's 64-byte header, then `tag`: what
+/// `deploy image` reads of a program.
+fn elf_aarch64(tag: &str) -> Vec<u8> {
+    let mut h = vec![0u8; 64];
+    h[..4].copy_from_slice(b"\x7fELF");
+    h[4] = 2;
+    h[5] = 1;
+    h[6] = 1;
+    h[16..18].copy_from_slice(&2u16.to_le_bytes());
+    h[18..20].copy_from_slice(&183u16.to_le_bytes());
+    h[20..24].copy_from_slice(&1u32.to_le_bytes());
+    h[52..54].copy_from_slice(&64u16.to_le_bytes());
+    h.extend_from_slice(tag.as_bytes());
+    h
 }
 
 fn text(b: &[u8]) -> String {
@@ -192,7 +204,7 @@ fn image_lists_every_missing_program() {
     assert_eq!(o.status.code(), Some(2));
     let err = text(&o.stderr);
     assert!(
-        err.contains("lacks 2 program(s) robot.yaml names: bin/planner, bin/logger"),
+        err.contains("lacks 2 program(s) its robot.yaml runs: bin/planner (not in the release), bin/logger (not in the release)"),
         "{err}"
     );
     assert!(!t.path().join("x.tar").exists());

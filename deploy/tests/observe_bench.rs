@@ -81,11 +81,10 @@ fn supervisor_cpu(metrics: &str) -> (f64, services::status::SupervisorStatus) {
 }
 
 #[test]
-#[ignore = "benchmark: run by hand with --ignored --nocapture"]
+#[ignore = "slow: a benchmark that prints figures (run with --ignored --nocapture)"]
 fn top_and_metrics_figures() {
     if let Err(why) = examples() {
-        eprintln!("skipped: {why}");
-        return;
+        panic!("{why}");
     }
     let (plain, status) = supervisor_cpu("");
     let (with, _) =
@@ -117,10 +116,10 @@ fn top_and_metrics_figures() {
         wall.as_secs_f64() * 1e6 / n as f64
     );
 
-    if Command::new("tmux").arg("-V").output().is_err() {
-        println!("deploy top: skipped, tmux is not installed");
-        return;
-    }
+    assert!(
+        Command::new("tmux").arg("-V").output().is_ok(),
+        "tmux is not installed (Debian package tmux)"
+    );
     let prefix = prefix_with_talkers("");
     let _sup = supervise(prefix.path());
     all_reporting(prefix.path());

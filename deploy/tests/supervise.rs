@@ -1,6 +1,8 @@
 //! `deploy supervise` as a real process: bad robot.yaml, SIGTERM, and the
 //! supervisor as PID 1 of a fresh PID namespace.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -83,41 +85,15 @@ impl Drop for Guard {
     }
 }
 
-/// Capabilities (capabilities(7)) the tests probe for.
-const CAP_SETGID: u32 = 6;
-const CAP_SETUID: u32 = 7;
-const CAP_SYS_NICE: u32 = 23;
-
-/// Whether capability `bit` is in this process's effective set (the
-/// supervisor and its children start with the same).
-fn has_cap(bit: u32) -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        })
-        .is_some_and(|caps| caps & (1 << bit) != 0)
-}
-
-/// Whether a process the supervisor starts may have SCHED_FIFO at
-/// `priority`: CAP_SYS_NICE, or a hard RLIMIT_RTPRIO at least that high
-/// (the child raises its soft limit to its priority before sched_setattr).
-fn may_use_sched_fifo(priority: u64) -> bool {
-    let hard = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("Max realtime priority"))?;
-            let hard = line.split_whitespace().nth(4)?;
-            Some(if hard == "unlimited" {
-                u64::MAX
-            } else {
-                hard.parse().ok()?
-            })
-        })
-        .unwrap_or(0);
-    has_cap(CAP_SYS_NICE) || hard >= priority
+/// Fails the test unless `unshare` may make a PID namespace here (root).
+fn require_pid_namespace() {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "`unshare --pid --fork --mount-proc` is not permitted here ({probe:?})"
+    );
 }
 
 fn gone(pid: i32) -> bool {
@@ -207,14 +183,9 @@ fn sigterm_is_an_orderly_shutdown() {
 }
 
 #[test]
+#[ignore = "needs root: a PID namespace of its own (unshare --pid --mount-proc)"]
 fn pid1_in_a_fresh_pid_namespace_reaps_orphans_and_stops_on_request() {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .output();
-    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not permitted here ({probe:?})");
-        return;
-    }
+    require_pid_namespace();
     // `orphans` leaves short-lived orphans behind every 100 ms: they are
     // reparented to PID 1 and must be reaped there.
     let prefix = prefix_with(
@@ -281,11 +252,12 @@ fn pid1_in_a_fresh_pid_namespace_reaps_orphans_and_stops_on_request() {
 }
 
 #[test]
+#[ignore = "needs root: the boot check's SCHED_FIFO workers and a SCHED_FIFO process, on CPU 1"]
 fn the_boot_check_runs_before_the_processes_and_decides_for_realtime_ones() {
-    if !Path::new("/sys/devices/system/cpu/cpu1").exists() {
-        eprintln!("skipped: the boot check needs CPU 1 (isolated in this robot.yaml)");
-        return;
-    }
+    assert!(
+        Path::new("/sys/devices/system/cpu/cpu1").exists(),
+        "the boot check needs CPU 1 (isolated in this robot.yaml)"
+    );
     // `refuse`: a failed check keeps the fifo process from starting; a
     // passed one starts it. Which one happens depends on this machine;
     // the supervisor's decision must match the check's own report.
@@ -319,12 +291,6 @@ fn the_boot_check_runs_before_the_processes_and_decides_for_realtime_ones() {
     match report["verdict"].as_str().unwrap() {
         "pass" => {
             assert!(s.boot_check.starts_with("passed"), "{}", s.boot_check);
-            if !may_use_sched_fifo(10) {
-                eprintln!(
-                    "skipped: `rt` running after a passed check: SCHED_FIFO 10 needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 10"
-                );
-                return;
-            }
             assert_eq!(s.processes[0].state, "running");
         }
         _ => {
@@ -380,23 +346,15 @@ fn children_die_with_a_killed_supervisor() {
 }
 
 #[test]
+#[ignore = "needs root: running `b` as user 65534 (CAP_SETUID and CAP_SETGID)"]
 fn children_die_with_a_killed_supervisor_after_a_user_change() {
-    if !(has_cap(CAP_SETUID) && has_cap(CAP_SETGID)) {
-        eprintln!("skipped: running `b` as user 65534 needs CAP_SETUID and CAP_SETGID (root)");
-        return;
-    }
     children_die_with_a_killed_supervisor_when("    user: \"65534\"\n");
 }
 
 #[test]
+#[ignore = "needs root: a PID namespace of its own (unshare --pid --mount-proc)"]
 fn pid1_powers_off_when_asked() {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .output();
-    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not permitted here");
-        return;
-    }
+    require_pid_namespace();
     let prefix = prefix_with("  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n");
     let mut unshare = Command::new("unshare")
         .args([
@@ -431,4 +389,167 @@ fn pid1_powers_off_when_asked() {
         Some(2),
         "{st:?}"
     );
+}
+
+/// `deploy` as a user: itself when not root; as root, nobody without
+/// capabilities (setpriv, util-linux).
+fn as_a_user() -> Vec<&'static str> {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if root {
+        vec![
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ]
+    } else {
+        Vec::new()
+    }
+}
+
+/// A supervisor started as a user applies the CPU plan to the live /proc
+/// and /sys, and every write is refused: its status says so in a sentence
+/// with the fix, not as a dump of the first failures' Rust values.
+#[test]
+fn a_supervisor_started_as_a_user_says_the_cpu_plan_needs_root() {
+    use std::os::unix::fs::PermissionsExt;
+    let prefix = prefix_with("  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n");
+    std::fs::set_permissions(prefix.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let wrap = as_a_user();
+    let (_bin, exe) = common::deploy_anyone_may_run();
+    let mut cmd = Command::new(wrap.first().copied().map_or(exe.clone(), PathBuf::from));
+    if !wrap.is_empty() {
+        cmd.args(&wrap[1..]).arg(&exe);
+    }
+    let _sup = cmd
+        .args([
+            "-q",
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "supervise",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    let s = wait_status(prefix.path(), "a running", |s| {
+        s.processes[0].state == "running"
+    });
+    let plan = s
+        .startup
+        .iter()
+        .find(|st| st.step == "cpu plan")
+        .expect("a cpu plan step");
+    assert_eq!(plan.result, "failed", "{plan:?}");
+    assert!(
+        plan.detail
+            .contains(" writes to /proc and /sys were refused: applying the CPU plan needs root"),
+        "{plan:?}"
+    );
+    assert!(plan.detail.contains("--skip-cpu-plan"), "{plan:?}");
+    let out = Command::new(DEPLOY)
+        .args(["--prefix", prefix.path().to_str().unwrap(), "status"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cpu plan: failed ("), "{text}");
+    assert!(
+        !text.contains("Failed {") && !text.contains("error: \""),
+        "a Rust value in the status: {text}"
+    );
+}
+
+/// `deploy logs` of a process that never started (it waits for one that
+/// failed) says so, and why, with exit 1; of one unknown, exit 1 too.
+#[test]
+fn logs_of_a_process_that_never_started_say_why() {
+    let prefix = prefix_with(
+        "  - name: broken\n    exec: /nonexistent/program\n    restart: {policy: never}\n  - name: waiter\n    exec: /bin/sleep\n    args: [\"600\"]\n    after: [broken]\n",
+    );
+    let _sup = Command::new(DEPLOY)
+        .args([
+            "-q",
+            "--prefix",
+            prefix.path().to_str().unwrap(),
+            "supervise",
+            "--skip-cpu-plan",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    wait_status(prefix.path(), "broken failed", |s| {
+        s.processes[0].state == "failed"
+    });
+    let logs = |name: &str| {
+        Command::new(DEPLOY)
+            .args(["--prefix", prefix.path().to_str().unwrap(), "logs", name])
+            .output()
+            .unwrap()
+    };
+    let o = logs("waiter");
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("deploy: `waiter` has no output: it never started (state waiting"),
+        "{err}"
+    );
+    // The one that failed to start has its failure in its log.
+    let o = logs("broken");
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("exec /nonexistent/program failed: No such file or directory"),
+        "{out}"
+    );
+    let o = logs("nosuch");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no process `nosuch`"));
+}
+
+/// A check run as a user where root's runs left /dev/shm/rtdeploy says
+/// whose the directory is and how to get a directory of one's own.
+#[test]
+#[ignore = "needs root: a shared-memory directory of root's, and deploy run as nobody"]
+fn a_check_as_a_user_under_roots_shm_directory_says_what_to_do() {
+    use std::os::unix::fs::PermissionsExt;
+    let prefix = prefix_with("");
+    std::fs::set_permissions(prefix.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let shm = prefix.path().join("dev/shm/rtdeploy");
+    std::fs::create_dir_all(&shm).unwrap();
+    std::fs::set_permissions(&shm, std::fs::Permissions::from_mode(0o750)).unwrap();
+    // The binary and robot.yaml where nobody may read them (the clone
+    // may be under /root).
+    let (bin_dir, exe) = common::deploy_anyone_may_run();
+    let dev = bin_dir.path().join("dev.yaml");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/dev.yaml"),
+        &dev,
+    )
+    .unwrap();
+    std::fs::set_permissions(&dev, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .arg("--prefix")
+        .arg(prefix.path())
+        .arg("-c")
+        .arg(dev)
+        .args(["check", "--duration", "1s", "-q", "--no-verify"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "this user (uid 65534) cannot write in {}, which belongs to uid 0",
+            shm.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("--prefix"), "{err}");
 }

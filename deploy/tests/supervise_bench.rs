@@ -32,7 +32,7 @@ fn ticks(pid: u32) -> u64 {
 }
 
 #[test]
-#[ignore = "benchmark: run by hand with --ignored --nocapture"]
+#[ignore = "slow: a benchmark that prints figures (run with --ignored --nocapture)"]
 fn supervisor_figures() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path();

@@ -4,8 +4,9 @@
 //! saved trace-event JSON matches docs/trace-event-schema.json (written
 //! from the format's published description); `deploy trace show` prints
 //! the analysis again and refuses what is not a saved trace; the ftrace
-//! instance is gone after the run. Skips, saying why, when not root or
-//! when the kernel has no tracefs. No timing figure is asserted.
+//! instance is gone after the run. The traced runs need root and tracefs
+//! (`#[ignore = "needs tracefs: ..."]`); run, they fail where either is
+//! missing. No timing figure is asserted.
 
 mod common;
 
@@ -53,25 +54,22 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Why this machine cannot run the traced check, if it cannot.
+/// Fails the test where this machine cannot run the traced check.
 #[allow(unsafe_code)]
-fn cannot_trace() -> Option<String> {
+fn require_tracing() {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("tracefs and SCHED_FIFO need root".into());
-    }
-    if !Path::new("/sys/kernel/tracing").is_dir()
-        && !Path::new("/sys/kernel/debug/tracing").is_dir()
-    {
-        return Some("the kernel has no tracefs (no /sys/kernel/tracing)".into());
-    }
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "tracefs and SCHED_FIFO need root");
+    assert!(
+        Path::new("/sys/kernel/tracing").is_dir()
+            || Path::new("/sys/kernel/debug/tracing").is_dir(),
+        "the kernel has no tracefs (no /sys/kernel/tracing)"
+    );
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if n < 2 {
-        return Some(format!(
-            "examples/dev.yaml needs CPUs 0 and 1, this machine has {n}"
-        ));
-    }
-    None
+    assert!(
+        n >= 2,
+        "examples/dev.yaml needs CPUs 0 and 1, this machine has {n}"
+    );
 }
 
 /// A directory removed when dropped (a test's own ftrace instance).
@@ -122,11 +120,9 @@ fn the_schema_refuses_what_the_format_does_not_allow() {
 }
 
 #[test]
+#[ignore = "needs tracefs: root, tracefs and SCHED_FIFO for the traced check"]
 fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
-    if let Some(why) = cannot_trace() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    require_tracing();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let yaml = std::fs::read_to_string(repo("examples/dev.yaml"))
@@ -207,10 +203,7 @@ fn a_planted_fifo_spinner_on_the_receivers_cpu_is_named() {
         errors.join("\n")
     );
     let t = &doc["trace"];
-    if t["enabled"] != true {
-        eprintln!("skipped: tracing did not run here: {}", t["reason"]);
-        return;
-    }
+    assert_eq!(t["enabled"], true, "tracing did not run: {}", t["reason"]);
     // The run's instance is gone.
     let instance = t["instance"].as_str().unwrap();
     assert!(!Path::new(instance).exists(), "{instance} left behind");
@@ -367,11 +360,9 @@ fn trace_on_miss_zero_is_a_config_error() {
 }
 
 #[test]
+#[ignore = "needs tracefs: root, tracefs and SCHED_FIFO for the traced check"]
 fn trace_compare_runs_untraced_then_traced_and_states_the_cost() {
-    if let Some(why) = cannot_trace() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    require_tracing();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let out = deploy(
@@ -395,13 +386,11 @@ fn trace_compare_runs_untraced_then_traced_and_states_the_cost() {
         text(&out.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    if doc["trace"]["enabled"] != true {
-        eprintln!(
-            "skipped: tracing did not run here: {}",
-            doc["trace"]["reason"]
-        );
-        return;
-    }
+    assert_eq!(
+        doc["trace"]["enabled"], true,
+        "tracing did not run: {}",
+        doc["trace"]["reason"]
+    );
     let names: Vec<&str> = doc["measurements"]
         .as_array()
         .unwrap()
@@ -480,19 +469,14 @@ fn traced_check_signalled(dir: &Path, sig: i32) -> (u32, Option<PathBuf>) {
 }
 
 #[test]
+#[ignore = "needs tracefs: root, tracefs and SCHED_FIFO for the traced check"]
 fn a_signal_leaves_no_tracing_on_and_the_next_run_removes_what_sigkill_left() {
-    if let Some(why) = cannot_trace() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    require_tracing();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     // SIGTERM: the handler stops recording before the process dies.
     let (pid, inst) = traced_check_signalled(dir.path(), 15);
-    let Some(inst) = inst else {
-        eprintln!("skipped: the traced check never recorded here");
-        return;
-    };
+    let inst = inst.expect("the traced check recorded (an instance of its own)");
     assert!(inst.ends_with(format!("rtdeploy-{pid}")));
     if inst.is_dir() {
         let on = std::fs::read_to_string(inst.join("tracing_on")).unwrap();
@@ -551,12 +535,10 @@ fn a_signal_leaves_no_tracing_on_and_the_next_run_removes_what_sigkill_left() {
 }
 
 #[test]
+#[ignore = "needs tracefs: root, tracefs and SCHED_FIFO for the traced check"]
 fn the_supervisors_boot_check_traces_with_trace_on_miss_and_status_names_why() {
     use services::control::{self, Request};
-    if let Some(why) = cannot_trace() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    require_tracing();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("etc/rtdeploy")).unwrap();
@@ -590,13 +572,11 @@ fn the_supervisors_boot_check_traces_with_trace_on_miss_and_status_names_why() {
         &std::fs::read_to_string(dir.path().join("var/lib/rtdeploy/boot-check.json")).unwrap(),
     )
     .unwrap();
-    if report["trace"]["enabled"] != true {
-        eprintln!(
-            "skipped: tracing did not run: {}",
-            report["trace"]["reason"]
-        );
-        return;
-    }
+    assert_eq!(
+        report["trace"]["enabled"], true,
+        "tracing did not run: {}",
+        report["trace"]["reason"]
+    );
     let saved = std::fs::read_dir(dir.path().join("var/lib/rtdeploy/traces"))
         .unwrap()
         .count();
@@ -619,22 +599,29 @@ fn without_permission_the_check_runs_untraced_and_says_why() {
     // SAFETY: geteuid has no preconditions.
     #[allow(unsafe_code)]
     let root = unsafe { libc::geteuid() } == 0;
-    let setpriv = Path::new("/usr/bin/setpriv");
-    if !root || !setpriv.exists() {
-        eprintln!("skipped: needs root and setpriv to run deploy as nobody");
-        return;
-    }
+    // As root, deploy runs as nobody (setpriv, util-linux); as a user, as
+    // that user.
+    let wrap: &[&str] = if root {
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]
+    } else {
+        &[]
+    };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let cfg = dir.path().join("robot.yaml");
     std::fs::copy(repo("examples/dev.yaml"), &cfg).unwrap();
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (_bin, exe) = common::deploy_anyone_may_run();
     let out = Command::new("timeout")
         .args(["-s", "KILL", "60"])
-        .arg(setpriv)
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_deploy"))
+        .args(wrap)
+        .arg(&exe)
         .arg("--prefix")
         .arg(dir.path())
         .arg("-c")
@@ -652,13 +639,6 @@ fn without_permission_the_check_runs_untraced_and_says_why() {
         .output()
         .unwrap();
     let code = out.status.code();
-    if code == Some(2) {
-        eprintln!(
-            "skipped: the check cannot run as nobody here: {}",
-            text(&out.stderr)
-        );
-        return;
-    }
     assert!(
         code == Some(0) || code == Some(1),
         "exit {code:?}: {}",
@@ -676,19 +656,11 @@ fn without_permission_the_check_runs_untraced_and_says_why() {
 }
 
 #[test]
+#[ignore = "needs tracefs: root, tracefs and SCHED_FIFO for the traced check"]
 fn a_running_process_late_on_its_budget_is_traced_and_status_names_why() {
     use services::control::{self, Request};
-    if let Some(why) = cannot_trace() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let (talker, listener) = match common::examples() {
-        Ok(x) => x,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
+    require_tracing();
+    let (talker, listener) = common::examples().unwrap_or_else(|why| panic!("{why}"));
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("etc/rtdeploy")).unwrap();

@@ -17,7 +17,7 @@ use crate::error::ImageBuildError;
 use crate::extlinux;
 use crate::manifest::{Manifest, ManifestEntry};
 use crate::readahead;
-use crate::release::{self, exec_in_release};
+use crate::release;
 use crate::sbom;
 use crate::write::{
     cpio::CpioSink, ext4, tar::TarSink, zst::ZstdFile, CountingWriter, Format, Item, Sink,
@@ -77,6 +77,15 @@ pub struct ImageSpec {
     /// The programs robot.yaml names (`processes[].exec`); relative ones
     /// must be in the release.
     pub programs: Vec<String>,
+    /// `board.model`, and the board's architecture (`aarch64`, `x86_64`;
+    /// `None` for a generic board: the base's is taken): every program
+    /// the image carries must be built for it.
+    pub board: String,
+    pub arch: Option<String>,
+    /// Put the deploy binary and the release's ELF files in stripped of
+    /// their debug information, which goes into `<out>.debug/` (the
+    /// files as given, for symbolising a crash on the build host).
+    pub strip: bool,
     /// ext4 size in bytes; `None`: content plus headroom.
     pub size: Option<u64>,
     /// Replace an existing output.
@@ -132,7 +141,23 @@ pub struct Summary {
     pub cmdline: String,
     pub manifest: PathBuf,
     pub sbom: PathBuf,
+    /// `<out>.debug`, with the debug information of the stripped
+    /// programs, by their path in the image plus `.debug`; `None` when
+    /// nothing was stripped.
+    pub debug: Option<PathBuf>,
+    /// How many bytes stripping saved.
+    pub stripped_bytes: u64,
     pub warnings: Vec<String>,
+}
+
+/// The directory of the stripped programs' debug information, next to the
+/// image.
+pub fn debug_sidecar(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    out.with_file_name(format!("{name}.debug"))
 }
 
 /// The sidecar files written next to the image.
@@ -173,8 +198,9 @@ pub fn build(
         .unwrap_or_default();
     // First: --force cannot help with this one.
     check_output_outside_inputs(spec, out, &out_dir)?;
+    let debug_dir = debug_sidecar(out);
     if !spec.force {
-        for p in [out, &manifest_path, &sbom_path] {
+        for p in [out, &manifest_path, &sbom_path, &debug_dir] {
             if fs::symlink_metadata(p).is_ok() {
                 return Err(ImageBuildError::OutputExists {
                     path: p.to_path_buf(),
@@ -184,7 +210,7 @@ pub fn build(
     }
 
     // The release: checked first, it is small and names the image.
-    let rel = release::read(&spec.release, &spec.programs)?;
+    let rel = release::read(&spec.release, &spec.programs, spec.strip)?;
     for reserved in ["robot.yaml", "manifest.json"] {
         if rel.files.iter().any(|f| f.rel == reserved) {
             return Err(ImageBuildError::Conflict {
@@ -290,15 +316,37 @@ pub fn build(
         paths::CMDLINE.into(),
         Entry::bytes(format!("{cmdline}\n").into_bytes(), 0o644, epoch),
     ));
+    // The programs go in stripped; their debug information goes beside
+    // the image, by their path in it.
+    let mut debug: Vec<(String, PathBuf)> = rel
+        .debug
+        .iter()
+        .map(|(r, src)| (format!("{release_dir}/{r}"), src.clone()))
+        .collect();
+    let deploy_stripped = if spec.strip {
+        release::stripped(&spec.deploy_binary)?
+    } else {
+        None
+    };
+    let (deploy_size, deploy_data) = match deploy_stripped {
+        Some(b) => {
+            debug.push((paths::DEPLOY.to_string(), spec.deploy_binary.clone()));
+            (b.len() as u64, Data::Bytes(std::sync::Arc::new(b)))
+        }
+        None => (
+            deploy_md.len(),
+            disk_data(&spec.deploy_binary, &deploy_md).map_err(ImageBuildError::io(
+                "find the holes of",
+                &spec.deploy_binary,
+            ))?,
+        ),
+    };
     add.push((
         paths::DEPLOY.into(),
         Entry {
             kind: Kind::File {
-                size: deploy_md.len(),
-                data: disk_data(&spec.deploy_binary, &deploy_md).map_err(ImageBuildError::io(
-                    "find the holes of",
-                    &spec.deploy_binary,
-                ))?,
+                size: deploy_size,
+                data: deploy_data,
                 link_group: None,
             },
             mode: 0o755,
@@ -364,6 +412,17 @@ pub fn build(
     for (path, entry) in add {
         place(&mut tree, &mut replaced, &path, entry, epoch)?;
     }
+    warnings.extend(check_programs(spec, &tree, &release_dir)?);
+    let stripped_bytes: u64 = debug
+        .iter()
+        .filter_map(|(p, src)| {
+            let before = fs::metadata(src).ok()?.len();
+            match &tree.entries.get(p)?.kind {
+                Kind::File { size, .. } => Some(before.saturating_sub(*size)),
+                _ => None,
+            }
+        })
+        .sum();
 
     // Reproducibility: no time after the epoch.
     for e in tree.entries.values_mut() {
@@ -566,8 +625,9 @@ pub fn build(
     let controllers = spec
         .programs
         .iter()
-        .filter_map(|p| exec_in_release(p))
+        .filter_map(|p| releases::programs::in_release(p))
         .filter_map(|rel_path| {
+            let rel_path = rel_path.as_str();
             let path = format!("{release_dir}/{rel_path}");
             files
                 .iter()
@@ -607,6 +667,7 @@ pub fn build(
     sbom_bytes.push(b'\n');
 
     // Sidecars first, the image last: an image in place means it is whole.
+    let debug_written = write_debug_dir(&debug_dir, &debug)?;
     let manifest_tmp = write_temp(&out_dir, &out_name, &manifest_bytes, spec.sync)?;
     let sbom_tmp = write_temp(&out_dir, &out_name, &sbom_bytes, spec.sync)?;
     persist(manifest_tmp, &manifest_path)?;
@@ -635,8 +696,117 @@ pub fn build(
         cmdline,
         manifest: manifest_path,
         sbom: sbom_path,
+        debug: debug_written,
+        stripped_bytes,
         warnings,
     })
+}
+
+/// Checks every program the image carries, the deploy binary and the
+/// release's, against the board and the base ([`crate::programs`]).
+fn check_programs(
+    spec: &ImageSpec,
+    tree: &Tree,
+    release_dir: &str,
+) -> Result<Vec<String>, ImageBuildError> {
+    let mut owned: Vec<(String, String, Vec<u8>)> = Vec::new();
+    let mut listed = vec![paths::DEPLOY.to_string()];
+    for exec in &spec.programs {
+        if let Some(r) = releases::programs::in_release(exec) {
+            listed.push(format!("{release_dir}/{r}"));
+        }
+    }
+    listed.dedup();
+    for path in listed {
+        let Some(Entry {
+            kind: Kind::File { size, data, .. },
+            ..
+        }) = tree.entries.get(&path)
+        else {
+            continue;
+        };
+        let source = if path == paths::DEPLOY {
+            spec.deploy_binary.clone()
+        } else {
+            spec.release
+                .join(path.trim_start_matches(release_dir).trim_start_matches('/'))
+        };
+        let mut bytes = Vec::new();
+        tree.open(&path, *size, data)
+            .and_then(|mut r| r.read_to_end(&mut bytes))
+            .map_err(ImageBuildError::io("read", &source))?;
+        owned.push((path, source.display().to_string(), bytes));
+    }
+    let programs: Vec<crate::programs::Program> = owned
+        .iter()
+        .map(|(path, source, bytes)| crate::programs::Program {
+            path: path.clone(),
+            source: source.clone(),
+            bytes,
+        })
+        .collect();
+    crate::programs::check(
+        &crate::programs::Target {
+            board: &spec.board,
+            arch: spec.arch.as_deref(),
+        },
+        tree,
+        !matches!(spec.base, Base::None),
+        &programs,
+    )
+}
+
+/// Writes `dest/<path>.debug` for every stripped program (the file as
+/// given, with its debug information) under a temporary name beside
+/// `dest`, and moves it into place; an older one there (`--force`) goes.
+/// `None` when nothing was stripped (and an older directory is removed).
+pub fn write_debug_dir(
+    dest: &Path,
+    files: &[(String, PathBuf)],
+) -> Result<Option<PathBuf>, ImageBuildError> {
+    let out_dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let out_name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let remove_old = || -> Result<(), ImageBuildError> {
+        if fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+            fs::remove_dir_all(dest).map_err(ImageBuildError::io("remove", dest))?;
+        }
+        Ok(())
+    };
+    if files.is_empty() {
+        remove_old()?;
+        return Ok(None);
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{out_name}."))
+        .tempdir_in(&out_dir)
+        .map_err(ImageBuildError::io(
+            "create a temporary directory in",
+            &out_dir,
+        ))?;
+    for (path, src) in files {
+        let to = tmp.path().join(format!("{path}.debug"));
+        if let Some(parent) = to.parent() {
+            fs::create_dir_all(parent).map_err(ImageBuildError::io("create", parent))?;
+        }
+        fs::copy(src, &to).map_err(ImageBuildError::io("copy the debug information of", src))?;
+        std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .map_err(ImageBuildError::io("set the mode of", &to))?;
+    }
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .map_err(ImageBuildError::io("set the mode of", tmp.path()))?;
+    remove_old()?;
+    let tmp = tmp.keep();
+    fs::rename(&tmp, dest).map_err(ImageBuildError::io("rename into", dest))?;
+    Ok(Some(dest.to_path_buf()))
 }
 
 /// Refuses an output the build would read back or overwrite: anywhere

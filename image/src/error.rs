@@ -16,11 +16,30 @@ pub enum ImageBuildError {
     OutputExists { path: PathBuf },
     #[error("base {} is not a root filesystem: no {} (expected at least /etc and /usr directories)", base.display(), missing.join(", no "))]
     NotRootFs { base: PathBuf, missing: Vec<String> },
-    #[error("release {} lacks {} program(s) robot.yaml names: {}", release.display(), missing.len(), missing.join(", "))]
-    MissingPrograms {
-        release: PathBuf,
-        missing: Vec<String>,
+    #[error("{path} (from {source_path}) is built for {found}, but {want}: build it for {target} (for a Jetson: `cargo build --release --target aarch64-unknown-linux-gnu`, as scripts/build-aarch64.sh does)")]
+    ProgramMachine {
+        path: String,
+        source_path: String,
+        found: String,
+        want: String,
+        target: String,
     },
+    #[error("{path} (from {source_path}) cannot run on this base: {}: link it statically, or use a base that has them", problems.join("; "))]
+    ProgramNeeds {
+        path: String,
+        source_path: String,
+        problems: Vec<String>,
+    },
+    #[error("{path} (from {source_path}) is not a program: {why}")]
+    NotAProgram {
+        path: String,
+        source_path: String,
+        why: String,
+    },
+    /// The release lacks programs its robot.yaml runs (the check
+    /// `deploy bundle` and `deploy install` make too).
+    #[error(transparent)]
+    Programs(#[from] releases::ReleaseProgramsError),
     #[error("base {}: {reason}", path.display())]
     BadBase { path: PathBuf, reason: String },
     #[error("{path}: {reason}")]

@@ -27,11 +27,13 @@
 
 pub mod base;
 pub mod build;
+pub mod elf;
 pub mod entry;
 pub mod error;
 pub mod extlinux;
 pub mod flash;
 pub mod manifest;
+pub mod programs;
 mod readahead;
 pub mod release;
 pub mod sbom;

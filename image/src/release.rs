@@ -28,6 +28,34 @@ pub struct Release {
     pub files: Vec<ReleaseFile>,
     /// The newest mtime in the release directory.
     pub newest_mtime: u64,
+    /// ELF files that went in stripped ([`crate::elf::strip`]): their
+    /// path in the release and the file with their debug information
+    /// (the original, kept beside the image).
+    pub debug: Vec<(String, PathBuf)>,
+}
+
+/// `path`'s bytes stripped of their debug information, when it is an ELF
+/// file that has some: the debug file keeps its name plus `.debug`.
+pub fn stripped(path: &Path) -> Result<Option<Vec<u8>>, ImageBuildError> {
+    let mut magic = [0u8; 4];
+    let mut f = fs::File::open(path).map_err(ImageBuildError::io("open", path))?;
+    if f.read_exact(&mut magic).is_err() || !crate::elf::is_elf(&magic) {
+        return Ok(None);
+    }
+    let bytes = fs::read(path).map_err(ImageBuildError::io("read", path))?;
+    let name = format!(
+        "{}.debug",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    );
+    crate::elf::strip(&bytes, &name, crate::elf::crc32(&bytes)).map_err(|e| {
+        ImageBuildError::NotAProgram {
+            path: path.display().to_string(),
+            source_path: path.display().to_string(),
+            why: format!("its ELF headers cannot be read: {e}"),
+        }
+    })
 }
 
 /// sha256 of a file, streamed.
@@ -47,16 +75,13 @@ pub fn sha256_file(path: &Path) -> Result<String, ImageBuildError> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// The path a process's `exec` names inside the release directory, or
-/// `None` for an absolute path (a program of the base system).
-pub fn exec_in_release(exec: &str) -> Option<&str> {
-    (!exec.starts_with('/')).then_some(exec.trim_start_matches("./"))
-}
-
 /// Reads the release directory (symlinks kept as links, never followed)
 /// and checks that every program in `programs` is a regular executable
-/// file in it; all missing ones are listed at once.
-pub fn read(dir: &Path, programs: &[String]) -> Result<Release, ImageBuildError> {
+/// file in it ([`releases::check_programs`], the check bundles and
+/// installs make too); all missing ones are listed at once. With
+/// `strip`, ELF files go in without their debug information (listed in
+/// [`Release::debug`]), and the manifest describes them so.
+pub fn read(dir: &Path, programs: &[String], strip: bool) -> Result<Release, ImageBuildError> {
     let md = fs::metadata(dir).map_err(ImageBuildError::io("read release directory", dir))?;
     if !md.is_dir() {
         return Err(ImageBuildError::Io {
@@ -66,6 +91,7 @@ pub fn read(dir: &Path, programs: &[String]) -> Result<Release, ImageBuildError>
         });
     }
     let mut files = Vec::new();
+    let mut debug = Vec::new();
     let mut newest = 0u64;
     let mut stack: Vec<(PathBuf, String)> = vec![(dir.to_path_buf(), String::new())];
     while let Some((d, rel)) = stack.pop() {
@@ -92,16 +118,34 @@ pub fn read(dir: &Path, programs: &[String]) -> Result<Release, ImageBuildError>
                 (Kind::Dir, 0o755, None)
             } else if ft.is_file() {
                 let exec = md.permissions().mode() & 0o111 != 0;
-                let sha = sha256_file(&path)?;
-                (
-                    Kind::File {
-                        size: md.len(),
-                        data: Data::Disk(path.clone()),
-                        link_group: None,
-                    },
-                    if exec { 0o755 } else { 0o644 },
-                    Some(sha),
-                )
+                let mode = if exec { 0o755 } else { 0o644 };
+                match strip.then(|| stripped(&path)).transpose()?.flatten() {
+                    Some(bytes) => {
+                        debug.push((r.clone(), path.clone()));
+                        let sha = hex::encode(Sha256::digest(&bytes));
+                        (
+                            Kind::File {
+                                size: bytes.len() as u64,
+                                data: Data::Bytes(std::sync::Arc::new(bytes)),
+                                link_group: None,
+                            },
+                            mode,
+                            Some(sha),
+                        )
+                    }
+                    None => {
+                        let sha = sha256_file(&path)?;
+                        (
+                            Kind::File {
+                                size: md.len(),
+                                data: Data::Disk(path.clone()),
+                                link_group: None,
+                            },
+                            mode,
+                            Some(sha),
+                        )
+                    }
+                }
             } else if ft.is_symlink() {
                 let t = fs::read_link(&path).map_err(ImageBuildError::io("read symlink", &path))?;
                 let t = t.to_str().ok_or_else(|| ImageBuildError::BadBase {
@@ -130,27 +174,24 @@ pub fn read(dir: &Path, programs: &[String]) -> Result<Release, ImageBuildError>
         }
     }
     files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    let mut missing = Vec::new();
-    for p in programs {
-        let Some(rel) = exec_in_release(p) else {
-            continue;
-        };
-        let ok = files.iter().any(|f| {
-            f.rel == rel && matches!(f.entry.kind, Kind::File { .. }) && f.entry.mode & 0o111 != 0
-        });
-        if !ok && !missing.contains(&rel.to_string()) {
-            missing.push(rel.to_string());
-        }
-    }
-    if !missing.is_empty() {
-        return Err(ImageBuildError::MissingPrograms {
-            release: dir.to_path_buf(),
-            missing,
-        });
-    }
+    let seen: Vec<_> = files
+        .iter()
+        .map(|f| releases::programs::ReleaseFile {
+            path: &f.rel,
+            mode: f.entry.mode,
+            regular: matches!(f.entry.kind, Kind::File { .. }),
+        })
+        .collect();
+    releases::check_programs(
+        &dir.display().to_string(),
+        programs.iter().map(String::as_str),
+        &seen,
+    )?;
+    debug.sort();
     Ok(Release {
         files,
         newest_mtime: newest,
+        debug,
     })
 }
 
@@ -179,4 +220,72 @@ impl Release {
             files,
         }
     }
+}
+
+/// A copy of the release directory `src` at `dest` for a bundle: every
+/// ELF file with debug information stripped of it ([`stripped`]), the
+/// others copied, permission bits kept. Returns the files copied (path,
+/// mode), for the check of robot.yaml's programs, and the stripped ones
+/// with the file that has their debug information (the original in
+/// `src`). A release holds regular files and directories only: anything
+/// else is refused here, by its path in `src`.
+#[allow(clippy::type_complexity)]
+pub fn stage_stripped(
+    src: &Path,
+    dest: &Path,
+) -> Result<(Vec<(String, u32)>, Vec<(String, PathBuf)>), ImageBuildError> {
+    let mut files = Vec::new();
+    let mut debug = Vec::new();
+    let mut stack = vec![(src.to_path_buf(), String::new())];
+    fs::create_dir_all(dest).map_err(ImageBuildError::io("create", dest))?;
+    while let Some((d, rel)) = stack.pop() {
+        let mut entries: Vec<_> = fs::read_dir(&d)
+            .map_err(ImageBuildError::io("read directory", &d))?
+            .collect::<Result<_, _>>()
+            .map_err(ImageBuildError::io("read directory", &d))?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let path = e.path();
+            let name = e
+                .file_name()
+                .into_string()
+                .map_err(|_| ImageBuildError::BadBase {
+                    path: path.clone(),
+                    reason: "file name is not UTF-8".into(),
+                })?;
+            let r = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let to = dest.join(&r);
+            let md = fs::symlink_metadata(&path).map_err(ImageBuildError::io("stat", &path))?;
+            let mode = md.permissions().mode() & 0o777;
+            if md.is_dir() {
+                fs::create_dir(&to).map_err(ImageBuildError::io("create", &to))?;
+                stack.push((path, r));
+            } else if md.is_file() {
+                match stripped(&path)? {
+                    Some(bytes) => {
+                        fs::write(&to, bytes).map_err(ImageBuildError::io("write", &to))?;
+                        debug.push((r.clone(), path.clone()));
+                    }
+                    None => {
+                        fs::copy(&path, &to).map_err(ImageBuildError::io("copy", &path))?;
+                    }
+                }
+                fs::set_permissions(&to, fs::Permissions::from_mode(mode))
+                    .map_err(ImageBuildError::io("set the mode of", &to))?;
+                files.push((r, mode));
+            } else {
+                return Err(ImageBuildError::BadBase {
+                    path,
+                    reason: "a release holds regular files and directories only".into(),
+                });
+            }
+        }
+    }
+    files.sort();
+    debug.sort();
+    Ok((files, debug))
 }

@@ -146,9 +146,13 @@ pub fn event(verbose: bool, pri: Priority, process: Option<&str>, msg: &str) {
     let sent = j.is_some_and(|j| j.send(pri, process, msg).is_ok());
     let stderr_is_journal = j.is_some_and(|j| j.stderr_is_journal);
     if verbose && !(sent && stderr_is_journal) {
+        // The events' messages name their process already
+        // (`talker: started, pid 7`): said once.
         match process {
-            Some(p) => eprintln!("rtdeploy supervise: {p}: {msg}"),
-            None => eprintln!("rtdeploy supervise: {msg}"),
+            Some(p) if !msg.starts_with(&format!("{p}: ")) => {
+                eprintln!("rtdeploy supervise: {p}: {msg}")
+            }
+            _ => eprintln!("rtdeploy supervise: {msg}"),
         }
     }
 }

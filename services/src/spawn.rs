@@ -18,11 +18,18 @@
 //! 4. into the cgroup (before the affinity, which the cgroup's cpuset may
 //!    narrow);
 //! 5. rlimits, then `sched_setattr` (policy, priority, nice), then the CPU
-//!    affinity, all while still privileged;
+//!    affinity, all while still privileged; only what robot.yaml asks for
+//!    is set: a `policy: other` process without `nice:` keeps the nice
+//!    value it inherits (a supervisor started under `nice -n 19` cannot
+//!    lower it without CAP_SYS_NICE), and is only moved to SCHED_OTHER
+//!    when it inherited another policy;
 //! 6. supplementary groups, gid, uid;
 //! 7. `PR_SET_PDEATHSIG` last, because changing credentials clears it, then
 //!    a check that the supervisor did not die before it was set;
 //! 8. working directory, `execve`.
+//!
+//! A step the kernel refuses for want of a privilege (EPERM, EACCES) says
+//! which one is missing and how to grant it ([`privilege_hint`]).
 
 #![allow(unsafe_code)]
 
@@ -110,12 +117,15 @@ pub enum ProcessSpawnError {
         what: String,
         err: std::io::Error,
     },
-    #[error("process `{name}`: {what} failed: {err}")]
+    #[error("process `{name}`: {what} failed: {err}{}", hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
     Child {
         name: String,
         step: Step,
         what: String,
         err: std::io::Error,
+        /// Which privilege the step lacked and how to grant it, when the
+        /// kernel refused it for want of one.
+        hint: Option<String>,
     },
 }
 
@@ -165,6 +175,18 @@ struct SchedAttr {
     sched_period: u64,
 }
 
+/// What the child does about its scheduling policy.
+#[derive(Debug, Clone, Copy)]
+enum Sched {
+    /// `sched_setattr` with these attributes: a real-time policy, or
+    /// `policy: other` with a `nice:`.
+    Set(SchedAttr),
+    /// `policy: other` without `nice:`: the inherited nice value stays;
+    /// only a process that inherited another policy (a supervisor running
+    /// under SCHED_FIFO) is moved to SCHED_OTHER, at that nice value.
+    Other,
+}
+
 /// Everything the child needs, allocated before `fork`.
 pub struct Prepared {
     pub name: String,
@@ -178,8 +200,12 @@ pub struct Prepared {
     cwd_text: String,
     identity: Option<Identity>,
     groups: Vec<libc::gid_t>,
-    sched: SchedAttr,
+    sched: Sched,
     sched_text: String,
+    /// The policy, priority and nice robot.yaml asks for, for hints.
+    policy: Policy,
+    priority: u32,
+    nice: Option<i32>,
     affinity: libc::cpu_set_t,
     affinity_text: String,
     rlimits: Vec<(Step, libc::__rlimit_resource_t, libc::rlimit)>,
@@ -249,20 +275,23 @@ pub fn prepare(
     } else {
         0
     };
-    let sched = SchedAttr {
+    let attr = |nice| SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
         sched_policy: p.policy.sched_number(),
-        sched_nice: if p.policy.is_realtime() {
-            0
-        } else {
-            p.nice.unwrap_or(0)
-        },
+        sched_nice: nice,
         sched_priority: priority,
         ..Default::default()
     };
-    let sched_text = match p.policy {
-        Policy::Other => format!("sched_setattr other nice {}", sched.sched_nice),
-        pol => format!("sched_setattr {pol} {priority}"),
+    let (sched, sched_text) = match (p.policy, p.nice) {
+        (Policy::Other, Some(n)) => (Sched::Set(attr(n)), format!("sched_setattr other nice {n}")),
+        (Policy::Other, None) => (
+            Sched::Other,
+            "sched_setattr other (the inherited nice kept)".to_string(),
+        ),
+        (pol, _) => (
+            Sched::Set(attr(0)),
+            format!("sched_setattr {pol} {priority}"),
+        ),
     };
 
     // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
@@ -350,6 +379,9 @@ pub fn prepare(
         groups,
         sched,
         sched_text,
+        policy: p.policy,
+        priority,
+        nice: p.nice,
         affinity,
         affinity_text: cpus.to_string(),
         rlimits,
@@ -408,6 +440,118 @@ impl Prepared {
                 format!("seccomp filter denying {}", names.join(", "))
             }
         }
+    }
+}
+
+/// The calling process's limit `res` as `soft/hard`, for hints.
+fn own_limit(res: libc::__rlimit_resource_t) -> String {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `l`, which it points to.
+    if unsafe { libc::getrlimit(res, &mut l) } == -1 {
+        return "unknown".into();
+    }
+    let show = |v: libc::rlim_t| {
+        if v == libc::RLIM_INFINITY {
+            "unlimited".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    format!("{}/{}", show(l.rlim_cur), show(l.rlim_max))
+}
+
+impl Prepared {
+    /// Which privilege `step` lacked when the kernel refused it with
+    /// `err`, and how to grant it; `None` when the refusal is not about a
+    /// privilege. Read in the supervisor, whose limits, nice value and ids
+    /// the child inherited.
+    pub fn privilege_hint(&self, step: Step, err: &std::io::Error) -> Option<String> {
+        let errno = err.raw_os_error()?;
+        if errno != libc::EPERM && errno != libc::EACCES {
+            return None;
+        }
+        let euid = rustix::process::geteuid().as_raw();
+        let how_root = if euid == 0 {
+            "the supervisor runs as root but without this capability (a container or a unit with CapabilityBoundingSet=?)".to_string()
+        } else {
+            format!("the supervisor runs as uid {euid}")
+        };
+        Some(match step {
+            Step::Sched if self.policy.is_realtime() => {
+                let (pol, prio) = (self.policy.to_string().to_uppercase(), self.priority);
+                format!(
+                    "SCHED_{pol} {prio} needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least {prio} \
+                     ({how_root}, RLIMIT_RTPRIO {}): run the supervisor as root, grant it CAP_SYS_NICE \
+                     (AmbientCapabilities=CAP_SYS_NICE in its systemd unit, or `setcap cap_sys_nice+ep` on \
+                     the deploy binary), or raise its limit (LimitRTPRIO={prio} in the unit, \
+                     `rtprio {prio}` in /etc/security/limits.d/ for a login, `prlimit --rtprio={prio}`)",
+                    own_limit(libc::RLIMIT_RTPRIO)
+                )
+            }
+            Step::Sched => {
+                let own = rustix::process::getpriority_process(None).unwrap_or(0);
+                match self.nice {
+                    Some(n) => format!(
+                        "nice {n} is below the supervisor's nice {own}, and lowering it needs root, \
+                         CAP_SYS_NICE or an RLIMIT_NICE of at least {} ({how_root}, RLIMIT_NICE {}): \
+                         start the supervisor at nice {n} or lower (not under `nice -n {own}`), grant it \
+                         CAP_SYS_NICE, or raise its limit (LimitNICE={n} in its systemd unit, `nice {n}` in \
+                         /etc/security/limits.d/ for a login, `prlimit --nice={}`)",
+                        20 - n,
+                        own_limit(libc::RLIMIT_NICE),
+                        20 - n
+                    ),
+                    None => format!(
+                        "leaving the inherited policy for SCHED_OTHER at nice {own} needs root, \
+                         CAP_SYS_NICE or an RLIMIT_NICE of at least {} ({how_root})",
+                        20 - own
+                    ),
+                }
+            }
+            Step::RlimitRtprio | Step::RlimitMemlock | Step::RlimitRttime => {
+                let (res, name, unit, item, flag) = match step {
+                    Step::RlimitRtprio => (libc::RLIMIT_RTPRIO, "RLIMIT_RTPRIO", "LimitRTPRIO", "rtprio", "rtprio"),
+                    Step::RlimitMemlock => (libc::RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK", "LimitMEMLOCK", "memlock (KiB)", "memlock"),
+                    _ => (libc::RLIMIT_RTTIME, "RLIMIT_RTTIME", "LimitRTTIME", "(no limits.conf item)", "rttime"),
+                };
+                let want = self
+                    .rlimits
+                    .iter()
+                    .find(|(s, _, _)| *s == step)
+                    .map(|(_, _, l)| l.rlim_cur);
+                let want = match want {
+                    Some(libc::RLIM_INFINITY) => "unlimited".to_string(),
+                    Some(v) => v.to_string(),
+                    None => "it".into(),
+                };
+                format!(
+                    "raising a hard limit above the supervisor's needs root or CAP_SYS_RESOURCE \
+                     ({how_root}, {name} {}): raise the supervisor's own limit to {want} ({unit}= in its \
+                     systemd unit, {item} in /etc/security/limits.d/ for a login, `prlimit --{flag}=...`), \
+                     or run it as root",
+                    own_limit(res)
+                )
+            }
+            Step::Setgroups | Step::Setgid | Step::Setuid => {
+                let id = self.identity.as_ref();
+                format!(
+                    "running a process as another user or group (uid {}, gid {}) needs root \
+                     (CAP_SETUID and CAP_SETGID; {how_root}): run the supervisor as root, or remove \
+                     `user:` and `group:` from the process",
+                    id.map(|i| i.uid).unwrap_or(0),
+                    id.map(|i| i.gid).unwrap_or(0)
+                )
+            }
+            Step::Cgroup => format!(
+                "joining a cgroup needs write access to its cgroup.procs and to the common \
+                 ancestor's ({how_root}): run the supervisor as root, or delegate the cgroup to its \
+                 user (Delegate=yes in its systemd unit)"
+            ),
+            _ => return None,
+        })
     }
 }
 
@@ -486,8 +630,12 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
         let step = Step::from_u32(word(1)).unwrap_or(Step::Exec);
         let err = std::io::Error::from_raw_os_error(word(2) as i32);
         if word(0) == 0 {
+            let hint = prep
+                .privilege_hint(step, &err)
+                .map(|h| format!("; {h}"))
+                .unwrap_or_default();
             warnings.push(format!(
-                "{} failed: {err} (the process runs with the inherited limit)",
+                "{} failed: {err} (the process runs with the inherited limit){hint}",
                 prep.describe(step)
             ));
             continue;
@@ -499,6 +647,7 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
             name: prep.name.clone(),
             step,
             what: prep.describe(step),
+            hint: prep.privilege_hint(step, &err),
             err,
         });
     }
@@ -595,15 +744,33 @@ unsafe fn child(prep: &Prepared, parent: libc::pid_t, out_fd: RawFd, err_fd: Raw
                 report(err_fd, false, *step);
             }
         }
-        check!(
-            Step::Sched,
-            libc::syscall(
-                libc::SYS_sched_setattr,
-                0,
-                &prep.sched as *const SchedAttr,
-                0
-            ) as libc::c_int
-        );
+        let attr = match prep.sched {
+            Sched::Set(attr) => Some(attr),
+            Sched::Other => {
+                // The reset-on-fork flag is not part of the policy.
+                let inherited = libc::sched_getscheduler(0);
+                if inherited == -1 || inherited & !libc::SCHED_RESET_ON_FORK == libc::SCHED_OTHER {
+                    None
+                } else {
+                    // The raw system call returns 20 - nice (1 to 40),
+                    // never a negative value that errno must tell apart.
+                    let raw = libc::syscall(libc::SYS_getpriority, libc::PRIO_PROCESS, 0);
+                    Some(SchedAttr {
+                        size: std::mem::size_of::<SchedAttr>() as u32,
+                        sched_policy: libc::SCHED_OTHER as u32,
+                        sched_nice: if raw > 0 { 20 - raw as i32 } else { 0 },
+                        ..Default::default()
+                    })
+                }
+            }
+        };
+        if let Some(attr) = attr {
+            check!(
+                Step::Sched,
+                libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0)
+                    as libc::c_int
+            );
+        }
         check!(
             Step::Affinity,
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &prep.affinity)
@@ -706,6 +873,7 @@ mod tests {
                 step: Step::Exec,
                 what: "exec /bin/imu".into(),
                 err: io(),
+                hint: None,
             },
         ];
         for e in errors {

@@ -37,7 +37,23 @@ pub struct SupervisorStatus {
     /// The logger (robot.yaml `log:`), when it runs or ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logger: Option<logbook::LogStatus>,
+    /// What woke the supervisor's own event loop, counted since it
+    /// started (absent from supervisors that predate the count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_loop: Option<LoopCounts>,
     pub processes: Vec<ProcessStatus>,
+}
+
+/// The supervisor's event loop, counted: an idle supervisor wakes for its
+/// timers (at least once a second) and its clients, not once per turn for
+/// a descriptor it has nothing more to read from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopCounts {
+    /// Returns from poll(2).
+    pub turns: u64,
+    /// Returns that found a process's output pipe readable (data, or its
+    /// hang-up: a pipe at end of file is dropped from the poll set).
+    pub output_wakes: u64,
 }
 
 /// The installed release as the supervisor sees it.
@@ -302,6 +318,13 @@ pub fn describe_logger(l: &logbook::LogStatus) -> String {
                 c.logged, c.gaps, c.faults
             ));
         }
+    }
+    if gaps > 0 {
+        // Three counts of loss, each its own reader's: the logger's here,
+        // each subscriber's in its own output and in `deploy top`'s LOST.
+        out.push_str(
+            "logger: lost counts the messages the logger itself missed (overwritten in the channel before it read them, or dropped while its writer was behind by more than log.buffer), each on /rtdeploy/log/gaps; a subscriber counts its own, so the listener and `deploy top` may say 0; the logger falls behind when a channel keeps less than log.poll of messages, or when its CPU (a housekeeping CPU, at log.nice) is taken by other work: a longer retention, a shorter log.poll or a CPU of its own\n",
+        );
     }
     if let Some(p) = &l.last_problem {
         out.push_str(&format!("logger: last problem: {p}\n"));

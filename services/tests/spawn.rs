@@ -33,14 +33,6 @@ fn has_cap_sys_resource() -> bool {
     has_cap(24)
 }
 
-/// Whether a child may have SCHED_FIFO at `priority`: CAP_SYS_NICE (bit
-/// 23), or a hard RLIMIT_RTPRIO at least that high (the child raises its
-/// soft limit to its priority first).
-fn may_use_sched_fifo(priority: u64) -> bool {
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Rtprio);
-    has_cap(23) || limit.maximum.is_none_or(|hard| hard >= priority)
-}
-
 fn one_cpu() -> cpusets::cpuset::CpuSet {
     let mut s = cpusets::cpuset::CpuSet::new();
     s.insert(0);
@@ -79,15 +71,40 @@ fn args_env_and_working_dir_reach_the_process() {
     assert_eq!(reap(&child), Some(7));
 }
 
+/// Runs `f` on a thread of its own at nice `nice` (raising a nice value
+/// needs no privilege) whose effective capabilities lack `drop`
+/// (capabilities are per thread; a child forked from it inherits both).
+fn on_thread<T: Send + 'static>(
+    nice: Option<i32>,
+    drop: rustix::thread::CapabilitySet,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        if let Some(n) = nice {
+            rustix::process::setpriority_process(Some(rustix::thread::gettid()), n).unwrap();
+        }
+        let mut caps = rustix::thread::capabilities(None).unwrap();
+        caps.effective.remove(drop);
+        rustix::thread::set_capabilities(None, caps).unwrap();
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+fn kill_and_reap(child: &Child) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    reap(child);
+}
+
 #[test]
+#[ignore = "needs root: SCHED_FIFO, rlimits above the hard limit, setuid and setgid"]
 fn attributes_in_force_read_back_from_proc() {
-    if !is_root() {
-        eprintln!(
-            "skipped: SCHED_FIFO, rlimits and setuid need root (euid {})",
-            rustix::process::geteuid().as_raw()
-        );
-        return;
-    }
+    assert!(is_root(), "run as root (cargo test -- --include-ignored)");
     let prefix = common::prefix();
     let p = process(json!({
         "name": "rt", "exec": "/bin/sleep", "args": ["30"],
@@ -165,21 +182,95 @@ fn attributes_in_force_read_back_from_proc() {
 }
 
 #[test]
-fn nice_applies_to_other_processes() {
+fn a_raised_nice_applies_to_an_other_process() {
     let prefix = common::prefix();
-    let p = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["30"], "nice": 7}));
-    let child = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap();
+    let c = ctx(prefix.path());
+    let p = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["30"], "nice": 19}));
+    let (child, inherited) = on_thread(None, rustix::thread::CapabilitySet::empty(), move || {
+        let own = rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        (spawn(&prepare(&p, &one_cpu(), &c).unwrap()).unwrap(), own)
+    });
     let f = procfs::in_force(Path::new("/proc"), child.pid).unwrap();
+    kill_and_reap(&child);
     assert_eq!(
         (f.policy.as_str(), f.nice, f.cpus.as_str()),
-        ("other", 7, "0")
+        ("other", 19, "0"),
+        "asked for nice 19 from nice {inherited}"
     );
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(child.pid).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    reap(&child);
+}
+
+#[test]
+#[ignore = "needs root: lowering a nice value needs CAP_SYS_NICE"]
+fn a_lowered_nice_applies_with_cap_sys_nice() {
+    let prefix = common::prefix();
+    let c = ctx(prefix.path());
+    let p = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["30"], "nice": 7}));
+    let child = on_thread(
+        Some(19),
+        rustix::thread::CapabilitySet::empty(),
+        move || spawn(&prepare(&p, &one_cpu(), &c).unwrap()).unwrap(),
+    );
+    let f = procfs::in_force(Path::new("/proc"), child.pid).unwrap();
+    kill_and_reap(&child);
+    assert_eq!((f.policy.as_str(), f.nice), ("other", 7));
+}
+
+#[test]
+fn a_process_without_nice_keeps_the_nice_it_inherits() {
+    // The supervisor started under `nice -n 19` (a shell, a unit with
+    // Nice=19): a process robot.yaml gives no nice value starts at 19, and
+    // is not refused for want of CAP_SYS_NICE to set nice 0.
+    let prefix = common::prefix();
+    let c = ctx(prefix.path());
+    let p = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["30"]}));
+    let result = on_thread(
+        Some(19),
+        rustix::thread::CapabilitySet::SYS_NICE,
+        move || spawn(&prepare(&p, &one_cpu(), &c).unwrap()),
+    );
+    let child = result.unwrap();
+    let f = procfs::in_force(Path::new("/proc"), child.pid).unwrap();
+    kill_and_reap(&child);
+    assert_eq!((f.policy.as_str(), f.nice), ("other", 19));
+}
+
+#[test]
+fn a_refused_nice_names_the_privilege_it_needs() {
+    // Lowering nice 19 to -20 needs CAP_SYS_NICE (dropped on the thread
+    // that forks) or an RLIMIT_NICE of 40.
+    let prefix = common::prefix();
+    let c = ctx(prefix.path());
+    let p = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["30"], "nice": -20}));
+    let result = on_thread(
+        Some(19),
+        rustix::thread::CapabilitySet::SYS_NICE,
+        move || spawn(&prepare(&p, &one_cpu(), &c).unwrap()),
+    );
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nice);
+    if limit.current.is_none_or(|l| l >= 40) {
+        // This machine's RLIMIT_NICE allows it: the start must succeed.
+        let child = result.unwrap();
+        let f = procfs::in_force(Path::new("/proc"), child.pid).unwrap();
+        kill_and_reap(&child);
+        assert_eq!(f.nice, -20);
+        return;
+    }
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "process `bg`: sched_setattr other nice -20 failed: Operation not permitted (os error 1); \
+             nice -20 is below the supervisor's nice 19, and lowering it needs root, CAP_SYS_NICE or \
+             an RLIMIT_NICE of at least 40"
+        ),
+        "{err}"
+    );
+    for how in [
+        "LimitNICE=-20",
+        "prlimit --nice=40",
+        "not under `nice -n 19`",
+    ] {
+        assert!(err.contains(how), "{how}: {err}");
+    }
 }
 
 #[test]
@@ -219,7 +310,7 @@ fn an_unknown_user_fails_before_forking() {
 fn a_failing_step_in_the_child_is_named() {
     let prefix = common::prefix();
     // CPU 1000 exists on no machine this runs on: sched_setaffinity fails
-    // in the child with EINVAL.
+    // in the child with EINVAL, which no privilege changes: no hint.
     let mut cpus = cpusets::cpuset::CpuSet::new();
     cpus.insert(1000);
     let p = process(json!({"name": "far", "exec": "/bin/true"}));
@@ -228,30 +319,80 @@ fn a_failing_step_in_the_child_is_named() {
         err.to_string(),
         "process `far`: sched_setaffinity to CPUs 1000 failed: Invalid argument (os error 22)"
     );
+}
 
-    if is_root() {
-        // A missing working directory fails at chdir, after the ids changed.
-        let p = process(
-            json!({"name": "cwd", "exec": "/bin/true", "working_dir": "/nonexistent/dir", "user": "nobody"}),
-        );
-        let err = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap_err();
-        assert_eq!(err.to_string(), "process `cwd`: chdir to /nonexistent/dir failed: No such file or directory (os error 2)");
-    } else if may_use_sched_fifo(99) {
-        eprintln!(
-            "skipped: a refused real-time policy: this user may use SCHED_FIFO 99 (CAP_SYS_NICE or RLIMIT_RTPRIO)"
-        );
-    } else {
-        // Without root, a real-time policy above RLIMIT_RTPRIO is refused:
-        // the rlimit the child cannot raise is only a warning, the
-        // sched_setattr after it fails the start.
-        let p =
-            process(json!({"name": "rt", "exec": "/bin/true", "policy": "fifo", "priority": 99}));
-        let err = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "process `rt`: sched_setattr fifo 99 failed: Operation not permitted (os error 1)"
-        );
+#[test]
+#[ignore = "needs root: changing to user nobody needs CAP_SETUID and CAP_SETGID"]
+fn a_missing_working_directory_fails_at_chdir_after_the_ids_changed() {
+    let prefix = common::prefix();
+    let p = process(
+        json!({"name": "cwd", "exec": "/bin/true", "working_dir": "/nonexistent/dir", "user": "nobody"}),
+    );
+    let err = spawn(&prepare(&p, &one_cpu(), &ctx(prefix.path())).unwrap()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "process `cwd`: chdir to /nonexistent/dir failed: No such file or directory (os error 2)"
+    );
+}
+
+#[test]
+fn a_refused_real_time_policy_names_the_privilege_it_needs() {
+    // Without CAP_SYS_NICE and CAP_SYS_RESOURCE (dropped on the forking
+    // thread, so this holds for root too), SCHED_FIFO 99 above the hard
+    // RLIMIT_RTPRIO is refused: the rlimit the child cannot raise is a
+    // warning, the sched_setattr after it fails the start.
+    let prefix = common::prefix();
+    let c = ctx(prefix.path());
+    let p = process(json!({"name": "rt", "exec": "/bin/true", "policy": "fifo", "priority": 99}));
+    let result = on_thread(
+        None,
+        rustix::thread::CapabilitySet::SYS_NICE | rustix::thread::CapabilitySet::SYS_RESOURCE,
+        move || spawn(&prepare(&p, &one_cpu(), &c).unwrap()),
+    );
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Rtprio).maximum;
+    if hard.is_none_or(|h| h >= 99) {
+        // This machine's limit allows it: the start must succeed.
+        let child = result.unwrap();
+        reap(&child);
+        return;
     }
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "process `rt`: sched_setattr fifo 99 failed: Operation not permitted (os error 1); \
+             SCHED_FIFO 99 needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 99"
+        ),
+        "{err}"
+    );
+    for how in [
+        "LimitRTPRIO=99",
+        "AmbientCapabilities=CAP_SYS_NICE",
+        "prlimit --rtprio=99",
+    ] {
+        assert!(err.contains(how), "{how}: {err}");
+    }
+}
+
+#[test]
+fn a_refused_user_change_names_the_privilege_it_needs() {
+    let prefix = common::prefix();
+    let c = ctx(prefix.path());
+    let p = process(json!({"name": "as", "exec": "/bin/true", "user": "nobody"}));
+    let result = on_thread(
+        None,
+        rustix::thread::CapabilitySet::SETUID | rustix::thread::CapabilitySet::SETGID,
+        move || spawn(&prepare(&p, &one_cpu(), &c).unwrap()),
+    );
+    if rustix::process::geteuid().as_raw() == 65534 {
+        // Already nobody: nothing to change.
+        reap(&result.unwrap());
+        return;
+    }
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("failed: Operation not permitted (os error 1); running a process as another user or group (uid 65534, gid 65534) needs root (CAP_SETUID and CAP_SETGID"),
+        "{err}"
+    );
 }
 
 /// A writable cgroup v2 hierarchy: the unified mount of a hybrid system,
@@ -264,20 +405,13 @@ fn cgroup2_root() -> Option<std::path::PathBuf> {
 }
 
 #[test]
+#[ignore = "needs root: creating a cgroup in the cgroup v2 hierarchy"]
 fn processes_join_their_cgroup() {
-    let Some(root) = cgroup2_root().filter(|_| is_root()) else {
-        eprintln!("skipped: needs root and a cgroup v2 hierarchy");
-        return;
-    };
+    let root = cgroup2_root().expect("a cgroup v2 hierarchy at /sys/fs/cgroup");
     let name = format!("rtdeploy-test-{}", std::process::id());
     let dir = root.join(&name);
-    if let Err(e) = std::fs::create_dir(&dir) {
-        eprintln!(
-            "skipped: cannot create a cgroup under {}: {e}",
-            root.display()
-        );
-        return;
-    }
+    std::fs::create_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot create a cgroup under {}: {e}", root.display()));
     let prefix = common::prefix();
     let mut c = ctx(prefix.path());
     c.housekeeping_cgroup = Some(dir.join("cgroup.procs"));

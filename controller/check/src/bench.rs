@@ -170,7 +170,7 @@ impl WakeReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "wake latency, one way between processes: kernel {}, {}, sender CPU {}, receiver CPU {}, cpu_dma_latency {}, period {}us, {} samples x {} rounds",
+            "wake latency, one way between processes: kernel {}, {}, sender CPU {}, receiver CPU {}, cpu_dma_latency {}, period {}us, {} samples per mechanism in {} interleaved rounds",
             s.kernel,
             s.scheduling,
             s.sender_cpu.map_or("any".into(), |c| c.to_string()),

@@ -422,20 +422,20 @@ impl CheckReport {
         let s = &self.scenario;
         let _ = writeln!(
             o,
-            "  scenario: period {} at SCHED_FIFO {} (sender cpu {}, receiver cpu {}); {} low-priority processes every {} (churn {}); {} burst threads at FIFO {} ({}..{}); {} cpu hogs, {} io writers; timer {} + scenario {}{}",
+            "  scenario: period {} at SCHED_FIFO {} (sender cpu {}, receiver cpu {}); {} every {} (churn {}); {} at FIFO {} ({}..{}); {}, {}; timer {} + scenario {}{}",
             fmt_ns(s.period_ns),
             s.priority,
             s.sender_cpu.map_or("-".into(), |c| c.to_string()),
             s.receiver_cpu.map_or("-".into(), |c| c.to_string()),
-            s.low_priority_processes,
+            count(s.low_priority_processes as u64, "low-priority process", "low-priority processes"),
             fmt_ns(s.low_priority_period_ns),
             fmt_ns(s.churn_ns),
-            s.burst_threads,
+            count(s.burst_threads as u64, "burst thread", "burst threads"),
             s.burst_priority,
             fmt_ns(s.burst_min_ns),
             fmt_ns(s.burst_max_ns),
-            s.cpu_load,
-            s.io_load,
+            count(s.cpu_load as u64, "cpu hog", "cpu hogs"),
+            count(s.io_load as u64, "io writer", "io writers"),
             fmt_ns(s.timer_duration_ns),
             fmt_ns(s.scenario_duration_ns),
             if s.mechanisms.len() > 1 { " per mechanism" } else { "" },
@@ -560,9 +560,19 @@ impl CheckReport {
     }
 
     fn measurement_table(&self, o: &mut String) {
+        let names: Vec<String> = self
+            .measurements
+            .iter()
+            .map(|m| match m.mechanism {
+                Some(mech) => format!("{} ({})", m.name, mech.short()),
+                None => m.name.clone(),
+            })
+            .collect();
+        // As wide as the longest name (`low-priority delivery (io_uring)`).
+        let w = names.iter().map(|n| n.len()).max().unwrap_or(0).max(26);
         let _ = writeln!(
             o,
-            "{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6}",
+            "{:<w$} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6}",
             "measurement",
             "count",
             "min",
@@ -574,14 +584,10 @@ impl CheckReport {
             ">1ms",
             "errors"
         );
-        for m in &self.measurements {
-            let name = match m.mechanism {
-                Some(mech) => format!("{} ({})", m.name, mech.short()),
-                None => m.name.clone(),
-            };
+        for (m, name) in self.measurements.iter().zip(&names) {
             let _ = writeln!(
                 o,
-                "{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6}",
+                "{:<w$} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6}",
                 name,
                 m.count,
                 fmt_ns(m.min_ns),
@@ -691,6 +697,11 @@ impl CheckReport {
             }
         }
     }
+}
+
+/// `1 burst thread`, `2 burst threads`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Nanoseconds as a short human figure: `850ns`, `12.3us`, `1.02ms`, `2.5s`.

@@ -25,6 +25,8 @@ use controller::channel::{Channel, ChannelGeometry, Publisher};
 use controller::error::Chain;
 use controller::rt::DmaLatencyHold;
 
+/// How long the real-time receiver of a phase may take to start.
+const RECEIVER_READY_WITHIN: Duration = Duration::from_secs(60);
 /// How long a killed worker has to be gone. A process in an
 /// uninterruptible wait (the I/O load's fsync behind a slow disk) dies only
 /// when that wait ends: the check does not wait for it longer than this.
@@ -726,13 +728,20 @@ pub(crate) fn run(
             let mut recv_args = rt_args(receiver_cpu);
             recv_args.extend(trace_args(true));
             let mut recv = run.spawn("rt-recv", &recv_args)?;
-            let ready_by = Instant::now() + Duration::from_secs(10);
+            // A watchdog for a hung worker, not a timing figure: wide
+            // enough for a first start under emulation on a loaded host
+            // (in the x86 end-to-end boot, the PID 1 boot check's receiver
+            // was once not ready within 10 s).
+            let ready_by = Instant::now() + RECEIVER_READY_WITHIN;
             // Acquire: pairs with the receiver's Release store.
             while run.shared.control().receiver_ready.load(Ordering::Acquire) == 0 {
                 Run::check_alive(&mut recv)?;
                 if Instant::now() > ready_by {
                     recv.kill_and_reap();
-                    return Err(worker_failed(&mut recv, "not ready after 10s".into()));
+                    return Err(worker_failed(
+                        &mut recv,
+                        format!("not ready after {}s", RECEIVER_READY_WITHIN.as_secs()),
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }

@@ -1,6 +1,6 @@
 //! The tracer on this machine's tracefs: an instance of its own with the
-//! mono clock, markers in its buffer, removed on drop. Skips (saying why)
-//! when not root or without tracefs.
+//! mono clock, markers in its buffer, removed on drop. Needs root and
+//! tracefs: ignored unless asked for (`--include-ignored`).
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -22,26 +22,17 @@ fn is_root() -> bool {
         .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
 }
 
-fn tracer_or_skip(cpus: &[usize]) -> Option<Tracer> {
-    if !is_root() {
-        eprintln!("skipped: tracefs needs root");
-        return None;
-    }
-    match Tracer::start(Path::new("/sys"), Path::new("/proc"), cpus) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            eprintln!("skipped: no tracer here: {e}");
-            None
-        }
-    }
+fn tracer(cpus: &[usize]) -> Tracer {
+    assert!(is_root(), "tracefs needs root");
+    Tracer::start(Path::new("/sys"), Path::new("/proc"), cpus)
+        .unwrap_or_else(|e| panic!("no tracer here: {e}"))
 }
 
 #[test]
+#[ignore = "needs tracefs: root and the kernel's tracefs (mounted, or mountable at /sys/kernel/tracing)"]
 fn an_instance_of_its_own_records_markers_and_is_removed() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(t) = tracer_or_skip(&[0]) else {
-        return;
-    };
+    let t = tracer(&[0]);
     let dir = t.dir().to_path_buf();
     assert!(dir.ends_with(format!("rtdeploy-{}", std::process::id())));
     assert!(t.events.iter().any(|e| e == "sched/sched_switch"));
@@ -107,26 +98,19 @@ fn late_process(instance: &Path, text: String, off: bool) {
 }
 
 #[test]
+#[ignore = "needs tracefs: root and the kernel's tracefs (mounted, or mountable at /sys/kernel/tracing)"]
 fn the_supervisors_watch_takes_a_processs_miss_then_pauses() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    if !is_root() {
-        eprintln!("skipped: tracefs needs root");
-        return;
-    }
+    assert!(is_root(), "tracefs needs root");
     let saved = tempfile::tempdir().unwrap();
-    let mut w = match RuntimeTrace::start(
+    let mut w = RuntimeTrace::start(
         Path::new("/sys"),
         Path::new("/proc"),
         &[0],
         saved.path().to_path_buf(),
         2,
-    ) {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("skipped: no tracer here: {e}");
-            return;
-        }
-    };
+    )
+    .unwrap_or_else(|e| panic!("no tracer here: {e}"));
     let instance = w.tracer().dir().to_path_buf();
     // A miss whose message was sent 3 ms ago: after the last resume.
     let miss = |seq: u64| {

@@ -53,9 +53,13 @@ pub struct WakeArgs {
     /// Keep the current scheduling policy instead of SCHED_FIFO.
     #[arg(long)]
     pub no_fifo: bool,
-    #[arg(long)]
+    /// The CPU the sender is pinned to [default: the second-last CPU this
+    /// process may run on; none with only one].
+    #[arg(long, value_name = "CPU")]
     pub sender_cpu: Option<usize>,
-    #[arg(long)]
+    /// The CPU the receiver is pinned to [default: the last CPU this
+    /// process may run on].
+    #[arg(long, value_name = "CPU")]
     pub receiver_cpu: Option<usize>,
 }
 

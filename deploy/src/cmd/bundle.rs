@@ -41,6 +41,11 @@ pub struct BundleArgs {
     /// `update.mender.device_type`]
     #[arg(long, value_name = "T", requires = "mender_artifact")]
     pub device_type: Option<String>,
+    /// Bundle the programs as given, debug information and all (by
+    /// default ELF files go in stripped, and their debug information into
+    /// <out>.debug/ for symbolising a crash on the build host).
+    #[arg(long)]
+    pub no_strip: bool,
 }
 
 #[derive(Serialize)]
@@ -52,6 +57,9 @@ struct Written {
     files: usize,
     release_bytes: u64,
     bundle_bytes: u64,
+    /// `<out>.debug`, when programs were stripped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    debug: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mender_artifact: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,12 +95,50 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
                 .context("no device type for the Mender artifact (pass --device-type or set update.mender.device_type in robot.yaml)")?,
         ),
     };
+    // The programs robot.yaml runs must be in the release (checked on
+    // the directory as given, so a refusal names it); then the bundle is
+    // made from a copy whose ELF files are stripped.
+    let out_dir = match args.out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let staging = tempfile::Builder::new()
+        .prefix(".rtdeploy-bundle.")
+        .tempdir_in(&out_dir)
+        .with_context(|| {
+            format!(
+                "cannot create a temporary directory in {}",
+                out_dir.display()
+            )
+        })?;
+    let (release_dir, debug) = if args.no_strip {
+        (args.release.clone(), Vec::new())
+    } else {
+        let copy = staging.path().join("release");
+        let (files, debug) = rootfs::release::stage_stripped(&args.release, &copy)?;
+        let seen: Vec<releases::programs::ReleaseFile> = files
+            .iter()
+            .map(|(path, mode)| releases::programs::ReleaseFile {
+                path,
+                mode: *mode,
+                regular: true,
+            })
+            .collect();
+        let programs = loaded.robot.programs();
+        releases::check_programs(
+            &args.release.display().to_string(),
+            programs.iter().map(String::as_str),
+            &seen,
+        )?;
+        (copy, debug)
+    };
     let spec = BundleSpec {
-        release_dir: args.release.clone(),
+        release_dir,
         version: args.version.clone(),
         robot: loaded.robot.robot.name.clone(),
         board: loaded.robot.board.model.clone(),
         robot_yaml: loaded.text.clone(),
+        programs: loaded.robot.programs(),
     };
     let w = bundle::write_bundle(&spec, &key, &args.out).with_context(|| {
         format!(
@@ -101,6 +147,13 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
             args.out.display()
         )
     })?;
+    let debug_dir = {
+        let mut name = args.out.as_os_str().to_owned();
+        name.push(".debug");
+        PathBuf::from(name)
+    };
+    let debug = rootfs::build::write_debug_dir(&debug_dir, &debug)?;
+    drop(staging);
     if let (Some(out), Some(t)) = (&args.mender_artifact, &device_type) {
         super::mender::write_artifact(&args.out, &w.release, t, out)
             .with_context(|| format!("Mender artifact {}", out.display()))?;
@@ -115,6 +168,7 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
         files: w.manifest.files.len(),
         release_bytes: w.manifest.total_size(),
         bundle_bytes: w.bytes,
+        debug,
     };
     if ctx.json {
         ctx.print_json(&doc)?;
@@ -129,6 +183,12 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
             doc.release_bytes,
             doc.bundle_bytes
         ))?;
+        if let Some(d) = &doc.debug {
+            crate::ctx::write_stdout(&format!(
+                "{}: debug information of the stripped programs\n",
+                d.display()
+            ))?;
+        }
         if let (Some(a), Some(t)) = (&doc.mender_artifact, &doc.device_type) {
             crate::ctx::write_stdout(&format!(
                 "{}: Mender artifact {} for device type {t}\n",

@@ -385,7 +385,8 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     let report = if args.boot {
         inputs.duration = Some(args.duration.unwrap_or(r.boot_check.duration));
         let path = releases::Layout::new(&ctx.prefix).boot_check_report();
-        let report = check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe, &path)?;
+        let report = check::run_boot(&inputs, &ctx.prefix, &ctx.sysroot, &exe, &path)
+            .map_err(|e| super::with_shm_hint(ctx, e.into()))?;
         ctx.note(format!("boot check report written to {}", path.display()));
         report
     } else {
@@ -407,7 +408,7 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
         };
         let result = check::run(&inputs, &env, &Bar(bar.clone()));
         bar.finish_and_clear();
-        result?
+        result.map_err(|e| super::with_shm_hint(ctx, e.into()))?
     };
     if let Some(path) = &args.histogram {
         let ms: Vec<&check::Measurement> = report.measurements.iter().collect();

@@ -2,7 +2,8 @@
 //! NAME [-f]`: requests on the supervisor's control socket.
 //!
 //! Exit codes: 0 done; 1 the supervisor refused (unknown process, already
-//! running, start failed); 2 the supervisor does not answer, or answers
+//! running, start failed), or `logs` of a process that never started (it
+//! says why); 2 the supervisor does not answer, or answers
 //! that it is busy (every control connection taken; the message says so
 //! and trying again later may succeed).
 
@@ -88,7 +89,7 @@ pub fn run_restart(ctx: &Ctx, args: RestartArgs) -> anyhow::Result<Exit> {
 pub fn run_logs(ctx: &Ctx, args: LogsArgs) -> anyhow::Result<Exit> {
     let mut c = Client::connect(&control::socket_path(&ctx.prefix))?;
     let first = c.request(&Request::Logs {
-        name: args.name,
+        name: args.name.clone(),
         lines: args.lines,
         follow: args.follow,
     })?;
@@ -99,7 +100,36 @@ pub fn run_logs(ctx: &Ctx, args: LogsArgs) -> anyhow::Result<Exit> {
     if let Some(m) = &first.message {
         ctx.note(m);
     }
-    for line in first.lines.unwrap_or_default() {
+    let lines = first.lines.unwrap_or_default();
+    if lines.is_empty() {
+        // Nothing to show: say why, from the process's state.
+        let status = control::request(&control::socket_path(&ctx.prefix), &Request::Status)
+            .ok()
+            .and_then(|r| r.status);
+        let p = status.and_then(|s| s.processes.into_iter().find(|p| p.name == args.name));
+        if let Some(p) = p {
+            let why = p
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            if p.pid.is_none() && p.restarts == 0 && p.last_exit.is_none() {
+                eprintln!(
+                    "deploy: `{}` has no output: it never started (state {}{why}; `deploy status` says more)",
+                    args.name, p.state
+                );
+                if !args.follow {
+                    return Ok(Exit::Failed);
+                }
+            } else if !args.follow {
+                ctx.note(format!(
+                    "`{}` has printed nothing yet (state {}{why})",
+                    args.name, p.state
+                ));
+            }
+        }
+    }
+    for line in lines {
         println!("{line}");
     }
     if args.follow {

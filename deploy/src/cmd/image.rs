@@ -20,8 +20,10 @@ use crate::ctx::{Ctx, Exit};
 /// Build a root filesystem image with the controller installed.
 #[derive(Debug, clap::Args)]
 pub struct ImageArgs {
-    /// The base root filesystem: a directory, a tar (.tar, .tar.gz,
-    /// .tar.zst, told apart by content), or `none` for rtdeploy's files only.
+    /// The base root filesystem: a directory, a tar (plain, gzip, zstd, or
+    /// bzip2 as Jetson Linux's sample root filesystem .tbz2 comes; told
+    /// apart by content), or `none` for rtdeploy's files only (an overlay
+    /// for a root filesystem the board already has).
     #[arg(long, value_name = "B")]
     pub base: PathBuf,
     /// The release directory: the controller programs robot.yaml names
@@ -56,6 +58,11 @@ pub struct ImageArgs {
     /// release directory].
     #[arg(long, value_name = "SECONDS", env = "SOURCE_DATE_EPOCH")]
     pub source_date_epoch: Option<u64>,
+    /// Install the programs as given, debug information and all (by
+    /// default they go in stripped, and their debug information into
+    /// <out>.debug/ for symbolising a crash on the build host).
+    #[arg(long)]
+    pub no_strip: bool,
 }
 
 /// Flash an image onto a Jetson board in recovery mode.
@@ -78,7 +85,8 @@ pub struct FlashArgs {
     /// module's developer kit carrier]
     #[arg(long, value_name = "C")]
     pub carrier: Option<rootfs::flash::Carrier>,
-    /// Print the commands instead of running them.
+    /// Print the commands instead of running them (without it, the board
+    /// in recovery mode is flashed).
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -176,7 +184,13 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
                 )
             })
             .collect(),
-        programs: robot.processes.iter().map(|p| p.exec.clone()).collect(),
+        programs: robot.programs(),
+        board: robot.board.model.clone(),
+        arch: board
+            .map(|b| b.arch)
+            .filter(|a| *a != "any")
+            .map(String::from),
+        strip: !args.no_strip,
         size: args.size.map(|s| s.0),
         force: args.force,
         sync: args.sync,
@@ -219,6 +233,13 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
         }
         println!("  manifest  {}", summary.manifest.display());
         println!("  sbom      {}", summary.sbom.display());
+        if let Some(d) = &summary.debug {
+            println!(
+                "  debug     {} (programs stripped of {} bytes of debug information)",
+                d.display(),
+                summary.stripped_bytes
+            );
+        }
     }
     Ok(Exit::Ok)
 }

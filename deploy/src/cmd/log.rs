@@ -38,6 +38,7 @@ pub struct LsArgs {
 
 #[derive(Debug, Args)]
 pub struct FileArgs {
+    /// A log file (`deploy log ls` lists them), or any MCAP file.
     pub file: PathBuf,
 }
 
@@ -56,6 +57,7 @@ pub struct Window {
 
 #[derive(Debug, Args)]
 pub struct CatArgs {
+    /// A log file (`deploy log ls` lists them), or any MCAP file.
     pub file: PathBuf,
     #[command(flatten)]
     pub window: Window,
@@ -66,6 +68,7 @@ pub struct CatArgs {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
+    /// A log file (`deploy log ls` lists them), or any MCAP file.
     pub file: PathBuf,
     /// The new file (must not exist).
     #[arg(long)]
@@ -190,24 +193,33 @@ fn ls(ctx: &Ctx, a: LsArgs) -> anyhow::Result<Exit> {
         ctx.print_json(&serde_json::json!({"schema_version": 1, "dir": dir, "files": rows}))?;
         return Ok(Exit::Ok);
     }
+    // Plain values: a JSON value ignores the width it is printed with.
+    let name = |r: &serde_json::Value| {
+        Path::new(r["file"].as_str().unwrap_or(""))
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let num = |v: &serde_json::Value| v.as_u64().map_or("-".to_string(), |n| n.to_string());
+    let w = rows.iter().map(|r| name(r).len()).max().unwrap_or(0).max(4);
     let mut out = format!(
-        "{:<40} {:>10} {:>9} {:>6}  {:<30}  {}\n",
+        "{:<w$} {:>10} {:>9} {:>6}  {:<30}  {}\n",
         "FILE", "BYTES", "MESSAGES", "LOST", "FIRST", "LAST"
     );
     for r in &rows {
-        let name = Path::new(r["file"].as_str().unwrap_or(""))
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = name(r);
         if let Some(e) = r["error"].as_str() {
-            out.push_str(&format!("{name:<40} {:>10} unreadable: {e}\n", r["bytes"]));
+            out.push_str(&format!(
+                "{name:<w$} {:>10} unreadable: {e}\n",
+                num(&r["bytes"])
+            ));
             continue;
         }
         out.push_str(&format!(
-            "{name:<40} {:>10} {:>9} {:>6}  {:<30}  {}{}\n",
-            r["bytes"],
-            r["messages"],
-            r["lost"],
+            "{name:<w$} {:>10} {:>9} {:>6}  {:<30}  {}{}\n",
+            num(&r["bytes"]),
+            num(&r["messages"]),
+            num(&r["lost"]),
             r["first"].as_str().unwrap_or("-"),
             r["last"].as_str().unwrap_or("-"),
             if r["state"] == "finished" {

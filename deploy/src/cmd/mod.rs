@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod check;
 pub mod config;
 pub mod control;
+pub mod demo;
 pub mod image;
 pub mod install;
 pub mod keygen;
@@ -44,4 +45,32 @@ pub fn load_robot(ctx: &Ctx) -> anyhow::Result<Loaded> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// `err` with the fix added when it is a refused write under the
+/// prefix's shared-memory directory (`/dev/shm/rtdeploy`) that another
+/// user made: a supervisor or check run as root leaves it behind, and a
+/// user's run then cannot create its channels there.
+pub fn with_shm_hint(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
+    use std::os::unix::fs::MetadataExt;
+    let shm = releases::Layout::new(&ctx.prefix).shm_dir();
+    let text = format!("{err:#}");
+    let denied = text.contains("(os error 13)") || text.contains("(os error 1)");
+    if !denied || !text.contains(&shm.display().to_string()) {
+        return err;
+    }
+    let (Ok(dir), Ok(me)) = (std::fs::metadata(&shm), std::fs::metadata("/proc/self")) else {
+        return err;
+    };
+    if dir.uid() == me.uid() {
+        return err;
+    }
+    err.context(format!(
+        "this user (uid {}) cannot write in {}, which belongs to uid {} (a supervisor or \
+         `deploy check` run as root made it): run as root, or give this run a directory of its \
+         own with --prefix (e.g. `deploy --prefix /tmp/rtdeploy-$USER ...`)",
+        me.uid(),
+        shm.display(),
+        dir.uid()
+    ))
 }

@@ -380,10 +380,11 @@ pub fn render(p: &Plan) -> String {
         p.irqs.default_affinity
     );
     for ov in &p.irqs.overrides {
-        let what = match (&ov.irq, &ov.name) {
-            (Some(n), _) => format!("irq {n}"),
-            (None, Some(g)) => format!("irqs named {g}"),
-            _ => String::new(),
+        let what = match (&ov.irq, &ov.name, &ov.interface) {
+            (Some(n), _, _) => format!("irq {n}"),
+            (None, Some(g), _) => format!("irqs named `{g}`"),
+            (None, None, Some(i)) => format!("interface `{i}`"),
+            (None, None, None) => String::new(),
         };
         let _ = writeln!(o, "  {what:<28} cpus {}", ov.cpus);
     }

@@ -165,6 +165,7 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         ..Default::default()
     };
     let sup = Supervisor::new(cfg, roots, opts, hooks, notifier)
+        .map_err(|e| super::with_shm_hint(ctx, anyhow::Error::new(e)))
         .context("cannot start the supervisor")?;
     match sup.run_to_end().context("supervisor")? {
         Ended::Stopped => Ok(Exit::Ok),
@@ -364,21 +365,53 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
         detail.push_str(&format!("; {}", controller::error::Chain(&e)));
     }
     if s.failed > 0 || s.invalid > 0 {
-        let failures: Vec<String> = report
-            .actions
-            .iter()
-            .filter(|a| {
-                matches!(
-                    a.outcome,
-                    cpu_apply::Outcome::Failed { .. } | cpu_apply::Outcome::Invalid { .. }
-                )
-            })
-            .take(5)
-            .map(|a| format!("{} {:?}", a.path, a.outcome))
-            .collect();
-        step("failed", format!("{detail}; {}", failures.join("; ")))
+        step("failed", failure_detail(&report, &detail))
     } else {
         step("ok", detail)
+    }
+}
+
+/// What failed in an applied CPU plan, in words: when every failure was a
+/// refused permission (a supervisor started as a user), that and the fix;
+/// otherwise the first failures, each as the kernel said it.
+fn failure_detail(report: &cpu_apply::ApplyReport, counts: &str) -> String {
+    let failed: Vec<&cpu_apply::Action> = report
+        .actions
+        .iter()
+        .filter(|a| {
+            matches!(
+                a.outcome,
+                cpu_apply::Outcome::Failed { .. } | cpu_apply::Outcome::Invalid { .. }
+            )
+        })
+        .collect();
+    const SHOWN: usize = 3;
+    let mut first: Vec<String> = failed
+        .iter()
+        .take(SHOWN)
+        .map(|a| a.outcome.to_string())
+        .collect();
+    if failed.len() > SHOWN {
+        first.push(format!(
+            "and {} more (`deploy apply --dry-run` lists each)",
+            failed.len() - SHOWN
+        ));
+    }
+    if failed.iter().all(|a| a.outcome.is_permission_denied()) {
+        // /proc/self belongs to the process's effective uid.
+        let who = std::fs::metadata("/proc/self")
+            .map(|m| format!("uid {}", std::os::unix::fs::MetadataExt::uid(&m)))
+            .unwrap_or_else(|_| "a user".into());
+        format!(
+            "{} of {} writes to /proc and /sys were refused: applying the CPU plan needs root \
+             (the supervisor runs as {who}); run it as root, or pass --skip-cpu-plan \
+             where no CPU plan is wanted (a development machine); first: {}",
+            failed.len(),
+            report.actions.len(),
+            first.join("; ")
+        )
+    } else {
+        format!("{counts}; {}", first.join("; "))
     }
 }
 

@@ -490,8 +490,10 @@ fn draw_frame(frame: &Frame, view: &View, area: Rect, buf: &mut ratatui::buffer:
         head.push(Span::raw(format!("  up {u:.0}s")));
     }
     if let Some(b) = &frame.boot_check {
-        let short: String = b.chars().take(24).collect();
-        head.push(Span::raw(format!("  boot check {short}")));
+        // Its verdict word (`passed`, `failed`, `skipped`): the reason is
+        // in `deploy status`, and a cut one would end mid-word.
+        let verdict = b.split([':', ' ', '(']).next().unwrap_or(b);
+        head.push(Span::raw(format!("  boot check {verdict}")));
     }
     if let Some(m) = frame.power_mode {
         head.push(Span::raw(format!("  power mode {m}")));

@@ -78,6 +78,12 @@ impl Robot {
         self.cpus.housekeeping(&self.all_cpus())
     }
 
+    /// The programs robot.yaml runs (`processes[].exec`), which a release
+    /// must hold ([`releases::check_programs`]).
+    pub fn programs(&self) -> Vec<String> {
+        self.processes.iter().map(|p| p.exec.clone()).collect()
+    }
+
     /// The CPUs a process runs on: as written, else the isolated CPUs for
     /// fifo/rr and the housekeeping CPUs for `other`.
     pub fn process_cpus(&self, p: &ProcessConfig) -> CpuSet {

@@ -25,7 +25,7 @@ pub fn examples() -> Result<(PathBuf, PathBuf), String> {
         Ok((t, l))
     } else {
         Err(format!(
-            "the example controllers are not built in {} (cargo build -p controller --examples)",
+            "the example controllers are not built in {} (`cargo test --workspace` builds them; alone: cargo build -p controller --examples)",
             dir.display()
         ))
     }
@@ -34,8 +34,9 @@ pub fn examples() -> Result<(PathBuf, PathBuf), String> {
 /// A prefix whose robot.yaml runs talker (1 kHz on `/demo/ping`, its
 /// timer's wakeup budget 50ms) and listener (its wakeup budget 1us: a
 /// budget no machine meets, so every report is a miss), `extra` appended.
-pub fn robot_with_examples(extra: &str) -> Result<tempfile::TempDir, String> {
-    let (talker, listener) = examples()?;
+/// Fails the test when the example controllers are not built.
+pub fn robot_with_examples(extra: &str) -> tempfile::TempDir {
+    let (talker, listener) = examples().unwrap_or_else(|why| panic!("{why}"));
     let dir = tempfile::Builder::new()
         .prefix("rtdeploy-ex-")
         .tempdir()
@@ -57,7 +58,7 @@ pub fn robot_with_examples(extra: &str) -> Result<tempfile::TempDir, String> {
     ]
     .concat();
     std::fs::write(dir.path().join("etc/rtdeploy/robot.yaml"), yaml).unwrap();
-    Ok(dir)
+    dir
 }
 
 /// Kills the supervisor when a test ends before it stopped it.
@@ -199,4 +200,21 @@ impl Drop for Spinner {
 pub fn trust_key(prefix: &Path, pubkey: &Path) {
     std::fs::create_dir_all(prefix.join("etc/rtdeploy/keys")).unwrap();
     std::fs::copy(pubkey, prefix.join("etc/rtdeploy/keys/build.pub")).unwrap();
+}
+
+/// A copy of this build's `deploy` in a directory every user may enter,
+/// for the tests that run it as another user (the clone may be out of
+/// that user's reach, under /root): the check's workers are the copy too,
+/// since deploy starts them from its own path.
+pub fn deploy_anyone_may_run() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("rtdeploy-bin-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("deploy");
+    std::fs::copy(DEPLOY, &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, exe)
 }

@@ -301,10 +301,10 @@ mod tests {
     #[test]
     fn a_write_error_is_returned() {
         // /dev/full: every write fails with ENOSPC, direct or not.
-        let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
-            eprintln!("skipping: no /dev/full");
-            return;
-        };
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full (every Linux system has it)");
         let mut d = DirectFile::new(full);
         let err = d
             .write_all(&pattern(2 * STAGE))

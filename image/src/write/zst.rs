@@ -228,10 +228,10 @@ mod tests {
     #[test]
     fn a_write_error_is_the_writers() {
         // /dev/full: every write fails with ENOSPC.
-        let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
-            eprintln!("skipping: no /dev/full");
-            return;
-        };
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full (every Linux system has it)");
         let mut z = ZstdFile::new(full, 3, 1).unwrap();
         let data = content();
         let err = data

@@ -171,8 +171,8 @@ pub fn big_file() -> Vec<u8> {
 }
 
 pub fn make_release(dir: &Path) {
-    write(&dir.join("bin/imu_reader"), b"\x7fELF imu reader", 0o755);
-    write(&dir.join("bin/controller"), b"\x7fELF controller", 0o755);
+    write(&dir.join("bin/imu_reader"), &elf(183, "imu reader"), 0o755);
+    write(&dir.join("bin/controller"), &elf(183, "controller"), 0o755);
     write(&dir.join("share/gains.csv"), b"kp,ki\n1,2\n", 0o600);
     let mut all = Vec::new();
     walk(dir, &mut all);
@@ -182,7 +182,22 @@ pub fn make_release(dir: &Path) {
 }
 
 pub fn make_deploy_binary(p: &Path) {
-    write(p, b"\x7fELF deploy", 0o755);
+    write(p, &elf(183, "deploy"), 0o755);
+}
+/// A static ELF program's 64-byte header for `machine` (183 aarch64, 62
+/// x86_64), then `tag`: what the image's checks read of a program.
+pub fn elf(machine: u16, tag: &str) -> Vec<u8> {
+    let mut h = vec![0u8; 64];
+    h[..4].copy_from_slice(b"\x7fELF");
+    h[4] = 2; // 64-bit
+    h[5] = 1; // little-endian
+    h[6] = 1;
+    h[16..18].copy_from_slice(&2u16.to_le_bytes()); // an executable
+    h[18..20].copy_from_slice(&machine.to_le_bytes());
+    h[20..24].copy_from_slice(&1u32.to_le_bytes());
+    h[52..54].copy_from_slice(&64u16.to_le_bytes());
+    h.extend_from_slice(tag.as_bytes());
+    h
 }
 
 pub fn planned() -> Vec<cpusets::cmdline::Token> {
@@ -234,6 +249,9 @@ impl Inputs {
             limits: "@rtdeploy - rtprio 99\n@rtdeploy - memlock unlimited\n".into(),
             extra_files: Vec::new(),
             programs: vec!["bin/imu_reader".into(), "bin/controller".into()],
+            board: "jetson-orin-nano".into(),
+            arch: Some("aarch64".into()),
+            strip: true,
             size: None,
             force: false,
             sync: false,

@@ -168,6 +168,7 @@ impl Recorder {
             file: None,
             last_pid: Vec::new(),
             seq: 0,
+            json_seq: Default::default(),
             scratch: Vec::new(),
             sender_rec: String::new(),
             dirty: false,
@@ -346,7 +347,12 @@ fn place_thread(cfg: &RecorderConfig, status: &Mutex<LogStatus>) {
     let nice = cfg.section.nice;
     if nice != 0 {
         if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice) {
-            lock(status).last_problem = Some(format!("nice {nice} for the logger's threads: {e}"));
+            let own = rustix::process::getpriority_process(None).unwrap_or(0);
+            lock(status).last_problem = Some(format!(
+                "nice {nice} for the logger's threads: {e} (lowering nice {own} to {nice} needs root, \
+                 CAP_SYS_NICE or an RLIMIT_NICE of at least {}: the logger runs at nice {own})",
+                20 - nice
+            ));
         }
     }
 }
@@ -630,6 +636,10 @@ struct Writer {
     /// The sender last recorded in the current file, per channel.
     last_pid: Vec<Option<u32>>,
     seq: u64,
+    /// How many records of each JSON topic (events, gaps, senders) this
+    /// logger wrote: the next one's sequence number, so `deploy log cat`
+    /// numbers the supervisor's events in order.
+    json_seq: std::collections::BTreeMap<&'static str, u32>,
     scratch: Vec<u8>,
     sender_rec: String,
     /// Something was written since the last flush.
@@ -752,7 +762,16 @@ impl Writer {
                     len,
                 } => {
                     f.add(&json_topic(topic))?;
-                    f.write(topic, 0, send_ns, &b.data[at..at + len], &mut self.scratch)?;
+                    let n = self.json_seq.entry(topic).or_insert(0);
+                    let seq = *n;
+                    *n = n.wrapping_add(1);
+                    f.write(
+                        topic,
+                        seq,
+                        send_ns,
+                        &b.data[at..at + len],
+                        &mut self.scratch,
+                    )?;
                 }
                 Item::Message {
                     sub,

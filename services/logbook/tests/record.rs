@@ -1,7 +1,7 @@
 //! The logger against real channels in a temporary shm directory, read
 //! back by our reader and by Python's `mcap` package (an independent
-//! implementation; the tests say so and skip that part when it is not
-//! installed).
+//! implementation: those tests are ignored unless asked for, `needs python
+//! mcap`, since a new machine lacks the package).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -101,17 +101,26 @@ fn noise(x: &mut u64, len: usize) -> Vec<u8> {
     buf
 }
 
-/// Python's `mcap` package, or why not.
-fn python_mcap() -> Result<(), String> {
-    let o = Command::new("python3")
-        .args(["-c", "import mcap.reader, mcap.stream_reader, mcap.writer"])
-        .output()
-        .map_err(|e| format!("python3: {e}"))?;
-    if o.status.success() {
-        Ok(())
+/// Fails the test, in one line, when Python's `mcap` package (and, with
+/// `ros2`, `mcap-ros2-support`) cannot be imported.
+fn require_python_mcap(ros2: bool) {
+    let import = if ros2 {
+        "import mcap.reader, mcap.stream_reader, mcap.writer, mcap_ros2.decoder"
     } else {
-        Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
-    }
+        "import mcap.reader, mcap.stream_reader, mcap.writer"
+    };
+    let o = Command::new("python3")
+        .args(["-c", import])
+        .output()
+        .unwrap_or_else(|e| panic!("python3: {e}"));
+    assert!(
+        o.status.success(),
+        "Python's mcap packages: {} (pip install mcap mcap-ros2-support)",
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+    );
 }
 
 /// Reads `file` with Python's mcap package: non-seeking (`StreamReader`)
@@ -192,8 +201,22 @@ print(json.dumps(out))
     serde_json::from_slice(&o.stdout).map_err(|e| e.to_string())
 }
 
+/// A file that logged a paced run and a burst, and what was sent.
+struct Burst {
+    _out: tempfile::TempDir,
+    file: PathBuf,
+    sent: u64,
+    logged: u64,
+    seqs: Vec<u64>,
+}
+
 #[test]
-fn every_message_is_logged_or_a_gap_and_an_independent_reader_agrees() {
+fn every_message_is_logged_or_a_gap() {
+    logged_burst();
+}
+
+/// 200 paced messages and a burst of 2000, logged, checked with our reader.
+fn logged_burst() -> Burst {
     let shm = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     // A small queue (16 slots) and a slow logger (poll 50 ms) against a
@@ -259,7 +282,11 @@ fn every_message_is_logged_or_a_gap_and_an_independent_reader_agrees() {
     assert_eq!(fs.len(), 1, "{fs:?}");
     let bytes = load(&fs[0]).unwrap();
     let mut seqs = Vec::new();
+    let mut event_seqs = Vec::new();
     let sum = scan(&fs[0], &bytes, |m| {
+        if m.channel.topic == "/rtdeploy/events" {
+            event_seqs.push(m.sequence);
+        }
         if m.channel.topic == "/demo/sample" {
             let v = m.channel.decode(m.data).unwrap();
             seqs.push(v["seq"].as_u64().unwrap());
@@ -278,35 +305,38 @@ fn every_message_is_logged_or_a_gap_and_an_independent_reader_agrees() {
     assert_eq!(*seqs.last().unwrap(), 2199);
     assert!(sum.clock.is_some());
     assert_eq!(sum.channel("/rtdeploy/events").unwrap().messages, 2);
+    // The supervisor's events are numbered in the order they came.
+    assert_eq!(event_seqs, [0, 1]);
     assert!(sum.channel("/rtdeploy/log/senders").unwrap().messages >= 2);
+    Burst {
+        file: fs[0].clone(),
+        _out: out,
+        sent,
+        logged: c.logged,
+        seqs,
+    }
+}
 
-    match python_mcap() {
-        Err(why) => eprintln!("skipping the independent reader: Python's mcap package: {why}"),
-        Ok(()) => {
-            for seeking in [true, false] {
-                let v = python_counts(&fs[0], seeking);
-                assert!(v["error"].is_null(), "{v}");
-                let logged = v["counts"]["/demo/sample"].as_u64().unwrap();
-                let gaps = v["gaps"]["/demo/sample"].as_u64().unwrap();
-                assert_eq!(logged + gaps, sent, "python (seeking {seeking}): {v}");
-                assert_eq!(v["counts"]["/demo/raw"], 200);
-                assert_eq!(v["counts"]["/rtdeploy/events"], 2);
-            }
-        }
+#[test]
+#[ignore = "needs python mcap: Python's mcap and mcap-ros2-support (pip install mcap mcap-ros2-support)"]
+fn an_independent_reader_and_the_ros2_decoder_agree_on_a_logged_burst() {
+    require_python_mcap(true);
+    let b = logged_burst();
+    for seeking in [true, false] {
+        let v = python_counts(&b.file, seeking);
+        assert!(v["error"].is_null(), "{v}");
+        let logged = v["counts"]["/demo/sample"].as_u64().unwrap();
+        let gaps = v["gaps"]["/demo/sample"].as_u64().unwrap();
+        assert_eq!(logged + gaps, b.sent, "python (seeking {seeking}): {v}");
+        assert_eq!(v["counts"]["/demo/raw"], 200);
+        assert_eq!(v["counts"]["/rtdeploy/events"], 2);
     }
     // The bytes as published, behind a CDR header, decode as the declared
     // ros2msg type with the ROS 2 tools' own decoder.
-    let probe = Command::new("python3")
-        .args(["-c", "import mcap_ros2.decoder"])
-        .output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipping the ROS 2 CDR decoder: Python's mcap-ros2-support is not installed");
-        return;
-    }
-    let decoded = python_ros2_decode(&fs[0], "/demo/sample").unwrap();
+    let decoded = python_ros2_decode(&b.file, "/demo/sample").unwrap();
     let decoded = decoded.as_array().unwrap();
-    assert_eq!(decoded.len() as u64, c.logged);
-    for (d, seq) in decoded.iter().zip(&seqs) {
+    assert_eq!(decoded.len() as u64, b.logged);
+    for (d, seq) in decoded.iter().zip(&b.seqs) {
         assert_eq!(d["seq"].as_u64(), Some(*seq), "{d}");
     }
     assert_eq!(
@@ -317,6 +347,25 @@ fn every_message_is_logged_or_a_gap_and_an_independent_reader_agrees() {
 
 #[test]
 fn a_logger_killed_mid_chunk_leaves_a_file_that_reads_up_to_its_last_chunk() {
+    killed_mid_chunk();
+}
+
+#[test]
+#[ignore = "needs python mcap: Python's mcap (pip install mcap)"]
+fn an_independent_reader_reads_a_file_cut_by_a_kill_up_to_its_last_chunk() {
+    require_python_mcap(false);
+    let (_out, file, read) = killed_mid_chunk();
+    let v = python_counts(&file, false);
+    assert_eq!(
+        v["counts"]["/demo/sample"].as_u64(),
+        Some(read),
+        "python's non-seeking reader: {v}"
+    );
+}
+
+/// A logger killed while it writes; its file, and how many messages our
+/// reader read back from it.
+fn killed_mid_chunk() -> (tempfile::TempDir, PathBuf, u64) {
     // The logger runs in a child process (this test binary, re-entered)
     // that is SIGKILLed while it writes; the file must still read.
     let shm = tempfile::tempdir().unwrap();
@@ -391,22 +440,13 @@ fn a_logger_killed_mid_chunk_leaves_a_file_that_reads_up_to_its_last_chunk() {
         "killed after {i} published: {read} read back from {} complete chunks; {:?}",
         sum.chunks, sum.truncated
     );
-    match python_mcap() {
-        Err(why) => eprintln!("skipping the independent reader: Python's mcap package: {why}"),
-        Ok(()) => {
-            let v = python_counts(&fs[0], false);
-            assert_eq!(
-                v["counts"]["/demo/sample"].as_u64(),
-                Some(read),
-                "python's non-seeking reader: {v}"
-            );
-        }
-    }
+    (out, fs[0].clone(), read)
 }
 
-/// The logger of the test above, in its own process.
+/// The logger of the test above, in its own process (on its own it does
+/// nothing).
 #[test]
-#[ignore = "run by a_logger_killed_mid_chunk_leaves_a_file_that_reads_up_to_its_last_chunk"]
+#[ignore = "helper process: run by a_logger_killed_mid_chunk_leaves_a_file_that_reads_up_to_its_last_chunk"]
 fn logger_child() {
     let (Some(shm), Some(out)) = (
         std::env::var_os("LOGBOOK_CHILD_SHM"),
@@ -571,32 +611,7 @@ fn export_takes_a_window_and_replay_republishes_at_the_recorded_spacing() {
 
 #[test]
 fn a_file_cut_anywhere_or_garbled_reads_what_is_whole_and_says_where_it_stopped() {
-    let shm = tempfile::tempdir().unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let geom = ChannelGeometry::new(64, 256, 2);
-    let (ch, _) =
-        Channel::create(shm.path(), "/demo/sample", &geom, None, Path::new(PROC)).unwrap();
-    ch.bind_type::<Sample>().unwrap();
-    let mut s = section(2);
-    s.chunk_size = ByteSize(4 << 10);
-    let rec = start(shm.path(), out.path(), s, &["/demo/sample"]);
-    let mut p = ch.publisher(Path::new(PROC)).unwrap();
-    for i in 0..600u64 {
-        p.publish_value(&Sample {
-            seq: i,
-            value: i as f64,
-            flags: 3,
-            reserved: 0,
-        })
-        .unwrap();
-        if i % 50 == 0 {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    wait_logged(&rec, "/demo/sample", 600);
-    rec.stop();
-    let file = files(out.path()).remove(0);
-    let whole = load(&file).unwrap();
+    let (_out, file, whole) = six_hundred_logged();
     let count = |b: &[u8]| {
         let mut n = 0u64;
         let sum = scan(&file, b, |m| {
@@ -641,25 +656,65 @@ fn a_file_cut_anywhere_or_garbled_reads_what_is_whole_and_says_where_it_stopped(
         let _ = count(&b);
         let _ = first_log_time(&file, &b);
     }
-    // The independent reader agrees on a cut inside the last chunk.
-    if let Ok(()) = python_mcap() {
-        let cut = out.path().join("cut.mcap");
-        let at = whole.len() * 3 / 4;
-        std::fs::write(&cut, &whole[..at]).unwrap();
-        let (n, _) = count(&whole[..at]);
-        let v = python_counts(&cut, false);
-        assert_eq!(v["counts"]["/demo/sample"].as_u64().unwrap_or(0), n, "{v}");
+}
+
+#[test]
+#[ignore = "needs python mcap: Python's mcap (pip install mcap)"]
+fn an_independent_reader_agrees_on_a_file_cut_inside_its_last_chunk() {
+    require_python_mcap(false);
+    let (out, file, whole) = six_hundred_logged();
+    let cut = out.path().join("cut.mcap");
+    let at = whole.len() * 3 / 4;
+    std::fs::write(&cut, &whole[..at]).unwrap();
+    let mut n = 0u64;
+    scan(&file, &whole[..at], |m| {
+        if m.channel.topic == "/demo/sample" {
+            n += 1;
+        }
+    })
+    .unwrap();
+    assert!(n > 0 && n < 600, "{n}");
+    let v = python_counts(&cut, false);
+    assert_eq!(v["counts"]["/demo/sample"].as_u64().unwrap_or(0), n, "{v}");
+}
+
+/// 600 messages logged in chunks of 4 KiB: the directory, the file and
+/// its bytes.
+fn six_hundred_logged() -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let shm = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(64, 256, 2);
+    let (ch, _) =
+        Channel::create(shm.path(), "/demo/sample", &geom, None, Path::new(PROC)).unwrap();
+    ch.bind_type::<Sample>().unwrap();
+    let mut s = section(2);
+    s.chunk_size = ByteSize(4 << 10);
+    let rec = start(shm.path(), out.path(), s, &["/demo/sample"]);
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    for i in 0..600u64 {
+        p.publish_value(&Sample {
+            seq: i,
+            value: i as f64,
+            flags: 3,
+            reserved: 0,
+        })
+        .unwrap();
+        if i % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
+    wait_logged(&rec, "/demo/sample", 600);
+    rec.stop();
+    let file = files(out.path()).remove(0);
+    let whole = load(&file).unwrap();
+    (out, file, whole)
 }
 
 /// A full disk stops the logger cleanly (its status says so) and never
-/// holds up a publisher. Needs root to mount a small tmpfs.
+/// holds up a publisher.
 #[test]
+#[ignore = "needs root: mounting a small tmpfs"]
 fn a_full_disk_stops_the_logger_and_never_the_publisher() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipping: mounting a small tmpfs needs root");
-        return;
-    }
     let shm = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let mount = Command::new("mount")
@@ -671,11 +726,9 @@ fn a_full_disk_stops_the_logger_and_never_the_publisher() {
             "rtdeploy-full",
             out.path().to_str().unwrap(),
         ])
-        .status();
-    if !mount.is_ok_and(|s| s.success()) {
-        eprintln!("skipping: mount -t tmpfs failed (no mount namespace rights here)");
-        return;
-    }
+        .status()
+        .expect("mount (util-linux)");
+    assert!(mount.success(), "mount -t tmpfs: {mount}");
     struct Umount<'a>(&'a Path);
     impl Drop for Umount<'_> {
         fn drop(&mut self) {

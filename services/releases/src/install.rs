@@ -34,8 +34,10 @@ use crate::state::{link_target, read_state, write_synced, ReleaseState};
 use crate::switch::begin_system_trial;
 use crate::system::{PlanSystem, SystemUpdate};
 
-/// Checks a release's robot.yaml text; `Err` says why it is not valid.
-pub type ValidateYaml = dyn Fn(&str) -> Result<(), RobotYamlError>;
+/// Checks a release's robot.yaml text and returns the programs it runs
+/// (`processes[].exec`, which the release must hold); `Err` says why it
+/// is not valid.
+pub type ValidateYaml = dyn Fn(&str) -> Result<Vec<String>, RobotYamlError>;
 
 /// Why a [`ValidateYaml`] refused a release's robot.yaml.
 #[derive(Debug, thiserror::Error)]
@@ -165,12 +167,18 @@ pub(crate) fn check_robot_yaml(
     opts: &InstallOptions,
 ) -> Result<(), BundleReadError> {
     if let Some(check) = opts.validate_robot_yaml {
-        if let Err(why) = check(&v.manifest.robot_yaml) {
-            return Err(BundleReadError::BadEntry {
-                name: format!("{MANIFEST_NAME} (robot.yaml of {})", v.release),
-                why: format!("holds a robot.yaml that is not valid: {why}"),
-            });
-        }
+        let programs = check(&v.manifest.robot_yaml).map_err(|why| BundleReadError::BadEntry {
+            name: format!("{MANIFEST_NAME} (robot.yaml of {})", v.release),
+            why: format!("holds a robot.yaml that is not valid: {why}"),
+        })?;
+        // The same check `deploy image` and `deploy bundle` make: a
+        // release that cannot run its own robot.yaml is not installed.
+        v.manifest
+            .check_programs(&v.release, programs.iter().map(String::as_str))
+            .map_err(|e| BundleReadError::BadEntry {
+                name: format!("{MANIFEST_NAME} (release {})", v.release),
+                why: format!("is refused: {e}"),
+            })?;
     }
     Ok(())
 }

@@ -31,7 +31,8 @@
 //! listing and pruning; [`serve`] the robot's end of `deploy update`;
 //! [`fleet`] the sender's end: ssh to each robot, with retries;
 //! [`system`] releases that change the kernel command line or the CPU
-//! plan, whose trial spans a reboot.
+//! plan, whose trial spans a reboot; [`programs`] the one check that a
+//! release holds the programs its robot.yaml runs.
 
 pub mod bundle;
 mod error;
@@ -41,6 +42,7 @@ pub mod install;
 pub mod layout;
 pub mod lock;
 mod name;
+pub mod programs;
 pub mod prune;
 pub mod serve;
 pub mod state;
@@ -58,6 +60,7 @@ pub use install::{
 pub use layout::Layout;
 pub use lock::{UpdateLock, UpdateLockError};
 pub use name::release_name;
+pub use programs::{check_programs, ReleaseProgramsError};
 pub use prune::{list, prune, ReleaseInfo, ReleasesInfo};
 pub use serve::serve_update;
 pub use state::{link_target, read_state, ReleaseState};

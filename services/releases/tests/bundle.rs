@@ -26,6 +26,7 @@ fn spec(r: &Path) -> BundleSpec {
         robot: "arm".into(),
         board: "generic".into(),
         robot_yaml: std::fs::read_to_string(r.join("robot.yaml")).unwrap(),
+        programs: Vec::new(),
     }
 }
 

@@ -36,6 +36,7 @@ fn valid_bundle() -> Vec<u8> {
         robot: bundle_body::ROBOT.into(),
         board: bundle_body::BOARD.into(),
         robot_yaml: "robot: {name: arm}\nboard: {model: generic}\n".into(),
+        programs: Vec::new(),
     };
     let out = d.path().join("b");
     write_bundle(&spec, &SecretKey::from_seed(bundle_body::KEY_SEED), &out).unwrap();

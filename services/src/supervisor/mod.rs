@@ -234,6 +234,8 @@ pub struct Supervisor {
     /// next.
     trace_watch: Option<TraceWatchHook>,
     next_trace_watch: Option<Instant>,
+    /// What woke the event loop, for the status.
+    counts: crate::status::LoopCounts,
 }
 
 impl Supervisor {
@@ -338,6 +340,7 @@ impl Supervisor {
             irq_scan_took: Duration::ZERO,
             restart: None,
             last_irq_scan: None,
+            counts: Default::default(),
             last_irq_scan_at: None,
             hotplug: Vec::new(),
             early_scan: None,
@@ -604,6 +607,14 @@ impl Supervisor {
         }
         poll(&mut fds, self.next_deadline()).map_err(SupervisorStartError::Poll)?;
         let woke = Instant::now();
+        self.counts.turns += 1;
+        if fds
+            .iter()
+            .zip(&tags)
+            .any(|(e, t)| e.readable && matches!(t, Tag::Output(_)))
+        {
+            self.counts.output_wakes += 1;
+        }
         let mut reap = false;
         let mut accept = false;
         let mut drop_output = Vec::new();
@@ -701,6 +712,7 @@ impl Supervisor {
             release: Some(self.releases.status().clone()),
             irq_scan: self.last_irq_scan.clone(),
             logger: self.logger.as_ref().map(|l| l.status()),
+            event_loop: Some(self.counts),
             processes: self.table.status(&self.proc_root),
         }
     }

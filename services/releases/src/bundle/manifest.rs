@@ -98,6 +98,25 @@ pub enum ManifestError {
 const PARSE_SHOWN: usize = 300;
 
 impl Manifest {
+    /// Checks that every program of `programs` is an executable file of
+    /// this release ([`crate::programs::check_programs`]).
+    pub fn check_programs<'a>(
+        &self,
+        release: &str,
+        programs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), crate::programs::ReleaseProgramsError> {
+        let files: Vec<_> = self
+            .files
+            .iter()
+            .map(|f| crate::programs::ReleaseFile {
+                path: &f.path,
+                mode: f.mode,
+                regular: true,
+            })
+            .collect();
+        crate::programs::check_programs(release, programs, &files)
+    }
+
     /// The canonical bytes that get signed.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = serde_json::to_vec_pretty(self).expect("a manifest always serializes");

@@ -27,6 +27,9 @@ pub struct BundleSpec {
     pub board: String,
     /// The release's robot.yaml, verbatim.
     pub robot_yaml: String,
+    /// The programs that robot.yaml runs (`processes[].exec`): each must
+    /// be an executable file of the release ([`crate::programs`]).
+    pub programs: Vec<String>,
 }
 
 /// What was written.
@@ -51,6 +54,8 @@ pub enum BundleWriteError {
     Write { path: PathBuf, err: std::io::Error },
     #[error("release {}: {err}", dir.display())]
     Manifest { dir: PathBuf, err: ManifestError },
+    #[error(transparent)]
+    Programs(#[from] crate::programs::ReleaseProgramsError),
 }
 
 /// Builds the manifest for `spec` (hashing every file) without writing.
@@ -72,6 +77,10 @@ pub fn build_manifest(spec: &BundleSpec) -> Result<(Manifest, Vec<PathBuf>), Bun
             dir: spec.release_dir.clone(),
             err,
         })?;
+    manifest.check_programs(
+        &spec.release_dir.display().to_string(),
+        spec.programs.iter().map(String::as_str),
+    )?;
     Ok((manifest, files.into_iter().map(|(_, p)| p).collect()))
 }
 

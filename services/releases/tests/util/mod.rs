@@ -91,6 +91,7 @@ pub fn bundle_with(
         robot: ROBOT.into(),
         board: board.into(),
         robot_yaml: format!("robot: {{name: {ROBOT}}}\nboard: {{model: {board}}}\n# {version}\n"),
+        programs: Vec::new(),
     };
     write_bundle(&spec, key, out).unwrap();
     out.to_path_buf()
