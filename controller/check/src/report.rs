@@ -116,6 +116,10 @@ pub struct DeliveryAccount {
     /// `logged` or `A/A`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<String>,
+    /// The runtime's backends: messages the receiver's loop found by its
+    /// own wake check, with no wake for them (a lost or late wake).
+    #[serde(default)]
+    pub found_by_wake_check: u64,
 }
 
 impl DeliveryAccount {
@@ -135,11 +139,19 @@ impl DeliveryAccount {
     pub fn describe(&self) -> String {
         if self.pass() {
             return format!(
-                "{}: {} sent, {} delivered, {} lost: every message accounted for",
+                "{}: {} sent, {} delivered, {} lost: every message accounted for{}",
                 self.name(),
                 self.sent,
                 self.delivered,
-                self.lost
+                self.lost,
+                if self.found_by_wake_check > 0 {
+                    format!(
+                        " ({} found by the loop's wake check, not by a wake)",
+                        self.found_by_wake_check
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
         format!(

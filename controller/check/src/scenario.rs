@@ -676,6 +676,7 @@ pub(crate) fn run(
             ctl.rt_stop.store(0, Ordering::SeqCst);
             ctl.rt_recv_stop.store(0, Ordering::SeqCst);
             ctl.rt_recv_done.store(0, Ordering::SeqCst);
+            ctl.rt_healed.store(0, Ordering::SeqCst);
             ctl.receiver_ready.store(0, Ordering::SeqCst);
             run.shared.clear_marks();
             // Fresh low-priority processes on this mechanism.
@@ -882,6 +883,7 @@ pub(crate) fn run(
                         .trim_matches(|c| c == ' ' || c == '(' || c == ')')
                         .to_string()
                 }),
+                found_by_wake_check: sh.control().rt_healed.load(Ordering::SeqCst),
             };
             let label = format!("{}{suffix}", mech.short());
             let send = sh.hist(mech, H_SEND).summary();
@@ -1212,6 +1214,7 @@ impl Merged {
                     m.missing.push_str(&a.missing);
                 }
                 m.beyond_range += a.beyond_range;
+                m.found_by_wake_check += a.found_by_wake_check;
             }
         }
     }

@@ -221,6 +221,9 @@ pub(crate) struct Control {
     pub trace_miss_pid: AtomicU64,
     /// Timer wakes over the timer miss threshold (traced or not).
     pub trace_timer_over: AtomicU64,
+    /// The real-time receiver's messages that its loop's wake check found
+    /// (no wake came for them), stored when its loop ends.
+    pub rt_healed: AtomicU64,
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays: no padding, no
 // pointers, no Drop, valid for every bit pattern.
@@ -876,10 +879,16 @@ fn receive(
                     r();
                 }
             });
-            lp.run().map_err(|source| WorkerRunError::LoopRun {
+            let r = lp.run().map_err(|source| WorkerRunError::LoopRun {
                 mechanism: mech,
                 source,
-            })
+            });
+            if let Some(shared) = seen {
+                let healed: u64 = lp.report_now().entries.iter().map(|e| e.healed).sum();
+                // SeqCst: read by the engine after it reaped this process.
+                shared.control().rt_healed.store(healed, Ordering::SeqCst);
+            }
+            r
         }
         Mechanism::Futex => {
             let mut sub = ch.subscriber(proc_root).map_err(WorkerRunError::Attach)?;
