@@ -261,7 +261,11 @@ pub fn prepare(
         .map_err(|err| ProcessSpawnError::Account {
             name: name.clone(),
             err,
-        })?;
+        })?
+        // Already that user and group (a supervisor run as the user
+        // robot.yaml names): nothing to change, and no privilege to
+        // change the supplementary groups with.
+        .filter(|i| (i.uid, i.gid) != ctx.own_ids);
     let groups = identity
         .as_ref()
         .map(|i| i.groups.clone())
