@@ -1929,12 +1929,8 @@ impl EventLoop {
 /// `VmLck` of this process, in KiB, from `<proc_root>/self/status` (at
 /// most 16 KiB read); `None` when it cannot be read.
 fn locked_kb(proc_root: &std::path::Path) -> Option<u64> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(proc_root.join("self/status"))
-        .ok()?
-        .take(16 << 10)
-        .read_to_string(&mut text)
+    let text = units::bounded::Bound::pseudo(16 << 10)
+        .read_lossy(&proc_root.join("self/status"))
         .ok()?;
     parse_locked_kb(&text)
 }

@@ -42,7 +42,11 @@ pub fn stripped(path: &Path) -> Result<Option<Vec<u8>>, ImageBuildError> {
     if f.read_exact(&mut magic).is_err() || !crate::elf::is_elf(&magic) {
         return Ok(None);
     }
-    let bytes = fs::read(path).map_err(ImageBuildError::io("read", path))?;
+    // A program of the release: read whole (it is stripped in memory),
+    // through units::bounded like every input of an image.
+    let bytes = units::bounded::Bound::regular(4 << 30)
+        .read(path)
+        .map_err(|e| ImageBuildError::io("read", path)(e.into_io()))?;
     let name = format!(
         "{}.debug",
         path.file_name()

@@ -45,10 +45,14 @@ pub struct CpuGovernor {
     pub governor: String,
 }
 
+/// A /proc or /sys file of the sysroot, as text (through
+/// `units::bounded`: no wait on a FIFO, at most 4 MiB).
+fn read_pseudo(path: &Path) -> Option<String> {
+    units::bounded::Bound::pseudo(4 << 20).read_lossy(path).ok()
+}
+
 fn read_trim(path: &Path) -> Option<String> {
-    fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim_end_matches(['\n', '\0']).trim().to_string())
+    read_pseudo(path).map(|s| s.trim_end_matches(['\n', '\0']).trim().to_string())
 }
 
 /// The preemption model a kernel version string names.
@@ -84,8 +88,7 @@ pub fn read_host_facts(sysroot: &Path) -> HostFacts {
         read_trim(&sysroot.join("proc/sys/kernel/version")).unwrap_or_else(|| "unknown".into());
     let rt_flag = read_trim(&sysroot.join("sys/kernel/realtime")).is_some_and(|s| s == "1");
     let model = preempt_model(&kernel_version);
-    let cpu_model = fs::read_to_string(sysroot.join("proc/cpuinfo"))
-        .ok()
+    let cpu_model = read_pseudo(&sysroot.join("proc/cpuinfo"))
         .and_then(|t| cpu_model_of(&t))
         .or_else(|| read_trim(&sysroot.join("proc/device-tree/model")));
     let cpu_dir = sysroot.join("sys/devices/system/cpu");
