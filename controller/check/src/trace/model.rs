@@ -198,13 +198,16 @@ pub fn parse_line(line: &str) -> Option<Event> {
     })
 }
 
-/// A number as a syscall event prints it: `0x1f` or `31`.
+/// A number as a syscall event prints it: always hexadecimal, with `0x`
+/// (Linux 6.18: `op: 0x81`) or without (6.12 and before print the
+/// arguments with `%lx`: `uaddr: ffff809a0000, op: 81`).
 fn sys_num(v: &str) -> Option<u64> {
     let v = v.trim();
-    match v.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).ok(),
-        None => v.parse().ok(),
+    let h = v.strip_prefix("0x").unwrap_or(v);
+    if h.is_empty() || h.len() > 16 {
+        return None;
     }
+    u64::from_str_radix(h, 16).ok()
 }
 
 /// A syscall enter or exit event's text (after the timestamp), or `None`.
@@ -617,6 +620,47 @@ mod tests {
             p.events[2].kind,
             EventKind::SysExit {
                 name: "futex_waitv".into(),
+                ret: -110
+            }
+        );
+    }
+
+    #[test]
+    fn syscall_lines_of_kernels_that_print_hex_without_0x() {
+        // As Debian's 6.12 PREEMPT_RT arm64 kernel prints them (`%lx`):
+        // every argument is hexadecimal, `op: 81` is 0x81.
+        let text = "\
+          talker-370     [002] ...1.    64.338117: sys_futex(uaddr: ffff809a0000, op: 81, val: 7fffffff, utime: 0, uaddr2: 0, val3: 0)
+        listener-371     [003] ...1.    64.339034: sys_futex(uaddr: ffffaa923000, op: 9, val: 9d33, utime: ffffd778ea70, uaddr2: 0, val3: ffffffff)
+        listener-371     [003] ...1.    64.339090: sys_futex -> 0xffffffffffffff92
+";
+        let p = parse(text);
+        assert_eq!(p.skipped, 0, "{p:?}");
+        assert_eq!(
+            p.events[0].kind,
+            EventKind::SysEnter {
+                name: "futex".into(),
+                args: vec![
+                    ("uaddr".into(), 0xffff809a0000),
+                    ("op".into(), 0x81),
+                    ("val".into(), 0x7fffffff),
+                    ("utime".into(), 0),
+                    ("uaddr2".into(), 0),
+                    ("val3".into(), 0)
+                ]
+            }
+        );
+        match &p.events[1].kind {
+            EventKind::SysEnter { args, .. } => {
+                assert_eq!(args[2], ("val".into(), 0x9d33));
+                assert_eq!(args[5], ("val3".into(), 0xffffffff));
+            }
+            k => panic!("{k:?}"),
+        }
+        assert_eq!(
+            p.events[2].kind,
+            EventKind::SysExit {
+                name: "futex".into(),
                 ret: -110
             }
         );
