@@ -422,9 +422,11 @@ impl Bell {
         sys::futex_wait_until(self.word(), key, deadline_ns)
     }
 
-    /// The loop is awake: publishers stop ringing.
-    pub fn wake_up(&self) {
-        self.word().fetch_and(!SLEEPING, Ordering::SeqCst);
+    /// The loop is awake: publishers stop ringing. Returns the word as it
+    /// was (its low 32 bits): unlike the key [`Bell::prepare_sleep`] gave,
+    /// when a publisher rang meanwhile.
+    pub fn wake_up(&self) -> u32 {
+        self.word().fetch_and(!SLEEPING, Ordering::SeqCst) as u32
     }
 
     /// Whether the table was truncated under this process (the bell then

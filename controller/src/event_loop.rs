@@ -20,8 +20,11 @@
 //!   between announcing a message and waking. So the loop looks at the
 //!   index of every watched channel itself every
 //!   [`LoopOptions::wake_check`] and handles what no wake announced,
-//!   counting it (`healed` in the timing report): a lost wakeup costs at
-//!   most that much latency, never the message.
+//!   counting it (`healed` in the timing report: each message of the
+//!   loop's own wake class that was there before its sleep ended, with no
+//!   wake for it; messages of the other class are never announced and are
+//!   counted as `cross_class` instead): a lost wakeup costs at most that
+//!   much latency, never the message.
 //! - A channel's faults (corrupt or truncated shared memory, see
 //!   [`crate::channel::ChannelFault`]) are counted per watcher; a
 //!   truncated channel stops being watched, the rest of the loop runs on.
@@ -507,6 +510,10 @@ struct Watcher {
     armed: bool,
     /// A completion arrived or data is known to be there.
     ready: bool,
+    /// The loop's last sleep ended with a wake for this watcher, or the
+    /// loop found its data without sleeping: what it reads now is not
+    /// counted as found without a wake (`healed`).
+    woken: bool,
     staged: Option<MessageMeta>,
     /// Messages lost that no handler was told of yet: one read in place
     /// and found overwritten, and those lost before it.
@@ -787,6 +794,10 @@ pub struct EventLoop {
     last_cross_look: u64,
     /// A real-time loop looked at its locked memory at its first run.
     memory_checked: bool,
+    /// When the loop's last sleep ended (`CLOCK_MONOTONIC` ns): a message
+    /// of its own class sent before then that no wake announced was found
+    /// by the loop's own look (`healed`).
+    slept_until_ns: u64,
 }
 
 impl EventLoop {
@@ -847,6 +858,7 @@ impl EventLoop {
             cross_look: None,
             last_cross_look: 0,
             memory_checked: false,
+            slept_until_ns: 0,
         };
         if let Some(t) = opts.timing {
             lp.enable_reports(&t)?;
@@ -1034,6 +1046,7 @@ impl EventLoop {
             handler,
             armed: false,
             ready: false,
+            woken: false,
             staged: None,
             untold_lost: 0,
             failed: None,
@@ -1258,8 +1271,8 @@ impl EventLoop {
                 continue;
             }
             if w.sub.has_new() {
+                // Counted per message as it is handled (see dispatch).
                 w.ready = true;
-                w.stats.healed += 1;
             } else if w.sub.channel().is_truncated() {
                 // Its wait is armed on a word no one will move again.
                 Self::fail_if_truncated(w);
@@ -1324,13 +1337,17 @@ impl EventLoop {
             // Waits on the loop's bell; the index is looked at in
             // wait_doorbell, after the bell says the loop sleeps.
             w.armed = true;
+            w.woken = false;
             return Ok(());
         }
         if !w.sub.begin_wait() {
+            // Found before sleeping: no wake was due.
             w.ready = true;
+            w.woken = true;
             return Ok(());
         }
         w.armed = true;
+        w.woken = false;
         if self.backend == Backend::FutexWaitv {
             return Ok(()); // the wait itself is issued in wait_waitv
         }
@@ -1507,6 +1524,7 @@ impl EventLoop {
                 ) => {}
             Err(e) => return Err(EventLoopRunError::Enter(e)),
         }
+        self.slept_until_ns = sys::monotonic_ns();
         let ring = self.ring.as_mut().expect("ring built in run");
         for cqe in ring.completion() {
             let ud = cqe.user_data();
@@ -1520,6 +1538,7 @@ impl EventLoop {
             w.armed = false;
             w.sub.end_wait();
             w.ready = true;
+            w.woken = true;
             if res == -libc::EAGAIN {
                 w.stats.eagain += 1;
             } else if res == -libc::EFAULT && Self::fail_if_truncated(w) {
@@ -1630,6 +1649,8 @@ impl EventLoop {
                 Err(e) => return Err(EventLoopRunError::Waitv(e)),
             }
         };
+        let now = sys::monotonic_ns();
+        self.slept_until_ns = now;
         for &i in &self.waitv_owner {
             let w = &mut self.watchers[i];
             if !w.armed {
@@ -1637,18 +1658,16 @@ impl EventLoop {
             }
             w.armed = false;
             w.sub.end_wait();
+            // A timeout is no wake: what it finds is counted per message
+            // as it is handled (see dispatch).
+            w.woken = r != WaitvResult::TimedOut;
             if w.sub.has_new() {
                 w.ready = true;
-                match r {
-                    WaitvResult::Again => w.stats.eagain += 1,
-                    // No wake came although the data is there: counted
-                    // as the wake check would count it.
-                    WaitvResult::TimedOut => w.stats.healed += 1,
-                    _ => {}
+                if r == WaitvResult::Again {
+                    w.stats.eagain += 1;
                 }
             }
         }
-        let now = sys::monotonic_ns();
         for t in &mut self.timers {
             if t.armed && t.deadline <= now {
                 t.armed = false;
@@ -1721,8 +1740,10 @@ impl EventLoop {
         let mut ready = false;
         for w in &mut self.watchers {
             if w.armed && w.sub.has_new_seqcst() {
+                // Found before sleeping: no ring was due.
                 w.armed = false;
                 w.ready = true;
+                w.woken = true;
                 ready = true;
             }
         }
@@ -1734,20 +1755,26 @@ impl EventLoop {
             }
             Some(bell.sleep(key, deadline).map_err(EventLoopRunError::Bell)?)
         };
-        bell.wake_up();
+        // A ring moves the word (publishers add to it), so a sleep that
+        // timed out as a ring came still counts as rung.
+        let rung = bell.wake_up() != key;
+        if result.is_some() {
+            self.slept_until_ns = sys::monotonic_ns();
+        }
+        let woken = match result {
+            Some(sys::WaitResult::TimedOut) => rung,
+            _ => true,
+        };
         for w in &mut self.watchers {
             if !w.armed {
                 continue;
             }
+            w.woken = woken;
             if w.sub.has_new() {
                 w.armed = false;
                 w.ready = true;
-                match result {
-                    Some(sys::WaitResult::Again) => w.stats.eagain += 1,
-                    // No ring came although the data is there: counted
-                    // as the wake check would count it.
-                    Some(sys::WaitResult::TimedOut) => w.stats.healed += 1,
-                    _ => {}
+                if result == Some(sys::WaitResult::Again) {
+                    w.stats.eagain += 1;
                 }
             } else if w.sub.channel().is_truncated() {
                 Self::fail_if_truncated(w);
@@ -1882,6 +1909,13 @@ impl EventLoop {
                 w.stats.record(now.saturating_sub(event_ns), end - now);
                 if meta.sender_class != self.class {
                     w.stats.record_cross_class(now.saturating_sub(event_ns));
+                } else if !w.woken && meta.send_time_ns < self.slept_until_ns {
+                    // Of its own class and there before the loop's sleep
+                    // ended, yet no wake announced it: the loop's own look
+                    // (a timeout, the wake check, a look across) found it,
+                    // so its wake was lost or late. Messages of the other
+                    // class are never announced (see crate::wake).
+                    w.stats.healed += 1;
                 }
                 w.total += 1;
             } else {

@@ -145,8 +145,9 @@ pub struct EntryStats {
     pub lost: u64,
     pub missed: u64,
     pub errors: u64,
-    /// Messages found by the loop's own look at the index, not by a wake
-    /// (a wake was lost or late).
+    /// Messages of the loop's own wake class found by its own look at the
+    /// index (a timeout, the wake check), not by a wake, although they
+    /// were there before its sleep ended: a wake was lost or late.
     pub healed: u64,
     /// Faults of the channel (corrupt or truncated shared memory).
     pub faults: u64,

@@ -116,10 +116,13 @@ pub struct DeliveryAccount {
     /// `logged` or `A/A`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<String>,
-    /// The runtime's backends: messages the receiver's loop found by its
-    /// own wake check, with no wake for them (a lost or late wake).
+    /// The runtime's backends: the real-time sender's messages the
+    /// receiver's loop found by its own look (a timeout, the wake check),
+    /// although they were there before its sleep ended and no wake came
+    /// for them (a lost or late wake). Messages of the low-priority
+    /// publishers are of the other wake class and never counted here.
     #[serde(default)]
-    pub found_by_wake_check: u64,
+    pub found_without_wake: u64,
 }
 
 impl DeliveryAccount {
@@ -144,10 +147,10 @@ impl DeliveryAccount {
                 self.sent,
                 self.delivered,
                 self.lost,
-                if self.found_by_wake_check > 0 {
+                if self.found_without_wake > 0 {
                     format!(
-                        " ({} found by the loop's wake check, not by a wake)",
-                        self.found_by_wake_check
+                        " ({} found by the loop's own look before any wake for them: a wake lost or late)",
+                        self.found_without_wake
                     )
                 } else {
                     String::new()

@@ -883,7 +883,7 @@ pub(crate) fn run(
                         .trim_matches(|c| c == ' ' || c == '(' || c == ')')
                         .to_string()
                 }),
-                found_by_wake_check: sh.control().rt_healed.load(Ordering::SeqCst),
+                found_without_wake: sh.control().rt_healed.load(Ordering::SeqCst),
             };
             let label = format!("{}{suffix}", mech.short());
             let send = sh.hist(mech, H_SEND).summary();
@@ -1214,7 +1214,7 @@ impl Merged {
                     m.missing.push_str(&a.missing);
                 }
                 m.beyond_range += a.beyond_range;
-                m.found_by_wake_check += a.found_by_wake_check;
+                m.found_without_wake += a.found_without_wake;
             }
         }
     }

@@ -219,7 +219,7 @@ fn account(mech: Mechanism, unaccounted: u64, informational: bool) -> DeliveryAc
         beyond_range: 0,
         informational,
         run: None,
-        found_by_wake_check: 0,
+        found_without_wake: 0,
     }
 }
 
