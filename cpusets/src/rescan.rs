@@ -89,17 +89,13 @@ impl IrqWatch {
                 continue;
             };
             let comm_path = e.path().join("comm");
-            // A comm is at most 16 bytes; read no more than 64 of whatever
-            // stands there.
-            // Opened as every pseudo file is (units::bounded: no wait on a
-            // FIFO, no device read to its end), then cut at 64 bytes.
+            // A comm is at most 16 bytes; no more than 64 of whatever
+            // stands there is read (units::bounded: no wait on a FIFO, no
+            // device read to its end; more is an error).
             let comm = match units::bounded::Bound::pseudo(64)
-                .open(&comm_path)
+                .read(&comm_path)
                 .map_err(|e| e.into_io())
-                .and_then(|f| {
-                    let mut c = Vec::with_capacity(64);
-                    io::Read::read_to_end(&mut io::Read::take(f, 64), &mut c).map(|_| c)
-                }) {
+            {
                 Ok(c) => c,
                 // Gone since the listing (ESRCH for a dying task).
                 Err(err)

@@ -415,11 +415,9 @@ fn read_tar(
 ) -> Result<LoadedBase, ImageBuildError> {
     let io_err = |what| ImageBuildError::io(what, path);
     let mut file = crate::entry::open_input(path, true).map_err(io_err("open base"))?;
-    let mut head = Vec::with_capacity(512);
-    (&mut file)
-        .take(512)
-        .read_to_end(&mut head)
-        .map_err(io_err("read base"))?;
+    // Its first block, enough to tell the compression by.
+    let head = units::bounded::read_at_most(&mut (&mut file).take(512), path, 512)
+        .map_err(|e| io_err("read base")(e.into_io()))?;
     let compression = detect(path, &head)?;
     let file = crate::entry::open_input(path, true).map_err(io_err("open base"))?;
     let mut hashing = HashingReader {

@@ -278,13 +278,24 @@ pub fn build(
                 ..
             }) => {
                 // At most one byte past the limit: lint refuses a longer file.
-                let mut text = String::new();
-                tree.open(paths::EXTLINUX, *size, data)
+                let limit = extlinux::MAX_FILE_BYTES as u64 + 1;
+                let source = tree.source_of(paths::EXTLINUX, data);
+                let text = tree
+                    .open(paths::EXTLINUX, *size, data)
                     .and_then(|r| {
-                        r.take(extlinux::MAX_FILE_BYTES as u64 + 1)
-                            .read_to_string(&mut text)
+                        units::bounded::read_at_most(&mut r.take(limit), &source, limit)
+                            .map_err(units::bounded::FileReadError::into_io)
                     })
-                    .map_err(ImageBuildError::io("read", tree.source_of(paths::EXTLINUX, data)))?;
+                    .and_then(|b| {
+                        String::from_utf8(b).map_err(|e| {
+                            units::bounded::FileReadError::NotText {
+                                path: source.clone(),
+                                at: e.utf8_error().valid_up_to(),
+                            }
+                            .into_io()
+                        })
+                    })
+                    .map_err(ImageBuildError::io("read", &source))?;
                 let merged = extlinux::merge_conf(&text, &spec.cmdline).map_err(|problems| ImageBuildError::Extlinux {
                     path: format!("/{}", paths::EXTLINUX),
                     problems,
@@ -324,7 +335,9 @@ pub fn build(
         .map(|(r, src)| (format!("{release_dir}/{r}"), src.clone()))
         .collect();
     let deploy_stripped = if spec.strip {
-        release::stripped(&spec.deploy_binary)?
+        // The debug link names the file as installed (`deploy.debug`),
+        // whatever the binary given was called.
+        release::stripped(&spec.deploy_binary, true, "deploy.debug")?
     } else {
         None
     };
@@ -731,9 +744,14 @@ fn check_programs(
             spec.release
                 .join(path.trim_start_matches(release_dir).trim_start_matches('/'))
         };
-        let mut bytes = Vec::new();
-        tree.open(&path, *size, data)
-            .and_then(|mut r| r.read_to_end(&mut bytes))
+        // Read whole to be inspected, at most as much as a program of the
+        // release is read to be stripped (release::MAX_PROGRAM).
+        let bytes = tree
+            .open(&path, *size, data)
+            .and_then(|mut r| {
+                units::bounded::read_at_most(&mut r, &source, release::MAX_PROGRAM)
+                    .map_err(units::bounded::FileReadError::into_io)
+            })
             .map_err(ImageBuildError::io("read", &source))?;
         owned.push((path, source.display().to_string(), bytes));
     }

@@ -320,9 +320,12 @@ fn release(
 /// Tells a tar or tar.zst image from the others by its first bytes.
 fn image_kind(path: &Path) -> Result<Option<bool>, FlashPlanError> {
     use std::io::Read;
-    let mut head = Vec::new();
-    crate::entry::open_input(path, true)
-        .and_then(|f| f.take(512).read_to_end(&mut head))
+    // Its first block: a zstd frame's magic or a tar header's `ustar`.
+    let head = crate::entry::open_input(path, true)
+        .and_then(|f| {
+            units::bounded::read_at_most(&mut f.take(512), path, 512)
+                .map_err(units::bounded::FileReadError::into_io)
+        })
         .map_err(|source| FlashPlanError::Image {
             path: path.to_path_buf(),
             source,

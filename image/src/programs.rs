@@ -86,13 +86,8 @@ fn head(tree: &Tree, path: &str, n: u64) -> Option<Vec<u8>> {
     let Kind::File { size, data, .. } = &tree.entries.get(&p)?.kind else {
         return None;
     };
-    let mut buf = Vec::new();
-    tree.open(&p, *size, data)
-        .ok()?
-        .take(n)
-        .read_to_end(&mut buf)
-        .ok()?;
-    Some(buf)
+    let r = tree.open(&p, *size, data).ok()?;
+    units::bounded::read_at_most(&mut r.take(n), &tree.source_of(&p, data), n).ok()
 }
 
 /// The machine of the base's programs (its `/bin/sh`), for a board that

@@ -34,26 +34,48 @@ pub struct Release {
     pub debug: Vec<(String, PathBuf)>,
 }
 
+/// The most read of one program of an image (whole, to strip or inspect
+/// it): a bound, not a size; a robot's program with its debug information
+/// is tens to hundreds of MiB.
+pub const MAX_PROGRAM: u64 = 4 << 30;
+
+/// The debug file's name of a release file at `rel` (its path in the
+/// release): its file name plus `.debug`.
+fn debug_name(rel: &str) -> String {
+    format!("{}.debug", rel.rsplit('/').next().unwrap_or(rel))
+}
+
 /// `path`'s bytes stripped of their debug information, when it is an ELF
-/// file that has some: the debug file keeps its name plus `.debug`.
-pub fn stripped(path: &Path) -> Result<Option<Vec<u8>>, ImageBuildError> {
+/// file that has some, linked (`.gnu_debuglink`) to the debug file
+/// `debug_name`: the name it is installed under plus `.debug`, which is
+/// where the debug file is kept beside the output. `follow`: `path` may be
+/// a symbolic link (a program named on the command line); a file of a
+/// release tree is not followed (its links are entries of their own).
+pub fn stripped(
+    path: &Path,
+    follow: bool,
+    debug_name: &str,
+) -> Result<Option<Vec<u8>>, ImageBuildError> {
     let mut magic = [0u8; 4];
-    let mut f = fs::File::open(path).map_err(ImageBuildError::io("open", path))?;
+    // Opened as the read below opens it (units::bounded): a FIFO is
+    // refused, not waited on for its magic.
+    let mut f =
+        crate::entry::open_input(path, follow).map_err(ImageBuildError::io("open", path))?;
     if f.read_exact(&mut magic).is_err() || !crate::elf::is_elf(&magic) {
         return Ok(None);
     }
-    // A program of the release: read whole (it is stripped in memory),
-    // through units::bounded like every input of an image.
-    let bytes = units::bounded::Bound::regular(4 << 30)
+    // A program: read whole (it is stripped in memory), through
+    // units::bounded like every input of an image.
+    let bound = units::bounded::Bound::regular(MAX_PROGRAM);
+    let bound = if follow {
+        bound.following_links()
+    } else {
+        bound
+    };
+    let bytes = bound
         .read(path)
         .map_err(|e| ImageBuildError::io("read", path)(e.into_io()))?;
-    let name = format!(
-        "{}.debug",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    );
-    crate::elf::strip(&bytes, &name, crate::elf::crc32(&bytes)).map_err(|e| {
+    crate::elf::strip(&bytes, debug_name, crate::elf::crc32(&bytes)).map_err(|e| {
         ImageBuildError::NotAProgram {
             path: path.display().to_string(),
             source_path: path.display().to_string(),
@@ -123,7 +145,11 @@ pub fn read(dir: &Path, programs: &[String], strip: bool) -> Result<Release, Ima
             } else if ft.is_file() {
                 let exec = md.permissions().mode() & 0o111 != 0;
                 let mode = if exec { 0o755 } else { 0o644 };
-                match strip.then(|| stripped(&path)).transpose()?.flatten() {
+                match strip
+                    .then(|| stripped(&path, false, &debug_name(&r)))
+                    .transpose()?
+                    .flatten()
+                {
                     Some(bytes) => {
                         debug.push((r.clone(), path.clone()));
                         let sha = hex::encode(Sha256::digest(&bytes));
@@ -269,7 +295,7 @@ pub fn stage_stripped(
                 fs::create_dir(&to).map_err(ImageBuildError::io("create", &to))?;
                 stack.push((path, r));
             } else if md.is_file() {
-                match stripped(&path)? {
+                match stripped(&path, false, &debug_name(&r))? {
                     Some(bytes) => {
                         fs::write(&to, bytes).map_err(ImageBuildError::io("write", &to))?;
                         debug.push((r.clone(), path.clone()));

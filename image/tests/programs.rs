@@ -174,6 +174,16 @@ fn a_dynamic_program_runs_where_the_base_has_what_it_needs_and_goes_in_stripped(
         read_tar(&out).1["usr/bin/deploy"].data.len(),
         installed.len()
     );
+    // A deploy binary named through a symbolic link (as a build
+    // directory or a package may give it) is followed and stripped the
+    // same way.
+    let link = t.path().join("deploy-link");
+    std::os::unix::fs::symlink(t.path().join("deploy"), &link).unwrap();
+    let direct = spec.deploy_binary.clone();
+    spec.deploy_binary = link;
+    build(&spec, &out, Format::Tar, &mut no_progress()).unwrap();
+    assert!(read_tar(&out).1["usr/bin/deploy"].data == *installed);
+    spec.deploy_binary = direct;
     // Without stripping, the program goes in as given and there is no
     // debug directory.
     spec.strip = false;

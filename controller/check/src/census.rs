@@ -35,7 +35,6 @@
 //! tasks that are not the robot's.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -703,12 +702,15 @@ impl<R: Resolver> Aggregator<R> {
 
 type Maps = Vec<(u64, u64, u64, String)>;
 
+/// The most read of one `/proc/<pid>/maps`: the default
+/// `vm.max_map_count` (65530) mappings of 256 bytes a line (73 before the
+/// path). A process whose maps hold more is not resolved.
+const MAX_MAPS: u64 = 16 << 20;
+
 fn read_maps(path: &Path) -> Option<Maps> {
-    let mut text = String::new();
-    File::open(path)
-        .ok()?
-        .take(4 << 20)
-        .read_to_string(&mut text)
+    // Lossy: a mapped file's name may hold any byte.
+    let text = units::bounded::Bound::pseudo(MAX_MAPS)
+        .read_lossy(path)
         .ok()?;
     Some(
         text.lines()
@@ -752,12 +754,9 @@ impl MapsCache {
             let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
             };
-            let mut comm = String::new();
-            if File::open(e.path().join("comm"))
-                .and_then(|f| f.take(64).read_to_string(&mut comm))
-                .is_err()
-                || !comm.starts_with(ROBOT_PREFIX)
-            {
+            // A comm is at most 16 bytes.
+            let comm = units::bounded::Bound::pseudo(64).read_lossy(&e.path().join("comm"));
+            if !comm.is_ok_and(|c| c.starts_with(ROBOT_PREFIX)) {
                 continue;
             }
             if self.maps.len() >= MAX_TASKS && !self.maps.contains_key(&pid) {
@@ -832,7 +831,12 @@ impl Resolver for ProcResolver {
         // struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 reserved; }
         let mut buf = vec![0u8; (nr as usize) * 24];
         let p = self.proc_root.join(tid.to_string()).join("mem");
-        let ok = File::open(&p)
+        // Opened through units::bounded (a pseudo file: no wait on a FIFO
+        // in a fake tree); read only where the vector is, its size bounded
+        // by the caller (128 entries).
+        let ok = units::bounded::Bound::pseudo(buf.len() as u64)
+            .open(&p)
+            .map_err(units::bounded::FileReadError::into_io)
             .and_then(|f| f.read_exact_at(&mut buf, ptr))
             .is_ok();
         if !ok {
@@ -917,8 +921,12 @@ fn make_probes(root: &Path) -> Result<(), String> {
         return Err("this kernel has no kprobe events (CONFIG_KPROBE_EVENTS)".into());
     }
     let funcs = root.join("available_filter_functions");
-    let mut text = String::new();
-    let _ = File::open(&funcs).and_then(|f| f.take(64 << 20).read_to_string(&mut text));
+    // A function a line (tens of thousands, a few MiB with the modules'):
+    // 64 MiB is far past any kernel's; a file it cannot read is one
+    // without the probe point.
+    let text = units::bounded::Bound::pseudo(64 << 20)
+        .read_lossy(&funcs)
+        .unwrap_or_default();
     if !text
         .lines()
         .any(|l| l.split_whitespace().next() == Some("futex_hash"))
@@ -1172,9 +1180,10 @@ fn dropped_events(dir: &Path) -> u64 {
     };
     let mut n = 0u64;
     for e in rd.filter_map(|e| e.ok()).take(4096) {
-        let mut text = String::new();
-        let _ =
-            File::open(e.path().join("stats")).and_then(|f| f.take(4096).read_to_string(&mut text));
+        // A dozen short lines.
+        let text = units::bounded::Bound::pseudo(4096)
+            .read_lossy(&e.path().join("stats"))
+            .unwrap_or_default();
         for l in text.lines() {
             if let Some(v) = l
                 .strip_prefix("overrun: ")

@@ -108,7 +108,10 @@ pub fn read_host_facts(sysroot: &Path) -> HostFacts {
         }
     }
     governors.sort_by_key(|g| g.cpu);
-    let cpu_dma_latency_us = fs::read(sysroot.join("dev/cpu_dma_latency"))
+    // A character device (read as a pseudo file): 4 bytes, or a short
+    // text in a captured fixture.
+    let cpu_dma_latency_us = units::bounded::Bound::pseudo(64)
+        .read(&sysroot.join("dev/cpu_dma_latency"))
         .ok()
         .and_then(|b| dma_latency_value(&b));
     let kernel_capabilities =

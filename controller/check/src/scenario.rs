@@ -58,8 +58,10 @@ impl Worker {
                 Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(5)),
                 Ok(None) => {
                     let pid = self.child.id();
-                    let wchan =
-                        std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+                    // A kernel symbol's name (at most 512 bytes).
+                    let wchan = units::bounded::Bound::pseudo(4096)
+                        .read_lossy(Path::new(&format!("/proc/{pid}/wchan")))
+                        .unwrap_or_default();
                     eprintln!(
                         "deploy check: the {} worker (pid {pid}) was still there {}s after SIGKILL (waiting in the kernel in `{}`); going on without it",
                         self.role,
@@ -284,7 +286,10 @@ pub(crate) fn shm_dir(prefix: &Path) -> PathBuf {
 /// CPUs this process may run on, and the supervisor itself is pinned to the
 /// housekeeping CPUs while the check places workers on the isolated ones.
 fn online_cpus(sysroot: &Path) -> Vec<usize> {
-    let parsed = std::fs::read_to_string(sysroot.join("sys/devices/system/cpu/online"))
+    // A CPU list sysfs prints in one page (64 KiB pages on some arm64
+    // kernels).
+    let parsed = units::bounded::Bound::pseudo(64 << 10)
+        .read_text(&sysroot.join("sys/devices/system/cpu/online"))
         .ok()
         .and_then(|t| controller::rt::parse_cpu_list(t.trim()))
         .filter(|cpus| !cpus.is_empty());

@@ -68,6 +68,26 @@ impl Drop for Supervisor {
     }
 }
 
+/// The most of the supervisor's own output read back for a message.
+const MAX_LOG_TAIL: u64 = 256 << 10;
+
+/// The newest [`MAX_LOG_TAIL`] bytes of the supervisor's own output (a
+/// line cut by the limit left out), empty when it cannot be read. Through
+/// a link as it was written (`File::create` follows one).
+fn log_tail(log: &Path) -> String {
+    let Ok(t) = units::bounded::Bound::regular(MAX_LOG_TAIL)
+        .following_links()
+        .read_tail(log)
+    else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(&t.bytes);
+    match text.split_once('\n') {
+        Some((_, rest)) if t.skipped > 0 => rest.to_string(),
+        _ => text.into_owned(),
+    }
+}
+
 fn status(prefix: &Path) -> Option<SupervisorStatus> {
     control::request(&control::socket_path(prefix), &Request::Status)
         .ok()
@@ -143,7 +163,7 @@ pub fn run(ctx: &Ctx, args: DemoArgs) -> anyhow::Result<Exit> {
     let mut last = None;
     while started.elapsed() < args.run_for.0.max(Duration::from_secs(30)) {
         if let Some(st) = sup.0.try_wait()? {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let text = log_tail(&log);
             anyhow::bail!("the supervisor stopped ({st}): {}", text.trim());
         }
         last = status(&prefix);
@@ -162,7 +182,7 @@ pub fn run(ctx: &Ctx, args: DemoArgs) -> anyhow::Result<Exit> {
         anyhow::bail!(
             "the supervisor never answered on {}: {}",
             control::socket_path(&prefix).display(),
-            std::fs::read_to_string(&log).unwrap_or_default().trim()
+            log_tail(&log).trim()
         );
     };
 
@@ -237,7 +257,7 @@ pub fn run(ctx: &Ctx, args: DemoArgs) -> anyhow::Result<Exit> {
         println!("next: `deploy plan -c examples/orin-nano.yaml`, the CPU plan of a real robot");
         Ok(Exit::Ok)
     } else {
-        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        let said = log_tail(&log);
         let tail: Vec<&str> = said.lines().rev().take(8).collect();
         eprintln!(
             "deploy: the demo did not run as it should: {}; the supervisor said:\n{}",

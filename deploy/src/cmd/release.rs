@@ -137,9 +137,10 @@ pub fn run_reboot(ctx: &Ctx, _args: RebootArgs) -> anyhow::Result<Exit> {
         .map_err(|e| e.into_io())
     {
         Ok(f) => {
-            let mut b = Vec::new();
-            f.take(REASON_MAX)
-                .read_to_end(&mut b)
+            // Its first REASON_MAX bytes: a longer reason is cut, not a
+            // reason to refuse the reboot it asks for.
+            let b = units::bounded::read_at_most(&mut f.take(REASON_MAX), &marker, REASON_MAX)
+                .map_err(|e| e.into_io())
                 .with_context(|| format!("read {}", marker.display()))?;
             String::from_utf8_lossy(&b).trim().to_string()
         }

@@ -161,18 +161,17 @@ pub fn ask_restart(prefix: &Path, release: &str, boot_id: &str) -> Result<(), Re
 /// Whether [`RESTART_MARKER`] asks to take up `release`'s trial in the boot
 /// `boot_id`. The marker is removed either way: it serves one start.
 pub(crate) fn take_restart(prefix: &Path, release: &str, boot_id: &str) -> bool {
-    use std::io::Read;
     let path = prefix.join(RESTART_MARKER);
-    let Ok(f) = crate::error::open_regular(&path) else {
-        let _ = fs::remove_file(&path);
+    // A marker that cannot be read, or holds more than
+    // [`RESTART_MARKER_MAX`] bytes (two words never do), asks for nothing.
+    let read = crate::error::read_regular(&path, RESTART_MARKER_MAX);
+    let _ = fs::remove_file(&path);
+    let Ok(b) = read else {
         return false;
     };
-    let mut b = Vec::new();
-    let read = f.take(RESTART_MARKER_MAX).read_to_end(&mut b).is_ok();
-    let _ = fs::remove_file(&path);
     let text = String::from_utf8_lossy(&b);
     let mut w = text.split_whitespace();
-    read && !boot_id.is_empty()
+    !boot_id.is_empty()
         && w.next() == Some(release)
         && w.next() == Some(boot_id)
         && w.next().is_none()

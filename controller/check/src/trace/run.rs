@@ -370,12 +370,10 @@ pub(crate) fn analyse_and_save(
 /// The scheduling policy of task `pid` (`/proc/<pid>/stat`, field 41),
 /// as chrt names it.
 fn policy(proc_root: &Path, pid: i32) -> Option<&'static str> {
-    use std::io::Read;
-    let mut s = String::new();
-    std::fs::File::open(proc_root.join(pid.to_string()).join("stat"))
-        .ok()?
-        .take(4096)
-        .read_to_string(&mut s)
+    // One line of 52 numeric fields and a comm of at most 16 bytes: well
+    // under 4 KiB.
+    let s = units::bounded::Bound::pseudo(4096)
+        .read_lossy(&proc_root.join(pid.to_string()).join("stat"))
         .ok()?;
     policy_of_stat(&s)
 }

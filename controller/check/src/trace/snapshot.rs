@@ -15,7 +15,6 @@
 //! so that any tool that reads ftrace text reads it too (the header lines
 //! are comments to it).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::analyse::{analyse, Analysis, MissContext};
@@ -266,19 +265,16 @@ pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, TraceLoadError> {
         source,
     };
     // units::bounded: a FIFO or a device is refused, not waited on.
-    let f = units::bounded::Bound::regular(max + 1)
+    units::bounded::Bound::regular(max)
         .following_links()
-        .open(path)
-        .map_err(|e| rerr(e.into_io()))?;
-    let mut buf = vec![];
-    f.take(max + 1).read_to_end(&mut buf).map_err(rerr)?;
-    if buf.len() as u64 > max {
-        return Err(TraceLoadError::TooLarge {
-            path: path.into(),
-            max,
-        });
-    }
-    Ok(buf)
+        .read(path)
+        .map_err(|e| match e {
+            units::bounded::FileReadError::TooLarge { .. } => TraceLoadError::TooLarge {
+                path: path.into(),
+                max,
+            },
+            e => rerr(e.into_io()),
+        })
 }
 
 /// Loads a saved miss (its `.txt`, or its `.json` when the `.txt` is

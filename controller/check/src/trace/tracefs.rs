@@ -169,11 +169,12 @@ fn mount_tracefs(at: &Path) -> Result<(), TraceSetupError> {
     Ok(())
 }
 
-/// Reads a small tracefs file (at most 4 KiB).
+/// Reads a small tracefs file (`current_tracer`, `tracing_on`: one short
+/// line), at most 4 KiB, as text.
 pub(crate) fn read_small(p: &Path) -> std::io::Result<String> {
-    let mut s = String::new();
-    File::open(p)?.take(4096).read_to_string(&mut s)?;
-    Ok(s)
+    units::bounded::Bound::pseudo(4096)
+        .read_text(p)
+        .map_err(units::bounded::FileReadError::into_io)
 }
 
 /// Writes `value` to an existing tracefs file (never creates one).
@@ -482,7 +483,13 @@ impl Tracer {
 /// Reads `p` to its end, keeping at most `max` of the newest bytes (from
 /// a line start); reads stop after [`MAX_READ`] bytes.
 fn read_newest(p: &Path, max: usize) -> std::io::Result<String> {
-    let mut f = File::open(p)?;
+    // Opened through units::bounded (no wait on a FIFO, a device refused);
+    // read here, not by `read_tail`: the text of a trace buffer is
+    // generated as it is read (its size says 0), its newest part is at the
+    // end of [`MAX_READ`] bytes at most, and the cut is at a line start.
+    let mut f = units::bounded::Bound::pseudo(MAX_READ as u64)
+        .open(p)
+        .map_err(units::bounded::FileReadError::into_io)?;
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     let mut chunk = vec![0u8; 1 << 16];
     let mut total = 0usize;
