@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use controller::config::{Dur, DurParseError};
 use controller::kernel::{needs, KernelVersion};
 use serde::{Deserialize, Serialize};
+use units::duration::{Dur, DurParseError};
 
 use crate::board::{self, Board};
 use crate::cpuset::CpuSet;

@@ -424,7 +424,7 @@ fn systemd_start_timeout_is_extended_by_the_boot_check() {
     let p = process(json!({"name": "p", "exec": "/bin/sleep", "args": ["60"]}));
     let mut cfg = config(vec![p], None);
     cfg.boot_check.enabled = true;
-    cfg.boot_check.duration = controller::config::Dur(Duration::from_secs(300));
+    cfg.boot_check.duration = units::duration::Dur(Duration::from_secs(300));
     let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ran2 = ran.clone();
     let hooks = Hooks {

@@ -68,7 +68,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use controller::config::{CheckSection, Dur};
+use controller::config::CheckSection;
+use units::duration::Dur;
 
 pub use report::{
     BudgetResult, CheckReport, Measurement, MeasurementKind, TraceSummary, TraceVerdict,

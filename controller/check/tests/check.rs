@@ -13,7 +13,8 @@ use check::output::{cyclictest_histogram, svg_plot};
 use check::report::{seq_ranges, CheckReport, DeliveryAccount, Realtime, ScenarioFacts};
 use check::timer::measure;
 use check::{evaluate_budgets, CheckInputs, Measurement, MeasurementKind, Mechanism, NamedBudget};
-use controller::config::{CheckSection, Dur};
+use controller::config::CheckSection;
+use units::duration::Dur;
 
 fn write(root: &Path, rel: &str, content: &[u8]) {
     let p = root.join(rel);

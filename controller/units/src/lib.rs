@@ -1,16 +1,24 @@
 //! The units and contracts every crate of rtdeploy shares, and that depend
 //! on no crate of ours: [`bounded`], the one way a file from outside the
-//! process is read, and [`path`], the one way a path from robot.yaml is
-//! put under a root.
+//! process is read; [`path`], the one way a path from robot.yaml is put
+//! under a root; the units robot.yaml writes in every section
+//! ([`duration`], [`size`]) and what a validator reports ([`problem`]).
 //!
 //! Design rules:
-//! - std, libc and thiserror only, so `controller` (which a controller
-//!   binary links alone) and `cpusets` can depend on it;
+//! - std, libc, thiserror and serde only, so `controller` (which a
+//!   controller binary links alone) and `cpusets` can depend on it. serde
+//!   is here because the units are robot.yaml's: a duration is written the
+//!   same way in `channels:`, `cpus:` and `log:`, and each crate owns the
+//!   serde types of its own section, so the unit's serde form must live
+//!   below all of them. Derive and the data model only: no format crate;
 //! - every read is bounded in memory and in time: a file's size as stat(2)
 //!   reports it is never trusted (procfs says 0, sysfs 4096, a FIFO or a
 //!   device anything), and nothing here waits on a FIFO or a device;
-//! - every error carries the path it is about, lower case, without its
-//!   cause repeated as a `source()`.
+//! - every error carries the value (or the path) it is about, lower case,
+//!   without its cause repeated as a `source()`.
 
 pub mod bounded;
+pub mod duration;
 pub mod path;
+pub mod problem;
+pub mod size;

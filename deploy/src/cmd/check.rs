@@ -15,9 +15,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use check::{self, CheckEnv, CheckInputs, Mechanism, NamedBudget, Progress};
 use clap::Args;
-use controller::config::{Dur, DurParseError};
 use cpusets::verify::{self, VerifyOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use units::duration::{Dur, DurParseError};
 
 use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};

@@ -181,7 +181,7 @@ pub struct ChannelPlan {
     /// Publishers and subscribers by wake class.
     pub classes: services::wake_class::ChannelClasses,
     /// How late a message may reach a subscriber of the other class.
-    pub cross_class_latency: controller::config::Dur,
+    pub cross_class_latency: units::duration::Dur,
     /// Whether some publisher and subscriber are of different classes.
     pub crosses_classes: bool,
 }
@@ -254,7 +254,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 shm_bytes: c.shm_bytes(publishers as u64),
                 crosses_classes: on.crosses(),
                 classes: on,
-                cross_class_latency: controller::config::Dur(c.cross_class_latency()),
+                cross_class_latency: units::duration::Dur(c.cross_class_latency()),
             }
         })
         .collect();
@@ -510,7 +510,7 @@ pub fn render(p: &Plan) -> String {
                 o,
                 "    across classes within {}: subscribers look every {} while the other class publishes",
                 c.cross_class_latency,
-                controller::config::Dur(c.cross_class_latency.0 / 2)
+                units::duration::Dur(c.cross_class_latency.0 / 2)
             );
         }
     }

@@ -483,7 +483,7 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
         }
     }
     let mut inputs = super::check::inputs_from_robot(robot);
-    inputs.duration = Some(controller::config::Dur(duration));
+    inputs.duration = Some(units::duration::Dur(duration));
     inputs.trace = super::check::trace_request(ctx, robot, None);
     let exe = match std::env::current_exe() {
         Ok(e) => e,

@@ -685,7 +685,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                         if be_pubs.len() == 1 { "process" } else { "processes" },
                         be_pubs.iter().map(|n| echo::value(n)).collect::<Vec<_>>().join("`, `"),
                         if be_pubs.len() == 1 { "es" } else { "" },
-                        controller::config::Dur(bound)
+                        units::duration::Dur(bound)
                     ),
                 );
             }

@@ -11,10 +11,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use controller::config::Dur;
 use controller::{Channel, ChannelGeometry};
 use logbook::schema::TypeDecl;
 use logbook::{LogSection, Recorder, RecorderConfig};
+use units::duration::Dur;
 
 controller::shm_struct! {
     pub struct Sample {

@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use controller::config::{ByteSize, Dur};
 use controller::{Channel, ChannelGeometry};
 use logbook::read::{first_log_time, load, scan, Filter};
 use logbook::replay::{replay, ReplayOptions};
 use logbook::schema::TypeDecl;
 use logbook::{LogSection, Recorder, RecorderConfig};
+use units::duration::Dur;
+use units::size::ByteSize;
 
 const PROC: &str = "/proc";
 
