@@ -759,7 +759,7 @@ impl Channel {
                 return Ok((ch, CreateOutcome::Reused { recovered }));
             }
             Err(ChannelOpenError::NotFound { .. }) => None,
-            Err(e) => Some(crate::error::Chain(&e).to_string()),
+            Err(e) => Some(units::error::Chain(&e).to_string()),
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io_err)?;

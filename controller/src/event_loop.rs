@@ -879,10 +879,10 @@ impl EventLoop {
             None,
             &self.proc_root,
         )
-        .map_err(|e| err(crate::error::Chain(&e).to_string()))?;
+        .map_err(|e| err(units::error::Chain(&e).to_string()))?;
         let publisher = ch
             .publisher(&self.proc_root)
-            .map_err(|e| err(crate::error::Chain(&e).to_string()))?;
+            .map_err(|e| err(units::error::Chain(&e).to_string()))?;
         let mut raw = Box::<RawReport>::default();
         timing_report::fill_name(&mut raw.process, &t.process);
         raw.pid = self.pid as u64;

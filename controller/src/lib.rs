@@ -15,7 +15,7 @@
 //! - `unsafe` lives only in the modules that map shared memory or issue
 //!   syscalls, each block with its `SAFETY:` argument;
 //! - an error says what failed and keeps the underlying error as its
-//!   `source()` without repeating it ([`error::Chain`] prints the chain);
+//!   `source()` without repeating it ([`units::error::Chain`] prints the chain);
 //! - no check engine, benchmark, serde_json or comparison wake mechanism
 //!   here (they live in the `check` crate): a controller links this alone;
 //! - test instrumentation (publish fault steps, abandoned publishers, the
@@ -24,7 +24,6 @@
 pub mod channel;
 pub mod config;
 pub mod doorbell;
-pub mod error;
 pub mod event_loop;
 pub mod kernel;
 pub mod miss_trace;

@@ -1211,7 +1211,7 @@ pub fn power_checks(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, Verif
                         format!(
                             "no {} and nvpmodel does not answer: {}",
                             power::STATUS_FILE,
-                            controller::error::Chain(&e)
+                            units::error::Chain(&e)
                         ),
                         None,
                     ));

@@ -132,7 +132,7 @@ impl Host {
                 Err(e) => {
                     notes.push(format!(
                         "SCHED_FIFO {p} is not permitted here ({}): every side runs SCHED_OTHER",
-                        controller::error::Chain(&e)
+                        units::error::Chain(&e)
                     ));
                     None
                 }
@@ -143,7 +143,7 @@ impl Host {
             Err(e) => {
                 notes.push(format!(
                     "/dev/cpu_dma_latency not held ({}): idle states may add wake latency to both sides",
-                    controller::error::Chain(&e)
+                    units::error::Chain(&e)
                 ));
                 None
             }

@@ -29,13 +29,13 @@ use crate::tempdir::TempDir;
 use controller::channel::{
     Channel, ChannelAttachError, ChannelCreateError, ChannelGeometry, PublishError,
 };
-use controller::error::Chain;
 use controller::event_loop::{
     probe, Backend, EventLoop, EventLoopCreateError, EventLoopRunError, LoopOptions,
 };
 use controller::rt::{self, DmaLatencyHold, Policy};
 use controller::sys;
 use controller::time::{sleep_until, Monotonic};
+use units::error::Chain;
 
 /// The wake mechanisms [`wake`] measures: the check's, one enum with one
 /// name each on the command line and in JSON.

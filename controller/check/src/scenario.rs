@@ -22,8 +22,8 @@ use crate::worker::{
 };
 use crate::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
 use controller::channel::{Channel, ChannelGeometry, Publisher};
-use controller::error::Chain;
 use controller::rt::DmaLatencyHold;
+use units::error::Chain;
 
 /// How long the real-time receiver of a phase may take to start.
 const RECEIVER_READY_WITHIN: Duration = Duration::from_secs(60);

@@ -37,7 +37,6 @@ use crate::hist::Histogram;
 use crate::notify::{AddressCell, Peers, Waiter};
 use crate::{rt, Mechanism, MechanismUnavailableError};
 use controller::channel::{Channel, ChannelAttachError, ChannelOpenError, Message};
-use controller::error::Chain;
 use controller::event_loop::{
     self, Backend, EventLoop, EventLoopCreateError, EventLoopRunError, LoopOptions,
 };
@@ -45,6 +44,7 @@ use controller::rt::RtSetupError;
 use controller::shm::{Mapping, ShmAtomic};
 use controller::sys::monotonic_ns;
 use controller::time::{sleep_until, Monotonic};
+use units::error::Chain;
 
 /// Why a worker role could not run (printed on its stderr, which the
 /// engine puts in its report).

@@ -41,7 +41,7 @@ pub fn arg(args: &[String], name: &str) -> Option<String> {
 
 /// Prints `role: error: its causes` and exits with `code`.
 pub fn die(role: &str, e: impl std::error::Error + 'static, code: i32) -> ! {
-    eprintln!("{role}: {}", controller::error::Chain(&e));
+    eprintln!("{role}: {}", units::error::Chain(&e));
     std::process::exit(code);
 }
 

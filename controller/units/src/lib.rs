@@ -2,7 +2,8 @@
 //! on no crate of ours: [`bounded`], the one way a file from outside the
 //! process is read; [`path`], the one way a path from robot.yaml is put
 //! under a root; the units robot.yaml writes in every section
-//! ([`duration`], [`size`]) and what a validator reports ([`problem`]).
+//! ([`duration`], [`size`]) and what a validator reports ([`problem`]);
+//! [`error::Chain`], the one printer of an error with its causes.
 //!
 //! Design rules:
 //! - std, libc, thiserror and serde only, so `controller` (which a
@@ -19,6 +20,7 @@
 
 pub mod bounded;
 pub mod duration;
+pub mod error;
 pub mod path;
 pub mod problem;
 pub mod size;

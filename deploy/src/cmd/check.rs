@@ -160,7 +160,7 @@ pub fn boot_record(
             verdict: "error".into(),
             p99_ns: None,
             max_ns: None,
-            failed: vec![controller::error::Chain(e).to_string()],
+            failed: vec![units::error::Chain(e).to_string()],
         },
     }
 }

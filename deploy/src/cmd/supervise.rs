@@ -273,7 +273,7 @@ impl MissTrace {
                     }
                     Err(e) => turn
                         .say
-                        .push(format!("miss trace off: {}", controller::error::Chain(&e))),
+                        .push(format!("miss trace off: {}", units::error::Chain(&e))),
                 }
                 return turn;
             }
@@ -362,7 +362,7 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
         report.cgroup, s.changed, s.unchanged, s.unmovable, s.unsupported, s.invalid, s.failed
     );
     if let Err(e) = saved {
-        detail.push_str(&format!("; {}", controller::error::Chain(&e)));
+        detail.push_str(&format!("; {}", units::error::Chain(&e)));
     }
     if s.failed > 0 || s.invalid > 0 {
         step("failed", failure_detail(&report, &detail))
@@ -433,7 +433,7 @@ fn scan_irqs(
     let now = match scanned {
         Ok(w) => w,
         Err(e) => {
-            let msg = controller::error::Chain(&e).to_string();
+            let msg = units::error::Chain(&e).to_string();
             if last_error.as_deref() == Some(msg.as_str()) {
                 return None;
             }
@@ -504,10 +504,9 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
             path.display(),
             last_trace_verdict(&r)
         )),
-        Err(e) => BootCheckOutcome::Failed(format!(
-            "could not run: {}{kept}",
-            controller::error::Chain(&e)
-        )),
+        Err(e) => {
+            BootCheckOutcome::Failed(format!("could not run: {}{kept}", units::error::Chain(&e)))
+        }
     }
 }
 
@@ -534,7 +533,7 @@ fn keep_in_history(
             path.display(),
             notes[0]
         ),
-        Err(e) => format!("; {}", controller::error::Chain(&e)),
+        Err(e) => format!("; {}", units::error::Chain(&e)),
     }
 }
 

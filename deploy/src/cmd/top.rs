@@ -101,9 +101,9 @@ fn fetch(ctx: &Ctx) -> Result<SupervisorStatus, String> {
         )),
         Err(e @ control::ControlRequestError::BadReply { .. }) => Err(cut(format!(
             "a status this deploy cannot read (another supervisor version?): {}",
-            controller::error::Chain(&e)
+            units::error::Chain(&e)
         ))),
-        Err(e) => Err(cut(controller::error::Chain(&e).to_string())),
+        Err(e) => Err(cut(units::error::Chain(&e).to_string())),
     }
 }
 

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use controller::config::{BootCheckSection, ChannelConfig, OnFailure};
-use controller::error::Chain;
 use controller::rt::DmaLatencyHold;
 use cpusets::cpuset::CpuSet;
+use units::error::Chain;
 
 use super::find_cgroup;
 use crate::accounts::{AccountResolveError, Accounts};

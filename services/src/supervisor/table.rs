@@ -422,7 +422,7 @@ impl Table {
                     ..
                 }) => continue,
                 Err(e) => {
-                    let msg = format!("timing report unreadable: {}", controller::error::Chain(&e));
+                    let msg = format!("timing report unreadable: {}", units::error::Chain(&e));
                     if self.procs[i].timing_error.as_deref() != Some(msg.as_str()) {
                         self.note(i, &msg, out);
                         self.stderr.warn_about(&name, &msg);
