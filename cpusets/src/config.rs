@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use controller::kernel::{needs, KernelVersion};
 use serde::{Deserialize, Serialize};
 use units::duration::{Dur, DurParseError};
+use units::kernel::{needs, KernelVersion};
 
 use crate::board::{self, Board};
 use crate::cpuset::CpuSet;
@@ -400,7 +400,7 @@ impl KernelSection {
     pub fn validate_cpus(&self, cpus: &CpusSection, out: &mut Vec<Problem>) {
         let Some(k) = self.declared() else { return };
         let v = k.version;
-        let show = controller::kernel::needs::show;
+        let show = units::kernel::needs::show;
         if cpus.partition == PartitionKind::Isolated && !v.at_least(needs::ISOLATED_PARTITION) {
             out.push((
                 "cpus.partition".into(),

@@ -7,8 +7,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use controller::kernel::{KernelFacts, KernelVersion};
+use controller::kernel::KernelFacts;
 use serde::Serialize;
+use units::kernel::KernelVersion;
 
 use crate::cmdline;
 use crate::config::DeclaredKernel;

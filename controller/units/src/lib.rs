@@ -3,7 +3,9 @@
 //! process is read; [`path`], the one way a path from robot.yaml is put
 //! under a root; the units robot.yaml writes in every section
 //! ([`duration`], [`size`]) and what a validator reports ([`problem`]);
-//! [`error::Chain`], the one printer of an error with its causes.
+//! [`error::Chain`], the one printer of an error with its causes;
+//! [`kernel`], a kernel's version and the first release of each feature
+//! the CPU plan and the runtime reason about.
 //!
 //! Design rules:
 //! - std, libc, thiserror and serde only, so `controller` (which a
@@ -21,6 +23,7 @@
 pub mod bounded;
 pub mod duration;
 pub mod error;
+pub mod kernel;
 pub mod path;
 pub mod problem;
 pub mod size;

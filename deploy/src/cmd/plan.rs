@@ -70,7 +70,7 @@ pub struct KernelPlan {
 
 impl KernelPlan {
     fn new(r: &Robot) -> KernelPlan {
-        use controller::kernel::needs::{self, show};
+        use units::kernel::needs::{self, show};
         let Some(k) = r.kernel.declared() else {
             return KernelPlan {
                 version: None,
@@ -81,8 +81,8 @@ impl KernelPlan {
             };
         };
         let v = k.version;
-        let caps = v.capabilities();
-        let backend = v.expected_backend();
+        let caps = controller::kernel::Capabilities::of(v);
+        let backend = controller::event_loop::Backend::expected_on(v);
         let reason = if caps.io_uring_futex {
             format!(
                 "io_uring futex waits ({}+), unless io_uring is switched off or filtered on the board",

@@ -513,9 +513,9 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                 ),
                 Some(b) => {
                     if let Some(k) = r.kernel.declared() {
-                        let caps = k.version.capabilities();
+                        let caps = controller::kernel::Capabilities::of(k.version);
                         use controller::event_loop::Backend;
-                        use controller::kernel::needs;
+                        use units::kernel::needs;
                         let need = match b {
                             Backend::IoUringFutex if !caps.io_uring_futex => {
                                 Some(needs::IO_URING_FUTEX)
@@ -528,7 +528,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                                 &field,
                                 format!(
                                     "backend `{b}` needs Linux {} or later; the board runs {}.{} ({}); remove it (the loop picks the best the kernel has) or force `doorbell`",
-                                    controller::kernel::needs::show(need),
+                                    units::kernel::needs::show(need),
                                     k.version.major,
                                     k.version.minor,
                                     k.source
