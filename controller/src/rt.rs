@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use units::cpu::CpuSet;
 
 /// Memory setup failed.
 #[derive(Debug, thiserror::Error)]
@@ -473,7 +474,7 @@ pub fn find_cgroup(sys_root: &Path, leaf: &str) -> Option<PathBuf> {
 /// The CPUs a cgroup may use, from the cpuset file beside its
 /// `cgroup.procs`: v2's `cpuset.cpus.effective`, else `cpuset.cpus`, else
 /// v1's `cpuset.effective_cpus`.
-fn cgroup_cpus(procs: &Path) -> Option<Vec<usize>> {
+fn cgroup_cpus(procs: &Path) -> Option<CpuSet> {
     let dir = procs.parent()?;
     [
         "cpuset.cpus.effective",
@@ -489,18 +490,7 @@ fn cgroup_cpus(procs: &Path) -> Option<Vec<usize>> {
             .ok()
     })
     .find(|t| !t.trim().is_empty())
-    .and_then(|t| parse_cpu_list(t.trim()))
-}
-
-/// `0-3,5` -> [0, 1, 2, 3, 5] (the kernel's CPU list form).
-pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in text.split(',').filter(|p| !p.is_empty()) {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let (lo, hi): (usize, usize) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
-        cpus.extend(lo..=hi);
-    }
-    Some(cpus)
+    .and_then(|t| CpuSet::parse_list(&t).ok())
 }
 
 /// Moves the calling process into the rtdeploy cgroup (`rt`, then
@@ -518,7 +508,10 @@ pub fn join_cgroup_holding(sys_root: &Path, cpus: &[usize]) -> io::Result<Option
         let Some(allowed) = cgroup_cpus(&procs) else {
             continue;
         };
-        if cpus.iter().all(|c| allowed.contains(c)) {
+        if cpus
+            .iter()
+            .all(|&c| u32::try_from(c).is_ok_and(|c| allowed.contains(c)))
+        {
             // "0" names the writing process (cgroups(7)).
             std::fs::write(&procs, "0")?;
             return Ok(Some(procs));
@@ -552,7 +545,13 @@ mod tests {
         assert_eq!(join_cgroup_holding(sys.path(), &[0, 1]).unwrap(), Some(hk));
         // CPUs split across both cgroups: neither holds them all.
         assert_eq!(join_cgroup_holding(sys.path(), &[1, 2]).unwrap(), None);
-        assert_eq!(parse_cpu_list("0-2,5"), Some(vec![0, 1, 2, 5]));
+        assert_eq!(
+            CpuSet::parse_list("0-2,5")
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
+            vec![0, 1, 2, 5]
+        );
     }
 
     use super::*;

@@ -20,13 +20,13 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::config::Policy;
-use crate::cpuset::CpuSet;
 use crate::model::live::{
     find_cgroup_root, read_cpu_list, read_opt, read_task, sys_path, task_dir, ModelReadError,
 };
 use crate::model::{partition_invalid_reason, sched_text, status_with_cpus, CgroupRoot, TaskStat};
 use crate::plan::{FreqLock, RuntimePlan, Source, ThreadPlacement};
 use crate::power::NvpmodelTool;
+use units::cpu::CpuSet;
 
 /// How thread scheduling changes reach the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -12,16 +12,16 @@ use units::duration::{Dur, DurParseError};
 use units::kernel::{needs, KernelVersion};
 
 use crate::board::{self, Board};
-use crate::cpuset::CpuSet;
 use crate::model::glob_match;
 use crate::power::{self, NvpmodelMode};
+use units::cpu::CpuSet;
 
 /// A validation problem: the field path and what is wrong with it.
 pub type Problem = (String, String);
 
 /// The most CPUs a board may have: every CPU number up to
-/// [`crate::cpuset::MAX_CPU`], the largest a CPU list accepts.
-pub const MAX_CPUS: u32 = crate::cpuset::MAX_CPU + 1;
+/// [`units::cpu::MAX_CPU`], the largest a CPU list accepts.
+pub const MAX_CPUS: u32 = units::cpu::MAX_CPU + 1;
 
 /// `board:`
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -43,7 +43,6 @@ pub mod board;
 pub mod cmdline;
 pub mod conf_files;
 pub mod config;
-pub mod cpuset;
 pub mod model;
 pub mod plan;
 pub mod power;

@@ -13,7 +13,6 @@ use units::kernel::KernelVersion;
 
 use crate::cmdline;
 use crate::config::DeclaredKernel;
-use crate::cpuset::CpuSet;
 use crate::model::live::{
     find_cgroup_root, read_cpu_list, read_cpu_mask, read_interrupts, read_opt, sys_path, Live,
     ModelReadError,
@@ -24,6 +23,7 @@ use crate::model::{
 };
 use crate::plan::{is_per_cpu_kthread, FreqLock, RuntimePlan, Source, ThreadKind};
 use crate::power::{self, NvpmodelTool};
+use units::cpu::CpuSet;
 
 /// How verify samples and what it tolerates.
 #[derive(Debug, Clone)]

@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cpusets::apply::{self, sched, write_existing, ApplyOptions, ThreadControl};
-use cpusets::cpuset::CpuSet;
 use cpusets::model::live::{find_cgroup_root, read_task, task_dir};
 use cpusets::model::CgroupRoot;
 use cpusets::plan::RuntimePlan;
 use cpusets::verify::{self, Status, VerifyOptions};
+use units::cpu::CpuSet;
 
 /// Everything apply may change, as it was, put back on drop.
 struct Saved {

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use cpusets::config::{validate_priority, Policy};
-use cpusets::cpuset::CpuSet;
 use serde::{Deserialize, Serialize};
+use units::cpu::CpuSet;
 use units::duration::Dur;
 use units::size::ByteSize;
 

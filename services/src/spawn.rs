@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cpusets::config::Policy;
-use cpusets::cpuset::CpuSet;
+use units::cpu::CpuSet;
 
 use crate::accounts::{AccountResolveError, Accounts, Identity};
 use crate::config::{Memlock, ProcessConfig};

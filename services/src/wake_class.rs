@@ -25,8 +25,8 @@ use std::collections::BTreeMap;
 use controller::rt::Policy as RtPolicy;
 use controller::wake::{Attach, WakeClass};
 use cpusets::config::{IrqsSection, Policy};
-use cpusets::cpuset::CpuSet;
 use serde::Serialize;
+use units::cpu::CpuSet;
 
 use crate::config::ProcessConfig;
 

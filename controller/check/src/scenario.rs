@@ -291,8 +291,9 @@ fn online_cpus(sysroot: &Path) -> Vec<usize> {
     let parsed = units::bounded::Bound::pseudo(64 << 10)
         .read_text(&sysroot.join("sys/devices/system/cpu/online"))
         .ok()
-        .and_then(|t| controller::rt::parse_cpu_list(t.trim()))
-        .filter(|cpus| !cpus.is_empty());
+        .and_then(|t| units::cpu::CpuSet::parse_list(&t).ok())
+        .filter(|cpus| !cpus.is_empty())
+        .map(|cpus| cpus.iter().map(|c| c as usize).collect());
     parsed.unwrap_or_else(|| {
         (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
     })

@@ -5,7 +5,8 @@
 //! ([`duration`], [`size`]) and what a validator reports ([`problem`]);
 //! [`error::Chain`], the one printer of an error with its causes;
 //! [`kernel`], a kernel's version and the first release of each feature
-//! the CPU plan and the runtime reason about.
+//! the CPU plan and the runtime reason about; [`cpu::CpuSet`], the one
+//! type of a set of CPUs, in the kernel's list and mask forms.
 //!
 //! Design rules:
 //! - std, libc, thiserror and serde only, so `controller` (which a
@@ -21,6 +22,7 @@
 //!   without its cause repeated as a `source()`.
 
 pub mod bounded;
+pub mod cpu;
 pub mod duration;
 pub mod error;
 pub mod kernel;

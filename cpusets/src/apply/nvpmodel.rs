@@ -8,10 +8,10 @@
 //! one or when the CPUs online afterwards are not the mode's.
 
 use super::{Applier, ApplyRunError, Missing, Outcome};
-use crate::cpuset::CpuSet;
 use crate::model::live::{read_cpu_list, read_opt, sys_path};
 use crate::plan::{FreqLock, NvpmodelPlan, RuntimePlan};
 use crate::power::{self, LiveMode};
+use units::cpu::CpuSet;
 
 const ONLINE: &str = "/sys/devices/system/cpu/online";
 

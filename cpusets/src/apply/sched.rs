@@ -5,7 +5,7 @@
 
 use std::io;
 
-use crate::cpuset::CpuSet;
+use units::cpu::CpuSet;
 
 /// Sets the scheduling policy and real-time priority of thread `tid`.
 pub fn set_scheduler(tid: u32, policy: u32, priority: u32) -> io::Result<()> {

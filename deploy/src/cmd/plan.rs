@@ -7,8 +7,8 @@ use clap::Args;
 use cpusets::board::BootLoader;
 use cpusets::cmdline::{self, Token};
 use cpusets::config::{IrqOverride, ThreadRule};
-use cpusets::cpuset::CpuSet;
 use serde::Serialize;
+use units::cpu::CpuSet;
 
 use cpusets::model::live::Live;
 use cpusets::plan::{Inventory, RuntimePlan};

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use cpusets::cpuset::CpuSet;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use units::cpu::CpuSet;
 
 use super::de::from_node;
 use super::echo;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use controller::config::{BootCheckSection, ChannelConfig, OnFailure};
 use controller::rt::DmaLatencyHold;
-use cpusets::cpuset::CpuSet;
+use units::cpu::CpuSet;
 use units::error::Chain;
 
 use super::find_cgroup;

@@ -12,8 +12,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cpusets::cpuset::CpuSet;
 use rustix::process::{Pid, Signal, WaitIdOptions, WaitOptions};
+use units::cpu::CpuSet;
 
 use super::startup::{BootGate, SupervisorConfig};
 use super::Stderr;

@@ -1,9 +1,11 @@
 //! Sets of CPU numbers, written the way the kernel writes them (`0,2-3`).
 //!
 //! The same text form is used in `robot.yaml`, on the kernel command line
-//! (`isolcpus=`), in `/sys/devices/system/cpu/isolated` and in
-//! `Cpus_allowed_list`; the hexadecimal mask form is used by
-//! `/proc/irq/N/smp_affinity`.
+//! (`isolcpus=`), in `/sys/devices/system/cpu/isolated`, in a cgroup's
+//! `cpuset.cpus.effective` and in `Cpus_allowed_list`; the hexadecimal
+//! mask form is used by `/proc/irq/N/smp_affinity`. The CPU plan, the
+//! supervisor, the runtime and the check all read and write CPU lists
+//! through this one type.
 
 use std::fmt;
 use std::str::FromStr;
