@@ -104,7 +104,7 @@
 
 use std::fmt;
 
-use crate::rt::Policy;
+use units::sched::Policy;
 
 /// A bell listing of a real-time loop (bit 31 of the listing's low word;
 /// the slot number below it never reaches it).
@@ -313,9 +313,11 @@ impl Attach {
 
     /// [`Attach::check`] of the calling thread, read from the kernel.
     pub fn check_current(&self) -> Result<(), AttachMismatchError> {
-        match crate::rt::sched_state() {
-            Ok(s) => self.check(s.policy, s.priority),
-            // Nothing to compare with; the class stands as robot.yaml says.
+        match units::sched::get_attr(0) {
+            Ok(a) => self.check(Some(a.policy), a.priority),
+            // A policy we do not know is not a real-time one of ours, and
+            // an unreadable one leaves nothing to compare with: the class
+            // stands as robot.yaml says.
             Err(_) => Ok(()),
         }
     }

@@ -448,13 +448,18 @@ impl Policy {
         !matches!(self, Policy::Other)
     }
 
+    /// The scheduling policy this is.
+    pub fn sched(self) -> units::sched::Policy {
+        match self {
+            Policy::Other => units::sched::Policy::Other,
+            Policy::Fifo => units::sched::Policy::Fifo,
+            Policy::Rr => units::sched::Policy::Rr,
+        }
+    }
+
     /// The kernel's number for this policy (`SCHED_*`).
     pub fn sched_number(self) -> u32 {
-        match self {
-            Policy::Other => 0,
-            Policy::Fifo => 1,
-            Policy::Rr => 2,
-        }
+        self.sched().raw() as u32
     }
 }
 

@@ -22,9 +22,8 @@
 
 use std::collections::BTreeMap;
 
-use controller::rt::Policy as RtPolicy;
 use controller::wake::{Attach, WakeClass};
-use cpusets::config::{IrqsSection, Policy};
+use cpusets::config::IrqsSection;
 use serde::Serialize;
 use units::cpu::CpuSet;
 
@@ -183,11 +182,7 @@ impl Placement<'_> {
 /// What the supervisor passes process `p` of class `class`: the
 /// environment the runtime reads ([`Attach::from_env`]).
 pub fn environment(p: &ProcessConfig, class: WakeClass) -> [(String, String); 2] {
-    let policy = match p.policy {
-        Policy::Fifo => RtPolicy::Fifo,
-        Policy::Rr => RtPolicy::Rr,
-        Policy::Other => RtPolicy::Other,
-    };
+    let policy = p.policy.sched();
     let priority = if p.policy.is_realtime() {
         p.priority.unwrap_or(1)
     } else {

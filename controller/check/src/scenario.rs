@@ -773,7 +773,8 @@ pub(crate) fn run(
                     shm_dir: shm_dir(&run.env.prefix),
                     channels: vec![run.channel_name.clone()],
                     boot_id: String::new(),
-                    cpus: inputs.housekeeping.clone(),
+                    cpus: units::cpu::CpuSet::from_indices(inputs.housekeeping.iter().copied())
+                        .unwrap_or_default(),
                     from_oldest: false,
                 })
                 .map_err(|e| CheckRunError::Setup {

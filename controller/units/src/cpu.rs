@@ -45,6 +45,24 @@ impl CpuSet {
         (0..n).collect()
     }
 
+    /// The set of CPU numbers held as indexes (`usize`, as std and a
+    /// `Vec` count them); a number beyond [`MAX_CPU`] is refused, as in a
+    /// CPU list.
+    pub fn from_indices(cpus: impl IntoIterator<Item = usize>) -> Result<Self, CpuSetParseError> {
+        let mut set = CpuSet::new();
+        for c in cpus {
+            match u32::try_from(c) {
+                Ok(c) if c <= MAX_CPU => set.insert(c),
+                _ => {
+                    return Err(CpuSetParseError::TooLarge(
+                        u32::try_from(c).unwrap_or(u32::MAX),
+                    ))
+                }
+            }
+        }
+        Ok(set)
+    }
+
     pub fn insert(&mut self, cpu: u32) {
         let w = (cpu / 64) as usize;
         if self.words.len() <= w {
@@ -348,6 +366,18 @@ mod tests {
         assert_eq!(CpuSet::parse_mask(&wide.to_mask()).unwrap(), wide);
         assert_eq!(CpuSet::new().to_mask(), "0");
         assert!(CpuSet::parse_mask("xyz").is_err());
+    }
+
+    #[test]
+    fn indexes_are_cpu_numbers_up_to_the_largest() {
+        assert_eq!(
+            CpuSet::from_indices([5, 0, 1]).unwrap().to_string(),
+            "0-1,5"
+        );
+        assert_eq!(
+            CpuSet::from_indices([2, 4096]),
+            Err(CpuSetParseError::TooLarge(4096))
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! [`error::Chain`], the one printer of an error with its causes;
 //! [`kernel`], a kernel's version and the first release of each feature
 //! the CPU plan and the runtime reason about; [`cpu::CpuSet`], the one
-//! type of a set of CPUs, in the kernel's list and mask forms.
+//! type of a set of CPUs, in the kernel's list and mask forms; [`sched`],
+//! the one wrapper of a thread's scheduling policy and CPU affinity.
 //!
 //! Design rules:
 //! - std, libc, thiserror and serde only, so `controller` (which a
@@ -28,4 +29,5 @@ pub mod error;
 pub mod kernel;
 pub mod path;
 pub mod problem;
+pub mod sched;
 pub mod size;

@@ -330,7 +330,7 @@ fn supervisor_config(robot: &Robot, trace: Option<&MissTrace>) -> SupervisorConf
         boot_check: robot.boot_check.clone(),
         cpu_dma_latency: robot.power.cpu_dma_latency.map(|m| m.0),
         log: robot.log.clone(),
-        housekeeping: robot.housekeeping().iter().map(|c| c as usize).collect(),
+        housekeeping: robot.housekeeping(),
     }
 }
 

@@ -61,7 +61,7 @@ fn main() {
         shm_dir: shm.path().to_path_buf(),
         channels: vec!["/bench/sample".into()],
         boot_id: String::new(),
-        cpus: vec![],
+        cpus: units::cpu::CpuSet::new(),
         from_oldest: true,
     })
     .unwrap();

@@ -56,7 +56,7 @@ fn start(shm: &Path, dir: &Path, section: LogSection, channels: &[&str]) -> Reco
         shm_dir: shm.to_path_buf(),
         channels: channels.iter().map(|s| s.to_string()).collect(),
         boot_id: "test-boot".into(),
-        cpus: vec![],
+        cpus: units::cpu::CpuSet::new(),
         from_oldest: true,
     })
     .unwrap()

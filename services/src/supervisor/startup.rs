@@ -56,7 +56,7 @@ pub struct SupervisorConfig {
     pub log: Option<logbook::LogSection>,
     /// The housekeeping CPUs: the logger's thread runs there (empty:
     /// where the supervisor runs).
-    pub housekeeping: Vec<usize>,
+    pub housekeeping: CpuSet,
 }
 
 /// Where the live system is.

@@ -91,7 +91,7 @@ pub fn config(processes: Vec<ProcessConfig>, group: Option<&str>) -> SupervisorC
         boot_check: Default::default(),
         cpu_dma_latency: None,
         log: None,
-        housekeeping: Vec::new(),
+        housekeeping: units::cpu::CpuSet::new(),
     }
 }
 
