@@ -31,11 +31,11 @@
 //! Dependencies: `units` for the CPU list type, the durations robot.yaml
 //! writes, kernel versions and the features each brought, and the one
 //! wrapper of `sched_setattr(2)` and `sched_setaffinity(2)` (the policy
-//! and CPUs of kernel threads); `controller` for what a kernel offers the
-//! runtime (the runtime crate alone: libc, io-uring, serde, thiserror);
-//! `libc` for a process group's signal and errno values; `serde_json` for
-//! the apply-state file. Globs on thread and interrupt names use a small
-//! matcher in [`model`].
+//! and CPUs of kernel threads); no other crate of ours (what a kernel
+//! offers the runtime is the runtime's to say: verify reports it through
+//! the function its caller passes); `libc` for a process group's signal
+//! and errno values; `serde_json` for the apply-state file. Globs on
+//! thread and interrupt names use a small matcher in [`model`].
 
 pub mod apply;
 pub mod apply_state;

@@ -309,6 +309,7 @@ fn verify_summary(ctx: &Ctx, r: &Robot) -> String {
                     .collect(),
                 unmovable_irqs: vec![],
                 declared_kernel: r.kernel.declared(),
+                kernel_offers: Some(super::verify::kernel_offers),
             };
             let report = verify::verify(&plan, &ctx.sysroot, &opts)?;
             let s = report.summary();
