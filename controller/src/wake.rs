@@ -102,8 +102,6 @@
 //! between unrelated words (a rate, not a design), and the slab behind
 //! the kernel's own allocations on other paths.
 
-use std::fmt;
-
 use units::sched::Policy;
 
 /// A bell listing of a real-time loop (bit 31 of the listing's low word;
@@ -117,84 +115,42 @@ pub const CLASS_ENV: &str = "RTDEPLOY_WAKE_CLASS";
 /// runtime checks the calling thread against when a loop attaches.
 pub const SCHED_ENV: &str = "RTDEPLOY_SCHED";
 
-/// Which words a task arms and wakes (see the module docs).
-/// Ordered real-time first (for tables).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-pub enum WakeClass {
-    /// On an isolated CPU above every other thread that may run there.
-    #[serde(rename = "real-time")]
-    RealTime,
-    /// Everything else: the safe default (a best-effort task touches no
-    /// real-time object).
-    #[default]
-    #[serde(rename = "best-effort")]
-    BestEffort,
-}
+/// The class of a publisher or subscriber (see the module docs), in
+/// every signature of the runtime that takes one.
+pub use units::wake::WakeClass;
 
-impl WakeClass {
-    pub const ALL: [WakeClass; 2] = [WakeClass::RealTime, WakeClass::BestEffort];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            WakeClass::RealTime => "real-time",
-            WakeClass::BestEffort => "best-effort",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<WakeClass> {
-        WakeClass::ALL.into_iter().find(|c| c.name() == s)
-    }
-
-    /// The other class.
-    pub fn other(self) -> WakeClass {
-        match self {
-            WakeClass::RealTime => WakeClass::BestEffort,
-            WakeClass::BestEffort => WakeClass::RealTime,
-        }
-    }
-
+/// Where a class lives in a channel's header and in a slot's `pid` word.
+pub(crate) trait ClassWords: Sized {
     /// Index into per-class arrays of the channel header (0 best-effort,
     /// 1 real-time).
-    pub(crate) fn index(self) -> usize {
+    fn index(self) -> usize;
+    /// The class bit of a slot's `pid` word (bit 63; pids fit in 32 bits).
+    fn pid_bit(self) -> u64;
+    /// The class a slot's `pid` word records.
+    fn of_pid_word(w: u64) -> Self;
+}
+
+impl ClassWords for WakeClass {
+    fn index(self) -> usize {
         match self {
             WakeClass::BestEffort => 0,
             WakeClass::RealTime => 1,
         }
     }
 
-    /// The class bit of a slot's `pid` word (bit 63; pids fit in 32 bits).
-    pub(crate) fn pid_bit(self) -> u64 {
+    fn pid_bit(self) -> u64 {
         match self {
             WakeClass::RealTime => 1 << 63,
             WakeClass::BestEffort => 0,
         }
     }
 
-    /// The class a slot's `pid` word records.
-    pub(crate) fn of_pid_word(w: u64) -> WakeClass {
+    fn of_pid_word(w: u64) -> WakeClass {
         if w >> 63 == 1 {
             WakeClass::RealTime
         } else {
             WakeClass::BestEffort
         }
-    }
-}
-
-impl fmt::Display for WakeClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -7,7 +7,8 @@
 //! [`kernel`], a kernel's version and the first release of each feature
 //! the CPU plan and the runtime reason about; [`cpu::CpuSet`], the one
 //! type of a set of CPUs, in the kernel's list and mask forms; [`sched`],
-//! the one wrapper of a thread's scheduling policy and CPU affinity.
+//! the one wrapper of a thread's scheduling policy and CPU affinity;
+//! [`wake::WakeClass`], the class the supervisor gives each process.
 //!
 //! Design rules:
 //! - std, libc, thiserror and serde only, so `controller` (which a
@@ -31,3 +32,4 @@ pub mod path;
 pub mod problem;
 pub mod sched;
 pub mod size;
+pub mod wake;
