@@ -43,6 +43,7 @@ use std::time::Instant;
 
 use cpusets::config::Policy;
 use units::cpu::CpuSet;
+use units::env::ProcessEnv;
 use units::sched::{self, Policy as SchedPolicy, SchedAttr, SchedGetError};
 
 use crate::accounts::{AccountResolveError, Accounts, Identity};
@@ -222,7 +223,11 @@ pub fn prepare(
         argv.push(cstr(&name, "args", a.as_bytes())?);
     }
     let mut env = ctx.base_env.clone();
-    env.insert("RTDEPLOY_PROCESS".into(), p.name.clone());
+    let own = ProcessEnv {
+        process: Some(p.name.clone()),
+        ..ProcessEnv::default()
+    };
+    env.extend(own.to_env().into_iter().map(|(k, v)| (k.to_string(), v)));
     for (k, v) in &p.env {
         env.insert(k.clone(), v.clone());
     }

@@ -164,7 +164,7 @@ impl Run<'_> {
 
     fn spawn(&self, role: &str, extra: &[String]) -> Result<Worker, CheckRunError> {
         let mut cmd = Command::new(&self.env.exe);
-        cmd.env(crate::worker::PARENT_ENV, std::process::id().to_string());
+        cmd.env(units::env::CHECK_ENGINE, std::process::id().to_string());
         cmd.arg("__check-worker")
             .arg(role)
             .args(self.base_args())
@@ -278,7 +278,7 @@ impl Drop for Run<'_> {
 
 /// `<prefix>/dev/shm/rtdeploy`: where channels live.
 pub(crate) fn shm_dir(prefix: &Path) -> PathBuf {
-    prefix.join("dev/shm/rtdeploy")
+    prefix.join(units::path::SHM_DIR.trim_start_matches('/'))
 }
 
 /// The CPUs the kernel has online (`<sysroot>/sys/devices/system/cpu/online`,

@@ -502,10 +502,6 @@ impl Args {
     }
 }
 
-/// The environment variable that carries the engine's pid to its
-/// workers.
-pub const PARENT_ENV: &str = "RTDEPLOY_CHECK_ENGINE";
-
 /// Runs a worker role; returns the process exit code. `args[0]` is the
 /// role, the rest `key=value`.
 pub fn main(args: &[String]) -> i32 {
@@ -514,7 +510,7 @@ pub fn main(args: &[String]) -> i32 {
     // signal: the worker would run on as an orphan (a SCHED_FIFO sender
     // publishing forever). It is gone when the parent is not the one
     // that started us.
-    if let Some(engine) = std::env::var(PARENT_ENV)
+    if let Some(engine) = std::env::var(units::env::CHECK_ENGINE)
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
     {

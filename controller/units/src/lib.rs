@@ -8,7 +8,10 @@
 //! the CPU plan and the runtime reason about; [`cpu::CpuSet`], the one
 //! type of a set of CPUs, in the kernel's list and mask forms; [`sched`],
 //! the one wrapper of a thread's scheduling policy and CPU affinity;
-//! [`wake::WakeClass`], the class the supervisor gives each process.
+//! [`wake::WakeClass`], the class the supervisor gives each process; and
+//! [`env`], the one spelling of the `RTDEPLOY_*` environment, with
+//! [`env::ProcessEnv`], what the supervisor passes a process and the
+//! runtime reads back.
 //!
 //! Design rules:
 //! - std, libc, thiserror and serde only, so `controller` (which a
@@ -26,6 +29,7 @@
 pub mod bounded;
 pub mod cpu;
 pub mod duration;
+pub mod env;
 pub mod error;
 pub mod kernel;
 pub mod path;

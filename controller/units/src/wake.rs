@@ -1,6 +1,7 @@
 //! Wake classes: every publisher and every waiting subscriber of a
 //! channel is real-time or best-effort, decided from robot.yaml by the
-//! supervisor and passed to each process in its environment.
+//! supervisor and passed to each process in its environment
+//! ([`crate::env::WAKE_CLASS`]).
 //!
 //! The class is shared by the supervisor that decides it, the runtime
 //! that keeps to it, the CLI that prints it and the timing reports that

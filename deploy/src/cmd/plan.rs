@@ -226,7 +226,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 stop_timeout: p.stop_timeout.to_string(),
                 publishes: p.publishes.clone(),
                 subscribes: p.subscribes.clone(),
-                backend: p.env.get("RTDEPLOY_BACKEND").cloned(),
+                backend: p.env.get(units::env::BACKEND).cloned(),
                 wake_class: classes[i].class,
                 wake_class_reason: classes[i].reason.clone(),
             }
@@ -469,7 +469,7 @@ pub fn render(p: &Plan) -> String {
             let _ = write!(line, " sub {}", pr.subscribes.join(","));
         }
         if let Some(b) = &pr.backend {
-            let _ = write!(line, " backend {b} (RTDEPLOY_BACKEND)");
+            let _ = write!(line, " backend {b} ({})", units::env::BACKEND);
         }
         let _ = writeln!(o, "{}", line.trim_end());
         let _ = writeln!(o, "       {}: {}", pr.wake_class, pr.wake_class_reason);

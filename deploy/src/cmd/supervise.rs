@@ -300,21 +300,20 @@ fn supervisor_config(robot: &Robot, trace: Option<&MissTrace>) -> SupervisorConf
     // Each process's wake class, from robot.yaml (config check refuses
     // these variables in a process's own `env`).
     for (p, c) in processes.iter_mut().zip(robot.wake_classes()) {
-        for (k, v) in services::wake_class::environment(p, c.class) {
-            p.env.insert(k, v);
-        }
+        let env = services::wake_class::environment(p, c.class);
+        p.env
+            .extend(env.to_env().into_iter().map(|(k, v)| (k.to_string(), v)));
     }
     if let Some(instance) = trace.and_then(|t| t.instance.as_ref()) {
         for p in &mut processes {
             if let Some(b) = p.budgets.wakeup {
-                p.env.insert(
-                    controller::miss_trace::TRACE_ENV.into(),
-                    instance.display().to_string(),
-                );
-                p.env.insert(
-                    controller::miss_trace::TRACE_MISS_ENV.into(),
-                    b.0.as_nanos().to_string(),
-                );
+                let env = units::env::ProcessEnv {
+                    trace: Some(instance.clone()),
+                    trace_miss_ns: Some(b.as_nanos()),
+                    ..units::env::ProcessEnv::default()
+                };
+                p.env
+                    .extend(env.to_env().into_iter().map(|(k, v)| (k.to_string(), v)));
             }
         }
     }

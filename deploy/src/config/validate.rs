@@ -487,7 +487,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
     for (i, p) in r.processes.iter().enumerate() {
         let base = format!("processes[{i}]");
         // The wake class is robot.yaml's placement, set by the supervisor.
-        for var in [controller::wake::CLASS_ENV, controller::wake::SCHED_ENV] {
+        for var in [units::env::WAKE_CLASS, units::env::SCHED] {
             if p.env.contains_key(var) {
                 c.error(
                     &format!("{base}.env.{var}"),
@@ -498,8 +498,8 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             }
         }
         // A forced wake backend: known, and one the declared kernel has.
-        if let Some(name) = p.env.get("RTDEPLOY_BACKEND") {
-            let field = format!("{base}.env.RTDEPLOY_BACKEND");
+        if let Some(name) = p.env.get(units::env::BACKEND) {
+            let field = format!("{base}.env.{}", units::env::BACKEND);
             match controller::event_loop::Backend::from_name(name) {
                 None => c.error(
                     &field,
