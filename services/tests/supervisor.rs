@@ -478,7 +478,7 @@ fn boot_check_failure_with_degrade_starts_realtime_processes_marked_degraded() {
     );
     let bg = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["60"]}));
     let mut cfg = config(vec![rt, bg], None);
-    cfg.boot_check.on_failure = controller::config::OnFailure::Degrade;
+    cfg.boot_check.on_failure = check::config::OnFailure::Degrade;
     let hooks = Hooks {
         boot_check: Some(Box::new(|_| {
             services::supervisor::BootCheckOutcome::Failed("timer max 3ms over budget 1ms".into())

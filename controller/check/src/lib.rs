@@ -46,10 +46,12 @@
 //! `/sys`, `/dev/cpu_dma_latency`, the shm directory) comes from the
 //! caller's prefix and sysroot; without permission for SCHED_FIFO the run
 //! still happens, and the report says plainly that its figures are not
-//! real-time figures.
+//! real-time figures. The engine owns the `check:` and `boot_check:`
+//! sections of robot.yaml ([`config`]): their schema and validation.
 
 pub mod bench;
 pub mod census;
+pub mod config;
 pub mod harness;
 pub mod hist;
 pub mod host;
@@ -68,7 +70,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use controller::config::CheckSection;
+use config::CheckSection;
 use units::duration::Dur;
 
 pub use report::{

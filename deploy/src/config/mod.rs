@@ -15,7 +15,8 @@ mod yaml;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use controller::config::{BootCheckSection, ChannelConfig, CheckSection};
+use check::config::{BootCheckSection, CheckSection};
+use controller::config::ChannelConfig;
 use cpusets::config::{
     BoardSection, CpusSection, IrqsSection, KernelSection, PowerSection, SysctlSection,
 };

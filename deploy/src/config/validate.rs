@@ -321,8 +321,8 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     let power: Option<cpusets::config::PowerSection> = c.section("power");
     let (channels, channels_ok) = c.list::<controller::config::ChannelConfig>("channels");
     let (processes, processes_ok) = c.list::<services::config::ProcessConfig>("processes");
-    let check: Option<controller::config::CheckSection> = c.section("check");
-    let boot_check: Option<controller::config::BootCheckSection> = c.section("boot_check");
+    let check: Option<check::config::CheckSection> = c.section("check");
+    let boot_check: Option<check::config::BootCheckSection> = c.section("boot_check");
     let update: Option<services::config::UpdateSection> = c.section("update");
     let metrics: Option<services::config::MetricsSection> = c.section("metrics");
     // Absent: no logger. Present (even empty): the logger with defaults.

@@ -10,7 +10,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use controller::config::{BootCheckSection, ChannelConfig, OnFailure};
+use check::config::{BootCheckSection, OnFailure};
+use controller::config::ChannelConfig;
 use controller::rt::DmaLatencyHold;
 use units::cpu::CpuSet;
 use units::env::ProcessEnv;
