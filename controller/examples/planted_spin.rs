@@ -15,7 +15,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use controller::rt::{join_cgroup_holding, pin_cpus, set_sched, Policy};
+use controller::rt::join_cgroup_holding;
+use units::cpu::CpuSet;
+use units::error::Chain;
+use units::sched::{self, Policy, SchedAttr};
 
 fn arg(args: &[String], name: &str) -> Option<u64> {
     let i = args.iter().position(|a| a == name)?;
@@ -42,13 +45,17 @@ fn main() {
         eprintln!("planted-spin: --busy-us must be below --every-us");
         std::process::exit(2);
     }
-    let cpu = cpu as usize;
-    if let Err(e) = join_cgroup_holding(Path::new("/sys"), &[cpu]) {
+    let cpus: CpuSet = std::iter::once(u32::try_from(cpu).unwrap_or(u32::MAX)).collect();
+    if let Err(e) = join_cgroup_holding(Path::new("/sys"), &cpus) {
         eprintln!("planted-spin: cannot join the cgroup of CPU {cpu}: {e}");
     }
-    let setup = pin_cpus(&[cpu]).and_then(|()| set_sched(Policy::Fifo, priority as u32));
-    if let Err(e) = setup {
-        eprintln!("planted-spin: {e}");
+    if let Err(e) = sched::set_affinity(0, &cpus) {
+        eprintln!("planted-spin: cannot pin to CPU {cpu}: {}", Chain(&e));
+        std::process::exit(1);
+    }
+    let fifo = SchedAttr::new(Policy::Fifo, priority as u32);
+    if let Err(e) = sched::set_attr(0, &fifo) {
+        eprintln!("planted-spin: {}", Chain(&e));
         std::process::exit(1);
     }
     println!(

@@ -80,7 +80,7 @@ use crate::config::{validate_channel_name, ChannelConfig, SLOT_HEADER_BYTES};
 use crate::doorbell::{Bell, BellTable};
 use crate::shm::{Mapping, ShmAtomic, ShmSafe, TypeName};
 use crate::sys;
-use crate::wake::{WakeClass, RT_LISTING};
+use crate::wake::{ClassWords, WakeClass, RT_LISTING};
 
 /// Version of the file layout; part of the file name and the header.
 pub const LAYOUT_VERSION: u32 = 4;
@@ -759,7 +759,7 @@ impl Channel {
                 return Ok((ch, CreateOutcome::Reused { recovered }));
             }
             Err(ChannelOpenError::NotFound { .. }) => None,
-            Err(e) => Some(crate::error::Chain(&e).to_string()),
+            Err(e) => Some(units::error::Chain(&e).to_string()),
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io_err)?;

@@ -56,7 +56,8 @@ use crate::shm::ShmSafe;
 use crate::sys::{self, FutexWaitv, WaitvResult};
 use crate::time::Monotonic;
 use crate::timing_report::{self, EntryKind, EntryStats, RawReport};
-use crate::wake::{Attach, AttachEnvError, AttachMismatchError, WakeClass};
+use crate::wake::{Attach, AttachMismatchError, WakeClass};
+use units::env::{ProcessEnv, ProcessEnvError};
 
 /// How the loop sleeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -157,7 +158,7 @@ static HIDE_IO_URING_FUTEX: std::sync::atomic::AtomicBool =
 #[cfg(feature = "fault-injection")]
 static HIDE_FUTEX_WAITV: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Test instrumentation: the kernel profile `RTDEPLOY_TEST_KERNEL_PROFILE`
+/// Test instrumentation: the kernel profile ([`units::env::TEST_KERNEL_PROFILE`])
 /// asks for, applied to the whole process once, at the first probe:
 /// `jetpack6` (a 5.15 kernel: io_uring without futex waits, reported
 /// missing by the probe, and `futex_waitv` answering ENOSYS through
@@ -170,7 +171,7 @@ fn apply_test_kernel_profile() {
     use crate::seccomp::{Deniable, DenyFilter};
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let Ok(profile) = std::env::var("RTDEPLOY_TEST_KERNEL_PROFILE") else {
+        let Ok(profile) = std::env::var(units::env::TEST_KERNEL_PROFILE) else {
             return;
         };
         let deny: &[Deniable] = match profile.as_str() {
@@ -179,7 +180,7 @@ fn apply_test_kernel_profile() {
                 &[Deniable::FutexWaitv]
             }
             "no-io_uring" => &[Deniable::IoUring, Deniable::FutexWaitv],
-            other => panic!("unknown RTDEPLOY_TEST_KERNEL_PROFILE {other:?}"),
+            other => panic!("unknown {} {other:?}", units::env::TEST_KERNEL_PROFILE),
         };
         DenyFilter::new(deny)
             .install(true)
@@ -270,7 +271,7 @@ pub enum EventLoopCreateError {
     #[error("cannot create the timing channel of process `{process}`: {reason}")]
     Timing { process: String, reason: String },
     #[error("the supervisor's environment is not one this runtime reads")]
-    Environment(#[source] AttachEnvError),
+    Environment(#[source] ProcessEnvError),
     #[error("refused to attach")]
     Attach(#[source] AttachMismatchError),
 }
@@ -316,17 +317,12 @@ pub enum LoopChannelError {
 /// told otherwise (see [`LoopOptions::wake_check`]).
 pub const DEFAULT_WAKE_CHECK: Duration = Duration::from_millis(50);
 
-/// Where channels live on a robot, as an absolute path; under `--prefix`
-/// it is `<prefix>/dev/shm/rtdeploy`. The one spelling of this directory:
-/// the on-robot layout and the loop's default both take it from here.
-pub const SHM_DIR: &str = "/dev/shm/rtdeploy";
-
 /// Where and how often the loop publishes its timing report.
 #[derive(Debug, Clone)]
 pub struct TimingOptions {
     /// `<prefix>/dev/shm/rtdeploy`.
     pub shm_dir: PathBuf,
-    /// The process name (`RTDEPLOY_PROCESS`).
+    /// The process name ([`units::env::PROCESS`]).
     pub process: String,
     pub period: Duration,
 }
@@ -349,7 +345,7 @@ pub struct LoopOptions {
     /// expiry of the loop (a few microseconds of its CPU).
     pub wake_check: Option<Duration>,
     /// Whose words the loop's waits and senders use ([`crate::wake`]);
-    /// under the supervisor, robot.yaml's (`RTDEPLOY_WAKE_CLASS`). A
+    /// under the supervisor, robot.yaml's ([`units::env::WAKE_CLASS`]). A
     /// real-time loop sleeps on its doorbell unless `backend` says
     /// otherwise.
     pub class: WakeClass,
@@ -358,7 +354,7 @@ pub struct LoopOptions {
     pub attach: Option<Attach>,
     /// The supervisor's environment could not be read ([`LoopOptions::from_env`]):
     /// [`EventLoop::new`] refuses to start with it.
-    pub env_error: Option<AttachEnvError>,
+    pub env_error: Option<ProcessEnvError>,
 }
 
 impl Default for LoopOptions {
@@ -367,7 +363,7 @@ impl Default for LoopOptions {
             backend: None,
             timing: None,
             proc_root: PathBuf::from("/proc"),
-            shm_dir: PathBuf::from(SHM_DIR),
+            shm_dir: PathBuf::from(units::path::SHM_DIR),
             wake_check: Some(DEFAULT_WAKE_CHECK),
             class: WakeClass::BestEffort,
             attach: None,
@@ -377,59 +373,62 @@ impl Default for LoopOptions {
 }
 
 impl LoopOptions {
-    /// Options from the environment the supervisor sets:
-    /// `RTDEPLOY_SHM_DIR` (where channels are) and `RTDEPLOY_PROCESS`
-    /// (timing reports are published when both are set), `RTDEPLOY_BACKEND`
-    /// (`io_uring-futex`, `futex_waitv` or `doorbell`) to force a backend
-    /// (another value is said on stderr and the probe picks),
-    /// `RTDEPLOY_WAKE_CLASS` and `RTDEPLOY_SCHED` (the wake class and the
-    /// policy robot.yaml gives the process, see [`crate::wake`]), `RTDEPLOY_WAKE_CHECK`
-    /// (microseconds, 0 for none) for [`LoopOptions::wake_check`], and the
-    /// supervisor's miss tracing ([`crate::miss_trace`]).
+    /// Options from the environment the supervisor sets
+    /// ([`ProcessEnv`], read from this process's environment; see
+    /// [`LoopOptions::from_process_env`]).
     pub fn from_env() -> LoopOptions {
+        LoopOptions::from_process_env(ProcessEnv::from_env(|k| std::env::var(k).ok()))
+    }
+
+    /// Options from a process environment: its shm directory (where
+    /// channels are) and process name (timing reports are published when
+    /// both are set), its forced backend (`io_uring-futex`, `futex_waitv`
+    /// or `doorbell`; another name is said on stderr and the probe
+    /// picks), its wake class and the policy robot.yaml gives the process
+    /// (see [`crate::wake`]), its wake check (microseconds, 0 for none)
+    /// for [`LoopOptions::wake_check`], and the supervisor's miss tracing
+    /// ([`crate::miss_trace`]). An environment that could not be read is
+    /// kept in [`LoopOptions::env_error`], which [`EventLoop::new`]
+    /// refuses.
+    pub fn from_process_env(env: Result<ProcessEnv, ProcessEnvError>) -> LoopOptions {
         let mut o = LoopOptions::default();
-        if let Ok(dir) = std::env::var("RTDEPLOY_SHM_DIR") {
-            o.shm_dir = dir.into();
+        let env = match env {
+            Ok(env) => env,
+            Err(e) => {
+                o.env_error = Some(e);
+                return o;
+            }
+        };
+        if let Some(dir) = &env.shm_dir {
+            o.shm_dir = dir.clone();
         }
-        if let (Ok(dir), Ok(process)) = (
-            std::env::var("RTDEPLOY_SHM_DIR"),
-            std::env::var("RTDEPLOY_PROCESS"),
-        ) {
+        if let (Some(dir), Some(process)) = (&env.shm_dir, &env.process) {
             o.timing = Some(TimingOptions {
-                shm_dir: dir.into(),
-                process,
+                shm_dir: dir.clone(),
+                process: process.clone(),
                 period: Duration::from_secs(1),
             });
         }
-        o.backend = match std::env::var("RTDEPLOY_BACKEND") {
-            Ok(name) if !name.is_empty() => {
-                let b = Backend::from_name(&name);
-                if b.is_none() {
-                    eprintln!(
-                        "rtdeploy: RTDEPLOY_BACKEND={name:?} is not a backend (io_uring-futex, futex_waitv, doorbell); taking the best the kernel has"
-                    );
-                }
-                b
+        o.backend = env.backend.as_deref().and_then(|name| {
+            let b = Backend::from_name(name);
+            if b.is_none() {
+                eprintln!(
+                    "rtdeploy: {}={name:?} is not a backend (io_uring-futex, futex_waitv, doorbell); taking the best the kernel has",
+                    units::env::BACKEND
+                );
             }
-            _ => None,
-        };
+            b
+        });
         // The supervisor's miss tracing (robot.yaml check.trace_on_miss).
-        if let Some(problem) = crate::miss_trace::init_from_env() {
+        if let Some(problem) = crate::miss_trace::init(&env) {
             eprintln!("rtdeploy: {problem}");
         }
-        if let Some(us) = std::env::var("RTDEPLOY_WAKE_CHECK")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(us) = env.wake_check_us {
             o.wake_check = (us > 0).then(|| Duration::from_micros(us));
         }
-        match Attach::from_env() {
-            Ok(Some(a)) => {
-                o.class = a.class;
-                o.attach = Some(a);
-            }
-            Ok(None) => {}
-            Err(e) => o.env_error = Some(e),
+        if let Some(a) = Attach::of_env(&env) {
+            o.class = a.class;
+            o.attach = Some(a);
         }
         o
     }
@@ -879,10 +878,10 @@ impl EventLoop {
             None,
             &self.proc_root,
         )
-        .map_err(|e| err(crate::error::Chain(&e).to_string()))?;
+        .map_err(|e| err(units::error::Chain(&e).to_string()))?;
         let publisher = ch
             .publisher(&self.proc_root)
-            .map_err(|e| err(crate::error::Chain(&e).to_string()))?;
+            .map_err(|e| err(units::error::Chain(&e).to_string()))?;
         let mut raw = Box::<RawReport>::default();
         timing_report::fill_name(&mut raw.process, &t.process);
         raw.pid = self.pid as u64;

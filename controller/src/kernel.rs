@@ -1,7 +1,8 @@
-//! What a kernel version offers the runtime and the CPU plan, known before
-//! the board boots: `robot.yaml` may name the kernel the board ships
+//! What a kernel version offers the runtime, known before the board
+//! boots: `robot.yaml` may name the kernel the board ships
 //! (`kernel.version`, or the L4T release that implies it), and `deploy
-//! plan` and `config check` reason from it with these thresholds.
+//! plan` and `config check` reason from it with the thresholds of
+//! [`units::kernel::needs`].
 //!
 //! On a running system the event loop's probe ([`crate::event_loop::probe`])
 //! decides, not the version: io_uring may be switched off
@@ -9,135 +10,13 @@
 //! enough to have it, and a vendor kernel may carry a backport. The version
 //! says what the kernel *can* do; the probe says what this process *may*.
 
-use std::fmt;
+use units::kernel::{needs, KernelVersion};
 
 use crate::event_loop::Backend;
 
-/// A kernel's `major.minor.patch`, from what `uname -r` prints
-/// (`5.15.148-tegra`, `6.12.6+deb13-rt-amd64`) or what a user writes
-/// (`5.15`, `6.1.0`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct KernelVersion {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
-}
-
-/// The longest text [`KernelVersion::parse`] looks at; a release string
-/// is at most 64 bytes (`struct utsname`).
-const MAX_TEXT: usize = 64;
-
-/// Why a text is not a kernel version.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KernelVersionError {
-    #[error(
-        "`{text}` is not a kernel version (expected like `5.15`, `6.1.0` or `5.15.148-tegra`)"
-    )]
-    NotAVersion { text: String },
-    #[error("a kernel version is at most {MAX_TEXT} characters (got {len})")]
-    TooLong { len: usize },
-}
-
-impl KernelVersion {
-    pub const fn new(major: u32, minor: u32, patch: u32) -> KernelVersion {
-        KernelVersion {
-            major,
-            minor,
-            patch,
-        }
-    }
-
-    /// Parses `major.minor[.patch]`, followed by nothing or by a local
-    /// version starting with `-`, `+` or `~` (`-tegra`, `+deb13-rt-amd64`).
-    pub fn parse(text: &str) -> Result<KernelVersion, KernelVersionError> {
-        if text.len() > MAX_TEXT {
-            return Err(KernelVersionError::TooLong { len: text.len() });
-        }
-        let t = text.trim();
-        let bad = || KernelVersionError::NotAVersion { text: t.into() };
-        let end = t.find(['-', '+', '~']).unwrap_or(t.len());
-        let (numbers, local) = t.split_at(end);
-        if end == 0 || (!local.is_empty() && local.len() == 1) {
-            return Err(bad());
-        }
-        let mut parts = numbers.split('.');
-        let mut next = |required: bool| -> Result<u32, KernelVersionError> {
-            match parts.next() {
-                Some(p)
-                    if !p.is_empty() && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_digit()) =>
-                {
-                    p.parse().map_err(|_| bad())
-                }
-                None if !required => Ok(0),
-                _ => Err(bad()),
-            }
-        };
-        let major = next(true)?;
-        let minor = next(true)?;
-        let patch = next(false)?;
-        if parts.next().is_some() || major == 0 {
-            return Err(bad());
-        }
-        Ok(KernelVersion::new(major, minor, patch))
-    }
-
-    /// The running kernel's version, when `uname -r` parses.
-    pub fn running() -> Option<KernelVersion> {
-        KernelVersion::parse(&crate::sys::kernel_release()).ok()
-    }
-
-    /// Whether this is `major.minor` or later.
-    pub fn at_least(self, (major, minor): (u32, u32)) -> bool {
-        (self.major, self.minor) >= (major, minor)
-    }
-
-    /// What this version offers.
-    pub fn capabilities(self) -> Capabilities {
-        Capabilities {
-            io_uring_futex: self.at_least(needs::IO_URING_FUTEX),
-            futex_waitv: self.at_least(needs::FUTEX_WAITV),
-            isolated_partition: self.at_least(needs::ISOLATED_PARTITION),
-            cpus_exclusive: self.at_least(needs::CPUS_EXCLUSIVE),
-        }
-    }
-
-    /// The backend the event loop picks on this kernel when io_uring is
-    /// neither switched off nor filtered (the probe's order: the best
-    /// the kernel has).
-    pub fn expected_backend(self) -> Backend {
-        let c = self.capabilities();
-        if c.io_uring_futex {
-            Backend::IoUringFutex
-        } else if c.futex_waitv {
-            Backend::FutexWaitv
-        } else {
-            Backend::Doorbell
-        }
-    }
-}
-
-impl fmt::Display for KernelVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
-
-/// The first mainline release (`major`, `minor`) with each feature.
-pub mod needs {
-    /// `IORING_OP_FUTEX_WAIT`: the `io_uring-futex` backend.
-    pub const IO_URING_FUTEX: (u32, u32) = (6, 7);
-    /// `futex_waitv(2)`: the `futex_waitv` backend.
-    pub const FUTEX_WAITV: (u32, u32) = (5, 16);
-    /// `cpuset.cpus.partition = isolated` (cgroup v2).
-    pub const ISOLATED_PARTITION: (u32, u32) = (6, 1);
-    /// `cpuset.cpus.exclusive`: a partition below the top level, as
-    /// `rtdeploy/rt` is.
-    pub const CPUS_EXCLUSIVE: (u32, u32) = (6, 7);
-
-    /// `major.minor`, for messages.
-    pub fn show((major, minor): (u32, u32)) -> String {
-        format!("{major}.{minor}")
-    }
+/// The running kernel's version, when `uname -r` parses.
+pub fn running() -> Option<KernelVersion> {
+    KernelVersion::parse(&crate::sys::kernel_release()).ok()
 }
 
 /// What a kernel version offers (see [`needs`] for each threshold).
@@ -147,6 +26,34 @@ pub struct Capabilities {
     pub futex_waitv: bool,
     pub isolated_partition: bool,
     pub cpus_exclusive: bool,
+}
+
+impl Capabilities {
+    /// What `version` offers.
+    pub fn of(version: KernelVersion) -> Capabilities {
+        Capabilities {
+            io_uring_futex: version.at_least(needs::IO_URING_FUTEX),
+            futex_waitv: version.at_least(needs::FUTEX_WAITV),
+            isolated_partition: version.at_least(needs::ISOLATED_PARTITION),
+            cpus_exclusive: version.at_least(needs::CPUS_EXCLUSIVE),
+        }
+    }
+}
+
+impl Backend {
+    /// The backend the event loop picks on kernel `version` when io_uring
+    /// is neither switched off nor filtered (the probe's order: the best
+    /// the kernel has).
+    pub fn expected_on(version: KernelVersion) -> Backend {
+        let c = Capabilities::of(version);
+        if c.io_uring_futex {
+            Backend::IoUringFutex
+        } else if c.futex_waitv {
+            Backend::FutexWaitv
+        } else {
+            Backend::Doorbell
+        }
+    }
 }
 
 /// What a kernel offers, as `deploy verify` and the check's host facts
@@ -175,7 +82,7 @@ impl KernelFacts {
     /// `live` (it is the kernel this process runs on), else by version.
     pub fn of(release: &str, live: bool) -> KernelFacts {
         let version = KernelVersion::parse(release).ok();
-        let caps = version.map(KernelVersion::capabilities);
+        let caps = version.map(Capabilities::of);
         let mut f = KernelFacts {
             found_by: if version.is_some() {
                 "version"
@@ -185,7 +92,7 @@ impl KernelFacts {
             io_uring_futex: caps.is_some_and(|c| c.io_uring_futex),
             io_uring_problem: None,
             futex_waitv: caps.is_some_and(|c| c.futex_waitv),
-            wake_backend: version.map(|v| v.expected_backend().name()),
+            wake_backend: version.map(|v| Backend::expected_on(v).name()),
             isolated_partition: caps.is_some_and(|c| c.isolated_partition),
             cpus_exclusive: caps.is_some_and(|c| c.cpus_exclusive),
         };
@@ -224,53 +131,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn releases_as_uname_prints_them_and_as_users_write_them() {
-        for (text, want) in [
-            ("5.15", (5, 15, 0)),
-            ("5.10.216-tegra", (5, 10, 216)),
-            ("5.15.148-tegra", (5, 15, 148)),
-            ("6.12.6+deb13-rt-amd64", (6, 12, 6)),
-            ("6.18.0", (6, 18, 0)),
-            (" 6.1 ", (6, 1, 0)),
-            ("5.10.0-32-rt-amd64", (5, 10, 0)),
-        ] {
-            let v = KernelVersion::parse(text).unwrap();
-            assert_eq!((v.major, v.minor, v.patch), want, "{text}");
-        }
-        for bad in [
-            "",
-            "5",
-            "5.",
-            ".15",
-            "5.15.1.2",
-            "v5.15",
-            "5.x",
-            "0.9",
-            "5.15-",
-            "-rt",
-            "99999999.1",
-        ] {
-            assert!(KernelVersion::parse(bad).is_err(), "{bad:?} parsed");
-        }
-        let long = "5.".repeat(100);
-        assert_eq!(
-            KernelVersion::parse(&long).unwrap_err(),
-            KernelVersionError::TooLong { len: 200 }
-        );
-    }
-
-    #[test]
     fn jetpack_kernels_get_the_doorbell_and_mainline_the_io_uring_futex() {
         let v = |s| KernelVersion::parse(s).unwrap();
-        assert_eq!(v("5.10.216-tegra").expected_backend(), Backend::Doorbell);
-        assert_eq!(v("5.15.148-tegra").expected_backend(), Backend::Doorbell);
-        assert_eq!(v("5.16").expected_backend(), Backend::FutexWaitv);
-        assert_eq!(v("6.6.70").expected_backend(), Backend::FutexWaitv);
-        assert_eq!(v("6.7").expected_backend(), Backend::IoUringFutex);
-        assert_eq!(v("6.12.6").expected_backend(), Backend::IoUringFutex);
-        let c = v("6.1.0").capabilities();
+        let expected_backend = |s| Backend::expected_on(v(s));
+        assert_eq!(expected_backend("5.10.216-tegra"), Backend::Doorbell);
+        assert_eq!(expected_backend("5.15.148-tegra"), Backend::Doorbell);
+        assert_eq!(expected_backend("5.16"), Backend::FutexWaitv);
+        assert_eq!(expected_backend("6.6.70"), Backend::FutexWaitv);
+        assert_eq!(expected_backend("6.7"), Backend::IoUringFutex);
+        assert_eq!(expected_backend("6.12.6"), Backend::IoUringFutex);
+        let c = Capabilities::of(v("6.1.0"));
         assert!(c.isolated_partition && !c.cpus_exclusive && !c.io_uring_futex && c.futex_waitv);
-        let c = v("6.0.19").capabilities();
+        let c = Capabilities::of(v("6.0.19"));
         assert!(!c.isolated_partition);
     }
 

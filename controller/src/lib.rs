@@ -5,8 +5,9 @@
 //! wait armed per watched channel (or, on kernels without io_uring futex
 //! waits, one `futex_waitv` or one [`doorbell`] futex per sleep), timers
 //! and phased loops on absolute `CLOCK_MONOTONIC` deadlines, real-time
-//! process setup, timing reports, and what a kernel version offers
-//! ([`kernel`]).
+//! process setup, timing reports, what a kernel version offers the
+//! runtime ([`kernel`]), and the `channels:` section of robot.yaml
+//! ([`config`]).
 //!
 //! Design rules:
 //! - the publish and handle paths never allocate, never panic and never take
@@ -15,16 +16,23 @@
 //! - `unsafe` lives only in the modules that map shared memory or issue
 //!   syscalls, each block with its `SAFETY:` argument;
 //! - an error says what failed and keeps the underlying error as its
-//!   `source()` without repeating it ([`error::Chain`] prints the chain);
+//!   `source()` without repeating it ([`units::error::Chain`] prints the chain);
 //! - no check engine, benchmark, serde_json or comparison wake mechanism
-//!   here (they live in the `check` crate): a controller links this alone;
+//!   here (they live in the `check` crate, with the `check:` and
+//!   `boot_check:` sections): a controller links this (and `units`) alone;
+//! - what other crates share with the runtime is `units`', not ours:
+//!   durations, CPU sets, kernel versions, the scheduling calls, the wake
+//!   class and the process environment ([`units::env::ProcessEnv`], which
+//!   [`event_loop::LoopOptions::from_env`] reads). The runtime re-exports
+//!   only the types its own signatures take ([`WakeClass`],
+//!   [`rt::Policy`]), and no crate of ours borrows a type from it that is
+//!   not the runtime's;
 //! - test instrumentation (publish fault steps, abandoned publishers, the
 //!   test kernel profiles) exists only with the `fault-injection` feature.
 
 pub mod channel;
 pub mod config;
 pub mod doorbell;
-pub mod error;
 pub mod event_loop;
 pub mod kernel;
 pub mod miss_trace;

@@ -3,7 +3,8 @@
 //!
 //! The supervisor keeps an ftrace instance of its own recording on the
 //! isolated CPUs and tells each real-time process where it is
-//! ([`TRACE_ENV`]) and the process's wakeup budget ([`TRACE_MISS_ENV`]).
+//! ([`units::env::TRACE`]) and the process's wakeup budget
+//! ([`units::env::TRACE_MISS_NS`]).
 //! The process then writes markers to the instance's `trace_marker`:
 //! `rtdeploy send seq=N t=NS` at each publish, `rtdeploy handler seq=N
 //! t=NS` at each handler start, and on a handler that starts over its
@@ -15,18 +16,14 @@
 //! Each marker is one `write` system call (a few microseconds): the price
 //! of knowing why, paid only when the robot asks for it. Without the
 //! variables nothing is opened and each would-be marker costs one load.
-//! Files are opened once, by [`init_from_env`], before the loop runs.
+//! Files are opened once, by [`init`], before the loop runs.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 use std::sync::OnceLock;
 
-/// The instance directory (`.../tracing/instances/rtdeploy-<pid>`).
-pub const TRACE_ENV: &str = "RTDEPLOY_TRACE";
-/// A handler that starts more than this many nanoseconds after its event
-/// is a miss.
-pub const TRACE_MISS_ENV: &str = "RTDEPLOY_TRACE_MISS_NS";
+use units::env::{ProcessEnv, TRACE, TRACE_MISS_NS};
 
 struct MissTrace {
     marker: File,
@@ -34,34 +31,31 @@ struct MissTrace {
     miss_ns: u64,
 }
 
-static TRACE: OnceLock<Option<MissTrace>> = OnceLock::new();
+static STATE: OnceLock<Option<MissTrace>> = OnceLock::new();
 
-/// Opens the instance's files when the environment names one; the first
-/// call decides for the life of the process. Returns what went wrong
-/// (the process then runs untraced), `None` when all is well or nothing
-/// was asked.
-pub fn init_from_env() -> Option<String> {
+/// Opens the instance's files when the process's environment names one;
+/// the first call decides for the life of the process. Returns what went
+/// wrong (the process then runs untraced), `None` when all is well or
+/// nothing was asked.
+pub fn init(env: &ProcessEnv) -> Option<String> {
     let mut problem = None;
-    TRACE.get_or_init(|| {
-        let dir = std::env::var_os(TRACE_ENV)?;
-        let miss_ns = match std::env::var(TRACE_MISS_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+    STATE.get_or_init(|| {
+        let dir = env.trace.as_ref()?;
+        let miss_ns = match env.trace_miss_ns {
             Some(n) if n > 0 => n,
             _ => {
                 problem = Some(format!(
-                    "{TRACE_ENV} is set without a positive {TRACE_MISS_ENV}: running untraced"
+                    "{TRACE} is set without a positive {TRACE_MISS_NS}: running untraced"
                 ));
                 return None;
             }
         };
-        match open(Path::new(&dir), miss_ns) {
+        match open(dir, miss_ns) {
             Ok(t) => Some(t),
             Err(e) => {
                 problem = Some(format!(
                     "the supervisor's trace {}: {e}: running untraced",
-                    Path::new(&dir).display()
+                    dir.display()
                 ));
                 None
             }
@@ -80,7 +74,7 @@ fn open(dir: &Path, miss_ns: u64) -> std::io::Result<MissTrace> {
 }
 
 fn get() -> Option<&'static MissTrace> {
-    TRACE.get().and_then(|t| t.as_ref())
+    STATE.get().and_then(|t| t.as_ref())
 }
 
 /// Writes one marker from `args` to `trace_marker` (open in `f`) in one

@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use units::cpu::CpuSet;
+use units::sched::{self, AffinityGetError, SchedGetError};
 
 /// Memory setup failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,14 +27,6 @@ pub enum RtSetupError {
         hard_us: u64,
         source: io::Error,
     },
-    #[error("cannot set scheduling policy {policy:?} priority {priority}")]
-    Sched {
-        policy: Policy,
-        priority: u32,
-        source: io::Error,
-    },
-    #[error("cannot pin to CPUs {cpus:?}")]
-    Affinity { cpus: Vec<usize>, source: io::Error },
 }
 
 /// Locks all current and future memory (`mlockall`), then prefaults
@@ -117,114 +111,41 @@ pub fn rttime_limit() -> (Option<u64>, Option<u64>) {
     (f(lim.rlim_cur), f(lim.rlim_max))
 }
 
-/// A scheduling policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    Other,
-    Fifo,
-    Rr,
-    Batch,
-    Idle,
-    Deadline,
-}
-
-impl Policy {
-    fn from_raw(p: i32) -> Option<Policy> {
-        Some(match p & !libc::SCHED_RESET_ON_FORK {
-            libc::SCHED_OTHER => Policy::Other,
-            libc::SCHED_FIFO => Policy::Fifo,
-            libc::SCHED_RR => Policy::Rr,
-            libc::SCHED_BATCH => Policy::Batch,
-            libc::SCHED_IDLE => Policy::Idle,
-            6 => Policy::Deadline,
-            _ => return None,
-        })
-    }
-    fn raw(self) -> i32 {
-        match self {
-            Policy::Other => libc::SCHED_OTHER,
-            Policy::Fifo => libc::SCHED_FIFO,
-            Policy::Rr => libc::SCHED_RR,
-            Policy::Batch => libc::SCHED_BATCH,
-            Policy::Idle => libc::SCHED_IDLE,
-            Policy::Deadline => 6,
-        }
-    }
-}
+/// The scheduling policy robot.yaml gives a process ([`SchedExpectation`],
+/// [`crate::wake::Attach`]); setting and reading a thread's policy and
+/// CPUs is [`units::sched`]'s.
+pub use units::sched::Policy;
 
 /// What the calling thread runs with, read from the kernel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchedState {
+    /// `None`: a policy none of [`Policy`] names.
     pub policy: Option<Policy>,
     pub priority: u32,
-    pub cpus: Vec<usize>,
+    pub cpus: CpuSet,
+}
+
+/// The calling thread's scheduling state could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedStateError {
+    #[error(transparent)]
+    Sched(#[from] SchedGetError),
+    #[error(transparent)]
+    Cpus(#[from] AffinityGetError),
 }
 
 /// Reads the calling thread's policy, priority and CPU affinity.
-pub fn sched_state() -> io::Result<SchedState> {
-    // SAFETY: no preconditions.
-    let p = unsafe { libc::sched_getscheduler(0) };
-    if p < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is valid and writable.
-    if unsafe { libc::sched_getparam(0, &mut param) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: cpu_set_t is plain bits; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is valid and writable, its size is passed.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    let cpus = (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `c` < CPU_SETSIZE.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect();
-    Ok(SchedState {
-        policy: Policy::from_raw(p),
-        priority: param.sched_priority.max(0) as u32,
-        cpus,
-    })
-}
-
-/// Sets the calling thread's policy and priority.
-pub fn set_sched(policy: Policy, priority: u32) -> Result<(), RtSetupError> {
-    let param = libc::sched_param {
-        sched_priority: priority as i32,
+pub fn sched_state() -> Result<SchedState, SchedStateError> {
+    let (policy, priority) = match sched::get_attr(0) {
+        Ok(a) => (Some(a.policy), a.priority),
+        Err(SchedGetError::UnknownPolicy { .. }) => (None, 0),
+        Err(e) => return Err(e.into()),
     };
-    // SAFETY: `param` is valid for the call.
-    if unsafe { libc::sched_setscheduler(0, policy.raw(), &param) } != 0 {
-        return Err(RtSetupError::Sched {
-            policy,
-            priority,
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
-}
-
-/// Pins the calling thread to `cpus`.
-pub fn pin_cpus(cpus: &[usize]) -> Result<(), RtSetupError> {
-    // SAFETY: zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        if c < libc::CPU_SETSIZE as usize {
-            // SAFETY: `c` < CPU_SETSIZE; `set` is valid.
-            unsafe { libc::CPU_SET(c, &mut set) };
-        }
-    }
-    // SAFETY: `set` is valid, its size is passed.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(RtSetupError::Affinity {
-            cpus: cpus.to_vec(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    Ok(SchedState {
+        policy,
+        priority,
+        cpus: sched::get_affinity(0)?,
+    })
 }
 
 /// What robot.yaml gives a process.
@@ -233,14 +154,14 @@ pub struct SchedExpectation {
     pub policy: Policy,
     pub priority: u32,
     /// Empty: any CPUs.
-    pub cpus: Vec<usize>,
+    pub cpus: CpuSet,
 }
 
 /// The process runs with other settings than robot.yaml gives it.
 #[derive(Debug, thiserror::Error)]
 pub enum RtCheckError {
     #[error("cannot read the scheduling state: {0}")]
-    Read(io::Error),
+    Read(SchedStateError),
     #[error("process runs with {}; expected {}", describe(.found), describe_expect(.expected))]
     Mismatch {
         found: SchedState,
@@ -250,13 +171,13 @@ pub enum RtCheckError {
 
 fn describe(s: &SchedState) -> String {
     format!(
-        "policy {:?} priority {} on CPUs {:?}",
+        "policy {:?} priority {} on CPUs {}",
         s.policy, s.priority, s.cpus
     )
 }
 fn describe_expect(s: &SchedExpectation) -> String {
     format!(
-        "policy {:?} priority {} on CPUs {:?}",
+        "policy {:?} priority {} on CPUs {}",
         s.policy, s.priority, s.cpus
     )
 }
@@ -265,12 +186,9 @@ fn describe_expect(s: &SchedExpectation) -> String {
 /// from the kernel.
 pub fn check_sched(expected: &SchedExpectation) -> Result<SchedState, RtCheckError> {
     let found = sched_state().map_err(RtCheckError::Read)?;
-    let mut want_cpus = expected.cpus.clone();
-    want_cpus.sort_unstable();
-    want_cpus.dedup();
     let ok = found.policy == Some(expected.policy)
         && found.priority == expected.priority
-        && (want_cpus.is_empty() || found.cpus == want_cpus);
+        && (expected.cpus.is_empty() || found.cpus == expected.cpus);
     if ok {
         Ok(found)
     } else {
@@ -473,7 +391,7 @@ pub fn find_cgroup(sys_root: &Path, leaf: &str) -> Option<PathBuf> {
 /// The CPUs a cgroup may use, from the cpuset file beside its
 /// `cgroup.procs`: v2's `cpuset.cpus.effective`, else `cpuset.cpus`, else
 /// v1's `cpuset.effective_cpus`.
-fn cgroup_cpus(procs: &Path) -> Option<Vec<usize>> {
+fn cgroup_cpus(procs: &Path) -> Option<CpuSet> {
     let dir = procs.parent()?;
     [
         "cpuset.cpus.effective",
@@ -489,18 +407,7 @@ fn cgroup_cpus(procs: &Path) -> Option<Vec<usize>> {
             .ok()
     })
     .find(|t| !t.trim().is_empty())
-    .and_then(|t| parse_cpu_list(t.trim()))
-}
-
-/// `0-3,5` -> [0, 1, 2, 3, 5] (the kernel's CPU list form).
-pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in text.split(',').filter(|p| !p.is_empty()) {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let (lo, hi): (usize, usize) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
-        cpus.extend(lo..=hi);
-    }
-    Some(cpus)
+    .and_then(|t| CpuSet::parse_list(&t).ok())
 }
 
 /// Moves the calling process into the rtdeploy cgroup (`rt`, then
@@ -510,7 +417,7 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
 /// (`sched_setaffinity` fails with EINVAL), so a process that is about to
 /// pin itself to isolated CPUs joins their cgroup first. Returns the
 /// `cgroup.procs` joined, or `None` when no such cgroup exists.
-pub fn join_cgroup_holding(sys_root: &Path, cpus: &[usize]) -> io::Result<Option<PathBuf>> {
+pub fn join_cgroup_holding(sys_root: &Path, cpus: &CpuSet) -> io::Result<Option<PathBuf>> {
     for leaf in ["rt", "housekeeping"] {
         let Some(procs) = find_cgroup(sys_root, leaf) else {
             continue;
@@ -518,7 +425,7 @@ pub fn join_cgroup_holding(sys_root: &Path, cpus: &[usize]) -> io::Result<Option
         let Some(allowed) = cgroup_cpus(&procs) else {
             continue;
         };
-        if cpus.iter().all(|c| allowed.contains(c)) {
+        if cpus.is_subset(&allowed) {
             // "0" names the writing process (cgroups(7)).
             std::fs::write(&procs, "0")?;
             return Ok(Some(procs));
@@ -533,7 +440,8 @@ mod tests {
     fn joins_the_cgroup_whose_cpus_hold_the_request() {
         let sys = tempfile::tempdir().unwrap();
         assert_eq!(find_cgroup(sys.path(), "rt"), None);
-        assert_eq!(join_cgroup_holding(sys.path(), &[2]).unwrap(), None);
+        let cpus = |list| CpuSet::parse_list(list).unwrap();
+        assert_eq!(join_cgroup_holding(sys.path(), &cpus("2")).unwrap(), None);
         for (leaf, cpus) in [("rt", "2-3\n"), ("housekeeping", "0-1\n")] {
             let dir = sys.path().join("fs/cgroup/rtdeploy").join(leaf);
             std::fs::create_dir_all(&dir).unwrap();
@@ -545,14 +453,23 @@ mod tests {
             .path()
             .join("fs/cgroup/rtdeploy/housekeeping/cgroup.procs");
         assert_eq!(
-            join_cgroup_holding(sys.path(), &[3]).unwrap(),
+            join_cgroup_holding(sys.path(), &cpus("3")).unwrap(),
             Some(rt.clone())
         );
         assert_eq!(std::fs::read_to_string(&rt).unwrap(), "0");
-        assert_eq!(join_cgroup_holding(sys.path(), &[0, 1]).unwrap(), Some(hk));
+        assert_eq!(
+            join_cgroup_holding(sys.path(), &cpus("0,1")).unwrap(),
+            Some(hk)
+        );
         // CPUs split across both cgroups: neither holds them all.
-        assert_eq!(join_cgroup_holding(sys.path(), &[1, 2]).unwrap(), None);
-        assert_eq!(parse_cpu_list("0-2,5"), Some(vec![0, 1, 2, 5]));
+        assert_eq!(join_cgroup_holding(sys.path(), &cpus("1,2")).unwrap(), None);
+        assert_eq!(
+            CpuSet::parse_list("0-2,5")
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
+            vec![0, 1, 2, 5]
+        );
     }
 
     use super::*;
@@ -579,10 +496,10 @@ mod tests {
     #[test]
     fn pinning_is_read_back_in_a_thread() {
         let cpus = sched_state().unwrap().cpus;
-        let first = cpus[0];
+        let first: CpuSet = cpus.iter().take(1).collect();
         std::thread::spawn(move || {
-            pin_cpus(&[first]).unwrap();
-            assert_eq!(sched_state().unwrap().cpus, vec![first]);
+            sched::set_affinity(0, &first).unwrap();
+            assert_eq!(sched_state().unwrap().cpus, first);
         })
         .join()
         .unwrap();

@@ -102,99 +102,49 @@
 //! between unrelated words (a rate, not a design), and the slab behind
 //! the kernel's own allocations on other paths.
 
-use std::fmt;
-
-use crate::rt::Policy;
+use units::env::ProcessEnv;
+use units::sched::Policy;
 
 /// A bell listing of a real-time loop (bit 31 of the listing's low word;
 /// the slot number below it never reaches it).
 pub const RT_LISTING: u64 = 1 << 31;
 
-/// The environment variable the supervisor sets to each process's class.
-pub const CLASS_ENV: &str = "RTDEPLOY_WAKE_CLASS";
-/// The environment variable the supervisor sets to the policy and
-/// priority robot.yaml gives the process (`fifo:80`, `other`), which the
-/// runtime checks the calling thread against when a loop attaches.
-pub const SCHED_ENV: &str = "RTDEPLOY_SCHED";
+/// The class of a publisher or subscriber (see the module docs), in
+/// every signature of the runtime that takes one.
+pub use units::wake::WakeClass;
 
-/// Which words a task arms and wakes (see the module docs).
-/// Ordered real-time first (for tables).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-pub enum WakeClass {
-    /// On an isolated CPU above every other thread that may run there.
-    #[serde(rename = "real-time")]
-    RealTime,
-    /// Everything else: the safe default (a best-effort task touches no
-    /// real-time object).
-    #[default]
-    #[serde(rename = "best-effort")]
-    BestEffort,
-}
-
-impl WakeClass {
-    pub const ALL: [WakeClass; 2] = [WakeClass::RealTime, WakeClass::BestEffort];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            WakeClass::RealTime => "real-time",
-            WakeClass::BestEffort => "best-effort",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<WakeClass> {
-        WakeClass::ALL.into_iter().find(|c| c.name() == s)
-    }
-
-    /// The other class.
-    pub fn other(self) -> WakeClass {
-        match self {
-            WakeClass::RealTime => WakeClass::BestEffort,
-            WakeClass::BestEffort => WakeClass::RealTime,
-        }
-    }
-
+/// Where a class lives in a channel's header and in a slot's `pid` word.
+pub(crate) trait ClassWords: Sized {
     /// Index into per-class arrays of the channel header (0 best-effort,
     /// 1 real-time).
-    pub(crate) fn index(self) -> usize {
+    fn index(self) -> usize;
+    /// The class bit of a slot's `pid` word (bit 63; pids fit in 32 bits).
+    fn pid_bit(self) -> u64;
+    /// The class a slot's `pid` word records.
+    fn of_pid_word(w: u64) -> Self;
+}
+
+impl ClassWords for WakeClass {
+    fn index(self) -> usize {
         match self {
             WakeClass::BestEffort => 0,
             WakeClass::RealTime => 1,
         }
     }
 
-    /// The class bit of a slot's `pid` word (bit 63; pids fit in 32 bits).
-    pub(crate) fn pid_bit(self) -> u64 {
+    fn pid_bit(self) -> u64 {
         match self {
             WakeClass::RealTime => 1 << 63,
             WakeClass::BestEffort => 0,
         }
     }
 
-    /// The class a slot's `pid` word records.
-    pub(crate) fn of_pid_word(w: u64) -> WakeClass {
+    fn of_pid_word(w: u64) -> WakeClass {
         if w >> 63 == 1 {
             WakeClass::RealTime
         } else {
             WakeClass::BestEffort
         }
-    }
-}
-
-impl fmt::Display for WakeClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -206,17 +156,6 @@ pub struct Attach {
     pub policy: Policy,
     /// 0 for the non-real-time policies.
     pub priority: u32,
-}
-
-/// The environment the supervisor set is not one this runtime reads.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AttachEnvError {
-    #[error("{CLASS_ENV}={value:?} is not a wake class (expected real-time or best-effort)")]
-    Class { value: String },
-    #[error("{SCHED_ENV}={value:?} is not a policy (expected other, batch, idle, or fifo:N / rr:N with N from 1 to 99)")]
-    Sched { value: String },
-    #[error("{CLASS_ENV} is set without {SCHED_ENV} (the supervisor sets both)")]
-    Missing,
 }
 
 /// The thread attaching runs with a policy robot.yaml does not give it.
@@ -240,55 +179,17 @@ fn describe(policy: Policy, priority: u32) -> String {
 }
 
 impl Attach {
-    /// The value of [`SCHED_ENV`] for a policy and priority.
-    pub fn sched_value(policy: Policy, priority: u32) -> String {
-        match policy {
-            Policy::Fifo => format!("fifo:{priority}"),
-            Policy::Rr => format!("rr:{priority}"),
-            Policy::Other => "other".into(),
-            Policy::Batch => "batch".into(),
-            Policy::Idle => "idle".into(),
-            Policy::Deadline => "deadline".into(),
-        }
-    }
-
-    /// Reads [`CLASS_ENV`] and [`SCHED_ENV`] (`None` when the supervisor
-    /// set neither: a program run by hand, which is best-effort unless it
-    /// says otherwise in its [`crate::event_loop::LoopOptions`]).
-    pub fn parse(
-        class: Option<&str>,
-        sched: Option<&str>,
-    ) -> Result<Option<Attach>, AttachEnvError> {
-        let Some(c) = class else {
-            return Ok(None);
-        };
-        let class =
-            WakeClass::from_name(c).ok_or_else(|| AttachEnvError::Class { value: c.into() })?;
-        let s = sched.ok_or(AttachEnvError::Missing)?;
-        let bad = || AttachEnvError::Sched { value: s.into() };
-        let (policy, priority) = match s.split_once(':') {
-            Some(("fifo", p)) => (Policy::Fifo, p.parse::<u32>().map_err(|_| bad())?),
-            Some(("rr", p)) => (Policy::Rr, p.parse::<u32>().map_err(|_| bad())?),
-            None if s == "other" => (Policy::Other, 0),
-            None if s == "batch" => (Policy::Batch, 0),
-            None if s == "idle" => (Policy::Idle, 0),
-            _ => return Err(bad()),
-        };
-        if matches!(policy, Policy::Fifo | Policy::Rr) && !(1..=99).contains(&priority) {
-            return Err(bad());
-        }
-        Ok(Some(Attach {
+    /// From the environment the supervisor set ([`units::env::WAKE_CLASS`]
+    /// and [`units::env::SCHED`]); `None` when it set no class: a program
+    /// run by hand, which is best-effort unless it says otherwise in its
+    /// [`crate::event_loop::LoopOptions`].
+    pub fn of_env(env: &ProcessEnv) -> Option<Attach> {
+        let (class, sched) = (env.wake_class?, env.sched?);
+        Some(Attach {
             class,
-            policy,
-            priority,
-        }))
-    }
-
-    /// From the environment of this process.
-    pub fn from_env() -> Result<Option<Attach>, AttachEnvError> {
-        let class = std::env::var(CLASS_ENV).ok().filter(|v| !v.is_empty());
-        let sched = std::env::var(SCHED_ENV).ok().filter(|v| !v.is_empty());
-        Attach::parse(class.as_deref(), sched.as_deref())
+            policy: sched.policy,
+            priority: sched.priority,
+        })
     }
 
     /// Checks a thread's policy and priority against robot.yaml's: a
@@ -313,9 +214,11 @@ impl Attach {
 
     /// [`Attach::check`] of the calling thread, read from the kernel.
     pub fn check_current(&self) -> Result<(), AttachMismatchError> {
-        match crate::rt::sched_state() {
-            Ok(s) => self.check(s.policy, s.priority),
-            // Nothing to compare with; the class stands as robot.yaml says.
+        match units::sched::get_attr(0) {
+            Ok(a) => self.check(Some(a.policy), a.priority),
+            // A policy we do not know is not a real-time one of ours, and
+            // an unreadable one leaves nothing to compare with: the class
+            // stands as robot.yaml says.
             Err(_) => Ok(()),
         }
     }
@@ -326,34 +229,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_environment_round_trips_and_refuses_garbage_by_name() {
-        for (policy, prio) in [(Policy::Fifo, 80), (Policy::Rr, 1), (Policy::Other, 0)] {
-            let v = Attach::sched_value(policy, prio);
-            let a = Attach::parse(Some("real-time"), Some(&v)).unwrap().unwrap();
-            assert_eq!(
-                (a.policy, a.priority, a.class),
-                (policy, prio, WakeClass::RealTime)
-            );
-        }
-        assert_eq!(Attach::parse(None, Some("fifo:80")).unwrap(), None);
-        let e = Attach::parse(Some("rt"), Some("fifo:80"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("\"rt\"") && e.contains("real-time or best-effort"),
-            "{e}"
-        );
-        for bad in ["fifo:0", "fifo:100", "fifo:x", "fifo", "deadline:3", ""] {
-            let e = Attach::parse(Some("best-effort"), Some(bad)).unwrap_err();
-            assert!(
-                matches!(e, AttachEnvError::Sched { .. } | AttachEnvError::Missing),
-                "{bad}: {e}"
-            );
-        }
+    fn the_environment_gives_the_class_and_the_policy_it_was_decided_from() {
+        let env = ProcessEnv {
+            wake_class: Some(WakeClass::RealTime),
+            sched: Some(units::env::SchedSpec {
+                policy: Policy::Fifo,
+                priority: 80,
+            }),
+            ..ProcessEnv::default()
+        };
+        let a = Attach::of_env(&env).unwrap();
         assert_eq!(
-            Attach::parse(Some("best-effort"), None).unwrap_err(),
-            AttachEnvError::Missing
+            (a.class, a.policy, a.priority),
+            (WakeClass::RealTime, Policy::Fifo, 80)
         );
+        assert_eq!(Attach::of_env(&ProcessEnv::default()), None);
     }
 
     #[test]

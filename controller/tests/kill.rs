@@ -56,7 +56,7 @@ fn publish_forever(dir: &Path, id: u64, stop: Option<&AtomicBool>) -> u64 {
 /// The victim's body: only runs when re-executed by the test below.
 #[test]
 fn kill_child_entry() {
-    if let Ok(dir) = std::env::var("RTDEPLOY_KILL_CHILD") {
+    if let Ok(dir) = std::env::var(units::env::KILL_CHILD) {
         publish_forever(&PathBuf::from(dir), 1000 + std::process::id() as u64, None);
     }
 }
@@ -136,7 +136,7 @@ fn publishers_killed_mid_publish() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env("RTDEPLOY_KILL_CHILD", dir.path())
+            .env(units::env::KILL_CHILD, dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -10,7 +10,6 @@
 //! is recorded in the [`ApplyReport`].
 
 mod nvpmodel;
-pub mod sched;
 
 use std::fmt;
 use std::fs;
@@ -20,13 +19,15 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::config::Policy;
-use crate::cpuset::CpuSet;
 use crate::model::live::{
     find_cgroup_root, read_cpu_list, read_opt, read_task, sys_path, task_dir, ModelReadError,
 };
 use crate::model::{partition_invalid_reason, sched_text, status_with_cpus, CgroupRoot, TaskStat};
 use crate::plan::{FreqLock, RuntimePlan, Source, ThreadPlacement};
 use crate::power::NvpmodelTool;
+use units::cpu::CpuSet;
+use units::error::Chain;
+use units::sched::{self, AffinitySetError, SchedAttr};
 
 /// How thread scheduling changes reach the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -790,7 +791,7 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
         let path = if fake {
             format!("/proc/{}/stat", t.pid)
         } else {
-            format!("sched_setscheduler({})", t.pid)
+            format!("sched_setattr({})", t.pid)
         };
         let outcome = if task.policy == policy.sched_number() && task.rt_priority == prio {
             Outcome::Unchanged
@@ -811,10 +812,15 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
                 },
             }
         } else {
-            match sched::set_scheduler(t.pid, policy.sched_number(), prio) {
+            // The thread's nice value kept, as sched_setscheduler(2)
+            // keeps it.
+            match sched::set_attr(t.pid, &SchedAttr::new(policy.sched(), prio)) {
                 Ok(()) => Outcome::Changed,
                 Err(e) => Outcome::Failed {
-                    error: format!("sched_setscheduler({}, {new}) for `{}`: {e}", t.pid, t.comm),
+                    error: format!(
+                        "sched_setattr({}, {new}) for `{}`: {}",
+                        t.pid, t.comm, e.source
+                    ),
                 },
             }
         };
@@ -846,11 +852,26 @@ fn apply_thread(a: &mut Applier, t: &ThreadPlacement) -> Result<(), ApplyRunErro
         } else {
             match sched::set_affinity(t.pid, cpus) {
                 Ok(()) => Outcome::Changed,
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Outcome::Unmovable {
-                    reason: format!("sched_setaffinity refused: {e}"),
+                Err(AffinitySetError::Set { source, .. })
+                    if source.raw_os_error() == Some(libc::EINVAL) =>
+                {
+                    Outcome::Unmovable {
+                        reason: format!("sched_setaffinity refused: {source}"),
+                    }
+                }
+                Err(AffinitySetError::Set { source, .. }) => Outcome::Failed {
+                    error: format!(
+                        "sched_setaffinity({}, {cpus}) for `{}`: {source}",
+                        t.pid, t.comm
+                    ),
                 },
                 Err(e) => Outcome::Failed {
-                    error: format!("sched_setaffinity({}, {cpus}) for `{}`: {e}", t.pid, t.comm),
+                    error: format!(
+                        "sched_setaffinity({}, {cpus}) for `{}`: {}",
+                        t.pid,
+                        t.comm,
+                        Chain(&e)
+                    ),
                 },
             }
         };

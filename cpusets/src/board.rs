@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::cpuset::CpuSet;
+use units::cpu::CpuSet;
 
 /// How the kernel command line reaches the kernel on this board.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

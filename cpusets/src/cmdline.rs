@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use crate::config::{CpusSection, KernelSection};
-use crate::cpuset::CpuSet;
+use units::cpu::CpuSet;
 
 /// One planned command line token and why it is there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -7,21 +7,21 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use controller::config::{Dur, DurParseError};
-use controller::kernel::{needs, KernelVersion};
 use serde::{Deserialize, Serialize};
+use units::duration::{Dur, DurParseError};
+use units::kernel::{needs, KernelVersion};
 
 use crate::board::{self, Board};
-use crate::cpuset::CpuSet;
 use crate::model::glob_match;
 use crate::power::{self, NvpmodelMode};
+use units::cpu::CpuSet;
 
 /// A validation problem: the field path and what is wrong with it.
 pub type Problem = (String, String);
 
 /// The most CPUs a board may have: every CPU number up to
-/// [`crate::cpuset::MAX_CPU`], the largest a CPU list accepts.
-pub const MAX_CPUS: u32 = crate::cpuset::MAX_CPU + 1;
+/// [`units::cpu::MAX_CPU`], the largest a CPU list accepts.
+pub const MAX_CPUS: u32 = units::cpu::MAX_CPU + 1;
 
 /// `board:`
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -400,7 +400,7 @@ impl KernelSection {
     pub fn validate_cpus(&self, cpus: &CpusSection, out: &mut Vec<Problem>) {
         let Some(k) = self.declared() else { return };
         let v = k.version;
-        let show = controller::kernel::needs::show;
+        let show = units::kernel::needs::show;
         if cpus.partition == PartitionKind::Isolated && !v.at_least(needs::ISOLATED_PARTITION) {
             out.push((
                 "cpus.partition".into(),
@@ -448,13 +448,18 @@ impl Policy {
         !matches!(self, Policy::Other)
     }
 
+    /// The scheduling policy this is.
+    pub fn sched(self) -> units::sched::Policy {
+        match self {
+            Policy::Other => units::sched::Policy::Other,
+            Policy::Fifo => units::sched::Policy::Fifo,
+            Policy::Rr => units::sched::Policy::Rr,
+        }
+    }
+
     /// The kernel's number for this policy (`SCHED_*`).
     pub fn sched_number(self) -> u32 {
-        match self {
-            Policy::Other => 0,
-            Policy::Fifo => 1,
-            Policy::Rr => 2,
-        }
+        self.sched().raw() as u32
     }
 }
 

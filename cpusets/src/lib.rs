@@ -28,14 +28,14 @@
 //! interrupts and IRQ threads that appear after apply, for the supervisor
 //! to place them.
 //!
-//! Dependencies: `libc` for `sched_setscheduler(2)` and
-//! `sched_setaffinity(2)` on kernel threads (std wraps neither; the calls
-//! live in `apply::sched`, the crate's only unsafe code); `controller` for
-//! the duration type every section of robot.yaml writes and what a kernel
-//! version offers (the runtime crate alone: libc, io-uring, serde,
-//! thiserror); `serde_json` for the
-//! apply-state file. Globs on thread and interrupt names use a small
-//! matcher in [`model`].
+//! Dependencies: `units` for the CPU list type, the durations robot.yaml
+//! writes, kernel versions and the features each brought, and the one
+//! wrapper of `sched_setattr(2)` and `sched_setaffinity(2)` (the policy
+//! and CPUs of kernel threads); no other crate of ours (what a kernel
+//! offers the runtime is the runtime's to say: verify reports it through
+//! the function its caller passes); `libc` for a process group's signal
+//! and errno values; `serde_json` for the apply-state file. Globs on
+//! thread and interrupt names use a small matcher in [`model`].
 
 pub mod apply;
 pub mod apply_state;
@@ -43,7 +43,6 @@ pub mod board;
 pub mod cmdline;
 pub mod conf_files;
 pub mod config;
-pub mod cpuset;
 pub mod model;
 pub mod plan;
 pub mod power;

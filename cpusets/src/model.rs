@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::cpuset::CpuSet;
+use units::cpu::CpuSet;
 
 /// Why a /proc or /sys text did not parse.
 #[derive(Debug, thiserror::Error)]

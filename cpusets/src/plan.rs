@@ -12,9 +12,9 @@ use crate::config::{
     BoardSection, CpusSection, IrqsSection, KernelSection, PartitionKind, Policy, PowerSection,
     SysctlSection, ThreadRule,
 };
-use crate::cpuset::CpuSet;
 use crate::model::{glob_match, Irq, Task};
 use crate::power::ModeResolveError;
+use units::cpu::CpuSet;
 
 /// The robot.yaml sections this crate plans from.
 #[derive(Debug, Clone, Copy)]

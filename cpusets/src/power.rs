@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::board::Board;
-use crate::cpuset::CpuSet;
+use units::cpu::CpuSet;
 
 /// One power mode of an nvpmodel configuration file, as far as the CPUs
 /// go.

@@ -7,12 +7,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use controller::kernel::{KernelFacts, KernelVersion};
 use serde::Serialize;
+use units::kernel::KernelVersion;
 
 use crate::cmdline;
 use crate::config::DeclaredKernel;
-use crate::cpuset::CpuSet;
 use crate::model::live::{
     find_cgroup_root, read_cpu_list, read_cpu_mask, read_interrupts, read_opt, sys_path, Live,
     ModelReadError,
@@ -23,6 +22,7 @@ use crate::model::{
 };
 use crate::plan::{is_per_cpu_kthread, FreqLock, RuntimePlan, Source, ThreadKind};
 use crate::power::{self, NvpmodelTool};
+use units::cpu::CpuSet;
 
 /// How verify samples and what it tolerates.
 #[derive(Debug, Clone)]
@@ -42,6 +42,12 @@ pub struct VerifyOptions {
     /// The kernel robot.yaml says the board runs, compared with the one
     /// that does.
     pub declared_kernel: Option<DeclaredKernel>,
+    /// What the kernel of release `uname -r` offers the runtime (its wake
+    /// backend), probed when the second argument says it is the kernel
+    /// running here: the runtime's to say (`deploy` passes
+    /// `controller::kernel::KernelFacts`' summary), reported as the
+    /// `kernel.capabilities` check. `None`: no such check.
+    pub kernel_offers: Option<fn(&str, bool) -> String>,
 }
 
 impl Default for VerifyOptions {
@@ -52,6 +58,7 @@ impl Default for VerifyOptions {
             allow_tasks: Vec::new(),
             unmovable_irqs: Vec::new(),
             declared_kernel: None,
+            kernel_offers: None,
         }
     }
 }
@@ -284,13 +291,15 @@ pub fn verify(
             .unwrap_or_default(),
     };
     let release: String = release.trim().chars().take(64).collect();
-    let facts = KernelFacts::of(&release, sysroot == Path::new("/"));
-    checks.push(check(
-        "kernel.capabilities",
-        Status::Ok,
-        format!("{release}: {}", facts.summary()),
-        None,
-    ));
+    if let Some(offers) = opts.kernel_offers {
+        let live = sysroot == Path::new("/");
+        checks.push(check(
+            "kernel.capabilities",
+            Status::Ok,
+            format!("{release}: {}", offers(&release, live)),
+            None,
+        ));
+    }
     if let Some(d) = &opts.declared_kernel {
         let live = KernelVersion::parse(&release).ok();
         checks.push(match live {
@@ -1211,7 +1220,7 @@ pub fn power_checks(plan: &RuntimePlan, root: &Path) -> Result<Vec<Check>, Verif
                         format!(
                             "no {} and nvpmodel does not answer: {}",
                             power::STATUS_FILE,
-                            controller::error::Chain(&e)
+                            units::error::Chain(&e)
                         ),
                         None,
                     ));

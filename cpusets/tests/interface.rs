@@ -13,9 +13,9 @@ use std::path::Path;
 
 use common::{pid_of, qemu, tree};
 use cpusets::config::{IrqOverride, Policy, ThreadRule};
-use cpusets::cpuset::CpuSet;
 use cpusets::model::live::Live;
 use cpusets::plan::{self, ThreadKind};
+use units::cpu::CpuSet;
 
 fn mkdir(root: &Path, abs: &str) {
     fs::create_dir_all(root.join(abs.trim_start_matches('/'))).unwrap();

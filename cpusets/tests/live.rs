@@ -14,12 +14,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cpusets::apply::{self, sched, write_existing, ApplyOptions, ThreadControl};
-use cpusets::cpuset::CpuSet;
+use cpusets::apply::{self, write_existing, ApplyOptions, ThreadControl};
 use cpusets::model::live::{find_cgroup_root, read_task, task_dir};
 use cpusets::model::CgroupRoot;
 use cpusets::plan::RuntimePlan;
 use cpusets::verify::{self, Status, VerifyOptions};
+use units::cpu::CpuSet;
+use units::error::Chain;
+use units::sched::{self, Policy, SchedAttr};
 
 /// Everything apply may change, as it was, put back on drop.
 struct Saved {
@@ -99,13 +101,18 @@ impl Drop for Saved {
                 continue;
             }
             if (t.policy, t.rt_priority) != (*policy, *prio) {
-                if let Err(e) = sched::set_scheduler(*pid, *policy, *prio) {
+                let restored = match Policy::from_raw(*policy as i32) {
+                    Some(p) => sched::set_attr(*pid, &SchedAttr::new(p, *prio))
+                        .map_err(|e| Chain(&e).to_string()),
+                    None => Err(format!("policy {policy} is none of ours")),
+                };
+                if let Err(e) = restored {
                     eprintln!("restore scheduling of {pid} {comm}: {e}");
                 }
             }
             if &t.cpus_allowed != cpus {
                 if let Err(e) = sched::set_affinity(*pid, cpus) {
-                    eprintln!("restore affinity of {pid} {comm}: {e}");
+                    eprintln!("restore affinity of {pid} {comm}: {}", Chain(&e));
                 }
             }
         }

@@ -594,6 +594,9 @@ fn verify_reports_what_the_jetpack_kernel_offers_and_whether_robot_yaml_names_it
     let plan = orin().plan(root);
     let with = |decl: KernelSection| VerifyOptions {
         declared_kernel: decl.declared(),
+        kernel_offers: Some(|release, live| {
+            controller::kernel::KernelFacts::of(release, live).summary()
+        }),
         ..verify_opts(root)
     };
     let v = verify::verify(&plan, root, &with(KernelSection::default())).unwrap();

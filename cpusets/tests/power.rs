@@ -22,10 +22,10 @@ use cpusets::config::{
     BoardSection, CpusSection, IrqsSection, KernelSection, PartitionKind, PowerSection,
     SysctlSection,
 };
-use cpusets::cpuset::CpuSet;
 use cpusets::plan::{self, FreqLock, Inventory};
 use cpusets::power::{self, NvpmodelMode, NvpmodelTool};
 use cpusets::verify::{self, Status, VerifyOptions};
+use units::cpu::CpuSet;
 
 /// (board, configuration, mode, id, CPUs online) for every mode of every
 /// configuration file, from the `CPU_ONLINE CORE_n` lines of NVIDIA's

@@ -31,7 +31,7 @@ struct Cli {
         long,
         global = true,
         value_name = "FILE",
-        env = "RTDEPLOY_CONFIG"
+        env = units::env::CONFIG
     )]
     config: Option<PathBuf>,
 

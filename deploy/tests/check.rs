@@ -495,12 +495,8 @@ fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = robot_yaml(dir.path(), |t| t);
-    let doc = compare_run(
-        dir.path(),
-        &cfg,
-        "2s",
-        &["env", "RTDEPLOY_TEST_KERNEL_PROFILE=jetpack6"],
-    );
+    let jetpack6 = format!("{}=jetpack6", units::env::TEST_KERNEL_PROFILE);
+    let doc = compare_run(dir.path(), &cfg, "2s", &["env", &jetpack6]);
     let ran = ran(&doc);
     assert_eq!(ran[0], "doorbell", "the runtime's backend here decides");
     assert!(
@@ -524,7 +520,7 @@ fn compare_on_a_jetpack_kernel_runs_the_doorbell_first() {
         dir.path(),
         &cfg,
         &["check", "--boot", "--duration", "1s", "-q", "--no-verify"],
-        &["env", "RTDEPLOY_TEST_KERNEL_PROFILE=jetpack6"],
+        &["env", &jetpack6],
     );
     let code = out.status.code();
     assert!(
@@ -730,7 +726,7 @@ fn check_with_waiters_scribbled(wake_check: Option<&str>) -> serde_json::Value {
             }
         })
     };
-    let env_arg = wake_check.map(|v| format!("RTDEPLOY_WAKE_CHECK={v}"));
+    let env_arg = wake_check.map(|v| format!("{}={v}", units::env::WAKE_CHECK));
     let wrap: Vec<&str> = match &env_arg {
         Some(a) => vec!["env", a.as_str()],
         None => vec![],

@@ -18,7 +18,7 @@ fn deploy(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .current_dir(dir)
         .env_remove("SOURCE_DATE_EPOCH")
-        .env_remove("RTDEPLOY_CONFIG")
+        .env_remove(units::env::CONFIG)
         .output()
         .unwrap()
 }

@@ -211,7 +211,7 @@ fn a_supervised_run_is_logged_read_back_and_replayed_into_a_listener() {
             "--count",
             "200",
         ])
-        .env("RTDEPLOY_SHM_DIR", &shm)
+        .env(units::env::SHM_DIR, &shm)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -35,8 +35,8 @@ fn s(p: &Path) -> &str {
 fn deploy(args: &[&str]) -> Output {
     Command::new(DEPLOY)
         .args(args)
-        .env_remove("RTDEPLOY_CONFIG")
-        .env_remove("RTDEPLOY_FAULT")
+        .env_remove(units::env::CONFIG)
+        .env_remove(units::env::FAULT)
         .output()
         .unwrap()
 }
@@ -514,8 +514,8 @@ fn mender_refuses_another_device_type_and_our_module_a_bad_signature() {
 fn module(prefix: &Path, state: &str, files_dir: &Path, env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(DEPLOY);
     c.args(["--prefix", s(prefix), "mender-module", state, s(files_dir)])
-        .env_remove("RTDEPLOY_CONFIG")
-        .env_remove("RTDEPLOY_FAULT");
+        .env_remove(units::env::CONFIG)
+        .env_remove(units::env::FAULT);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -713,7 +713,7 @@ fn each_module_state_is_idempotent_and_a_killed_install_rolls_back() {
             s(&b),
         ]));
         let w = files_dir(dir, &format!("cut-{step}"), &b);
-        let o = module(&prefix, "ArtifactInstall", &w, &[("RTDEPLOY_FAULT", step)]);
+        let o = module(&prefix, "ArtifactInstall", &w, &[(units::env::FAULT, step)]);
         use std::os::unix::process::ExitStatusExt;
         if o.status.signal() == Some(libc::SIGABRT) {
             cut.push(*step);

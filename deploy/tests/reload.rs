@@ -17,7 +17,7 @@ use common::{supervise, wait_status, DEPLOY};
 fn deploy(args: &[&str]) -> Output {
     Command::new(DEPLOY)
         .args(args)
-        .env_remove("RTDEPLOY_CONFIG")
+        .env_remove(units::env::CONFIG)
         .output()
         .unwrap()
 }

@@ -29,10 +29,10 @@ const MARKER: &str = "run/rtdeploy/reboot-required";
 fn deploy_env(args: &[&str], fault: Option<&str>) -> Output {
     let mut c = Command::new(DEPLOY);
     c.args(args)
-        .env_remove("RTDEPLOY_CONFIG")
-        .env_remove("RTDEPLOY_FAULT");
+        .env_remove(units::env::CONFIG)
+        .env_remove(units::env::FAULT);
     if let Some(f) = fault {
-        c.env("RTDEPLOY_FAULT", f);
+        c.env(units::env::FAULT, f);
     }
     c.output().unwrap()
 }

@@ -17,9 +17,9 @@ fn deploy(args: &[&str]) -> Output {
 fn deploy_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_deploy"));
     c.args(args)
-        .env_remove("RTDEPLOY_CONFIG")
-        .env_remove("RTDEPLOY_FAULT")
-        .env_remove("RTDEPLOY_TEST_CUT_AFTER");
+        .env_remove(units::env::CONFIG)
+        .env_remove(units::env::FAULT)
+        .env_remove(units::env::TEST_CUT_AFTER);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -394,7 +394,7 @@ fn an_installer_killed_mid_switch_leaves_a_whole_release() {
     for step in ["release-built", "previous-switched", "current-switched"] {
         let o = deploy_env(
             &["--prefix", p, "install", s(&b2)],
-            &[("RTDEPLOY_FAULT", step)],
+            &[(units::env::FAULT, step)],
         );
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(
@@ -603,7 +603,7 @@ fn update_two_robots_over_real_ssh_with_a_cut_and_resume() {
     let o = run(
         &b2,
         &["--hosts-file", s(&hosts), "--jobs", "2"],
-        &[("RTDEPLOY_TEST_CUT_AFTER", "300000")],
+        &[(units::env::TEST_CUT_AFTER, "300000")],
     );
     let j = json(&o);
     let r = &j["robots"][0];

@@ -6,10 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use controller::config::{ByteSize, Dur};
 use cpusets::config::{validate_priority, Policy};
-use cpusets::cpuset::CpuSet;
 use serde::{Deserialize, Serialize};
+use units::cpu::CpuSet;
+use units::duration::Dur;
+use units::size::ByteSize;
 
 /// The largest robot.yaml read (`deploy`'s loader refuses a larger one at
 /// its first byte past this; the supervisor reads a release's no further).

@@ -97,7 +97,7 @@ impl Journal {
             stderr_is_journal,
             common: vec![
                 ("SYSLOG_IDENTIFIER".into(), "rtdeploy-supervise".into()),
-                ("RTDEPLOY_ROBOT".into(), robot.into()),
+                (units::env::ROBOT.into(), robot.into()),
             ],
         })
     }
@@ -121,7 +121,7 @@ impl Journal {
             vec![("MESSAGE", cut(msg, MAX_MESSAGE)), ("PRIORITY", &pri_s)];
         fields.extend(self.common.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         if let Some(p) = process {
-            fields.push(("RTDEPLOY_PROCESS", p));
+            fields.push((units::env::PROCESS, p));
         }
         self.sock.send(&encode(&fields)).map(|_| ())
     }
@@ -208,8 +208,8 @@ mod tests {
         );
         assert_eq!(get("PRIORITY"), Some("4"));
         assert_eq!(get("SYSLOG_IDENTIFIER"), Some("rtdeploy-supervise"));
-        assert_eq!(get("RTDEPLOY_ROBOT"), Some("arm-1"));
-        assert_eq!(get("RTDEPLOY_PROCESS"), Some("imu"));
+        assert_eq!(get(units::env::ROBOT), Some("arm-1"));
+        assert_eq!(get(units::env::PROCESS), Some("imu"));
         // The binary form: name, newline, little-endian length.
         assert!(buf[..n].starts_with(b"MESSAGE\n"));
         assert_eq!(&buf[8..16], &(37u64).to_le_bytes());
@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn bad_field_names_are_dropped_and_messages_cut() {
-        assert!(valid_field("RTDEPLOY_PROCESS"));
+        assert!(valid_field(units::env::PROCESS));
         for bad in ["", "_PID", "lower", "1X", "A-B", &"A".repeat(65)] {
             assert!(!valid_field(bad), "{bad}");
         }

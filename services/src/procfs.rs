@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cpusets::cpuset::{CpuSet, CpuSetParseError};
 use serde::Serialize;
+use units::cpu::{CpuSet, CpuSetParseError};
 
 /// Why a process's proc files could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -141,7 +141,7 @@ pub fn backoff(r: &Restart, n: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use controller::config::Dur;
+    use units::duration::Dur;
 
     fn restart(policy: RestartPolicy) -> Restart {
         Restart {

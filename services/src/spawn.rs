@@ -42,7 +42,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cpusets::config::Policy;
-use cpusets::cpuset::CpuSet;
+use units::cpu::CpuSet;
+use units::env::ProcessEnv;
+use units::sched::{self, Policy as SchedPolicy, SchedAttr, SchedGetError};
 
 use crate::accounts::{AccountResolveError, Accounts, Identity};
 use crate::config::{Memlock, ProcessConfig};
@@ -161,20 +163,6 @@ pub fn resolve_exec(prefix: &Path, exec: &str) -> PathBuf {
     bin.join(exec.strip_prefix("bin/").unwrap_or(exec))
 }
 
-/// The kernel's `struct sched_attr`, first version (48 bytes).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct SchedAttr {
-    size: u32,
-    sched_policy: u32,
-    sched_flags: u64,
-    sched_nice: i32,
-    sched_priority: u32,
-    sched_runtime: u64,
-    sched_deadline: u64,
-    sched_period: u64,
-}
-
 /// What the child does about its scheduling policy.
 #[derive(Debug, Clone, Copy)]
 enum Sched {
@@ -206,8 +194,7 @@ pub struct Prepared {
     policy: Policy,
     priority: u32,
     nice: Option<i32>,
-    affinity: libc::cpu_set_t,
-    affinity_text: String,
+    affinity: CpuSet,
     rlimits: Vec<(Step, libc::__rlimit_resource_t, libc::rlimit)>,
     cgroup: Option<(PathBuf, File)>,
     devnull: File,
@@ -236,7 +223,11 @@ pub fn prepare(
         argv.push(cstr(&name, "args", a.as_bytes())?);
     }
     let mut env = ctx.base_env.clone();
-    env.insert("RTDEPLOY_PROCESS".into(), p.name.clone());
+    let own = ProcessEnv {
+        process: Some(p.name.clone()),
+        ..ProcessEnv::default()
+    };
+    env.extend(own.to_env().into_iter().map(|(k, v)| (k.to_string(), v)));
     for (k, v) in &p.env {
         env.insert(k.clone(), v.clone());
     }
@@ -280,32 +271,24 @@ pub fn prepare(
         0
     };
     let attr = |nice| SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        sched_policy: p.policy.sched_number(),
-        sched_nice: nice,
-        sched_priority: priority,
-        ..Default::default()
+        policy: p.policy.sched(),
+        priority,
+        nice,
     };
     let (sched, sched_text) = match (p.policy, p.nice) {
-        (Policy::Other, Some(n)) => (Sched::Set(attr(n)), format!("sched_setattr other nice {n}")),
+        (Policy::Other, Some(n)) => (
+            Sched::Set(attr(Some(n))),
+            format!("sched_setattr other nice {n}"),
+        ),
         (Policy::Other, None) => (
             Sched::Other,
             "sched_setattr other (the inherited nice kept)".to_string(),
         ),
         (pol, _) => (
-            Sched::Set(attr(0)),
+            Sched::Set(attr(None)),
             format!("sched_setattr {pol} {priority}"),
         ),
     };
-
-    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
-    let mut affinity: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in cpus.iter() {
-        if (cpu as usize) < libc::CPU_SETSIZE as usize {
-            // SAFETY: `cpu` is below CPU_SETSIZE, so the bit is inside the set.
-            unsafe { libc::CPU_SET(cpu as usize, &mut affinity) };
-        }
-    }
 
     let mut rlimits = Vec::new();
     if p.policy.is_realtime() {
@@ -386,8 +369,7 @@ pub fn prepare(
         policy: p.policy,
         priority,
         nice: p.nice,
-        affinity,
-        affinity_text: cpus.to_string(),
+        affinity: cpus.clone(),
         rlimits,
         cgroup,
         devnull,
@@ -427,7 +409,7 @@ impl Prepared {
             Step::RlimitMemlock => format!("setrlimit MEMLOCK {}", lim(libc::RLIMIT_MEMLOCK)),
             Step::RlimitRttime => format!("setrlimit RTTIME {}us", lim(libc::RLIMIT_RTTIME)),
             Step::Sched => self.sched_text.clone(),
-            Step::Affinity => format!("sched_setaffinity to CPUs {}", self.affinity_text),
+            Step::Affinity => format!("sched_setaffinity to CPUs {}", self.affinity),
             Step::Setgroups => format!("setgroups {:?}", self.groups),
             Step::Setgid => format!("setgid to {}", id.map(|i| i.gid).unwrap_or(0)),
             Step::Setuid => format!("setuid to {}", id.map(|i| i.uid).unwrap_or(0)),
@@ -671,13 +653,23 @@ pub fn spawn(prep: &Prepared) -> Result<Child, ProcessSpawnError> {
     })
 }
 
-/// Writes one `(fatal, step, errno)` record for the parent.
+/// Writes one `(fatal, step, errno)` record for the parent, with the
+/// errno the last system call left.
 ///
 /// # Safety
 /// Only for the child of `fork`; async-signal-safe.
 unsafe fn report(err_fd: RawFd, fatal: bool, step: Step) {
     // SAFETY: __errno_location returns this thread's errno slot.
     let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: same contract as ours.
+    unsafe { report_errno(err_fd, fatal, step, errno) }
+}
+
+/// Writes one `(fatal, step, errno)` record for the parent.
+///
+/// # Safety
+/// Only for the child of `fork`; async-signal-safe.
+unsafe fn report_errno(err_fd: RawFd, fatal: bool, step: Step, errno: i32) {
     let mut msg = [0u8; 12];
     msg[..4].copy_from_slice(&u32::from(fatal).to_ne_bytes());
     msg[4..8].copy_from_slice(&(step as u32).to_ne_bytes());
@@ -692,9 +684,20 @@ unsafe fn report(err_fd: RawFd, fatal: bool, step: Step) {
 /// # Safety
 /// Only for the child of `fork`; async-signal-safe.
 unsafe fn fail(err_fd: RawFd, step: Step) -> ! {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: same contract as ours.
+    unsafe { fail_errno(err_fd, step, errno) }
+}
+
+/// Reports `(step, errno)` to the parent and exits.
+///
+/// # Safety
+/// Only for the child of `fork`; async-signal-safe.
+unsafe fn fail_errno(err_fd: RawFd, step: Step, errno: i32) -> ! {
     // SAFETY: same contract as ours; _exit is async-signal-safe.
     unsafe {
-        report(err_fd, true, step);
+        report_errno(err_fd, true, step, errno);
         libc::_exit(127)
     }
 }
@@ -748,37 +751,41 @@ unsafe fn child(prep: &Prepared, parent: libc::pid_t, out_fd: RawFd, err_fd: Raw
                 report(err_fd, false, *step);
             }
         }
+        // units::sched: system calls on its own stack, no allocation,
+        // errors included (an errno); the CPU set was built before the
+        // fork.
         let attr = match prep.sched {
             Sched::Set(attr) => Some(attr),
-            Sched::Other => {
-                // The reset-on-fork flag is not part of the policy.
-                let inherited = libc::sched_getscheduler(0);
-                if inherited == -1 || inherited & !libc::SCHED_RESET_ON_FORK == libc::SCHED_OTHER {
-                    None
-                } else {
-                    // The raw system call returns 20 - nice (1 to 40),
-                    // never a negative value that errno must tell apart.
-                    let raw = libc::syscall(libc::SYS_getpriority, libc::PRIO_PROCESS, 0);
-                    Some(SchedAttr {
-                        size: std::mem::size_of::<SchedAttr>() as u32,
-                        sched_policy: libc::SCHED_OTHER as u32,
-                        sched_nice: if raw > 0 { 20 - raw as i32 } else { 0 },
-                        ..Default::default()
-                    })
+            Sched::Other => match sched::get_attr(0) {
+                // Another policy inherited (a supervisor under SCHED_FIFO):
+                // SCHED_OTHER at the nice value the process has.
+                Ok(a) if a.policy != SchedPolicy::Other => {
+                    Some(SchedAttr::new(SchedPolicy::Other, 0))
                 }
-            }
+                Err(SchedGetError::UnknownPolicy { .. }) => {
+                    Some(SchedAttr::new(SchedPolicy::Other, 0))
+                }
+                // SCHED_OTHER already, or nothing to tell: the inherited
+                // nice value stays.
+                _ => None,
+            },
         };
         if let Some(attr) = attr {
-            check!(
-                Step::Sched,
-                libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0)
-                    as libc::c_int
+            if let Err(e) = sched::set_attr(0, &attr) {
+                fail_errno(
+                    err_fd,
+                    Step::Sched,
+                    e.raw_os_error().unwrap_or(libc::EINVAL),
+                );
+            }
+        }
+        if let Err(e) = sched::set_affinity(0, &prep.affinity) {
+            fail_errno(
+                err_fd,
+                Step::Affinity,
+                e.raw_os_error().unwrap_or(libc::EINVAL),
             );
         }
-        check!(
-            Step::Affinity,
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &prep.affinity)
-        );
 
         if let Some(id) = &prep.identity {
             check!(

@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use cpusets::cpuset::CpuSet;
+use units::cpu::CpuSet;
 
 use crate::config::{ProcessConfig, RobotSection};
 

@@ -16,17 +16,17 @@
 //!
 //! The class is a property of the placement, not of the policy a thread
 //! runs with: the supervisor passes it to the process
-//! ([`controller::wake::CLASS_ENV`], with the policy it was decided from in
-//! [`controller::wake::SCHED_ENV`]), and the runtime only checks the
-//! attaching thread against that policy.
+//! ([`units::env::WAKE_CLASS`], with the policy it was decided from in
+//! [`units::env::SCHED`]), and the runtime only checks the attaching
+//! thread against that policy.
 
 use std::collections::BTreeMap;
 
-use controller::rt::Policy as RtPolicy;
-use controller::wake::{Attach, WakeClass};
-use cpusets::config::{IrqsSection, Policy};
-use cpusets::cpuset::CpuSet;
+use controller::wake::WakeClass;
+use cpusets::config::IrqsSection;
 use serde::Serialize;
+use units::cpu::CpuSet;
+use units::env::{ProcessEnv, SchedSpec};
 
 use crate::config::ProcessConfig;
 
@@ -180,29 +180,23 @@ impl Placement<'_> {
     }
 }
 
-/// What the supervisor passes process `p` of class `class`: the
-/// environment the runtime reads ([`Attach::from_env`]).
-pub fn environment(p: &ProcessConfig, class: WakeClass) -> [(String, String); 2] {
-    let policy = match p.policy {
-        Policy::Fifo => RtPolicy::Fifo,
-        Policy::Rr => RtPolicy::Rr,
-        Policy::Other => RtPolicy::Other,
-    };
+/// What the supervisor passes process `p` of class `class`: the part of
+/// its environment the runtime reads its class from
+/// ([`controller::wake::Attach::of_env`]).
+pub fn environment(p: &ProcessConfig, class: WakeClass) -> ProcessEnv {
     let priority = if p.policy.is_realtime() {
         p.priority.unwrap_or(1)
     } else {
         0
     };
-    [
-        (
-            controller::wake::CLASS_ENV.to_string(),
-            class.name().to_string(),
-        ),
-        (
-            controller::wake::SCHED_ENV.to_string(),
-            Attach::sched_value(policy, priority),
-        ),
-    ]
+    ProcessEnv {
+        wake_class: Some(class),
+        sched: Some(SchedSpec {
+            policy: p.policy.sched(),
+            priority,
+        }),
+        ..ProcessEnv::default()
+    }
 }
 
 /// The classes of a channel's publishers and subscribers.

@@ -18,7 +18,7 @@ use services::supervisor::Hooks;
 #[test]
 #[ignore = "helper process: run by control_socket_refuses_users_outside_the_group"]
 fn client_helper() {
-    let Ok(sock) = std::env::var("RTDEPLOY_TEST_CLIENT_SOCKET") else {
+    let Ok(sock) = std::env::var(units::env::TEST_CLIENT_SOCKET) else {
         return;
     };
     match control::request(Path::new(&sock), &Request::Status) {
@@ -50,7 +50,7 @@ fn as_user(exe: &Path, socket: &Path, uid: u32, gid: u32) -> String {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("RTDEPLOY_TEST_CLIENT_SOCKET", socket)
+        .env(units::env::TEST_CLIENT_SOCKET, socket)
         .uid(uid)
         .gid(gid)
         .output()

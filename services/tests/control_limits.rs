@@ -27,8 +27,8 @@ use services::supervisor::{Hooks, Options, Supervisor};
 #[ignore = "helper process: run by the tests of control_limits"]
 fn supervisor_helper() {
     let (Ok(prefix), Ok(procs)) = (
-        std::env::var("RTDEPLOY_TEST_PREFIX"),
-        std::env::var("RTDEPLOY_TEST_PROCESSES"),
+        std::env::var(units::env::TEST_PREFIX),
+        std::env::var(units::env::TEST_PROCESSES),
     ) else {
         return;
     };
@@ -63,8 +63,8 @@ impl Child {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env("RTDEPLOY_TEST_PREFIX", prefix.path())
-            .env("RTDEPLOY_TEST_PROCESSES", processes.to_string())
+            .env(units::env::TEST_PREFIX, prefix.path())
+            .env(units::env::TEST_PROCESSES, processes.to_string())
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();

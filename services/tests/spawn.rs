@@ -33,8 +33,8 @@ fn has_cap_sys_resource() -> bool {
     has_cap(24)
 }
 
-fn one_cpu() -> cpusets::cpuset::CpuSet {
-    let mut s = cpusets::cpuset::CpuSet::new();
+fn one_cpu() -> units::cpu::CpuSet {
+    let mut s = units::cpu::CpuSet::new();
     s.insert(0);
     s
 }
@@ -311,7 +311,7 @@ fn a_failing_step_in_the_child_is_named() {
     let prefix = common::prefix();
     // CPU 1000 exists on no machine this runs on: sched_setaffinity fails
     // in the child with EINVAL, which no privilege changes: no hint.
-    let mut cpus = cpusets::cpuset::CpuSet::new();
+    let mut cpus = units::cpu::CpuSet::new();
     cpus.insert(1000);
     let p = process(json!({"name": "far", "exec": "/bin/true"}));
     let err = spawn(&prepare(&p, &cpus, &ctx(prefix.path())).unwrap()).unwrap_err();

@@ -424,7 +424,7 @@ fn systemd_start_timeout_is_extended_by_the_boot_check() {
     let p = process(json!({"name": "p", "exec": "/bin/sleep", "args": ["60"]}));
     let mut cfg = config(vec![p], None);
     cfg.boot_check.enabled = true;
-    cfg.boot_check.duration = controller::config::Dur(Duration::from_secs(300));
+    cfg.boot_check.duration = units::duration::Dur(Duration::from_secs(300));
     let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ran2 = ran.clone();
     let hooks = Hooks {
@@ -478,7 +478,7 @@ fn boot_check_failure_with_degrade_starts_realtime_processes_marked_degraded() {
     );
     let bg = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["60"]}));
     let mut cfg = config(vec![rt, bg], None);
-    cfg.boot_check.on_failure = controller::config::OnFailure::Degrade;
+    cfg.boot_check.on_failure = check::config::OnFailure::Degrade;
     let hooks = Hooks {
         boot_check: Some(Box::new(|_| {
             services::supervisor::BootCheckOutcome::Failed("timer max 3ms over budget 1ms".into())

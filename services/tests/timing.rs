@@ -31,7 +31,9 @@ fn reporter_helper() {
     let opts = controller::event_loop::LoopOptions::from_env();
     assert!(
         opts.timing.is_some(),
-        "RTDEPLOY_SHM_DIR and RTDEPLOY_PROCESS are set"
+        "{} and {} are set",
+        units::env::SHM_DIR,
+        units::env::PROCESS
     );
     let mut lp = controller::event_loop::EventLoop::new(opts).unwrap();
     lp.add_phased_loop(

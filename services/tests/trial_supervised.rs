@@ -260,8 +260,8 @@ fn a_trial_found_at_start_is_rolled_back_before_any_process_starts() {
 #[ignore = "helper process: run by an_install_killed_before_the_switch_is_undone_while_running"]
 fn install_child() {
     let (Some(prefix), Some(bundle)) = (
-        std::env::var_os("RTDEPLOY_TEST_PREFIX"),
-        std::env::var_os("RTDEPLOY_TEST_BUNDLE"),
+        std::env::var_os(units::env::TEST_PREFIX),
+        std::env::var_os(units::env::TEST_BUNDLE),
     ) else {
         return;
     };
@@ -292,9 +292,9 @@ fn an_install_killed_before_the_switch_is_undone_while_running() {
             "--test-threads=1",
             "-q",
         ])
-        .env("RTDEPLOY_FAULT", "previous-switched")
-        .env("RTDEPLOY_TEST_PREFIX", sup.prefix.path())
-        .env("RTDEPLOY_TEST_BUNDLE", &b)
+        .env(units::env::FAULT, "previous-switched")
+        .env(units::env::TEST_PREFIX, sup.prefix.path())
+        .env(units::env::TEST_BUNDLE, &b)
         .output()
         .unwrap();
     assert_eq!(
@@ -349,7 +349,9 @@ fn reporter() {
     let opts = controller::event_loop::LoopOptions::from_env();
     assert!(
         opts.timing.is_some(),
-        "RTDEPLOY_SHM_DIR and RTDEPLOY_PROCESS are set"
+        "{} and {} are set",
+        units::env::SHM_DIR,
+        units::env::PROCESS
     );
     let mut lp = controller::event_loop::EventLoop::new(opts).unwrap();
     lp.add_phased_loop(

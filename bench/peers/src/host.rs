@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use controller::rt::{self, DmaLatencyHold, Policy};
+use controller::rt::{self, DmaLatencyHold};
+use units::sched::{self, Policy, SchedAttr};
 
 use crate::role::Names;
 use crate::settings::Settings;
@@ -59,7 +60,10 @@ fn names_of(pid: u32) -> Names {
 pub fn allowed_cpus() -> Result<Vec<usize>> {
     Ok(rt::sched_state()
         .context("reading this process's CPU affinity")?
-        .cpus)
+        .cpus
+        .iter()
+        .map(|c| c as usize)
+        .collect())
 }
 
 /// The pid a leftover of an earlier run is named after, if `name` is one.
@@ -123,16 +127,17 @@ impl Host {
             .with_context(|| format!("creating {}", names.ours_dir.display()))?;
         let priority = match s.priority {
             None => None,
-            Some(p) => match rt::set_sched(Policy::Fifo, p) {
+            Some(p) => match sched::set_attr(0, &SchedAttr::new(Policy::Fifo, p)) {
                 Ok(()) => {
                     // The parent itself only waits: back to SCHED_OTHER.
-                    rt::set_sched(Policy::Other, 0).context("returning to SCHED_OTHER")?;
+                    sched::set_attr(0, &SchedAttr::new(Policy::Other, 0))
+                        .context("returning to SCHED_OTHER")?;
                     Some(p)
                 }
                 Err(e) => {
                     notes.push(format!(
                         "SCHED_FIFO {p} is not permitted here ({}): every side runs SCHED_OTHER",
-                        controller::error::Chain(&e)
+                        units::error::Chain(&e)
                     ));
                     None
                 }
@@ -143,7 +148,7 @@ impl Host {
             Err(e) => {
                 notes.push(format!(
                     "/dev/cpu_dma_latency not held ({}): idle states may add wake latency to both sides",
-                    controller::error::Chain(&e)
+                    units::error::Chain(&e)
                 ));
                 None
             }

@@ -14,9 +14,9 @@ use std::rc::Rc;
 use anyhow::{bail, Context as _, Result};
 
 use controller::channel::{Channel, ChannelGeometry, Publisher};
-use controller::error::Chain;
 use controller::event_loop::{Ctx, EventLoop, LoopOptions, TypedSender};
 use controller::timing_report::EntryKind;
+use units::error::Chain;
 
 use crate::message::{fill, read, STOP};
 use crate::role::{now_ns, wait_for_stdin_to_close, Role, RoleResult, RoleSpec};

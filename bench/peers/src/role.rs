@@ -15,7 +15,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use controller::rt::{self, Policy};
+use controller::rt;
+use units::cpu::CpuSet;
+use units::sched::{self, Policy, SchedAttr};
 
 /// The start of every protocol line.
 pub const TAG: &str = "@peers ";
@@ -180,9 +182,11 @@ pub fn setup(spec: &RoleSpec) -> Result<String> {
     if std::os::unix::process::parent_id() != spec.parent {
         bail!("the parent (pid {}) is gone", spec.parent);
     }
-    rt::pin_cpus(&[spec.cpu]).with_context(|| format!("pinning to CPU {}", spec.cpu))?;
+    let cpus = CpuSet::from_indices([spec.cpu])?;
+    sched::set_affinity(0, &cpus).with_context(|| format!("pinning to CPU {}", spec.cpu))?;
     if let Some(p) = spec.priority {
-        rt::set_sched(Policy::Fifo, p).with_context(|| format!("SCHED_FIFO {p}"))?;
+        sched::set_attr(0, &SchedAttr::new(Policy::Fifo, p))
+            .with_context(|| format!("SCHED_FIFO {p}"))?;
     }
     let memory = if spec.lock_memory {
         match rt::lock_and_prefault(256 << 10, 0) {

@@ -19,7 +19,7 @@ fn main() {
     let json = args.iter().any(|a| a == "--json");
     let nums: Vec<u64> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let shm = PathBuf::from(
-        std::env::var("RTDEPLOY_SHM_DIR").unwrap_or_else(|_| "/dev/shm/rtdeploy".into()),
+        std::env::var(units::env::SHM_DIR).unwrap_or_else(|_| units::path::SHM_DIR.into()),
     );
     std::fs::create_dir_all(&shm).expect("creating the shm directory");
     let proc_root = PathBuf::from("/proc");

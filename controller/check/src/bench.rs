@@ -29,13 +29,15 @@ use crate::tempdir::TempDir;
 use controller::channel::{
     Channel, ChannelAttachError, ChannelCreateError, ChannelGeometry, PublishError,
 };
-use controller::error::Chain;
 use controller::event_loop::{
     probe, Backend, EventLoop, EventLoopCreateError, EventLoopRunError, LoopOptions,
 };
-use controller::rt::{self, DmaLatencyHold, Policy};
+use controller::rt::{self, DmaLatencyHold};
 use controller::sys;
 use controller::time::{sleep_until, Monotonic};
+use units::cpu::CpuSet;
+use units::error::Chain;
+use units::sched::{self, Policy, SchedAttr};
 
 /// The wake mechanisms [`wake`] measures: the check's, one enum with one
 /// name each on the command line and in JSON.
@@ -384,14 +386,27 @@ struct SchedRestore(Option<rt::SchedState>);
 impl Drop for SchedRestore {
     fn drop(&mut self) {
         if let Some(s) = &self.0 {
-            let _ = rt::set_sched(s.policy.unwrap_or(Policy::Other), s.priority);
-            let _ = rt::pin_cpus(&s.cpus);
+            let policy = s.policy.unwrap_or(Policy::Other);
+            let _ = sched::set_attr(0, &SchedAttr::new(policy, s.priority));
+            let _ = sched::set_affinity(0, &s.cpus);
         }
     }
 }
 
+/// Pins the calling thread to CPU `cpu`; whether it worked.
+fn pin_to(cpu: usize) -> bool {
+    CpuSet::from_indices([cpu]).is_ok_and(|set| sched::set_affinity(0, &set).is_ok())
+}
+
+/// The calling thread under SCHED_FIFO at `priority`.
+fn set_fifo(priority: u32) -> Result<(), sched::SchedSetError> {
+    sched::set_attr(0, &SchedAttr::new(Policy::Fifo, priority))
+}
+
 fn pick_cpus(opts: &WakeOptions) -> (Option<usize>, Option<usize>) {
-    let cpus = rt::sched_state().map(|s| s.cpus).unwrap_or_default();
+    let cpus: Vec<usize> = rt::sched_state()
+        .map(|s| s.cpus.iter().map(|c| c as usize).collect())
+        .unwrap_or_default();
     let n = cpus.len();
     let s = opts
         .sender_cpu
@@ -405,7 +420,7 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     let (sender_cpu, receiver_cpu) = pick_cpus(opts);
     let _restore = SchedRestore(rt::sched_state().ok());
     let scheduling = match opts.priority {
-        Some(p) => match rt::set_sched(Policy::Fifo, p) {
+        Some(p) => match set_fifo(p) {
             Ok(()) => format!("SCHED_FIFO {p}"),
             Err(e) => format!("SCHED_OTHER (SCHED_FIFO refused: {})", Chain(&e)),
         },
@@ -413,7 +428,7 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     };
     let fifo = scheduling.starts_with("SCHED_FIFO");
     if let Some(c) = receiver_cpu {
-        let _ = rt::pin_cpus(&[c]);
+        let _ = pin_to(c);
     }
     let (_dma, dma_text) = hold_dma_latency(&opts.dma_latency);
     let p = probe();
@@ -428,7 +443,7 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
         rounds: opts.rounds.max(1),
     };
     let child_sched = SenderSched {
-        cpu: sender_cpu,
+        cpus: sender_cpu.and_then(|c| CpuSet::from_indices([c]).ok()),
         fifo: if fifo { opts.priority } else { None },
     };
     let rounds = opts.rounds.max(1);
@@ -508,9 +523,9 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     })
 }
 
-#[derive(Clone, Copy)]
 struct SenderSched {
-    cpu: Option<usize>,
+    /// Built before the fork: the child allocates nothing.
+    cpus: Option<CpuSet>,
     fifo: Option<u32>,
 }
 
@@ -522,7 +537,7 @@ const WARMUP: u32 = 20;
 fn fork_sender(
     shared: &Shared,
     opts: &WakeOptions,
-    sched: SenderSched,
+    placement: &SenderSched,
     expected: u32,
     mut send: impl FnMut(u64),
 ) -> Result<libc::pid_t, BenchRunError> {
@@ -537,24 +552,13 @@ fn fork_sender(
     if pid > 0 {
         return Ok(pid);
     }
-    // Child.
-    if let Some(c) = sched.cpu {
-        // SAFETY: zeroed cpu_set_t is the empty set; c < CPU_SETSIZE is
-        // checked; the call only reads `set`.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            if c < libc::CPU_SETSIZE as usize {
-                libc::CPU_SET(c, &mut set);
-            }
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        }
+    // Child: units::sched makes its calls on its own stack and
+    // allocates nothing.
+    if let Some(cpus) = &placement.cpus {
+        let _ = sched::set_affinity(0, cpus);
     }
-    if let Some(p) = sched.fifo {
-        let param = libc::sched_param {
-            sched_priority: p as i32,
-        };
-        // SAFETY: `param` is valid for the call.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if let Some(p) = placement.fifo {
+        let _ = set_fifo(p);
     }
     let cap = (expected as u64 + WARMUP as u64) * 4 + 5_000_000_000 / period.max(1);
     let mut next = sys::monotonic_ns() + 2_000_000; // let the receiver go to sleep
@@ -633,7 +637,7 @@ fn run_one(
                 }
             })
             .map_err(BenchRunError::LoopWatch)?;
-            let pid = fork_sender(shared, opts, *sched, n, |i| {
+            let pid = fork_sender(shared, opts, sched, n, |i| {
                 let _ = publisher.publish(&i.to_ne_bytes());
             })?;
             let r = lp.run().map_err(BenchRunError::LoopRun);
@@ -652,7 +656,7 @@ fn run_one(
             ));
         }
         Mechanism::Futex => {
-            let pid = fork_sender(shared, opts, *sched, n, |i| {
+            let pid = fork_sender(shared, opts, sched, n, |i| {
                 shared.stamp(i + 1);
                 shared.word.fetch_add(1, Ordering::SeqCst);
                 let _ = sys::futex_wake_all(&shared.word);
@@ -682,7 +686,7 @@ fn run_one(
             let waiter = waiter.map_err(|e| sys_err_from(what, e))?;
             let notifier = Notifier::connect(&waiter.address())
                 .map_err(|e| sys_err_from("notifier connect", e))?;
-            let pid = fork_sender(shared, opts, *sched, n, |i| {
+            let pid = fork_sender(shared, opts, sched, n, |i| {
                 shared.stamp(i + 1);
                 let _ = notifier.notify();
             })?;
@@ -708,7 +712,7 @@ fn run_one(
             let (rfd, wfd) =
                 unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
             let w = wfd.as_raw_fd();
-            let pid = fork_sender(shared, opts, *sched, n, |i| {
+            let pid = fork_sender(shared, opts, sched, n, |i| {
                 shared.stamp(i + 1);
                 let k = i + 1;
                 // SAFETY: writes 8 bytes from a valid u64 to our pipe.
@@ -742,7 +746,7 @@ fn run_one(
                 Waiter::signal(libc::SIGRTMIN() + 1).map_err(|e| sys_err_from("signalfd", e))?;
             let notifier = Notifier::connect(&waiter.address())
                 .map_err(|e| sys_err_from("signalfd connect", e))?;
-            let pid = fork_sender(shared, opts, *sched, n, |i| {
+            let pid = fork_sender(shared, opts, sched, n, |i| {
                 shared.stamp(i + 1);
                 let _ = notifier.notify();
             })?;
@@ -1523,8 +1527,9 @@ pub fn copy_and_loan(
     let _restore = SchedRestore(rt::sched_state().ok());
     let cpu = rt::sched_state()
         .ok()
-        .and_then(|s| s.cpus.last().copied())
-        .filter(|&c| rt::pin_cpus(&[c]).is_ok());
+        .and_then(|s| s.cpus.max())
+        .map(|c| c as usize)
+        .filter(|&c| pin_to(c));
     let mut small = SizeBench::<SMALL>::new(dir.path(), proc_root)?;
     let mut large = SizeBench::<LARGE>::new(dir.path(), proc_root)?;
     // Warm-up: page tables, caches and branch predictors, not recorded.
@@ -1639,7 +1644,7 @@ pub fn throughput(
         let stop = stop.clone();
         let payload = vec![0xa5u8; payload_bytes];
         handles.push(std::thread::spawn(move || {
-            let fifo = fifo_priority.map(|p| rt::set_sched(Policy::Fifo, p).is_ok());
+            let fifo = fifo_priority.map(|p| set_fifo(p).is_ok());
             let mut n = 0u64;
             let cpu0 = thread_cpu_ns();
             // Relaxed: a stop flag; a few extra publishes are harmless.

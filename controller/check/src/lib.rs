@@ -46,10 +46,12 @@
 //! `/sys`, `/dev/cpu_dma_latency`, the shm directory) comes from the
 //! caller's prefix and sysroot; without permission for SCHED_FIFO the run
 //! still happens, and the report says plainly that its figures are not
-//! real-time figures.
+//! real-time figures. The engine owns the `check:` and `boot_check:`
+//! sections of robot.yaml ([`config`]): their schema and validation.
 
 pub mod bench;
 pub mod census;
+pub mod config;
 pub mod harness;
 pub mod hist;
 pub mod host;
@@ -63,12 +65,17 @@ pub mod timer;
 pub mod trace;
 pub mod worker;
 
+use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use controller::config::{CheckSection, Dur};
+use config::CheckSection;
+use units::cpu::CpuSet;
+use units::duration::Dur;
 
 pub use report::{
     BudgetResult, CheckReport, Measurement, MeasurementKind, TraceSummary, TraceVerdict,
@@ -361,12 +368,12 @@ pub struct CheckInputs {
     /// (it decides) then traced (measurements named `... (traced)`), and
     /// state the tracer's cost on the figures in a note.
     pub trace_compare: bool,
-    /// Run the deciding mechanism's scenario twice: without a logger (it
-    /// decides), then with the supervisor's logger recording the check's
-    /// channel (measurements named `... (logged)`), and state the logger's
-    /// cost on the figures, its CPU time and its bytes per message in a
-    /// note.
-    pub log_compare: bool,
+    /// With a logger: run the deciding mechanism's scenario twice: without
+    /// it (it decides), then with it recording the check's channel
+    /// (measurements named `... (logged)`), and state the logger's cost on
+    /// the figures, its CPU time and its bytes per message in a note.
+    /// `deploy check --log-compare` passes the supervisor's logger.
+    pub log_compare: Option<Arc<dyn ChannelLogger>>,
     /// The scenario runs in this many interleaved rounds (each round runs
     /// every mechanism for `1/rounds` of its time, in an order rotated
     /// round by round; see [`harness`]); 1: each mechanism once.
@@ -413,7 +420,7 @@ impl CheckInputs {
             notes: vec![],
             trace: None,
             trace_compare: false,
-            log_compare: false,
+            log_compare: None,
             rounds: 1,
             aa_reference: None,
             census: false,
@@ -425,6 +432,48 @@ impl CheckInputs {
     pub fn total_duration(&self) -> Duration {
         self.duration.unwrap_or(self.check.duration).0
     }
+}
+
+/// A logger the check runs beside its scenario
+/// ([`CheckInputs::log_compare`]) to state what logging costs delivery:
+/// the supervisor's, which its caller passes in (the engine does not
+/// depend on the logger; the arrow points from the logger's user to both).
+pub trait ChannelLogger: fmt::Debug + Send + Sync {
+    /// Starts recording `run.channel` from its next message, as the
+    /// supervisor would, writing its files under `run.dir`.
+    fn start(&self, run: &LoggerRun<'_>) -> io::Result<Box<dyn RunningLogger>>;
+}
+
+/// What a [`ChannelLogger`] records, where, and on which CPUs.
+#[derive(Debug, Clone, Copy)]
+pub struct LoggerRun<'a> {
+    /// The logger's files go here (the check measures their size).
+    pub dir: &'a Path,
+    /// Where the channel lives.
+    pub shm_dir: &'a Path,
+    /// The check's channel.
+    pub channel: &'a str,
+    /// The housekeeping CPUs, for the logger's threads.
+    pub cpus: &'a CpuSet,
+}
+
+/// A logger started by [`ChannelLogger::start`].
+pub trait RunningLogger {
+    /// Stops it and says what it did.
+    fn stop(self: Box<Self>) -> LoggerFigures;
+}
+
+/// What a logger did and cost over the logged phase.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoggerFigures {
+    /// Messages it wrote.
+    pub logged: u64,
+    /// Messages it missed (gaps).
+    pub lost: u64,
+    /// CPU time its threads used.
+    pub cpu_ns: u64,
+    /// Its state at the stop (`recording`, or `stopped: WHY`).
+    pub state: String,
 }
 
 /// Where a run reads and writes the live system.

@@ -1,29 +1,22 @@
-//! The few real-time calls the check makes for its own workers, through
-//! the runtime's: SCHED_FIFO, CPU pinning, memory locking, and dying with
-//! the engine. (Absolute sleeps are the runtime's
-//! [`controller::time::sleep_until`], the `/dev/cpu_dma_latency` request
-//! its [`controller::rt::DmaLatencyHold`].)
+//! The few real-time calls the check makes for its own workers: SCHED_FIFO
+//! where permitted, memory locking, and dying with the engine. (A thread's
+//! policy and CPUs are set through [`units::sched`], absolute sleeps are
+//! the runtime's [`controller::time::sleep_until`], the
+//! `/dev/cpu_dma_latency` request its [`controller::rt::DmaLatencyHold`].)
 #![allow(unsafe_code)]
 
-use controller::rt::{Policy, RtSetupError};
+use units::sched::{self, Policy, SchedAttr, SchedSetError};
 
-/// Puts the calling thread under SCHED_FIFO at `priority` (through the
-/// runtime's [`controller::rt::set_sched`]). `Ok(false)` when the kernel refuses
-/// for lack of permission (not root, no CAP_SYS_NICE, RLIMIT_RTPRIO 0): the
-/// caller runs on at normal priority and the report says so.
-pub fn set_fifo(priority: u32) -> Result<bool, RtSetupError> {
-    match controller::rt::set_sched(Policy::Fifo, priority) {
+/// Puts the calling thread under SCHED_FIFO at `priority`. `Ok(false)`
+/// when the kernel refuses for lack of permission (not root, no
+/// CAP_SYS_NICE, RLIMIT_RTPRIO 0): the caller runs on at normal priority
+/// and the report says so.
+pub fn set_fifo(priority: u32) -> Result<bool, SchedSetError> {
+    match sched::set_attr(0, &SchedAttr::new(Policy::Fifo, priority)) {
         Ok(()) => Ok(true),
-        Err(RtSetupError::Sched { source, .. }) if source.raw_os_error() == Some(libc::EPERM) => {
-            Ok(false)
-        }
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(false),
         Err(e) => Err(e),
     }
-}
-
-/// Pins the calling thread to `cpus` (the runtime's [`controller::rt::pin_cpus`]).
-pub fn pin_to_set(cpus: &[usize]) -> Result<(), RtSetupError> {
-    controller::rt::pin_cpus(cpus)
 }
 
 /// Locks and prefaults memory (the runtime's

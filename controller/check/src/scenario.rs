@@ -2,6 +2,7 @@
 //! runs the timer phase and the scenario (per mechanism), stops
 //! everything, and builds the report.
 
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -20,10 +21,13 @@ use crate::worker::{
     Shared, ACCOUNTED_SEQS, CELLS, H_DELIVERY, H_LOW_DELIVERY, H_SEND, MAX_LOW, MAX_TIMERS,
     RT_CELL, TAG_STOP,
 };
-use crate::{host, rt, CheckEnv, CheckInputs, CheckRunError, Mechanism, Progress};
+use crate::{
+    host, rt, CheckEnv, CheckInputs, CheckRunError, LoggerFigures, LoggerRun, Mechanism, Progress,
+};
 use controller::channel::{Channel, ChannelGeometry, Publisher};
-use controller::error::Chain;
 use controller::rt::DmaLatencyHold;
+use units::cpu::CpuSet;
+use units::error::Chain;
 
 /// How long the real-time receiver of a phase may take to start.
 const RECEIVER_READY_WITHIN: Duration = Duration::from_secs(60);
@@ -164,7 +168,7 @@ impl Run<'_> {
 
     fn spawn(&self, role: &str, extra: &[String]) -> Result<Worker, CheckRunError> {
         let mut cmd = Command::new(&self.env.exe);
-        cmd.env(crate::worker::PARENT_ENV, std::process::id().to_string());
+        cmd.env(units::env::CHECK_ENGINE, std::process::id().to_string());
         cmd.arg("__check-worker")
             .arg(role)
             .args(self.base_args())
@@ -278,7 +282,7 @@ impl Drop for Run<'_> {
 
 /// `<prefix>/dev/shm/rtdeploy`: where channels live.
 pub(crate) fn shm_dir(prefix: &Path) -> PathBuf {
-    prefix.join("dev/shm/rtdeploy")
+    prefix.join(units::path::SHM_DIR.trim_start_matches('/'))
 }
 
 /// The CPUs the kernel has online (`<sysroot>/sys/devices/system/cpu/online`,
@@ -291,8 +295,9 @@ fn online_cpus(sysroot: &Path) -> Vec<usize> {
     let parsed = units::bounded::Bound::pseudo(64 << 10)
         .read_text(&sysroot.join("sys/devices/system/cpu/online"))
         .ok()
-        .and_then(|t| controller::rt::parse_cpu_list(t.trim()))
-        .filter(|cpus| !cpus.is_empty());
+        .and_then(|t| units::cpu::CpuSet::parse_list(&t).ok())
+        .filter(|cpus| !cpus.is_empty())
+        .map(|cpus| cpus.iter().map(|c| c as usize).collect());
     parsed.unwrap_or_else(|| {
         (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
     })
@@ -467,7 +472,7 @@ pub(crate) fn run(
         run.io_dir = Some(d);
     }
 
-    let rounds = if inputs.trace_compare || inputs.log_compare {
+    let rounds = if inputs.trace_compare || inputs.log_compare.is_some() {
         1
     } else {
         inputs.rounds.max(1) as usize
@@ -605,7 +610,7 @@ pub(crate) fn run(
             (0, mechanisms[0], false, false),
             (0, mechanisms[0], true, false),
         ]
-    } else if inputs.log_compare {
+    } else if inputs.log_compare.is_some() {
         vec![
             (0, mechanisms[0], tracing_on, false),
             (0, mechanisms[0], tracing_on, true),
@@ -635,7 +640,7 @@ pub(crate) fn run(
             .map(|(mi, m, aa)| (mi, m, tracing_on, aa))
             .collect()
     };
-    let phase_dur = if compare_trace || inputs.log_compare {
+    let phase_dur = if compare_trace || inputs.log_compare.is_some() {
         scen_dur
     } else {
         scen_dur / rounds as u32
@@ -649,9 +654,9 @@ pub(crate) fn run(
     for (phase_i, &(mi, mech, traced, flag)) in phases.iter().enumerate() {
         // `flag`: the logged run with `log_compare`, the A/A run of the
         // reference otherwise.
-        let logged = inputs.log_compare && flag;
-        let aa = !inputs.log_compare && flag;
-        let round = if compare_trace || inputs.log_compare {
+        let logged = inputs.log_compare.is_some() && flag;
+        let aa = inputs.log_compare.is_none() && flag;
+        let round = if compare_trace || inputs.log_compare.is_some() {
             0
         } else {
             phase_i / phases.len().div_ceil(rounds).max(1)
@@ -756,32 +761,35 @@ pub(crate) fn run(
             }
             // The logger, as the supervisor runs it, on the housekeeping
             // CPUs, from the next message on.
-            let logger = if logged {
-                // On the robot's log disk (not the shm tmpfs): the writes
-                // and syncs cost what they cost there.
-                let parent = run.env.prefix.join("var/log/rtdeploy");
-                let dir = crate::tempdir::TempDir::unique(&parent, "check-log").map_err(|e| {
-                    CheckRunError::Setup {
-                        path: parent.clone(),
-                        source: e,
-                    }
-                })?;
-                let rec = logbook::Recorder::start(logbook::RecorderConfig {
-                    section: logbook::LogSection::default(),
-                    dir: dir.path().to_path_buf(),
-                    shm_dir: shm_dir(&run.env.prefix),
-                    channels: vec![run.channel_name.clone()],
-                    boot_id: String::new(),
-                    cpus: inputs.housekeeping.clone(),
-                    from_oldest: false,
-                })
-                .map_err(|e| CheckRunError::Setup {
-                    path: dir.path().to_path_buf(),
-                    source: e,
-                })?;
-                Some((rec, dir))
-            } else {
-                None
+            let logger = match inputs.log_compare.as_ref().filter(|_| logged) {
+                Some(logger) => {
+                    // On the robot's log disk (not the shm tmpfs): the
+                    // writes and syncs cost what they cost there.
+                    let parent = run.env.prefix.join("var/log/rtdeploy");
+                    let dir =
+                        crate::tempdir::TempDir::unique(&parent, "check-log").map_err(|e| {
+                            CheckRunError::Setup {
+                                path: parent.clone(),
+                                source: e,
+                            }
+                        })?;
+                    let setup = |source| CheckRunError::Setup {
+                        path: dir.path().to_path_buf(),
+                        source,
+                    };
+                    let cpus = CpuSet::from_indices(inputs.housekeeping.iter().copied())
+                        .map_err(|e| setup(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+                    let rec = logger
+                        .start(&LoggerRun {
+                            dir: dir.path(),
+                            shm_dir: &shm_dir(&run.env.prefix),
+                            channel: &run.channel_name,
+                            cpus: &cpus,
+                        })
+                        .map_err(setup)?;
+                    Some((rec, dir))
+                }
+                None => None,
             };
             let mut send_args = rt_args(sender_cpu);
             send_args.extend(trace_args(false));
@@ -961,7 +969,7 @@ pub(crate) fn run(
         // real-time (the wake classes' path) against best-effort (the
         // path as before them) and best-effort again (A/A), in turn.
         let round_ends = !compare_trace
-            && !inputs.log_compare
+            && inputs.log_compare.is_none()
             && rounds > 1
             && (phase_i + 1) % phases.len().div_ceil(rounds).max(1) == 0;
         if round_ends {
@@ -1110,7 +1118,7 @@ pub(crate) fn run(
             "tracing overhead",
         ));
     }
-    if inputs.log_compare {
+    if inputs.log_compare.is_some() {
         notes.extend(overhead_note(
             &measurements,
             mechanisms[0],
@@ -1276,9 +1284,8 @@ fn overhead_note(
 
 /// What the logger of a logged phase did and cost: messages, gaps, bytes
 /// on disk per message, and its thread's CPU time per 100k messages.
-fn logger_cost(st: &logbook::LogStatus, dir: &Path) -> String {
-    let logged: u64 = st.channels.values().map(|c| c.logged).sum();
-    let gaps: u64 = st.channels.values().map(|c| c.gaps).sum();
+fn logger_cost(st: &LoggerFigures, dir: &Path) -> String {
+    let (logged, gaps) = (st.logged, st.lost);
     let bytes: u64 = std::fs::read_dir(dir)
         .into_iter()
         .flatten()

@@ -37,14 +37,15 @@ use crate::hist::Histogram;
 use crate::notify::{AddressCell, Peers, Waiter};
 use crate::{rt, Mechanism, MechanismUnavailableError};
 use controller::channel::{Channel, ChannelAttachError, ChannelOpenError, Message};
-use controller::error::Chain;
 use controller::event_loop::{
     self, Backend, EventLoop, EventLoopCreateError, EventLoopRunError, LoopOptions,
 };
-use controller::rt::RtSetupError;
 use controller::shm::{Mapping, ShmAtomic};
 use controller::sys::monotonic_ns;
 use controller::time::{sleep_until, Monotonic};
+use units::cpu::{CpuSet, MAX_CPU};
+use units::error::Chain;
+use units::sched::{AffinitySetError, SchedSetError};
 
 /// Why a worker role could not run (printed on its stderr, which the
 /// engine puts in its report).
@@ -79,19 +80,22 @@ pub enum WorkerRunError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot join the cgroup of cpus {cpus:?}")]
+    #[error("cannot join the cgroup of cpus {cpus}")]
     Cgroup {
-        cpus: Vec<usize>,
+        cpus: CpuSet,
         source: std::io::Error,
     },
-    #[error("cannot pin to cpus {cpus:?} ({cgroup})")]
+    #[error("cannot pin to cpus {cpus} ({cgroup})")]
     Pin {
-        cpus: Vec<usize>,
+        cpus: CpuSet,
         cgroup: String,
-        source: RtSetupError,
+        source: AffinitySetError,
     },
     #[error("cannot run SCHED_FIFO at priority {priority}")]
-    Fifo { priority: u32, source: RtSetupError },
+    Fifo {
+        priority: u32,
+        source: SchedSetError,
+    },
     #[error("cannot open the check channel")]
     Channel(#[source] ChannelOpenError),
     #[error("cannot attach to the check channel")]
@@ -457,15 +461,18 @@ impl Args {
     fn opt_path(&self, k: &'static str) -> Option<PathBuf> {
         self.map.get(k).map(PathBuf::from)
     }
-    fn cpus(&self, k: &'static str) -> Result<Vec<usize>, WorkerRunError> {
+    fn cpus(&self, k: &'static str) -> Result<CpuSet, WorkerRunError> {
         self.str(k)?
             .split(',')
             .filter(|s| !s.is_empty())
             .map(|c| {
-                c.parse().map_err(|_| WorkerRunError::NotACpu {
-                    key: k,
-                    value: c.into(),
-                })
+                c.parse()
+                    .ok()
+                    .filter(|&n: &u32| n <= MAX_CPU)
+                    .ok_or_else(|| WorkerRunError::NotACpu {
+                        key: k,
+                        value: c.into(),
+                    })
             })
             .collect()
     }
@@ -495,10 +502,6 @@ impl Args {
     }
 }
 
-/// The environment variable that carries the engine's pid to its
-/// workers.
-pub const PARENT_ENV: &str = "RTDEPLOY_CHECK_ENGINE";
-
 /// Runs a worker role; returns the process exit code. `args[0]` is the
 /// role, the rest `key=value`.
 pub fn main(args: &[String]) -> i32 {
@@ -507,7 +510,7 @@ pub fn main(args: &[String]) -> i32 {
     // signal: the worker would run on as an orphan (a SCHED_FIFO sender
     // publishing forever). It is gone when the parent is not the one
     // that started us.
-    if let Some(engine) = std::env::var(PARENT_ENV)
+    if let Some(engine) = std::env::var(units::env::CHECK_ENGINE)
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
     {
@@ -548,17 +551,16 @@ pub fn main(args: &[String]) -> i32 {
 /// control words when refused).
 fn rt_setup(ctl: &Control, a: &Args, priority: Option<u32>) -> Result<(), WorkerRunError> {
     let cpus = a.cpus("cpu")?;
-    let cpus = &cpus[..];
     // Join the rtdeploy cgroup that holds these CPUs first: an isolated
     // partition takes them away from the cgroup this process starts in.
-    let joined = controller::rt::join_cgroup_holding(&a.path("sys")?, cpus).map_err(|source| {
+    let joined = controller::rt::join_cgroup_holding(&a.path("sys")?, &cpus).map_err(|source| {
         WorkerRunError::Cgroup {
-            cpus: cpus.to_vec(),
+            cpus: cpus.clone(),
             source,
         }
     })?;
-    rt::pin_to_set(cpus).map_err(|source| WorkerRunError::Pin {
-        cpus: cpus.to_vec(),
+    units::sched::set_affinity(0, &cpus).map_err(|source| WorkerRunError::Pin {
+        cpus: cpus.clone(),
         cgroup: joined.map_or_else(
             || "no rtdeploy cgroup holds them".to_string(),
             |p| format!("in {}", p.display()),
@@ -1093,7 +1095,7 @@ fn timer(a: &Args) -> Result<(), WorkerRunError> {
     // A CPU the cgroup or the affinity refuses is reported, not fatal:
     // the report says the figures were not taken there.
     let _ = controller::rt::join_cgroup_holding(&a.path("sys")?, &cpus);
-    if rt::pin_to_set(&cpus).is_ok() {
+    if units::sched::set_affinity(0, &cpus).is_ok() {
         ctl.timer_pinned.fetch_or(1 << slot, Ordering::SeqCst);
     }
     let _ = rt::lock_memory();

@@ -7,13 +7,14 @@
 use std::path::Path;
 use std::time::Duration;
 
+use check::config::CheckSection;
 use check::hist::{Histogram, LINEAR_US};
 use check::host::read_host_facts;
 use check::output::{cyclictest_histogram, svg_plot};
 use check::report::{seq_ranges, CheckReport, DeliveryAccount, Realtime, ScenarioFacts};
 use check::timer::measure;
 use check::{evaluate_budgets, CheckInputs, Measurement, MeasurementKind, Mechanism, NamedBudget};
-use controller::config::{CheckSection, Dur};
+use units::duration::Dur;
 
 fn write(root: &Path, rel: &str, content: &[u8]) {
     let p = root.join(rel);

@@ -48,7 +48,7 @@ fn an_instance_of_its_own_records_markers_and_is_removed() {
     // A marker from a thread pinned to CPU 0.
     let marker_dir = dir.clone();
     std::thread::spawn(move || {
-        check::rt::pin_to_set(&[0]).unwrap();
+        units::sched::set_affinity(0, &units::cpu::CpuSet::first(1)).unwrap();
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .open(marker_dir.join("trace_marker"))
@@ -81,7 +81,7 @@ fn late_process(instance: &Path, text: String, off: bool) {
     let dir = instance.to_path_buf();
     std::thread::spawn(move || {
         use std::io::Write;
-        check::rt::pin_to_set(&[0]).unwrap();
+        units::sched::set_affinity(0, &units::cpu::CpuSet::first(1)).unwrap();
         let open = |f: &str| {
             std::fs::OpenOptions::new()
                 .write(true)

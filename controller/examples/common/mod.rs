@@ -41,7 +41,7 @@ pub fn arg(args: &[String], name: &str) -> Option<String> {
 
 /// Prints `role: error: its causes` and exits with `code`.
 pub fn die(role: &str, e: impl std::error::Error + 'static, code: i32) -> ! {
-    eprintln!("{role}: {}", controller::error::Chain(&e));
+    eprintln!("{role}: {}", units::error::Chain(&e));
     std::process::exit(code);
 }
 
@@ -58,9 +58,9 @@ impl Example {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let shm = PathBuf::from(
-            std::env::var("RTDEPLOY_SHM_DIR").unwrap_or_else(|_| "/dev/shm/rtdeploy".into()),
+            std::env::var(units::env::SHM_DIR).unwrap_or_else(|_| units::path::SHM_DIR.into()),
         );
-        let process = std::env::var("RTDEPLOY_PROCESS").unwrap_or_else(|_| role.into());
+        let process = std::env::var(units::env::PROCESS).unwrap_or_else(|_| role.into());
 
         if let Err(e) = controller::rt::lock_and_prefault(256 << 10, 4 << 20) {
             eprintln!("{role}: warning: {e}");

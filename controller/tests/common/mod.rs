@@ -10,7 +10,7 @@ pub const KERNEL_PROFILES: [&str; 2] = ["jetpack6", "no-io_uring"];
 
 /// Whether this process runs under a test kernel profile (a re-run).
 pub fn under_profile() -> bool {
-    std::env::var_os("RTDEPLOY_TEST_KERNEL_PROFILE").is_some()
+    std::env::var_os(units::env::TEST_KERNEL_PROFILE).is_some()
 }
 
 /// Runs this test binary again under every kernel profile and fails
@@ -25,7 +25,7 @@ pub fn rerun_under_kernel_profiles(min_tests: usize) {
     for profile in KERNEL_PROFILES {
         let out = Command::new(&exe)
             .args(["--test-threads", "2", "--nocapture"])
-            .env("RTDEPLOY_TEST_KERNEL_PROFILE", profile)
+            .env(units::env::TEST_KERNEL_PROFILE, profile)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -14,6 +14,12 @@
 
 use std::path::{Component, Path, PathBuf};
 
+/// Where channels live on a robot, as an absolute path; under `--prefix`
+/// it is `<prefix>/dev/shm/rtdeploy`. The one spelling of this directory:
+/// the on-robot layout, the runtime's default and the check take it from
+/// here.
+pub const SHM_DIR: &str = "/dev/shm/rtdeploy";
+
 /// Why a path cannot be put under a root.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathJoinError {

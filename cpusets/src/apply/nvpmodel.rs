@@ -8,10 +8,10 @@
 //! one or when the CPUs online afterwards are not the mode's.
 
 use super::{Applier, ApplyRunError, Missing, Outcome};
-use crate::cpuset::CpuSet;
 use crate::model::live::{read_cpu_list, read_opt, sys_path};
 use crate::plan::{FreqLock, NvpmodelPlan, RuntimePlan};
 use crate::power::{self, LiveMode};
+use units::cpu::CpuSet;
 
 const ONLINE: &str = "/sys/devices/system/cpu/online";
 
@@ -64,7 +64,7 @@ pub(super) fn apply_mode(a: &mut Applier, m: &NvpmodelPlan) -> Result<(), ApplyR
     let current = match tool.query() {
         Ok(live) => live,
         Err(e) => {
-            let error = controller::error::Chain(&e).to_string();
+            let error = units::error::Chain(&e).to_string();
             a.push(item, path, None, new, Outcome::Failed { error });
             return Ok(());
         }
@@ -87,7 +87,7 @@ pub(super) fn apply_mode(a: &mut Applier, m: &NvpmodelPlan) -> Result<(), ApplyR
         let id = m.id.to_string();
         match tool.run(&["-m", &id]) {
             Err(e) => Outcome::Failed {
-                error: controller::error::Chain(&e).to_string(),
+                error: units::error::Chain(&e).to_string(),
             },
             Ok(run) => {
                 let said = run.output_line();
@@ -138,7 +138,7 @@ pub(super) fn apply_mode(a: &mut Applier, m: &NvpmodelPlan) -> Result<(), ApplyR
                             ),
                         },
                         Err(e) => Outcome::Failed {
-                            error: controller::error::Chain(&e).to_string(),
+                            error: units::error::Chain(&e).to_string(),
                         },
                     }
                 }

@@ -12,7 +12,7 @@ use super::{
     parse_cpus_allowed, parse_mounts, CgroupRoot, Interrupts, Irq, ModelParseError, Task, TaskStat,
     PF_KTHREAD, PF_NO_SETAFFINITY,
 };
-use crate::cpuset::CpuSet;
+use units::cpu::CpuSet;
 
 /// Why the live state could not be read.
 #[derive(Debug, thiserror::Error)]

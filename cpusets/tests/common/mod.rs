@@ -12,9 +12,9 @@ use cpusets::config::{
     BoardSection, CpusSection, IrqOverride, IrqsSection, KernelSection, PartitionKind, Policy,
     PowerSection, SysctlSection, SysctlValue, ThreadRule,
 };
-use cpusets::cpuset::CpuSet;
 use cpusets::model::live::Live;
 use cpusets::plan::{self, Isolation, RuntimePlan};
+use units::cpu::CpuSet;
 
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -15,9 +15,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use check::{self, CheckEnv, CheckInputs, Mechanism, NamedBudget, Progress};
 use clap::Args;
-use controller::config::{Dur, DurParseError};
 use cpusets::verify::{self, VerifyOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use units::duration::{Dur, DurParseError};
 
 use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};
@@ -160,7 +160,7 @@ pub fn boot_record(
             verdict: "error".into(),
             p99_ns: None,
             max_ns: None,
-            failed: vec![controller::error::Chain(e).to_string()],
+            failed: vec![units::error::Chain(e).to_string()],
         },
     }
 }
@@ -309,6 +309,7 @@ fn verify_summary(ctx: &Ctx, r: &Robot) -> String {
                     .collect(),
                 unmovable_irqs: vec![],
                 declared_kernel: r.kernel.declared(),
+                kernel_offers: Some(super::verify::kernel_offers),
             };
             let report = verify::verify(&plan, &ctx.sysroot, &opts)?;
             let s = report.summary();
@@ -352,7 +353,9 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     inputs.duration = args.duration;
     inputs.trace = trace_request(ctx, r, args.trace.as_ref().map(|d| d.as_ref()));
     inputs.trace_compare = args.trace_compare;
-    inputs.log_compare = args.log_compare;
+    if args.log_compare {
+        inputs.log_compare = Some(std::sync::Arc::new(SupervisorLogger));
+    }
     if args.compare {
         inputs.mechanisms = Mechanism::compared();
     } else if !args.mechanisms.is_empty() {
@@ -429,4 +432,38 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
+}
+
+/// The supervisor's logger (logbook's recorder, with robot.yaml's default
+/// `log:` section), as `--log-compare` runs it beside the scenario.
+#[derive(Debug)]
+struct SupervisorLogger;
+
+impl check::ChannelLogger for SupervisorLogger {
+    fn start(&self, run: &check::LoggerRun<'_>) -> std::io::Result<Box<dyn check::RunningLogger>> {
+        let rec = logbook::Recorder::start(logbook::RecorderConfig {
+            section: logbook::LogSection::default(),
+            dir: run.dir.to_path_buf(),
+            shm_dir: run.shm_dir.to_path_buf(),
+            channels: vec![run.channel.to_string()],
+            boot_id: String::new(),
+            cpus: run.cpus.clone(),
+            from_oldest: false,
+        })?;
+        Ok(Box::new(RunningRecorder(rec)))
+    }
+}
+
+struct RunningRecorder(logbook::Recorder);
+
+impl check::RunningLogger for RunningRecorder {
+    fn stop(self: Box<Self>) -> check::LoggerFigures {
+        let st = self.0.stop();
+        check::LoggerFigures {
+            logged: st.channels.values().map(|c| c.logged).sum(),
+            lost: st.channels.values().map(|c| c.gaps).sum(),
+            cpu_ns: st.cpu_ns,
+            state: st.state,
+        }
+    }
 }

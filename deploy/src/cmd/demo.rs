@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
-use controller::config::Dur;
 use services::control::{self, Request};
 use services::status::{render_table, SupervisorStatus};
+use units::duration::Dur;
 
 use crate::ctx::{Ctx, Exit};
 

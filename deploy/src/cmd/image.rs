@@ -7,11 +7,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use controller::config::ByteSize;
 use cpusets::board::BootLoader;
 use cpusets::conf_files::{limits_conf, sysctl_conf, MemlockLimit, ProcessLimits};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rootfs::{build, Base, Format, ImageSpec, Phase, Progress};
+use units::size::ByteSize;
 
 use crate::cmd::load_robot;
 use crate::config::Robot;

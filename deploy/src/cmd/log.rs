@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use controller::config::Dur;
 use logbook::read::{scan_file, Filter, Flow, Summary};
+use units::duration::Dur;
 
 use crate::ctx::{Ctx, Exit};
 

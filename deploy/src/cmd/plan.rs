@@ -7,8 +7,8 @@ use clap::Args;
 use cpusets::board::BootLoader;
 use cpusets::cmdline::{self, Token};
 use cpusets::config::{IrqOverride, ThreadRule};
-use cpusets::cpuset::CpuSet;
 use serde::Serialize;
+use units::cpu::CpuSet;
 
 use cpusets::model::live::Live;
 use cpusets::plan::{Inventory, RuntimePlan};
@@ -70,7 +70,7 @@ pub struct KernelPlan {
 
 impl KernelPlan {
     fn new(r: &Robot) -> KernelPlan {
-        use controller::kernel::needs::{self, show};
+        use units::kernel::needs::{self, show};
         let Some(k) = r.kernel.declared() else {
             return KernelPlan {
                 version: None,
@@ -81,8 +81,8 @@ impl KernelPlan {
             };
         };
         let v = k.version;
-        let caps = v.capabilities();
-        let backend = v.expected_backend();
+        let caps = controller::kernel::Capabilities::of(v);
+        let backend = controller::event_loop::Backend::expected_on(v);
         let reason = if caps.io_uring_futex {
             format!(
                 "io_uring futex waits ({}+), unless io_uring is switched off or filtered on the board",
@@ -181,7 +181,7 @@ pub struct ChannelPlan {
     /// Publishers and subscribers by wake class.
     pub classes: services::wake_class::ChannelClasses,
     /// How late a message may reach a subscriber of the other class.
-    pub cross_class_latency: controller::config::Dur,
+    pub cross_class_latency: units::duration::Dur,
     /// Whether some publisher and subscriber are of different classes.
     pub crosses_classes: bool,
 }
@@ -226,7 +226,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 stop_timeout: p.stop_timeout.to_string(),
                 publishes: p.publishes.clone(),
                 subscribes: p.subscribes.clone(),
-                backend: p.env.get("RTDEPLOY_BACKEND").cloned(),
+                backend: p.env.get(units::env::BACKEND).cloned(),
                 wake_class: classes[i].class,
                 wake_class_reason: classes[i].reason.clone(),
             }
@@ -254,7 +254,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 shm_bytes: c.shm_bytes(publishers as u64),
                 crosses_classes: on.crosses(),
                 classes: on,
-                cross_class_latency: controller::config::Dur(c.cross_class_latency()),
+                cross_class_latency: units::duration::Dur(c.cross_class_latency()),
             }
         })
         .collect();
@@ -469,7 +469,7 @@ pub fn render(p: &Plan) -> String {
             let _ = write!(line, " sub {}", pr.subscribes.join(","));
         }
         if let Some(b) = &pr.backend {
-            let _ = write!(line, " backend {b} (RTDEPLOY_BACKEND)");
+            let _ = write!(line, " backend {b} ({})", units::env::BACKEND);
         }
         let _ = writeln!(o, "{}", line.trim_end());
         let _ = writeln!(o, "       {}: {}", pr.wake_class, pr.wake_class_reason);
@@ -510,7 +510,7 @@ pub fn render(p: &Plan) -> String {
                 o,
                 "    across classes within {}: subscribers look every {} while the other class publishes",
                 c.cross_class_latency,
-                controller::config::Dur(c.cross_class_latency.0 / 2)
+                units::duration::Dur(c.cross_class_latency.0 / 2)
             );
         }
     }

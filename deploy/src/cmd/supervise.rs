@@ -273,7 +273,7 @@ impl MissTrace {
                     }
                     Err(e) => turn
                         .say
-                        .push(format!("miss trace off: {}", controller::error::Chain(&e))),
+                        .push(format!("miss trace off: {}", units::error::Chain(&e))),
                 }
                 return turn;
             }
@@ -300,21 +300,20 @@ fn supervisor_config(robot: &Robot, trace: Option<&MissTrace>) -> SupervisorConf
     // Each process's wake class, from robot.yaml (config check refuses
     // these variables in a process's own `env`).
     for (p, c) in processes.iter_mut().zip(robot.wake_classes()) {
-        for (k, v) in services::wake_class::environment(p, c.class) {
-            p.env.insert(k, v);
-        }
+        let env = services::wake_class::environment(p, c.class);
+        p.env
+            .extend(env.to_env().into_iter().map(|(k, v)| (k.to_string(), v)));
     }
     if let Some(instance) = trace.and_then(|t| t.instance.as_ref()) {
         for p in &mut processes {
             if let Some(b) = p.budgets.wakeup {
-                p.env.insert(
-                    controller::miss_trace::TRACE_ENV.into(),
-                    instance.display().to_string(),
-                );
-                p.env.insert(
-                    controller::miss_trace::TRACE_MISS_ENV.into(),
-                    b.0.as_nanos().to_string(),
-                );
+                let env = units::env::ProcessEnv {
+                    trace: Some(instance.clone()),
+                    trace_miss_ns: Some(b.as_nanos()),
+                    ..units::env::ProcessEnv::default()
+                };
+                p.env
+                    .extend(env.to_env().into_iter().map(|(k, v)| (k.to_string(), v)));
             }
         }
     }
@@ -330,7 +329,7 @@ fn supervisor_config(robot: &Robot, trace: Option<&MissTrace>) -> SupervisorConf
         boot_check: robot.boot_check.clone(),
         cpu_dma_latency: robot.power.cpu_dma_latency.map(|m| m.0),
         log: robot.log.clone(),
-        housekeeping: robot.housekeeping().iter().map(|c| c as usize).collect(),
+        housekeeping: robot.housekeeping(),
     }
 }
 
@@ -362,7 +361,7 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
         report.cgroup, s.changed, s.unchanged, s.unmovable, s.unsupported, s.invalid, s.failed
     );
     if let Err(e) = saved {
-        detail.push_str(&format!("; {}", controller::error::Chain(&e)));
+        detail.push_str(&format!("; {}", units::error::Chain(&e)));
     }
     if s.failed > 0 || s.invalid > 0 {
         step("failed", failure_detail(&report, &detail))
@@ -433,7 +432,7 @@ fn scan_irqs(
     let now = match scanned {
         Ok(w) => w,
         Err(e) => {
-            let msg = controller::error::Chain(&e).to_string();
+            let msg = units::error::Chain(&e).to_string();
             if last_error.as_deref() == Some(msg.as_str()) {
                 return None;
             }
@@ -483,7 +482,7 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
         }
     }
     let mut inputs = super::check::inputs_from_robot(robot);
-    inputs.duration = Some(controller::config::Dur(duration));
+    inputs.duration = Some(units::duration::Dur(duration));
     inputs.trace = super::check::trace_request(ctx, robot, None);
     let exe = match std::env::current_exe() {
         Ok(e) => e,
@@ -504,10 +503,9 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
             path.display(),
             last_trace_verdict(&r)
         )),
-        Err(e) => BootCheckOutcome::Failed(format!(
-            "could not run: {}{kept}",
-            controller::error::Chain(&e)
-        )),
+        Err(e) => {
+            BootCheckOutcome::Failed(format!("could not run: {}{kept}", units::error::Chain(&e)))
+        }
     }
 }
 
@@ -534,7 +532,7 @@ fn keep_in_history(
             path.display(),
             notes[0]
         ),
-        Err(e) => format!("; {}", controller::error::Chain(&e)),
+        Err(e) => format!("; {}", units::error::Chain(&e)),
     }
 }
 

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
-use controller::config::Dur;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::{execute, terminal};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -36,6 +35,7 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use services::control::{self, Request};
 use services::status::SupervisorStatus;
 use services::top::{self, CpuSample, Frame, SortKey};
+use units::duration::Dur;
 
 use crate::ctx::{Ctx, Exit};
 
@@ -101,9 +101,9 @@ fn fetch(ctx: &Ctx) -> Result<SupervisorStatus, String> {
         )),
         Err(e @ control::ControlRequestError::BadReply { .. }) => Err(cut(format!(
             "a status this deploy cannot read (another supervisor version?): {}",
-            controller::error::Chain(&e)
+            units::error::Chain(&e)
         ))),
-        Err(e) => Err(cut(controller::error::Chain(&e).to_string())),
+        Err(e) => Err(cut(units::error::Chain(&e).to_string())),
     }
 }
 

@@ -157,7 +157,7 @@ pub fn run(ctx: &Ctx, args: UpdateArgs) -> anyhow::Result<Exit> {
     std::fs::metadata(&args.bundle).with_context(|| format!("bundle {}", args.bundle.display()))?;
     // Test hook: break the first connection to each robot after this many
     // bytes.
-    let cut_after = std::env::var("RTDEPLOY_TEST_CUT_AFTER")
+    let cut_after = std::env::var(units::env::TEST_CUT_AFTER)
         .ok()
         .and_then(|v| v.parse().ok());
     let multi = MultiProgress::with_draw_target(if ctx.quiet || ctx.json {

@@ -61,6 +61,7 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
         allow_tasks,
         unmovable_irqs,
         declared_kernel: r.kernel.declared(),
+        kernel_offers: Some(kernel_offers),
     };
     let report = verify::verify(&plan, &ctx.sysroot, &opts)?;
     if ctx.json {
@@ -73,4 +74,10 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
+}
+
+/// What the kernel of `release` offers the runtime, in one line (probed
+/// when it is the kernel running here): verify's `kernel.capabilities`.
+pub(crate) fn kernel_offers(release: &str, live: bool) -> String {
+    controller::kernel::KernelFacts::of(release, live).summary()
 }

@@ -15,14 +15,15 @@ mod yaml;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use controller::config::{BootCheckSection, ChannelConfig, CheckSection};
+use check::config::{BootCheckSection, CheckSection};
+use controller::config::ChannelConfig;
 use cpusets::config::{
     BoardSection, CpusSection, IrqsSection, KernelSection, PowerSection, SysctlSection,
 };
-use cpusets::cpuset::CpuSet;
 use cpusets::plan::Isolation;
 use serde::Serialize;
 use services::config::{ProcessConfig, RobotSection, UpdateSection};
+use units::cpu::CpuSet;
 
 pub use echo::MAX_MESSAGE_CHARS;
 pub use validate::{Diagnostic, Severity, MAX_DIAGNOSTICS};

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use cpusets::cpuset::CpuSet;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use units::cpu::CpuSet;
 
 use super::de::from_node;
 use super::echo;
@@ -321,8 +321,8 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     let power: Option<cpusets::config::PowerSection> = c.section("power");
     let (channels, channels_ok) = c.list::<controller::config::ChannelConfig>("channels");
     let (processes, processes_ok) = c.list::<services::config::ProcessConfig>("processes");
-    let check: Option<controller::config::CheckSection> = c.section("check");
-    let boot_check: Option<controller::config::BootCheckSection> = c.section("boot_check");
+    let check: Option<check::config::CheckSection> = c.section("check");
+    let boot_check: Option<check::config::BootCheckSection> = c.section("boot_check");
     let update: Option<services::config::UpdateSection> = c.section("update");
     let metrics: Option<services::config::MetricsSection> = c.section("metrics");
     // Absent: no logger. Present (even empty): the logger with defaults.
@@ -487,7 +487,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
     for (i, p) in r.processes.iter().enumerate() {
         let base = format!("processes[{i}]");
         // The wake class is robot.yaml's placement, set by the supervisor.
-        for var in [controller::wake::CLASS_ENV, controller::wake::SCHED_ENV] {
+        for var in [units::env::WAKE_CLASS, units::env::SCHED] {
             if p.env.contains_key(var) {
                 c.error(
                     &format!("{base}.env.{var}"),
@@ -498,8 +498,8 @@ fn cross_check(c: &mut Checker, r: &Robot) {
             }
         }
         // A forced wake backend: known, and one the declared kernel has.
-        if let Some(name) = p.env.get("RTDEPLOY_BACKEND") {
-            let field = format!("{base}.env.RTDEPLOY_BACKEND");
+        if let Some(name) = p.env.get(units::env::BACKEND) {
+            let field = format!("{base}.env.{}", units::env::BACKEND);
             match controller::event_loop::Backend::from_name(name) {
                 None => c.error(
                     &field,
@@ -513,9 +513,9 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                 ),
                 Some(b) => {
                     if let Some(k) = r.kernel.declared() {
-                        let caps = k.version.capabilities();
+                        let caps = controller::kernel::Capabilities::of(k.version);
                         use controller::event_loop::Backend;
-                        use controller::kernel::needs;
+                        use units::kernel::needs;
                         let need = match b {
                             Backend::IoUringFutex if !caps.io_uring_futex => {
                                 Some(needs::IO_URING_FUTEX)
@@ -528,7 +528,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                                 &field,
                                 format!(
                                     "backend `{b}` needs Linux {} or later; the board runs {}.{} ({}); remove it (the loop picks the best the kernel has) or force `doorbell`",
-                                    controller::kernel::needs::show(need),
+                                    units::kernel::needs::show(need),
                                     k.version.major,
                                     k.version.minor,
                                     k.source
@@ -685,7 +685,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                         if be_pubs.len() == 1 { "process" } else { "processes" },
                         be_pubs.iter().map(|n| echo::value(n)).collect::<Vec<_>>().join("`, `"),
                         if be_pubs.len() == 1 { "es" } else { "" },
-                        controller::config::Dur(bound)
+                        units::duration::Dur(bound)
                     ),
                 );
             }

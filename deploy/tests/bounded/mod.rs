@@ -85,7 +85,7 @@ pub fn deploy_limited(args: &[&str], limit: u64) -> Run {
     let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
     let mut c = Command::new(env!("CARGO_BIN_EXE_deploy"));
     c.args(args)
-        .env_remove("RTDEPLOY_CONFIG")
+        .env_remove(units::env::CONFIG)
         .env("MALLOC_ARENA_MAX", "1")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap())

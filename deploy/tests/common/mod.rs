@@ -135,7 +135,6 @@ pub struct Spinner {
 }
 
 impl Spinner {
-    #[allow(unsafe_code)]
     pub fn start(cpu: usize, priority: i32, busy: Duration, every: Duration) -> Spinner {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -143,21 +142,14 @@ impl Spinner {
         let thread = std::thread::Builder::new()
             .name("planted-spin".into())
             .spawn(move || {
-                // SAFETY: a zeroed cpu_set_t is a valid empty set; the
-                // calls get pointers to locals that outlive them.
-                unsafe {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                        return Err(format!("pin: {}", std::io::Error::last_os_error()));
-                    }
-                    let p = libc::sched_param {
-                        sched_priority: priority,
-                    };
-                    if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) != 0 {
-                        return Err(format!("fifo: {}", std::io::Error::last_os_error()));
-                    }
-                }
+                let cpus =
+                    units::cpu::CpuSet::from_indices([cpu]).map_err(|e| format!("pin: {e}"))?;
+                units::sched::set_affinity(0, &cpus)
+                    .map_err(|e| format!("pin: {}", units::error::Chain(&e)))?;
+                let fifo =
+                    units::sched::SchedAttr::new(units::sched::Policy::Fifo, priority as u32);
+                units::sched::set_attr(0, &fifo)
+                    .map_err(|e| format!("fifo: {}", units::error::Chain(&e)))?;
                 // Relaxed: a stop request.
                 while !s.load(Ordering::Relaxed) {
                     let end = Instant::now() + busy;

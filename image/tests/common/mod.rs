@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use cpusets::board::BootLoader;
 use cpusets::config::{CpusSection, KernelSection, PartitionKind};
-use cpusets::cpuset::CpuSet;
 use rootfs::{Base, ImageSpec};
+use units::cpu::CpuSet;
 
 /// extlinux.conf shaped like the one Jetson Linux R36 installs.
 pub const EXTLINUX: &str = "TIMEOUT 30

@@ -11,10 +11,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use controller::config::Dur;
 use controller::{Channel, ChannelGeometry};
 use logbook::schema::TypeDecl;
 use logbook::{LogSection, Recorder, RecorderConfig};
+use units::duration::Dur;
 
 controller::shm_struct! {
     pub struct Sample {
@@ -61,7 +61,7 @@ fn main() {
         shm_dir: shm.path().to_path_buf(),
         channels: vec!["/bench/sample".into()],
         boot_id: String::new(),
-        cpus: vec![],
+        cpus: units::cpu::CpuSet::new(),
         from_oldest: true,
     })
     .unwrap();

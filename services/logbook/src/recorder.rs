@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use controller::{Channel, Subscriber};
 use serde::{Deserialize, Serialize};
+use units::cpu::CpuSet;
+use units::error::Chain;
 
 use crate::file::{
     ClockMap, LogFile, TopicSpec, EVENTS_TOPIC, GAPS_TOPIC, META_MAX_SIZE, META_TYPE,
@@ -56,7 +58,7 @@ pub struct RecorderConfig {
     /// `/proc/sys/kernel/random/boot_id`, recorded with the clock mapping.
     pub boot_id: String,
     /// Housekeeping CPUs to pin the logger's thread to (none: inherit).
-    pub cpus: Vec<usize>,
+    pub cpus: CpuSet,
     /// Read each channel from its first message (what the channel no
     /// longer holds is a gap), as the supervisor's logger does on the
     /// channels it just created; else from the next message published.
@@ -340,8 +342,9 @@ struct Reader {
 /// value; a refusal is the status's last problem.
 fn place_thread(cfg: &RecorderConfig, status: &Mutex<LogStatus>) {
     if !cfg.cpus.is_empty() {
-        if let Err(e) = controller::rt::pin_cpus(&cfg.cpus) {
-            lock(status).last_problem = Some(format!("pinning to CPUs {:?}: {e}", cfg.cpus));
+        if let Err(e) = units::sched::set_affinity(0, &cfg.cpus) {
+            lock(status).last_problem =
+                Some(format!("pinning to CPUs {}: {}", cfg.cpus, Chain(&e)));
         }
     }
     let nice = cfg.section.nice;

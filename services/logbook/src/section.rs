@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use controller::config::{ByteSize, Dur, Problem};
 use serde::{Deserialize, Serialize};
+use units::duration::Dur;
+use units::problem::Problem;
+use units::size::ByteSize;
 
 use crate::schema::TypeDecl;
 

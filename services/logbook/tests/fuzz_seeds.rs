@@ -191,7 +191,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 fn the_mcap_seed_corpus_runs_clean() {
     let made = seeds();
-    if std::env::var_os("RTDEPLOY_WRITE_SEEDS").is_some() {
+    if std::env::var_os(units::env::WRITE_SEEDS).is_some() {
         std::fs::create_dir_all(seed_dir()).unwrap();
         for (name, bytes) in &made {
             std::fs::write(seed_dir().join(name), bytes).unwrap();

@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use controller::config::{ByteSize, Dur};
 use controller::{Channel, ChannelGeometry};
 use logbook::read::{first_log_time, load, scan, Filter};
 use logbook::replay::{replay, ReplayOptions};
 use logbook::schema::TypeDecl;
 use logbook::{LogSection, Recorder, RecorderConfig};
+use units::duration::Dur;
+use units::size::ByteSize;
 
 const PROC: &str = "/proc";
 
@@ -55,7 +56,7 @@ fn start(shm: &Path, dir: &Path, section: LogSection, channels: &[&str]) -> Reco
         shm_dir: shm.to_path_buf(),
         channels: channels.iter().map(|s| s.to_string()).collect(),
         boot_id: "test-boot".into(),
-        cpus: vec![],
+        cpus: units::cpu::CpuSet::new(),
         from_oldest: true,
     })
     .unwrap()

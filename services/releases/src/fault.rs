@@ -28,16 +28,16 @@ pub const FAULT_STEPS: &[&str] = &[
 #[cfg(feature = "fault-injection")]
 pub const SYSTEM_FAULT_STEPS: &[&str] = &["boot-staged", "boot-written"];
 
-/// Test hook: when the environment variable `RTDEPLOY_FAULT` names `step`,
-/// the process aborts right there.
+/// Test hook: when the environment variable [`units::env::FAULT`] names
+/// `step`, the process aborts right there.
 #[cfg(feature = "fault-injection")]
 pub fn fault_point(step: &str) {
     debug_assert!(
         FAULT_STEPS.contains(&step) || SYSTEM_FAULT_STEPS.contains(&step),
         "unknown fault step {step}"
     );
-    if std::env::var_os("RTDEPLOY_FAULT").is_some_and(|v| v == step) {
-        eprintln!("rtdeploy: RTDEPLOY_FAULT={step}: aborting");
+    if std::env::var_os(units::env::FAULT).is_some_and(|v| v == step) {
+        eprintln!("rtdeploy: {}={step}: aborting", units::env::FAULT);
         std::process::abort();
     }
 }

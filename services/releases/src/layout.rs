@@ -179,9 +179,9 @@ impl Layout {
         self.under(rel::LOG_DIR)
     }
     /// `dev/shm/rtdeploy`: where channels live (the runtime's
-    /// [`SHM_DIR`](controller::event_loop::SHM_DIR) under the prefix).
+    /// [`SHM_DIR`](units::path::SHM_DIR) under the prefix).
     pub fn shm_dir(&self) -> PathBuf {
-        self.under(controller::event_loop::SHM_DIR.trim_start_matches('/'))
+        self.under(units::path::SHM_DIR.trim_start_matches('/'))
     }
 }
 
@@ -207,7 +207,7 @@ mod tests {
         // the robot's own root
         let root = Layout::new(Path::new("/"));
         assert_eq!(root.config_link(), Path::new("/etc/rtdeploy/robot.yaml"));
-        assert_eq!(root.shm_dir(), Path::new(controller::event_loop::SHM_DIR));
+        assert_eq!(root.shm_dir(), Path::new(units::path::SHM_DIR));
     }
 
     #[test]

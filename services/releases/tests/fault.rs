@@ -19,8 +19,8 @@ use util::*;
 #[ignore = "helper process: run by install_killed_at_every_step"]
 fn fault_child() {
     let (Some(prefix), Some(bundle)) = (
-        std::env::var_os("RTDEPLOY_TEST_PREFIX"),
-        std::env::var_os("RTDEPLOY_TEST_BUNDLE"),
+        std::env::var_os(units::env::TEST_PREFIX),
+        std::env::var_os(units::env::TEST_BUNDLE),
     ) else {
         return;
     };
@@ -53,9 +53,9 @@ fn install_killed_at_every_step() {
                 "--test-threads=1",
                 "-q",
             ])
-            .env("RTDEPLOY_FAULT", step)
-            .env("RTDEPLOY_TEST_PREFIX", &prefix)
-            .env("RTDEPLOY_TEST_BUNDLE", &b2)
+            .env(units::env::FAULT, step)
+            .env(units::env::TEST_PREFIX, &prefix)
+            .env(units::env::TEST_BUNDLE, &b2)
             .output()
             .unwrap();
         assert_eq!(

@@ -159,7 +159,7 @@ fn the_bundle_seed_corpus_runs_clean() {
 #[test]
 fn the_bundle_seeds_are_what_this_code_makes() {
     let dir = seed_dir();
-    let write = std::env::var_os("RTDEPLOY_WRITE_SEEDS").is_some();
+    let write = std::env::var_os(units::env::WRITE_SEEDS).is_some();
     if write {
         std::fs::create_dir_all(&dir).unwrap();
     }

@@ -261,8 +261,8 @@ fn a_supervisor_restart_before_the_reboot_undoes_the_system_update() {
 #[ignore = "helper process: run by system_update_killed_at_every_step"]
 fn system_fault_child() {
     let (Some(prefix), Some(bundle)) = (
-        std::env::var_os("RTDEPLOY_TEST_PREFIX"),
-        std::env::var_os("RTDEPLOY_TEST_BUNDLE"),
+        std::env::var_os(units::env::TEST_PREFIX),
+        std::env::var_os(units::env::TEST_BUNDLE),
     ) else {
         return;
     };
@@ -291,9 +291,9 @@ fn system_update_killed_at_every_step() {
                 "--test-threads=1",
                 "-q",
             ])
-            .env("RTDEPLOY_FAULT", step)
-            .env("RTDEPLOY_TEST_PREFIX", &prefix)
-            .env("RTDEPLOY_TEST_BUNDLE", &b2)
+            .env(units::env::FAULT, step)
+            .env(units::env::TEST_PREFIX, &prefix)
+            .env(units::env::TEST_BUNDLE, &b2)
             .output()
             .unwrap();
         assert_eq!(

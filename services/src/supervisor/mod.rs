@@ -179,7 +179,7 @@ fn start_logger(
                 if cfg.housekeeping.is_empty() {
                     "of the supervisor".to_string()
                 } else {
-                    format!("{:?}", cfg.housekeeping)
+                    cfg.housekeeping.to_string()
                 }
             ),
         ),

@@ -10,10 +10,12 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use controller::config::{BootCheckSection, ChannelConfig, OnFailure};
-use controller::error::Chain;
+use check::config::{BootCheckSection, OnFailure};
+use controller::config::ChannelConfig;
 use controller::rt::DmaLatencyHold;
-use cpusets::cpuset::CpuSet;
+use units::cpu::CpuSet;
+use units::env::ProcessEnv;
+use units::error::Chain;
 
 use super::find_cgroup;
 use crate::accounts::{AccountResolveError, Accounts};
@@ -56,7 +58,7 @@ pub struct SupervisorConfig {
     pub log: Option<logbook::LogSection>,
     /// The housekeeping CPUs: the logger's thread runs there (empty:
     /// where the supervisor runs).
-    pub housekeeping: Vec<usize>,
+    pub housekeeping: CpuSet,
 }
 
 /// Where the live system is.
@@ -310,14 +312,18 @@ pub(super) fn start_up(
         "PATH".to_string(),
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
     );
-    base_env.insert(
-        "RTDEPLOY_SHM_DIR".to_string(),
-        shm_dir.to_string_lossy().into_owned(),
-    );
-    // RTDEPLOY_DENY_SYSCALLS: run every process as on an older kernel
-    // (or a system with io_uring off), for testing what the robot's
-    // kernel will pick; see controller::seccomp.
-    let deny = match std::env::var("RTDEPLOY_DENY_SYSCALLS") {
+    // Where the channels are and whose robot it is, for every process
+    // (each gets its own name at spawn).
+    let shared = ProcessEnv {
+        shm_dir: Some(shm_dir.clone()),
+        robot: Some(cfg.robot.name.clone()),
+        ..ProcessEnv::default()
+    };
+    base_env.extend(shared.to_env().into_iter().map(|(k, v)| (k.to_string(), v)));
+    // The supervisor's own DENY_SYSCALLS: run every process as on an
+    // older kernel (or a system with io_uring off), for testing what the
+    // robot's kernel will pick; see controller::seccomp.
+    let deny = match std::env::var(units::env::DENY_SYSCALLS) {
         Ok(list) if !list.trim().is_empty() => match controller::seccomp::parse_list(&list) {
             Ok(d) => {
                 let names: Vec<&str> = d.iter().map(|d| d.name()).collect();
@@ -325,8 +331,9 @@ pub(super) fn start_up(
                     "syscall filter",
                     "ok",
                     format!(
-                        "{} answer ENOSYS in every process (RTDEPLOY_DENY_SYSCALLS)",
-                        names.join(", ")
+                        "{} answer ENOSYS in every process ({})",
+                        names.join(", "),
+                        units::env::DENY_SYSCALLS
                     ),
                 ));
                 Some(controller::seccomp::DenyFilter::new(&d))
@@ -335,7 +342,7 @@ pub(super) fn start_up(
                 steps.push(step(
                     "syscall filter",
                     "failed",
-                    format!("RTDEPLOY_DENY_SYSCALLS: {e}; no filter"),
+                    format!("{}: {e}; no filter", units::env::DENY_SYSCALLS),
                 ));
                 None
             }

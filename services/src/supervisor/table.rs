@@ -12,8 +12,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cpusets::cpuset::CpuSet;
 use rustix::process::{Pid, Signal, WaitIdOptions, WaitOptions};
+use units::cpu::CpuSet;
 
 use super::startup::{BootGate, SupervisorConfig};
 use super::Stderr;
@@ -422,7 +422,7 @@ impl Table {
                     ..
                 }) => continue,
                 Err(e) => {
-                    let msg = format!("timing report unreadable: {}", controller::error::Chain(&e));
+                    let msg = format!("timing report unreadable: {}", units::error::Chain(&e));
                     if self.procs[i].timing_error.as_deref() != Some(msg.as_str()) {
                         self.note(i, &msg, out);
                         self.stderr.warn_about(&name, &msg);

@@ -72,7 +72,7 @@ pub struct Running {
 }
 
 pub fn config(processes: Vec<ProcessConfig>, group: Option<&str>) -> SupervisorConfig {
-    let all = cpusets::cpuset::CpuSet::first(
+    let all = units::cpu::CpuSet::first(
         rustix::thread::sched_getaffinity(None)
             .map(|s| s.count())
             .unwrap_or(1) as u32,
@@ -91,7 +91,7 @@ pub fn config(processes: Vec<ProcessConfig>, group: Option<&str>) -> SupervisorC
         boot_check: Default::default(),
         cpu_dma_latency: None,
         log: None,
-        housekeeping: Vec::new(),
+        housekeeping: units::cpu::CpuSet::new(),
     }
 }
 

@@ -23,8 +23,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use controller::rt::{self, DmaLatencyHold, Policy};
+use controller::rt::DmaLatencyHold;
 use controller::sys;
+use units::cpu::CpuSet;
+use units::sched::{self, Policy, SchedAttr};
 
 #[path = "../stats.rs"]
 #[allow(dead_code)]
@@ -148,8 +150,8 @@ fn round(a: &Args, depth: u64, count: u64) -> Result<Vec<f64>> {
     let (cpu, priority) = (a.receiver_cpu, a.priority);
     let (p2, q2) = (ping.clone(), pong.clone());
     let answer = std::thread::spawn(move || -> Result<()> {
-        rt::pin_cpus(&[cpu])?;
-        rt::set_sched(Policy::Fifo, priority)?;
+        sched::set_affinity(0, &CpuSet::from_indices([cpu])?)?;
+        sched::set_attr(0, &SchedAttr::new(Policy::Fifo, priority))?;
         for n in 0..total {
             let (stamp, seq) = p2.read(n)?;
             if seq != n {
@@ -190,8 +192,8 @@ fn main() -> Result<()> {
     if a.depths.contains(&0) || a.rounds == 0 {
         bail!("--depths and --rounds must be at least 1");
     }
-    rt::pin_cpus(&[a.sender_cpu])?;
-    rt::set_sched(Policy::Fifo, a.priority)
+    sched::set_affinity(0, &CpuSet::from_indices([a.sender_cpu])?)?;
+    sched::set_attr(0, &SchedAttr::new(Policy::Fifo, a.priority))
         .context("SCHED_FIFO (run as root or with CAP_SYS_NICE)")?;
     let _dma = DmaLatencyHold::hold(std::path::Path::new("/dev/cpu_dma_latency"), 0)
         .map_err(|e| eprintln!("floor: note: /dev/cpu_dma_latency not held at 0: {e}"))

@@ -13,7 +13,7 @@ use super::tracefs::Tracer;
 use crate::report::{TraceSummary, TraceVerdict};
 use crate::worker::Control;
 use crate::{CheckInputs, Mechanism, TraceRequest};
-use controller::error::Chain;
+use units::error::Chain;
 
 /// At most this many tasks get their policy read from `/proc` per
 /// snapshot.

@@ -286,7 +286,7 @@ pub fn configure_instance(
     if let Err(e) = write_file(&dir.join("buffer_size_kb"), &BUFFER_KB.to_string()) {
         c.notes.push(format!(
             "buffer size left as it was: {}",
-            controller::error::Chain(&e)
+            units::error::Chain(&e)
         ));
     }
     for (i, ev) in EVENTS.iter().enumerate() {
@@ -300,7 +300,7 @@ pub fn configure_instance(
                 })
             }
             Err(e) => c.missing.push(if p.exists() {
-                format!("{ev} ({})", controller::error::Chain(&e))
+                format!("{ev} ({})", units::error::Chain(&e))
             } else {
                 format!("{ev} (not in this kernel)")
             }),

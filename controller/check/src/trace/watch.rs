@@ -19,8 +19,8 @@ use super::model::{parse, Event, EventKind};
 use super::run::{analyse_and_save, complete_since, window};
 use super::snapshot::Snapshot;
 use super::tracefs::{read_small, TraceSetupError, Tracer};
-use controller::error::Chain;
 use controller::miss_trace::MissMarker;
+use units::error::Chain;
 
 /// One traced miss of a running process.
 #[derive(Debug, Clone)]

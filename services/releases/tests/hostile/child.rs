@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Names the case a child process is started for.
-const CASE_ENV: &str = "RTDEPLOY_BOUNDED_CASE";
+const CASE_ENV: &str = units::env::BOUNDED_CASE;
 
 /// The peak RSS a hostile input may cost: far under the gigabytes the
 /// inputs announce, far over what the bounded readers need (a few MiB

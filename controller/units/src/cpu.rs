@@ -1,9 +1,11 @@
 //! Sets of CPU numbers, written the way the kernel writes them (`0,2-3`).
 //!
 //! The same text form is used in `robot.yaml`, on the kernel command line
-//! (`isolcpus=`), in `/sys/devices/system/cpu/isolated` and in
-//! `Cpus_allowed_list`; the hexadecimal mask form is used by
-//! `/proc/irq/N/smp_affinity`.
+//! (`isolcpus=`), in `/sys/devices/system/cpu/isolated`, in a cgroup's
+//! `cpuset.cpus.effective` and in `Cpus_allowed_list`; the hexadecimal
+//! mask form is used by `/proc/irq/N/smp_affinity`. The CPU plan, the
+//! supervisor, the runtime and the check all read and write CPU lists
+//! through this one type.
 
 use std::fmt;
 use std::str::FromStr;
@@ -41,6 +43,24 @@ impl CpuSet {
     /// CPUs `0..n`.
     pub fn first(n: u32) -> Self {
         (0..n).collect()
+    }
+
+    /// The set of CPU numbers held as indexes (`usize`, as std and a
+    /// `Vec` count them); a number beyond [`MAX_CPU`] is refused, as in a
+    /// CPU list.
+    pub fn from_indices(cpus: impl IntoIterator<Item = usize>) -> Result<Self, CpuSetParseError> {
+        let mut set = CpuSet::new();
+        for c in cpus {
+            match u32::try_from(c) {
+                Ok(c) if c <= MAX_CPU => set.insert(c),
+                _ => {
+                    return Err(CpuSetParseError::TooLarge(
+                        u32::try_from(c).unwrap_or(u32::MAX),
+                    ))
+                }
+            }
+        }
+        Ok(set)
     }
 
     pub fn insert(&mut self, cpu: u32) {
@@ -346,6 +366,18 @@ mod tests {
         assert_eq!(CpuSet::parse_mask(&wide.to_mask()).unwrap(), wide);
         assert_eq!(CpuSet::new().to_mask(), "0");
         assert!(CpuSet::parse_mask("xyz").is_err());
+    }
+
+    #[test]
+    fn indexes_are_cpu_numbers_up_to_the_largest() {
+        assert_eq!(
+            CpuSet::from_indices([5, 0, 1]).unwrap().to_string(),
+            "0-1,5"
+        );
+        assert_eq!(
+            CpuSet::from_indices([2, 4096]),
+            Err(CpuSetParseError::TooLarge(4096))
+        );
     }
 
     #[test]

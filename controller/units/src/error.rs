@@ -1,17 +1,18 @@
 //! Printing an error with its causes.
 //!
-//! The runtime's errors say what failed in their own message and keep the
-//! underlying error as their `source()`, never both (a program that prints
-//! the chain would say the cause twice). Where a message goes to a log
-//! line or a report rather than through such a program, [`Chain`] prints
-//! the whole chain once.
+//! The errors of every crate of ours say what failed in their own message
+//! and keep the underlying error as their `source()`, never both (a
+//! program that prints the chain, as `deploy` does through anyhow, would
+//! say the cause twice). Where a message goes to a log line, a report or
+//! a JSON field rather than through such a program, [`Chain`] prints the
+//! whole chain once.
 
 use std::fmt;
 
 /// Displays an error and each of its causes, `what: why: deeper why`.
 ///
 /// ```
-/// use controller::error::Chain;
+/// use units::error::Chain;
 /// let e = std::io::Error::other("disk on fire");
 /// assert_eq!(Chain(&e).to_string(), "disk on fire");
 /// ```
