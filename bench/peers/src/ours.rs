@@ -335,7 +335,7 @@ fn publish_cost<const W: usize>(
 ) -> Result<RoleResult> {
     let mut p = publisher::<W>(spec, &format!("{}/data", spec.base))?;
     let ch = p.channel().clone();
-    if ch.waiters() != 0 {
+    if ch.waiters(controller::WakeClass::RealTime) != 0 {
         bail!(
             "a subscriber of {} is waiting; this measures publishing with none waiting",
             ch.name()

@@ -1176,6 +1176,7 @@ fn pi_control(
     let ctl = run.shared.control();
     ctl.rt_stop.store(0, Ordering::SeqCst);
     ctl.pi_word.store(0, Ordering::SeqCst);
+    ctl.pi_cycles.store(0, Ordering::SeqCst);
     cs.phase("positive control: PI futex");
     let hold = run.spawn(
         "pi-hold",
@@ -1189,7 +1190,18 @@ fn pi_control(
             "period_ns=5000000".to_string(),
         ],
     )?;
-    std::thread::sleep(Duration::from_secs(2));
+    // Until the waiter has locked PI_CYCLES times (about 2 s at its
+    // 5 ms period), not for a fixed time: under emulation two workers
+    // may take seconds to start, and a phase that ends before they run
+    // has nothing to count. The watchdog ends a phase whose waiter never
+    // gets there (the census then says what it saw).
+    const PI_CYCLES: u64 = 400;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while run.shared.control().pi_cycles.load(Ordering::SeqCst) < PI_CYCLES
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     cs.end_phase();
     run.shared.control().rt_stop.store(1, Ordering::SeqCst);
     finish(waiter, Duration::from_secs(5))?;

@@ -196,6 +196,9 @@ pub(crate) struct Control {
     /// The positive control's priority-inheritance futex word (low 32
     /// bits: the holder's tid, `FUTEX_WAITERS` when one waits).
     pub pi_word: AtomicU64,
+    /// The positive control's waiter: lock and unlock cycles done (the
+    /// phase lasts until enough were, however slowly the workers start).
+    pub pi_cycles: AtomicU64,
     /// Per low-priority slot: the generation that may run; a process whose
     /// generation differs stops.
     pub low_gen: [AtomicU64; MAX_LOW],
@@ -1358,6 +1361,8 @@ fn rt_pi(a: &Args) -> Result<(), WorkerRunError> {
         sleep_until(Monotonic::now() + Duration::from_nanos(period));
         pi_lock(&ctl.pi_word, tid);
         pi_unlock(&ctl.pi_word, tid);
+        // SeqCst: read by the engine, which ends the phase by it.
+        ctl.pi_cycles.fetch_add(1, Ordering::SeqCst);
     }
     Ok(())
 }
