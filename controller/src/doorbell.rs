@@ -76,7 +76,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::channel::{my_owner_word, owner_alive};
+use crate::channel::owner::{my_owner_word, owner_alive};
 use crate::shm::{Mapping, ShmAtomic};
 use crate::sys;
 
