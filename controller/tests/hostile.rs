@@ -318,10 +318,10 @@ fn an_event_loop_survives_its_channel_being_truncated() {
     let path = ch.path().to_path_buf();
     let ticks = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let t = ticks.clone();
-    let now = controller::sys::monotonic_ns();
+    let now = controller::Monotonic::now();
     lp.add_timer(
         "tick",
-        now + 2_000_000,
+        now + Duration::from_millis(2),
         Some(Duration::from_millis(2)),
         move |ctx| {
             t.set(t.get() + 1);

@@ -627,7 +627,7 @@ fn run_one(
             let s2 = samples.clone();
             let mut got = 0u32;
             lp.watch_raw(&ch, move |ctx, msg| {
-                s2.borrow_mut().push(ctx.latency_ns());
+                s2.borrow_mut().push(ctx.latency().as_nanos() as u64);
                 if msg.lost_before > 0 {
                     got += msg.lost_before as u32;
                 }

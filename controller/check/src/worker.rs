@@ -875,7 +875,7 @@ fn receive(
                     }
                     return;
                 }
-                record_message(h, ctx.latency_ns(), m, only, seen)
+                record_message(h, ctx.latency().as_nanos() as u64, m, only, seen)
             })
             .map_err(WorkerRunError::Watch)?;
             let mut ready = Some(ready);

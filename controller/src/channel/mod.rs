@@ -57,6 +57,7 @@ pub use owner::{ChannelAttachError, RecoveryReport};
 #[cfg(feature = "fault-injection")]
 pub use publish::PublishStep;
 pub use publish::{Loan, PublishError, Published, Publisher};
+pub(crate) use publish::{PublisherCounts, PublisherTap, Tapped};
 pub(crate) use read::InPlace;
 pub use read::{Message, MessageMeta, SlotView, Subscriber};
 pub(crate) use wake::BellListing;

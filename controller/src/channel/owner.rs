@@ -253,10 +253,14 @@ impl Channel {
                 fault,
             });
         }
+        // The entry's statistics count this owner's messages from here on
+        // (see `PublisherTap`). Relaxed: statistics.
+        let pe = self.inner.pub_entry(entry);
+        pe.published.store(0, Ordering::Relaxed);
+        pe.errors.store(0, Ordering::Relaxed);
         // Counted before the first message, so that a loop of the other
         // class that looks at the count after this sees a publisher to
         // look for (SeqCst: see `Channel::publishers_of_class`).
-        let pe = self.inner.pub_entry(entry);
         pe.class.store(1 + class.index() as u64, Ordering::SeqCst);
         self.inner.header().class_publishers[class.index()].fetch_add(1, Ordering::SeqCst);
         Ok(Publisher::new(self.clone(), entry, class, scratch))

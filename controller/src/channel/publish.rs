@@ -16,7 +16,7 @@
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::doorbell::BellTable;
 use crate::shm::ShmSafe;
@@ -99,6 +99,8 @@ pub struct Publisher {
     /// Bytes of the last message, to warm of the next scratch slot; 0 once
     /// warmed (see [`Publisher::warm_next`]).
     to_warm: usize,
+    /// Held while the publisher lives: its [`PublisherTap`]s know it.
+    live: Arc<()>,
 }
 
 /// What [`Publisher::publish_inner`] publishes.
@@ -139,7 +141,7 @@ impl<T: ShmSafe> std::ops::DerefMut for Loan<'_, T> {
     }
 }
 
-impl<'a, T: ShmSafe> Loan<'a, T> {
+impl<T: ShmSafe> Loan<'_, T> {
     /// Whether the message is written in place (no copy on send), or
     /// staged because a reader of this process was still copying the slot.
     pub fn in_place(&self) -> bool {
@@ -148,31 +150,89 @@ impl<'a, T: ShmSafe> Loan<'a, T> {
 
     /// Publishes the message (see [`Publisher::publish`]).
     pub fn send(self) -> Result<Published, PublishError> {
-        self.publish().0
-    }
-
-    /// [`Loan::send`], and what the publisher has to warm after it, taken
-    /// from it (see [`Publisher::warm_next`]): for the event loop, which
-    /// warms its senders' slots before it sleeps.
-    pub(crate) fn send_then(self) -> (Result<Published, PublishError>, Option<(u64, usize)>) {
-        let (r, publisher) = self.publish();
-        (r, publisher.take_warm())
-    }
-
-    /// Publishes the message, handing the publisher back.
-    fn publish(self) -> (Result<Published, PublishError>, &'a mut Publisher) {
         let size = std::mem::size_of::<T>();
         let Loan {
             publisher,
             in_place,
             ..
         } = self;
-        let r = if in_place {
+        if in_place {
             publisher.publish_inner(Payload::InPlace(size), Stop::NEVER)
         } else {
             publisher.publish_staged(size)
+        }
+    }
+}
+
+/// What a publisher counted, read from its entry in the channel file (its
+/// `published` and `errors`, which every publish writes there anyway):
+/// an event loop reports its senders through taps, so that the counts are
+/// the channel layer's own and a publish does nothing for the report.
+///
+/// Exact while the publisher lives; once it is dropped, its entry keeps
+/// its last counts until the entry is claimed again (a claim resets
+/// them), so a tap that looks before that reads them as final.
+pub(crate) struct PublisherTap {
+    ch: Channel,
+    entry: u32,
+    live: Weak<()>,
+}
+
+/// What a [`PublisherTap`] read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PublisherCounts {
+    pub(crate) published: u64,
+    pub(crate) errors: u64,
+}
+
+/// A [`PublisherTap`]'s reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tapped {
+    /// The publisher lives.
+    Live(PublisherCounts),
+    /// The publisher was dropped: its last counts.
+    Final(PublisherCounts),
+    /// The publisher was dropped and its entry claimed again.
+    Gone,
+}
+
+impl PublisherTap {
+    /// The publisher's counts now.
+    pub(crate) fn read(&self) -> Tapped {
+        let pe = self.ch.inner.pub_entry(self.entry);
+        let live = self.live.strong_count() > 0;
+        // SeqCst: the owner word's loads are SeqCst everywhere (a claim is
+        // a SeqCst CAS, a release a Release store).
+        if !live && pe.owner.load(Ordering::SeqCst) != 0 {
+            return Tapped::Gone;
+        }
+        // Relaxed: statistics, each with one writer (the entry's owner).
+        let c = PublisherCounts {
+            published: pe.published.load(Ordering::Relaxed),
+            errors: pe.errors.load(Ordering::Relaxed),
         };
-        (r, publisher)
+        if live {
+            Tapped::Live(c)
+        } else {
+            Tapped::Final(c)
+        }
+    }
+
+    /// Brings the publisher's next slot into this core's cache for
+    /// writing, as [`Publisher::warm_next`] does: the first `bytes` of it,
+    /// or as many as the message that slot last held when `bytes` is
+    /// `None` (a byte publisher's: the loop does not know its sizes), until
+    /// `stop` says so. Nothing once the publisher is dropped.
+    pub(crate) fn warm(&self, bytes: Option<usize>, stop: &dyn Fn() -> bool) {
+        if self.live.strong_count() == 0 {
+            return;
+        }
+        let inner = &*self.ch.inner;
+        // Relaxed: a hint (a wrong slot id only warms the wrong slot; ids
+        // are clamped to the file).
+        let slot = inner.pub_entry(self.entry).scratch.load(Ordering::Relaxed);
+        let bytes = bytes.unwrap_or_else(|| inner.slot(slot).size.load(Ordering::Relaxed) as usize);
+        self.ch.warm_for_write(slot, bytes, stop);
     }
 }
 
@@ -202,12 +262,22 @@ impl Publisher {
             bells,
             staging: Vec::new(),
             to_warm: 0,
+            live: Arc::new(()),
         }
     }
 
     pub fn channel(&self) -> &Channel {
         &self.ch
     }
+    /// A tap on this publisher's counts (see [`PublisherTap`]).
+    pub(crate) fn tap(&self) -> PublisherTap {
+        PublisherTap {
+            ch: self.ch.clone(),
+            entry: self.entry,
+            live: Arc::downgrade(&self.live),
+        }
+    }
+
     /// Whose words this publisher wakes (see [`crate::wake`]).
     pub fn class(&self) -> WakeClass {
         self.class
@@ -263,16 +333,14 @@ impl Publisher {
     /// the writes would (64 KiB publishes here: 2.4 us each, 3.8 with a
     /// warm between them).
     pub fn warm_next(&mut self) {
-        if self.to_warm != 0 {
-            self.ch
-                .warm_for_write(self.scratch, self.to_warm, &|| false);
-            self.to_warm = 0;
+        if let Some((slot, bytes)) = self.take_warm() {
+            self.ch.warm_for_write(slot, bytes, &|| false);
         }
     }
 
     /// The slot and bytes [`Publisher::warm_next`] would warm, taken (so
     /// that a later call warms nothing until the next publish).
-    pub(crate) fn take_warm(&mut self) -> Option<(u64, usize)> {
+    fn take_warm(&mut self) -> Option<(u64, usize)> {
         let bytes = std::mem::take(&mut self.to_warm);
         (bytes != 0).then_some((self.scratch, bytes))
     }
@@ -296,6 +364,11 @@ impl Publisher {
         let size = std::mem::size_of::<T>();
         let max = inner.geom.max_payload();
         if size as u64 > max {
+            self.errors += 1;
+            inner
+                .pub_entry(self.entry)
+                .errors
+                .fetch_add(1, Ordering::Relaxed); // a statistic
             return Err(PublishError::TooLarge { len: size, max });
         }
         let s = self.scratch;
