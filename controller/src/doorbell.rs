@@ -428,12 +428,6 @@ impl Bell {
     pub fn wake_up(&self) -> u32 {
         self.word().fetch_and(!SLEEPING, Ordering::SeqCst) as u32
     }
-
-    /// Whether the table was truncated under this process (the bell then
-    /// rings no one: the loop's wake check carries it).
-    pub fn is_broken(&self) -> bool {
-        self.table.map.is_broken()
-    }
 }
 
 impl Drop for Bell {

@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::futex;
+use crate::monotonic_ns;
 use crate::notify::{Notifier, Waiter};
 use crate::tempdir::TempDir;
 use controller::channel::{
@@ -33,7 +35,6 @@ use controller::event_loop::{
     probe, Backend, EventLoop, EventLoopCreateError, EventLoopRunError, LoopOptions,
 };
 use controller::rt::{self, DmaLatencyHold};
-use controller::sys;
 use controller::time::{sleep_until, Monotonic};
 use units::cpu::CpuSet;
 use units::error::Chain;
@@ -298,7 +299,7 @@ const _: () = assert!(std::mem::size_of::<Shared>() <= SHARED_BYTES);
 impl Shared {
     /// Sender: stamps send `k` and publishes it.
     fn stamp(&self, k: u64) {
-        self.stamps[k as usize % STAMPS].store(sys::monotonic_ns(), Ordering::Relaxed);
+        self.stamps[k as usize % STAMPS].store(monotonic_ns(), Ordering::Relaxed);
         // Release: the stamp is visible to a receiver that sees seq >= k.
         self.seq.store(k, Ordering::Release);
     }
@@ -561,7 +562,7 @@ fn fork_sender(
         let _ = set_fifo(p);
     }
     let cap = (expected as u64 + WARMUP as u64) * 4 + 5_000_000_000 / period.max(1);
-    let mut next = sys::monotonic_ns() + 2_000_000; // let the receiver go to sleep
+    let mut next = monotonic_ns() + 2_000_000; // let the receiver go to sleep
     let mut i = 0u64;
     while shared.done.load(Ordering::Acquire) == 0 && i < cap {
         sleep_until(Monotonic::from_nanos(next));
@@ -659,7 +660,7 @@ fn run_one(
             let pid = fork_sender(shared, opts, sched, n, |i| {
                 shared.stamp(i + 1);
                 shared.word.fetch_add(1, Ordering::SeqCst);
-                let _ = sys::futex_wake_all(&shared.word);
+                let _ = futex::wake_all(&shared.word);
             })?;
             let mut seen_word = 0u64;
             while smp.lat.len() < total as usize {
@@ -669,9 +670,9 @@ fn run_one(
                         seen_word = w;
                         break;
                     }
-                    let _ = sys::futex_wait(&shared.word, w as u32, Some(1_000_000_000));
+                    let _ = futex::wait(&shared.word, w as u32, Some(1_000_000_000));
                 }
-                let now = sys::monotonic_ns();
+                let now = monotonic_ns();
                 smp.take_upto(shared, now, shared.seq.load(Ordering::Acquire));
             }
             shared.done.store(1, Ordering::Release);
@@ -694,7 +695,7 @@ fn run_one(
                 // The counter (eventfd) or the completions (MSG_RING):
                 // the number of sends since the last wait.
                 let r = waiter.wait();
-                let now = sys::monotonic_ns();
+                let now = monotonic_ns();
                 let Ok(k) = r else { break };
                 let upto = smp.seen + k;
                 smp.take_upto(shared, now, upto);
@@ -725,7 +726,7 @@ fn run_one(
                 let r = unsafe {
                     libc::read(rfd.as_raw_fd(), &mut k as *mut u64 as *mut libc::c_void, 8)
                 };
-                let now = sys::monotonic_ns();
+                let now = monotonic_ns();
                 if r != 8 {
                     break;
                 }
@@ -753,7 +754,7 @@ fn run_one(
             while smp.lat.len() < total as usize {
                 // RT signals queue one per send, in order.
                 let r = waiter.wait();
-                let now = sys::monotonic_ns();
+                let now = monotonic_ns();
                 let Ok(k) = r else { break };
                 let upto = smp.seen + k;
                 smp.take_upto(shared, now, upto);
@@ -921,13 +922,12 @@ pub fn publish_costs(
             // is an outlier, not part of the figure.
             let mut batches = Vec::with_capacity(COST_BATCHES);
             for _ in 0..COST_BATCHES {
-                let t0 = sys::monotonic_ns();
+                let t0 = monotonic_ns();
                 for _ in 0..COST_PUBLISHES / COST_BATCHES as u64 {
                     let _ = std::hint::black_box(p.publish(std::hint::black_box(&payload)));
                 }
                 batches.push(
-                    (sys::monotonic_ns() - t0) as f64
-                        / (COST_PUBLISHES / COST_BATCHES as u64) as f64,
+                    (monotonic_ns() - t0) as f64 / (COST_PUBLISHES / COST_BATCHES as u64) as f64,
                 );
             }
             crate::harness::Spread::of(&batches).map(|s| s.median)
@@ -962,21 +962,21 @@ pub fn publish(
     }
     // Mean over a tight loop (no clock reads inside).
     let wakes0 = p.wake_syscalls();
-    let t0 = sys::monotonic_ns();
+    let t0 = monotonic_ns();
     let c0 = thread_cpu_ns();
     for _ in 0..count {
         let _ = std::hint::black_box(p.publish(std::hint::black_box(&payload)));
     }
-    let mean = (sys::monotonic_ns() - t0) as f64 / count.max(1) as f64;
+    let mean = (monotonic_ns() - t0) as f64 / count.max(1) as f64;
     let mean_cpu = (thread_cpu_ns() - c0) as f64 / count.max(1) as f64;
     let wakes = p.wake_syscalls() - wakes0;
     // Per-call distribution on a shorter run.
     let per = count.min(200_000) as usize;
     let mut v = Vec::with_capacity(per);
     for _ in 0..per {
-        let a = sys::monotonic_ns();
+        let a = monotonic_ns();
         let _ = std::hint::black_box(p.publish(&payload));
-        v.push(sys::monotonic_ns() - a);
+        v.push(monotonic_ns() - a);
     }
     v.sort_unstable();
     let pct = |v: &[u64], q: f64| {
@@ -1058,19 +1058,19 @@ fn publish_with_waiter(
         unsafe { libc::_exit(code) }
     }
     // Wait until the child's loop runs and its wait is armed.
-    let t_end = sys::monotonic_ns() + 5_000_000_000;
-    while ch.waiters(controller::WakeClass::BestEffort) == 0 && sys::monotonic_ns() < t_end {
+    let t_end = monotonic_ns() + 5_000_000_000;
+    while ch.waiters(controller::WakeClass::BestEffort) == 0 && monotonic_ns() < t_end {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut v = Vec::with_capacity(n as usize);
     let wakes0 = p.wake_syscalls();
-    let mut next = sys::monotonic_ns();
+    let mut next = monotonic_ns();
     for _ in 0..n {
         next += 200_000;
         sleep_until(Monotonic::from_nanos(next));
-        let a = sys::monotonic_ns();
+        let a = monotonic_ns();
         let _ = p.publish(payload);
-        v.push(sys::monotonic_ns() - a);
+        v.push(monotonic_ns() - a);
     }
     let wakes = p.wake_syscalls() - wakes0;
     let mut status = 0;
@@ -1396,9 +1396,9 @@ impl<const N: usize> SizeBench<N> {
     fn sample(&mut self, record: bool) -> Result<(), BenchRunError> {
         let per = self.per_sample;
         let mut t = [0u64; 6];
-        let mut mark = sys::monotonic_ns();
+        let mut mark = monotonic_ns();
         let mut lap = |case: usize| {
-            let now = sys::monotonic_ns();
+            let now = monotonic_ns();
             t[case] = now - mark;
             mark = now;
         };
@@ -1633,7 +1633,7 @@ pub fn throughput(
     let ch = channel_for(dir.path(), "/bench/throughput", &geom, proc_root)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut handles = Vec::new();
-    let start = sys::monotonic_ns();
+    let start = monotonic_ns();
     for _ in 0..publishers.max(1) {
         let mut p = publisher_for(
             &ch,
@@ -1672,7 +1672,7 @@ pub fn throughput(
         (Some(_), _) => "SCHED_OTHER (SCHED_FIFO refused)".to_string(),
         (None, _) => "inherited policy".to_string(),
     };
-    let elapsed = sys::monotonic_ns() - start;
+    let elapsed = monotonic_ns() - start;
     Ok(ThroughputReport {
         payload_bytes,
         publishers: publishers.max(1),

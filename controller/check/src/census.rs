@@ -1093,7 +1093,7 @@ impl Census {
 
     /// Starts phase `label` now (the previous one ends).
     pub fn phase(&self, label: &str) {
-        let now = controller::sys::monotonic_ns();
+        let now = controller::Monotonic::now().as_nanos();
         self.agg
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -1102,7 +1102,7 @@ impl Census {
 
     /// Ends the current phase now.
     pub fn end_phase(&self) {
-        let now = controller::sys::monotonic_ns();
+        let now = controller::Monotonic::now().as_nanos();
         self.agg
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::hist::Histogram;
+use crate::monotonic_ns;
 use crate::notify::{AddressCell, Peers, Waiter};
 use crate::{rt, Mechanism, MechanismUnavailableError};
 use controller::channel::{Channel, ChannelAttachError, ChannelOpenError, Message};
@@ -41,7 +42,6 @@ use controller::event_loop::{
     self, Backend, EventLoop, EventLoopCreateError, EventLoopRunError, LoopOptions,
 };
 use controller::shm::{Mapping, ShmAtomic};
-use controller::sys::monotonic_ns;
 use controller::time::{sleep_until, Monotonic};
 use units::cpu::{CpuSet, MAX_CPU};
 use units::error::Chain;
@@ -397,14 +397,14 @@ pub fn mechanism_availability(m: Mechanism) -> Result<(), MechanismUnavailableEr
         }
         Mechanism::Eventfd => crate::notify::probe_pidfd_getfd().map_err(|source| {
             MechanismUnavailableError::NoPidfdGetfd {
-                kernel: controller::sys::kernel_release(),
+                kernel: controller::kernel::release(),
                 source,
             }
         }),
         Mechanism::Signalfd => Ok(()),
         Mechanism::MsgRing => {
             crate::notify::probe_msg_ring().map_err(|source| MechanismUnavailableError::NoMsgRing {
-                kernel: controller::sys::kernel_release(),
+                kernel: controller::kernel::release(),
                 source,
             })
         }
@@ -1290,7 +1290,7 @@ fn gettid() -> u32 {
 
 /// `FUTEX_LOCK_PI` / `FUTEX_UNLOCK_PI` (shared) on the low word of `w`.
 fn futex_pi(w: &AtomicU64, op: i32) -> i64 {
-    let word = controller::sys::low_word_ptr(w);
+    let word = crate::futex::low_word_ptr(w);
     // SAFETY: the kernel reads and writes the 32-bit word, which lives in
     // the shared control file this process maps for its whole life.
     unsafe {
