@@ -26,7 +26,7 @@ use controller::event_loop::{EventLoop, LoopOptions};
 use controller::timing_report::{self, TimingReadError};
 
 const PROC: &str = "/proc";
-/// Byte offsets in the header page (see the layout in `channel.rs`).
+/// Byte offsets in the header page (see `controller/src/channel/layout.rs`).
 const NEXT_INDEX: u64 = 256;
 const WAITERS: u64 = 320;
 /// The doorbell listings' count (see the channel header).
