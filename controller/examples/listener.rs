@@ -33,20 +33,20 @@ fn main() {
     let backend = lp.backend();
     let class = lp.class();
     println!("listener: process {process}, channel {channel}, backend {backend}, class {class}");
-    let (mut got, mut worst) = (0u64, 0u64);
+    let (mut got, mut worst) = (0u64, std::time::Duration::ZERO);
     let watched = channel.clone();
     let mut lost = 0u64;
     let r = lp.watch::<Chatter>(&channel, move |ctx, m| {
         got += 1;
         lost += ctx.lost_before();
         let seq = m.seq;
-        worst = worst.max(ctx.latency_ns());
+        worst = worst.max(ctx.latency());
         if got % every == 0 {
             println!(
                 "listener: received {got} messages on {watched} (last seq {seq}, lost {lost}, worst latency {:.1}us, backend {backend})",
-                worst as f64 / 1000.0
+                worst.as_secs_f64() * 1e6
             );
-            worst = 0;
+            worst = std::time::Duration::ZERO;
         }
         if count > 0 && got >= count {
             ctx.exit();

@@ -76,7 +76,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::channel::{my_owner_word, owner_alive};
+use crate::channel::owner::{my_owner_word, owner_alive};
 use crate::shm::{Mapping, ShmAtomic};
 use crate::sys;
 
@@ -427,12 +427,6 @@ impl Bell {
     /// when a publisher rang meanwhile.
     pub fn wake_up(&self) -> u32 {
         self.word().fetch_and(!SLEEPING, Ordering::SeqCst) as u32
-    }
-
-    /// Whether the table was truncated under this process (the bell then
-    /// rings no one: the loop's wake check carries it).
-    pub fn is_broken(&self) -> bool {
-        self.table.map.is_broken()
     }
 }
 

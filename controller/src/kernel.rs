@@ -14,9 +14,15 @@ use units::kernel::{needs, KernelVersion};
 
 use crate::event_loop::Backend;
 
+/// The running kernel's release string, as `uname -r` prints it
+/// (`unknown` when `uname(2)` fails).
+pub fn release() -> String {
+    crate::sys::kernel_release()
+}
+
 /// The running kernel's version, when `uname -r` parses.
 pub fn running() -> Option<KernelVersion> {
-    KernelVersion::parse(&crate::sys::kernel_release()).ok()
+    KernelVersion::parse(&release()).ok()
 }
 
 /// What a kernel version offers (see [`needs`] for each threshold).

@@ -26,7 +26,7 @@ use controller::event_loop::{EventLoop, LoopOptions};
 use controller::timing_report::{self, TimingReadError};
 
 const PROC: &str = "/proc";
-/// Byte offsets in the header page (see the layout in `channel.rs`).
+/// Byte offsets in the header page (see `controller/src/channel/layout.rs`).
 const NEXT_INDEX: u64 = 256;
 const WAITERS: u64 = 320;
 /// The doorbell listings' count (see the channel header).
@@ -318,10 +318,10 @@ fn an_event_loop_survives_its_channel_being_truncated() {
     let path = ch.path().to_path_buf();
     let ticks = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let t = ticks.clone();
-    let now = controller::sys::monotonic_ns();
+    let now = controller::Monotonic::now();
     lp.add_timer(
         "tick",
-        now + 2_000_000,
+        now + Duration::from_millis(2),
         Some(Duration::from_millis(2)),
         move |ctx| {
             t.set(t.get() + 1);

@@ -96,7 +96,7 @@ fn event_loop_handle_path_allocates_nothing() {
                 before = allocations();
             }
             // A handler that publishes: the send path is measured too.
-            echo.send(&[1u8; 64]).unwrap();
+            echo.publish(&[1u8; 64]).unwrap();
             if m.value::<[u64; 8]>().map(|v| v[1]) == Some(N - 1) {
                 let n = allocations() - before;
                 set_alloc_trap(AllocTrap::Off);

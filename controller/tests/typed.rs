@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use controller::channel::ChannelAttachError;
-use controller::event_loop::{EventLoop, LoopChannelError, LoopOptions};
+use controller::event_loop::{EventLoop, FetchError, LoopChannelError, LoopOptions};
 use controller::{Channel, ChannelGeometry, Monotonic};
 
 const PROC: &str = "/proc";
@@ -53,7 +53,7 @@ fn new_loop(dir: &Path) -> Option<EventLoop> {
 /// Exits the loop after 20 s whatever happens (a hang fails, not blocks).
 fn watchdog(lp: &mut EventLoop) {
     let at = Monotonic::now() + Duration::from_secs(20);
-    lp.add_timer("watchdog", at.as_nanos(), None, |_| {
+    lp.add_timer("watchdog", at, None, |_| {
         panic!("test loop still running after 20 s")
     });
 }
@@ -196,14 +196,9 @@ fn timer_handles_disable_and_reschedule() {
     let f = fired.clone();
     let period = Duration::from_millis(1);
     let now = Monotonic::now();
-    let ticker = lp.add_timer(
-        "ticker",
-        (now + period).as_nanos(),
-        Some(period),
-        move |_| {
-            f.set(f.get() + 1);
-        },
-    );
+    let ticker = lp.add_timer("ticker", now + period, Some(period), move |_| {
+        f.set(f.get() + 1);
+    });
     // After 5 firings the ticker is disabled from another timer's handler,
     // then rescheduled once more, one-shot.
     let t = ticker.clone();
@@ -213,7 +208,7 @@ fn timer_handles_disable_and_reschedule() {
     let watcher_period = Duration::from_millis(2);
     lp.add_timer(
         "control",
-        (now + watcher_period).as_nanos(),
+        now + watcher_period,
         Some(watcher_period),
         move |ctx| match s.get() {
             0 if f.get() >= 5 => {
@@ -356,4 +351,45 @@ fn an_in_place_watcher_gets_what_it_read_and_loses_what_was_recycled_first() {
         .find(|e| e.name == "/cloud" && e.count == 4)
         .unwrap_or_else(|| panic!("{rep:?}"));
     assert_eq!(w.lost, 5, "{w:?}");
+}
+
+#[test]
+fn a_fetched_message_of_another_size_is_an_error_counted_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let ch = channel(dir.path(), "/imu", 64);
+    let Some(mut lp) = new_loop(dir.path()) else {
+        return;
+    };
+    let mut fetch = lp.make_fetcher::<Imu>("/imu").unwrap();
+    // A tool on the byte API publishes a message that is not an `Imu`,
+    // then an `Imu`.
+    let mut bytes = ch.publisher(Path::new(PROC)).unwrap();
+    bytes.publish(&[7u8; 8]).unwrap();
+    let imu = Imu {
+        time_ns: 3,
+        accel: [1.0; 3],
+        gyro: [2.0; 3],
+    };
+    bytes.publish_value(&imu).unwrap();
+    let e = fetch.fetch_next().unwrap_err();
+    assert_eq!(
+        e,
+        FetchError::WrongSize {
+            index: 0,
+            expected: std::mem::size_of::<Imu>(),
+            got: 8
+        }
+    );
+    assert!(e.to_string().contains("8 bytes"), "{e}");
+    assert_eq!(fetch.wrong_size(), 1);
+    // The fetcher moved on past it.
+    assert_eq!(fetch.fetch_next().unwrap(), Some(&imu));
+    assert_eq!(fetch.fetch_next().unwrap(), None);
+    // The newest message: the same check.
+    bytes.publish(&[9u8; 16]).unwrap();
+    assert!(matches!(
+        fetch.fetch_latest(),
+        Err(FetchError::WrongSize { got: 16, .. })
+    ));
+    assert_eq!(fetch.wrong_size(), 2);
 }

@@ -72,13 +72,13 @@ fn listener(
         lp.watch_raw(&ch, move |ctx, m| {
             let seq = u64::from_ne_bytes(m.data[..8].try_into().unwrap());
             let mut g = g.lock().unwrap();
-            g.push((m.sender_class, seq, ctx.latency_ns()));
+            g.push((m.sender_class, seq, ctx.latency().as_nanos() as u64));
             if g.len() >= want {
                 ctx.exit();
             }
         })
         .unwrap();
-        let deadline = controller::sys::monotonic_ns() + 30_000_000_000;
+        let deadline = controller::Monotonic::now() + Duration::from_secs(30);
         lp.add_timer("watchdog", deadline, None, move |_| {
             panic!("no {want} messages within 30 s")
         });

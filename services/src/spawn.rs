@@ -148,8 +148,8 @@ pub struct SpawnContext {
     pub base_env: BTreeMap<String, String>,
     /// System calls every process gets ENOSYS for (`RTDEPLOY_DENY_SYSCALLS`:
     /// to run the controllers as on an older kernel, see
-    /// [`controller::seccomp`]).
-    pub deny: Option<controller::seccomp::DenyFilter>,
+    /// [`controller::supervise`]).
+    pub deny: Option<controller::supervise::DenyFilter>,
 }
 
 /// The program a process runs: absolute as written, else inside the
@@ -198,7 +198,7 @@ pub struct Prepared {
     rlimits: Vec<(Step, libc::__rlimit_resource_t, libc::rlimit)>,
     cgroup: Option<(PathBuf, File)>,
     devnull: File,
-    deny: Option<controller::seccomp::DenyFilter>,
+    deny: Option<controller::supervise::DenyFilter>,
 }
 
 fn cstr(name: &str, what: &str, bytes: &[u8]) -> Result<CString, ProcessSpawnError> {

@@ -162,7 +162,7 @@ impl Host {
             steal_percent: Vec::new(),
             load_average: (load_average(), 0.0),
             stat_start,
-            kernel: controller::sys::kernel_release(),
+            kernel: controller::kernel::release(),
             allowed_cpus: allowed_cpus()?,
             priority,
             cpu_dma_latency_held: dma.is_some(),

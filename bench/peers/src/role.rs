@@ -209,7 +209,7 @@ pub fn setup(spec: &RoleSpec) -> Result<String> {
 /// `CLOCK_MONOTONIC` in ns.
 #[inline]
 pub fn now_ns() -> u64 {
-    controller::sys::monotonic_ns()
+    controller::Monotonic::now().as_nanos()
 }
 
 /// Sleeps until `deadline_ns` on `CLOCK_MONOTONIC` (an absolute sleep).

@@ -52,6 +52,7 @@
 pub mod bench;
 pub mod census;
 pub mod config;
+pub mod futex;
 pub mod harness;
 pub mod hist;
 pub mod host;
@@ -103,8 +104,8 @@ pub enum Mechanism {
     /// every kernel (and best-effort ones on kernels with neither of the
     /// above, such as JetPack 5's 5.10): the subscriber sleeps in a plain
     /// `FUTEX_WAIT` on its own word in the channel directory's bell table,
-    /// which the publishers of its wake class ring; see
-    /// [`controller::doorbell`].
+    /// which the publishers of its wake class ring (the runtime's
+    /// doorbell backend, see [`controller::wake`]).
     #[serde(rename = "doorbell")]
     Doorbell,
     /// The reference the wake classes are measured against: the event
@@ -609,4 +610,13 @@ pub fn write_report(report: &CheckReport, path: &Path) -> Result<(), CheckRunErr
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(werr)
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds (the runtime's [`Monotonic`]
+/// clock, as the workers' histograms and stamps count it).
+///
+/// [`Monotonic`]: controller::Monotonic
+#[inline]
+pub(crate) fn monotonic_ns() -> u64 {
+    controller::Monotonic::now().as_nanos()
 }

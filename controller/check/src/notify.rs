@@ -562,7 +562,7 @@ impl AddressCell {
     /// Publishes `addr` (one writer per cell at a time); returns the
     /// generation to pass to [`AddressCell::clear`].
     pub fn publish(&self, addr: &Address) -> u64 {
-        let gen = (controller::sys::monotonic_ns() << 1) | 1;
+        let gen = (controller::Monotonic::now().as_nanos() << 1) | 1;
         self.gen.store(0, Ordering::SeqCst);
         // Relaxed: ordered before the readers' view by the SeqCst store of
         // the generation below (a reader checks the generation around its

@@ -23,7 +23,7 @@ impl TempDir {
         let name = format!(
             "{prefix}-{}-{}",
             std::process::id(),
-            controller::sys::monotonic_ns()
+            controller::Monotonic::now().as_nanos()
         );
         TempDir::new(parent, &name)
     }

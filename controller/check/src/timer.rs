@@ -4,7 +4,7 @@
 //! latency of each wake is the time read on waking minus the deadline.
 
 use crate::hist::Histogram;
-use controller::sys::monotonic_ns;
+use crate::monotonic_ns;
 use controller::time::{sleep_until, Monotonic};
 
 /// What one timer worker found about its own setup.

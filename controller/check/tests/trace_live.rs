@@ -115,7 +115,7 @@ fn the_supervisors_watch_takes_a_processs_miss_then_pauses() {
     // A miss whose message was sent 3 ms ago: after the last resume.
     let miss = |seq: u64| {
         std::thread::sleep(Duration::from_millis(5));
-        let now = controller::sys::monotonic_ns();
+        let now = controller::Monotonic::now().as_nanos();
         format!(
             "rtdeploy miss kind=timer seq={seq} sender=1 send={} handler={now} budget=1000000",
             now - 3_000_000
@@ -164,7 +164,7 @@ fn the_supervisors_watch_takes_a_processs_miss_then_pauses() {
     // window only: passed over once (recording again), the next such is
     // taken as it is.
     let sent_before = |seq: u64| {
-        let now = controller::sys::monotonic_ns();
+        let now = controller::Monotonic::now().as_nanos();
         format!(
             "rtdeploy miss kind=message seq={seq} sender=1 send={} handler={now} budget=1000000",
             now - 60_000_000_000

@@ -60,7 +60,7 @@ pub const TRACE_MISS_NS: &str = "RTDEPLOY_TRACE_MISS_NS";
 /// systemd unit sets it).
 pub const CONFIG: &str = "RTDEPLOY_CONFIG";
 /// System calls that answer ENOSYS in every process the supervisor
-/// starts (a comma list, see `controller::seccomp`): an older kernel, or
+/// starts (a comma list, see `controller::supervise`): an older kernel, or
 /// one with io_uring off, on the machine at hand.
 pub const DENY_SYSCALLS: &str = "RTDEPLOY_DENY_SYSCALLS";
 /// The pid of the check engine that started a worker (the worker dies

@@ -322,31 +322,33 @@ pub(super) fn start_up(
     base_env.extend(shared.to_env().into_iter().map(|(k, v)| (k.to_string(), v)));
     // The supervisor's own DENY_SYSCALLS: run every process as on an
     // older kernel (or a system with io_uring off), for testing what the
-    // robot's kernel will pick; see controller::seccomp.
+    // robot's kernel will pick; see controller::supervise.
     let deny = match std::env::var(units::env::DENY_SYSCALLS) {
-        Ok(list) if !list.trim().is_empty() => match controller::seccomp::parse_list(&list) {
-            Ok(d) => {
-                let names: Vec<&str> = d.iter().map(|d| d.name()).collect();
-                steps.push(step(
-                    "syscall filter",
-                    "ok",
-                    format!(
-                        "{} answer ENOSYS in every process ({})",
-                        names.join(", "),
-                        units::env::DENY_SYSCALLS
-                    ),
-                ));
-                Some(controller::seccomp::DenyFilter::new(&d))
+        Ok(list) if !list.trim().is_empty() => {
+            match controller::supervise::parse_deny_list(&list) {
+                Ok(d) => {
+                    let names: Vec<&str> = d.iter().map(|d| d.name()).collect();
+                    steps.push(step(
+                        "syscall filter",
+                        "ok",
+                        format!(
+                            "{} answer ENOSYS in every process ({})",
+                            names.join(", "),
+                            units::env::DENY_SYSCALLS
+                        ),
+                    ));
+                    Some(controller::supervise::DenyFilter::new(&d))
+                }
+                Err(e) => {
+                    steps.push(step(
+                        "syscall filter",
+                        "failed",
+                        format!("{}: {e}; no filter", units::env::DENY_SYSCALLS),
+                    ));
+                    None
+                }
             }
-            Err(e) => {
-                steps.push(step(
-                    "syscall filter",
-                    "failed",
-                    format!("{}: {e}; no filter", units::env::DENY_SYSCALLS),
-                ));
-                None
-            }
-        },
+        }
         _ => None,
     };
     let ctx = SpawnContext {

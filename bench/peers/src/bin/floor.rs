@@ -24,7 +24,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use controller::rt::DmaLatencyHold;
-use controller::sys;
+use check::futex;
 use units::cpu::CpuSet;
 use units::sched::{self, Policy, SchedAttr};
 
@@ -110,7 +110,7 @@ impl Ring {
         slot[0] = stamp;
         slot[1..].fill(n);
         self.count.store(n + 1, Ordering::Release);
-        sys::futex_wake_all(&self.count).context("FUTEX_WAKE")?;
+        futex::wake_all(&self.count).context("FUTEX_WAKE")?;
         Ok(())
     }
 
@@ -126,7 +126,7 @@ impl Ring {
             if now_ns() > give_up {
                 bail!("message {n} did not come within 10 s");
             }
-            sys::futex_wait(&self.count, c as u32, Some(100_000_000)).context("FUTEX_WAIT")?;
+            futex::wait(&self.count, c as u32, Some(100_000_000)).context("FUTEX_WAIT")?;
         }
         let p = self.slot(n);
         // SAFETY: in bounds (as in write); the acquire load above saw the
@@ -137,7 +137,7 @@ impl Ring {
 }
 
 fn now_ns() -> u64 {
-    sys::monotonic_ns()
+    controller::Monotonic::now().as_nanos()
 }
 
 /// One round: `total` round trips, the samples of those after the

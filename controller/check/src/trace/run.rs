@@ -182,7 +182,7 @@ impl TraceRun {
         if let Some(t) = &self.tracer {
             ctl.trace_miss.store(0, Ordering::SeqCst);
             t.resume();
-            self.armed_ns.set(controller::sys::monotonic_ns());
+            self.armed_ns.set(controller::Monotonic::now().as_nanos());
             ctl.trace_armed.store(1, Ordering::SeqCst);
         }
     }

@@ -83,7 +83,7 @@ impl RuntimeTrace {
             snapshots: 0,
             next_at: None,
             pause: FIRST_PAUSE,
-            resumed_ns: controller::sys::monotonic_ns(),
+            resumed_ns: controller::Monotonic::now().as_nanos(),
             passed_over: false,
         })
     }
@@ -96,7 +96,7 @@ impl RuntimeTrace {
         self.tracer.resume();
         // Read after the buffers were cleared: events before it may be
         // gone, none after.
-        self.resumed_ns = controller::sys::monotonic_ns();
+        self.resumed_ns = controller::Monotonic::now().as_nanos();
     }
 
     /// When a process turned the instance off: the analysis of its miss,
