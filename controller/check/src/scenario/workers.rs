@@ -209,7 +209,11 @@ pub(super) fn worker_failed(w: &mut Worker, status: String) -> CheckRunError {
     // An abandoned worker holds its end of the pipe until it dies.
     if let Some(mut e) = w.child.stderr.take().filter(|_| !w.abandoned) {
         use std::io::Read;
-        let _ = e.read_to_string(&mut stderr);
+        // What a worker says is kept to its first 64 KiB: a worker that
+        // floods its stderr before dying must not fill the check's memory.
+        let mut held = Vec::new();
+        let _ = e.take(64 << 10).read_to_end(&mut held);
+        stderr = String::from_utf8_lossy(&held).into_owned();
     }
     CheckRunError::Worker {
         role: w.role.clone(),
