@@ -28,6 +28,8 @@
 //! - messages are handed to the caller one at a time, as they are read, so
 //!   a caller that prints them holds nothing.
 
+mod walk_error;
+
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -38,6 +40,7 @@ use serde::Serialize;
 
 use crate::file::{ClockMap, CLOCK_METADATA, GAPS_TOPIC, META_PREFIX, SENDERS_TOPIC};
 use crate::schema::{parse_ros2msg, Layout, CDR_HEADER};
+use walk_error::{ChunkAt, RecordParseError, RecordWalkError};
 
 /// The largest file read (the logger rotates at `log.rotate_size`, 64 MiB
 /// by default): past it, reading stops and says so.
@@ -408,15 +411,6 @@ impl Fields<'_> {
     }
 }
 
-/// Why a record's bytes are not a record this reader can use ([`parse`]).
-#[derive(Debug, thiserror::Error)]
-enum RecordParseError {
-    #[error("a length inside it goes past its end")]
-    LengthPastEnd,
-    #[error(transparent)]
-    Mcap(#[from] mcap::McapError),
-}
-
 /// Parses a record this reader uses (header, schema, channel, message,
 /// metadata, chunk; `None` for the others, which it skips unread), once
 /// every length inside it is checked to fit in its bytes: the parser
@@ -467,81 +461,6 @@ fn one_line(s: &str) -> String {
         out.push_str("...");
     }
     out
-}
-
-/// A chunk, by its number and where its record starts.
-#[derive(Debug, Clone, Copy)]
-struct ChunkAt {
-    n: u64,
-    at: u64,
-}
-
-impl std::fmt::Display for ChunkAt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "chunk {} (at byte {})", self.n, self.at)
-    }
-}
-
-/// Why a walk over the records stopped before the data section's end
-/// (said, with its causes, in [`Summary::truncated`]).
-#[derive(Debug, thiserror::Error)]
-enum RecordWalkError {
-    #[error("the record at byte {at} (opcode {op:#04x}) is not valid")]
-    Record {
-        at: u64,
-        op: u8,
-        source: RecordParseError,
-    },
-    #[error("{chunk} says its records are {declared} bytes, more than the {max} a chunk may be: not read", max = MAX_RECORD)]
-    ChunkTooLarge { chunk: ChunkAt, declared: u64 },
-    #[error("{chunk} would take what the chunks expand to past {budget} bytes ({times} times the {read} bytes read, and {floor}): not read (a file that compresses this well is refused by this reader)", times = MAX_EXPANSION, floor = EXPANSION_FLOOR)]
-    Expansion {
-        chunk: ChunkAt,
-        budget: u64,
-        read: u64,
-    },
-    #[error("{chunk} is uncompressed with {len} bytes of records, its header says {declared}")]
-    UncompressedSize {
-        chunk: ChunkAt,
-        len: usize,
-        declared: u64,
-    },
-    #[error("{chunk}: zstd")]
-    ZstdStart { chunk: ChunkAt, source: io::Error },
-    #[error("{chunk} does not decompress: zstd")]
-    Zstd { chunk: ChunkAt, source: io::Error },
-    #[error("{chunk} decompresses to {len} bytes, its header says {declared}")]
-    DecompressedSize {
-        chunk: ChunkAt,
-        len: usize,
-        declared: u64,
-    },
-    /// At most 32 characters of what the chunk names.
-    #[error("{chunk} is compressed with `{compression}`, which this reader does not read (zstd or none)")]
-    Compression { chunk: ChunkAt, compression: String },
-    #[error("{chunk}: its records' CRC is {crc:#010x}, its header says {declared:#010x}: the chunk is damaged, none of its messages is read")]
-    Crc {
-        chunk: ChunkAt,
-        crc: u32,
-        declared: u32,
-    },
-    #[error("{chunk}: record {k} is cut short")]
-    CutShort { chunk: ChunkAt, k: u64 },
-    #[error("{chunk}: record {k} says it is {len} bytes, past the chunk's end")]
-    PastChunkEnd { chunk: ChunkAt, k: u64, len: u64 },
-    #[error("{chunk}: record {k} is a chunk inside a chunk")]
-    ChunkInChunk { chunk: ChunkAt, k: u64 },
-    #[error("{chunk}: record {k} (opcode {op:#04x}) is not valid")]
-    ChunkRecord {
-        chunk: ChunkAt,
-        k: u64,
-        op: u8,
-        source: RecordParseError,
-    },
-    #[error("more than {max} bytes of schemas, channels, metadata and gap records: reading stopped", max = MAX_HELD)]
-    TooMuchHeld,
-    #[error("a message of channel id {channel_id} that no channel record declared")]
-    UnknownChannel { channel_id: u16 },
 }
 
 /// How a walk over the records ended.
