@@ -307,37 +307,44 @@ pub fn read_xattrs(path: &Path) -> Result<Xattrs, ImageBuildError> {
     Ok(out)
 }
 
+/// Why a tar member's extended attributes cannot be read ([`pax_xattrs`]).
+#[derive(Debug, thiserror::Error)]
+enum PaxXattrsReadError {
+    #[error("cannot read pax records")]
+    Records(#[source] io::Error),
+    #[error("bad pax record")]
+    Record(#[source] io::Error),
+    #[error("extended attribute name {} is not UTF-8", .0.escape_ascii())]
+    NameNotUtf8(Vec<u8>),
+    #[error("more than {MAX_XATTRS} extended attributes or {MAX_XATTR_BYTES} bytes of them")]
+    TooMany,
+}
+
 /// The extended attributes of a tar member, from its pax records
 /// `SCHILY.xattr.<name>` (as GNU tar `--xattrs` and bsdtar write them),
 /// sorted by name and bounded like a directory's.
-fn pax_xattrs<R: Read>(member: &mut tar::Entry<R>) -> Result<Xattrs, String> {
+fn pax_xattrs<R: Read>(member: &mut tar::Entry<R>) -> Result<Xattrs, PaxXattrsReadError> {
     let Some(extensions) = member
         .pax_extensions()
-        .map_err(|e| format!("cannot read pax records: {e}"))?
+        .map_err(PaxXattrsReadError::Records)?
     else {
         return Ok(Xattrs::new());
     };
     let mut out = Xattrs::new();
     let mut total = 0;
     for ext in extensions {
-        let ext = ext.map_err(|e| format!("bad pax record: {e}"))?;
+        let ext = ext.map_err(PaxXattrsReadError::Record)?;
         let Some(name) = ext.key_bytes().strip_prefix(b"SCHILY.xattr.") else {
             continue;
         };
-        let name = std::str::from_utf8(name).map_err(|_| {
-            format!(
-                "extended attribute name {} is not UTF-8",
-                name.escape_ascii()
-            )
-        })?;
+        let name = std::str::from_utf8(name)
+            .map_err(|_| PaxXattrsReadError::NameNotUtf8(name.to_vec()))?;
         if name.is_empty() || !keep_xattr(name) {
             continue;
         }
         total += name.len() + ext.value_bytes().len();
         if out.len() == MAX_XATTRS || total > MAX_XATTR_BYTES {
-            return Err(format!(
-                "more than {MAX_XATTRS} extended attributes or {MAX_XATTR_BYTES} bytes of them"
-            ));
+            return Err(PaxXattrsReadError::TooMany);
         }
         out.retain(|(n, _): &(String, Vec<u8>)| n != name);
         out.push((name.to_string(), ext.value_bytes().to_vec()));
@@ -507,8 +514,13 @@ fn index_tar(path: &Path, reader: impl Read, data: &File) -> Result<Tree, ImageB
                 .into_owned(),
         };
         let key = member_key(path, &name)?;
-        let mut xattrs = pax_xattrs(&mut member)
-            .map_err(|reason| bad(format!("member `{}`: {reason}", name.display())))?;
+        let mut xattrs = pax_xattrs(&mut member).map_err(|reason| {
+            bad(format!(
+                "member `{}`: {}",
+                name.display(),
+                units::error::Chain(&reason)
+            ))
+        })?;
         let sparse_err = |e: SparseError| match e {
             SparseError::Io(e) => ImageBuildError::io("read base", path)(e),
             SparseError::Bad(reason) => bad(format!("member `{}`: {reason}", name.display())),

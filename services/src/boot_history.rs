@@ -91,28 +91,33 @@ impl BootRecord {
             Err(why) => {
                 self.p99_ns = None;
                 self.max_ns = None;
-                (self, Some(why))
+                (self, Some(why.to_string()))
             }
         }
     }
 }
 
+/// Why a record's figures cannot be a boot check's ([`plausible_ns`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BootFiguresCheckError {
+    #[error("{what} {ns} ns is longer than a day, which no boot check measures")]
+    LongerThanADay { what: &'static str, ns: u64 },
+    #[error("p99 {p99} ns is longer than its max {max} ns, which cannot be")]
+    P99AboveMax { p99: u64, max: u64 },
+}
+
 /// Whether a record's p99 and longest can be a boot check's: each at most
 /// [`MAX_PLAUSIBLE_NS`], and the 99th percentile no longer than the
 /// longest. `Err` says which does not hold.
-pub fn plausible_ns(p99: Option<u64>, max: Option<u64>) -> Result<(), String> {
+pub fn plausible_ns(p99: Option<u64>, max: Option<u64>) -> Result<(), BootFiguresCheckError> {
     for (what, v) in [("p99", p99), ("max", max)] {
         if let Some(v) = v.filter(|&v| v > MAX_PLAUSIBLE_NS) {
-            return Err(format!(
-                "{what} {v} ns is longer than a day, which no boot check measures"
-            ));
+            return Err(BootFiguresCheckError::LongerThanADay { what, ns: v });
         }
     }
     if let (Some(p), Some(m)) = (p99, max) {
         if p > m {
-            return Err(format!(
-                "p99 {p} ns is longer than its max {m} ns, which cannot be"
-            ));
+            return Err(BootFiguresCheckError::P99AboveMax { p99: p, max: m });
         }
     }
     Ok(())

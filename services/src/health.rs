@@ -48,22 +48,51 @@ pub enum ReportVerdict {
     Implausible(String),
 }
 
+/// Why a timing report's figures cannot be true ([`plausible`]): the
+/// first figure that is not, named by its entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportCheckError {
+    #[error("period {period_ns} ns (expected 1 ms to an hour)")]
+    Period { period_ns: u64 },
+    /// A wakeup or handler run longer than the process has run.
+    #[error("{entry} {what} {}us is longer than the process has run ({:.1}s)", .ns / 1000, .uptime.as_secs_f64())]
+    LongerThanRun {
+        entry: String,
+        what: &'static str,
+        ns: u64,
+        uptime: Duration,
+    },
+    /// A figure above the one that bounds it (`wakeup p99` above `max`).
+    #[error("{entry} {what} {}us is above its {bound} {}us", .ns / 1000, .bound_ns / 1000)]
+    OutOfOrder {
+        entry: String,
+        what: &'static str,
+        ns: u64,
+        bound: &'static str,
+        bound_ns: u64,
+    },
+    #[error("{entry}: {count} events in a period of {period_ns} ns")]
+    TooManyEvents {
+        entry: String,
+        count: u64,
+        period_ns: u64,
+    },
+}
+
 /// Whether `r`'s figures can be true of a process that has run for
 /// `uptime`: every wakeup and handler run no longer than that (and a
 /// second, for the clocks' granularity), each entry's figures in order
 /// (min <= avg <= max, p50 <= p99 <= max), at most one event per
 /// nanosecond of the period, and a period of 1 ms to an hour. `Err` names
 /// the first figure that is not.
-pub fn plausible(r: &TimingReport, uptime: Duration) -> Result<(), String> {
+pub fn plausible(r: &TimingReport, uptime: Duration) -> Result<(), ReportCheckError> {
     if !PERIODS.contains(&r.period_ns) {
-        return Err(format!(
-            "period {} ns (expected 1 ms to an hour)",
-            r.period_ns
-        ));
+        return Err(ReportCheckError::Period {
+            period_ns: r.period_ns,
+        });
     }
     let ran = uptime.saturating_add(Duration::from_secs(1));
     let ran_ns = u64::try_from(ran.as_nanos()).unwrap_or(u64::MAX);
-    let us = |ns: u64| format!("{}us", ns / 1000);
     for e in r
         .entries
         .iter()
@@ -79,11 +108,12 @@ pub fn plausible(r: &TimingReport, uptime: Duration) -> Result<(), String> {
             ),
         ] {
             if v > ran_ns {
-                return Err(format!(
-                    "{n} {what} {} is longer than the process has run ({:.1}s)",
-                    us(v),
-                    uptime.as_secs_f64()
-                ));
+                return Err(ReportCheckError::LongerThanRun {
+                    entry: n.to_string(),
+                    what,
+                    ns: v,
+                    uptime,
+                });
             }
         }
         let order = [
@@ -101,14 +131,21 @@ pub fn plausible(r: &TimingReport, uptime: Duration) -> Result<(), String> {
         ];
         for (a, x, b, y) in order {
             if x > y {
-                return Err(format!("{n} {a} {} is above its {b} {}", us(x), us(y)));
+                return Err(ReportCheckError::OutOfOrder {
+                    entry: n.to_string(),
+                    what: a,
+                    ns: x,
+                    bound: b,
+                    bound_ns: y,
+                });
             }
         }
         if e.count > r.period_ns {
-            return Err(format!(
-                "{n}: {} events in a period of {} ns",
-                e.count, r.period_ns
-            ));
+            return Err(ReportCheckError::TooManyEvents {
+                entry: n.to_string(),
+                count: e.count,
+                period_ns: r.period_ns,
+            });
         }
     }
     Ok(())
@@ -192,7 +229,7 @@ impl Health {
         self.last_seq = Some(r.seq);
         self.last_at = Some(now);
         if let Err(why) = plausible(r, now.saturating_sub(self.started_at)) {
-            return ReportVerdict::Implausible(why);
+            return ReportVerdict::Implausible(why.to_string());
         }
         self.period = Duration::from_nanos(r.period_ns.max(1));
         self.backend = Some(r.backend.clone());

@@ -29,10 +29,8 @@ pub const MAX_CPUS: usize = 1024;
 
 /// Reads a pseudo file of at most `max` bytes as text (units::bounded: a
 /// FIFO is refused rather than waited on, a device is cut at `max`).
-fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
-    units::bounded::Bound::pseudo(max)
-        .read_lossy(path)
-        .map_err(|e| e.to_string())
+fn read_bounded(path: &Path, max: u64) -> Result<String, units::bounded::FileReadError> {
+    units::bounded::Bound::pseudo(max).read_lossy(path)
 }
 
 /// One reading of the CPUs.
@@ -84,9 +82,8 @@ pub fn parse_stat(text: &str) -> BTreeMap<u32, (u64, u64)> {
 }
 
 /// Per-CPU sums of /proc/interrupts.
-pub fn parse_interrupts(text: &str) -> Result<BTreeMap<u32, u64>, String> {
-    let ints = cpusets::model::Interrupts::parse(text, Path::new("/proc/interrupts"))
-        .map_err(|e| e.to_string())?;
+pub fn parse_interrupts(text: &str) -> Result<BTreeMap<u32, u64>, cpusets::model::ModelParseError> {
+    let ints = cpusets::model::Interrupts::parse(text, Path::new("/proc/interrupts"))?;
     let mut out = BTreeMap::new();
     for row in &ints.rows {
         for (col, &n) in row.counts.iter().enumerate() {
@@ -107,10 +104,10 @@ impl CpuSample {
             Ok(t) => s.stat = parse_stat(&t),
             Err(e) => s.notes.push(format!("utilisation unknown: {e}")),
         }
-        match read_bounded(&sysroot.join("proc/interrupts"), MAX_PROC_BYTES)
-            .and_then(|t| parse_interrupts(&t))
-        {
-            Ok(i) => s.interrupts = i,
+        let interrupts = read_bounded(&sysroot.join("proc/interrupts"), MAX_PROC_BYTES);
+        match interrupts.as_deref().map(parse_interrupts) {
+            Ok(Ok(i)) => s.interrupts = i,
+            Ok(Err(e)) => s.notes.push(format!("interrupts unknown: {e}")),
             Err(e) => s.notes.push(format!("interrupts unknown: {e}")),
         }
         let dir = sysroot.join("sys/devices/system/cpu");
@@ -414,9 +411,11 @@ fn names(all: &[&str], max: usize) -> String {
     }
 }
 
-/// Builds a frame from what was fetched.
+/// Builds a frame from what was fetched: the supervisor's status, or the
+/// caller's words for why there is none (shown as the frame's error, as
+/// they are).
 pub fn frame(
-    status: Result<&SupervisorStatus, String>,
+    status: Result<&SupervisorStatus, &str>,
     cpus: Vec<CpuRow>,
     cpu_notes: &[String],
     sort: SortKey,
@@ -432,7 +431,7 @@ pub fn frame(
     let s = match status {
         Ok(s) => s,
         Err(e) => {
-            f.error = Some(e);
+            f.error = Some(e.to_string());
             return f;
         }
     };
@@ -681,13 +680,7 @@ mod tests {
         let f = frame(Ok(&s), vec![], &[], SortKey::Name, Some("ste"));
         let names: Vec<&str> = f.processes.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["listener"]);
-        let f = frame(
-            Err("no supervisor".into()),
-            vec![],
-            &[],
-            SortKey::Config,
-            None,
-        );
+        let f = frame(Err("no supervisor"), vec![], &[], SortKey::Config, None);
         assert_eq!(f.error.as_deref(), Some("no supervisor"));
         assert!(f.processes.is_empty());
     }

@@ -149,7 +149,7 @@ fn build(
     let mut notes = cur.notes.clone();
     notes.extend(iso.note.clone());
     let mut f = top::frame(
-        status.as_ref().map_err(Clone::clone),
+        status.as_ref().map_err(String::as_str),
         top::cpu_rows(prev, cur, secs, &iso.cpus),
         &notes,
         sort,

@@ -169,33 +169,66 @@ fn valid_type_name(s: &str) -> bool {
         && name.bytes().all(|c| c.is_ascii_alphanumeric())
 }
 
+/// Why a declared type cannot be laid out ([`TypeDecl::layout`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TypeLayoutError {
+    #[error("name {name:?}: expected `package/Name` (lower-case package, a Name of letters and digits starting upper case)")]
+    TypeName { name: String },
+    #[error("no fields")]
+    NoFields,
+    #[error("{count} fields (at most {max})", max = MAX_FIELDS)]
+    TooManyFields { count: usize },
+    /// `fields[i]`, as declared, and what is wrong with it.
+    #[error("fields[{index}] {field:?}: {problem}")]
+    Field {
+        index: usize,
+        field: String,
+        problem: FieldProblem,
+    },
+}
+
+/// What is wrong with one declared field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    #[error("expected `TYPE NAME` or `TYPE[N] NAME`, e.g. `float64 x`")]
+    Shape,
+    #[error("array length: expected `TYPE[N]` with N from 1 to {max}", max = MAX_ARRAY)]
+    ArrayLength,
+    #[error("type {prim:?}: not a primitive (bool, byte, char, int8..int64, uint8..uint64, float32, float64; nested types are not supported)")]
+    NotPrimitive { prim: String },
+    #[error("name {name:?}: expected lower case letters, digits and single underscores, starting with a letter")]
+    Name { name: String },
+    #[error("name {name:?} declared twice")]
+    Twice { name: String },
+}
+
 impl TypeDecl {
     /// Parses and places the fields; the error says which field and why.
-    pub fn layout(&self) -> Result<Layout, String> {
+    pub fn layout(&self) -> Result<Layout, TypeLayoutError> {
         if !valid_type_name(&self.name) {
-            return Err(format!(
-                "name {:?}: expected `package/Name` (lower-case package, a Name of letters and digits starting upper case)",
-                self.name
-            ));
+            return Err(TypeLayoutError::TypeName {
+                name: self.name.clone(),
+            });
         }
         if self.fields.is_empty() {
-            return Err("no fields".into());
+            return Err(TypeLayoutError::NoFields);
         }
         if self.fields.len() > MAX_FIELDS {
-            return Err(format!(
-                "{} fields (at most {MAX_FIELDS})",
-                self.fields.len()
-            ));
+            return Err(TypeLayoutError::TooManyFields {
+                count: self.fields.len(),
+            });
         }
         let mut fields: Vec<Field> = Vec::with_capacity(self.fields.len());
         let (mut offset, mut align) = (0u64, 1u64);
         for (i, f) in self.fields.iter().enumerate() {
-            let bad = |why: String| format!("fields[{i}] {f:?}: {why}");
+            let bad = |problem: FieldProblem| TypeLayoutError::Field {
+                index: i,
+                field: f.clone(),
+                problem,
+            };
             let mut parts = f.split_whitespace();
             let (Some(ty), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(bad(
-                    "expected `TYPE NAME` or `TYPE[N] NAME`, e.g. `float64 x`".into(),
-                ));
+                return Err(bad(FieldProblem::Shape));
             };
             let (prim, array) = match ty.split_once('[') {
                 None => (ty, None),
@@ -204,26 +237,24 @@ impl TypeDecl {
                         .strip_suffix(']')
                         .and_then(|n| n.parse::<u64>().ok())
                         .filter(|n| (1..=MAX_ARRAY).contains(n))
-                        .ok_or_else(|| {
-                            bad(format!(
-                                "array length: expected `TYPE[N]` with N from 1 to {MAX_ARRAY}"
-                            ))
-                        })?;
+                        .ok_or_else(|| bad(FieldProblem::ArrayLength))?;
                     (p, Some(n))
                 }
             };
             let prim = Prim::parse(prim).ok_or_else(|| {
-                bad(format!(
-                    "type {prim:?}: not a primitive (bool, byte, char, int8..int64, uint8..uint64, float32, float64; nested types are not supported)"
-                ))
+                bad(FieldProblem::NotPrimitive {
+                    prim: prim.to_string(),
+                })
             })?;
             if !valid_ident(name) {
-                return Err(bad(format!(
-                    "name {name:?}: expected lower case letters, digits and single underscores, starting with a letter"
-                )));
+                return Err(bad(FieldProblem::Name {
+                    name: name.to_string(),
+                }));
             }
             if fields.iter().any(|g| g.name == name) {
-                return Err(bad(format!("name {name:?} declared twice")));
+                return Err(bad(FieldProblem::Twice {
+                    name: name.to_string(),
+                }));
             }
             let a = prim.size();
             offset = offset.div_ceil(a) * a;
@@ -398,11 +429,11 @@ mod tests {
             (vec!["float64 x", "uint8 x"], "declared twice"),
             (vec![], "no fields"),
         ] {
-            let e = decl(&fields).layout().unwrap_err();
+            let e = decl(&fields).layout().unwrap_err().to_string();
             assert!(e.contains(why), "{fields:?}: {e}");
         }
         let mut d = decl(&["float64 x"]);
         d.name = "Chatter".into();
-        assert!(d.layout().unwrap_err().contains("package/Name"));
+        assert!(d.layout().unwrap_err().to_string().contains("package/Name"));
     }
 }

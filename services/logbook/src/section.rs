@@ -206,7 +206,7 @@ impl LogSection {
             let at = format!("log.types.{name}");
             let max = channels.iter().find(|c| c.0 == name).map(|c| c.1);
             match (decl.layout(), max) {
-                (Err(e), _) => out.push((at, e)),
+                (Err(e), _) => out.push((at, e.to_string())),
                 (Ok(_), None) => out.push((at, format!("no channel {name:?} in `channels:`"))),
                 (Ok(l), Some(max)) if l.size > max => out.push((
                     at,

@@ -143,11 +143,30 @@ fn last_line(said: &str) -> &str {
 /// the reboot (`systemctl --no-block reboot`) and exits.
 const REBOOT_ANSWER: Duration = Duration::from_secs(60);
 
+/// Why a robot did not take `deploy reboot` ([`ask_reboot`]).
+#[derive(Debug, thiserror::Error)]
+enum RebootAskError {
+    #[error("cannot run {}", ssh.display())]
+    Spawn {
+        ssh: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`deploy reboot` exited {code}")]
+    Exited { code: i32 },
+    /// It exited non-zero, and the last line it wrote on stderr.
+    #[error("`deploy reboot` exited {code}: {said}")]
+    ExitedSaying { code: i32, said: String },
+    #[error("`deploy reboot` ended by a signal ({said})")]
+    Signal { said: String },
+    #[error("no answer from `deploy reboot` within {} s", REBOOT_ANSWER.as_secs())]
+    NoAnswer,
+}
+
 /// `deploy [--prefix P] reboot` on the robot, over the same ssh: `Ok` when
 /// it exited 0 (the reboot is under way), else what it said. Bounded by
 /// [`REBOOT_ANSWER`]: a robot that goes down before ssh returns cannot
 /// hold the sender.
-fn ask_reboot(robot: &Robot, opts: &FleetOptions) -> Result<(), String> {
+fn ask_reboot(robot: &Robot, opts: &FleetOptions) -> Result<(), RebootAskError> {
     let mut cmd = Command::new(&opts.ssh);
     for o in &opts.ssh_options {
         cmd.arg("-o").arg(o);
@@ -161,9 +180,10 @@ fn ask_reboot(robot: &Robot, opts: &FleetOptions) -> Result<(), String> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", opts.ssh.display()))?;
+    let mut child = cmd.spawn().map_err(|source| RebootAskError::Spawn {
+        ssh: opts.ssh.clone(),
+        source,
+    })?;
     let mut stderr = child.stderr.take().expect("piped");
     let err_thread = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -187,14 +207,16 @@ fn ask_reboot(robot: &Robot, opts: &FleetOptions) -> Result<(), String> {
     match status {
         Some(st) if st.success() => Ok(()),
         Some(st) => Err(match st.code() {
-            Some(c) if last.is_empty() => format!("`deploy reboot` exited {c}"),
-            Some(c) => format!("`deploy reboot` exited {c}: {last}"),
-            None => format!("`deploy reboot` ended by a signal ({last})"),
+            Some(code) if last.is_empty() => RebootAskError::Exited { code },
+            Some(code) => RebootAskError::ExitedSaying {
+                code,
+                said: last.to_string(),
+            },
+            None => RebootAskError::Signal {
+                said: last.to_string(),
+            },
         }),
-        None => Err(format!(
-            "no answer from `deploy reboot` within {} s",
-            REBOOT_ANSWER.as_secs()
-        )),
+        None => Err(RebootAskError::NoAnswer),
     }
 }
 
@@ -376,8 +398,10 @@ pub fn update_robot(
                         Ok(()) => out.rebooted = true,
                         Err(e) => {
                             out.ok = false;
-                            let msg =
-                                format!("installed, but the reboot it needs was refused: {e}");
+                            let msg = format!(
+                                "installed, but the reboot it needs was refused: {}",
+                                units::error::Chain(&e)
+                            );
                             on(Event::Failed { error: msg.clone() });
                             out.error = Some(msg);
                         }

@@ -36,6 +36,21 @@ const IMPLAUSIBLE: &str = "timing report implausible";
 /// How often the timing reports are read (they are published once a second).
 const TIMING_POLL: Duration = Duration::from_millis(500);
 
+/// Why a release's configuration cannot be taken by the running table
+/// ([`Table::reconfigure`]): processes and channels are set up at start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum TableReconfigureError {
+    #[error("its processes ({}) are not the running ones ({}): processes are set up at the supervisor's start", new.join(", "), running.join(", "))]
+    Processes {
+        new: Vec<String>,
+        running: Vec<String>,
+    },
+    #[error(
+        "its channels differ from the running ones: channels are created at the supervisor's start"
+    )]
+    Channels,
+}
+
 /// Where a process's output and the supervisor's lines about it go besides
 /// its log: the clients following it.
 pub(super) trait Followers {
@@ -250,16 +265,15 @@ impl Table {
     /// budgets. Refused (nothing changes) when the process names or the
     /// channels differ: processes and channels are created at start.
     /// Call before [`Self::restart_all`]: a process starts again with it.
-    pub(super) fn reconfigure(&mut self, cfg: &SupervisorConfig) -> Result<(), String> {
+    pub(super) fn reconfigure(
+        &mut self,
+        cfg: &SupervisorConfig,
+    ) -> Result<(), TableReconfigureError> {
         let names = |v: &mut dyn Iterator<Item = &str>| v.map(String::from).collect::<Vec<_>>();
         let now = names(&mut self.procs.iter().map(|p| p.cfg.name.as_str()));
         let new = names(&mut cfg.processes.iter().map(|p| p.name.as_str()));
         if now != new {
-            return Err(format!(
-                "its processes ({}) are not the running ones ({}): processes are set up at the supervisor's start",
-                new.join(", "),
-                now.join(", ")
-            ));
+            return Err(TableReconfigureError::Processes { new, running: now });
         }
         let shape = |c: &controller::config::ChannelConfig| {
             format!(
@@ -273,10 +287,7 @@ impl Table {
         let old_channels: Vec<String> = self.channels.iter().map(shape).collect();
         let new_channels: Vec<String> = cfg.channels.iter().map(shape).collect();
         if old_channels != new_channels {
-            return Err(
-                "its channels differ from the running ones: channels are created at the supervisor's start"
-                    .into(),
-            );
+            return Err(TableReconfigureError::Channels);
         }
         for (i, p) in cfg.processes.iter().enumerate() {
             let proc = &mut self.procs[i];

@@ -47,6 +47,19 @@ use crate::status::{ReleaseStatus, StepStatus};
 /// health judged.
 const RELEASE_POLL: Duration = Duration::from_secs(1);
 
+/// Why the CPU plan did not apply at start, in the start-up step's words
+/// (its result and detail, or that there was none): a system update's
+/// trial is not committed without the plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct CpuPlanNotApplied(String);
+
+impl From<String> for CpuPlanNotApplied {
+    fn from(said: String) -> Self {
+        CpuPlanNotApplied(said)
+    }
+}
+
 /// A release in trial, as the supervisor follows it.
 struct Trial {
     release: String,
@@ -95,7 +108,7 @@ pub(super) struct ReleaseWatch {
     stderr: Stderr,
     /// Whether the CPU plan applied at start (`Err`: why not): a system
     /// update's trial is not committed without it.
-    plan: Result<(), String>,
+    plan: Result<(), CpuPlanNotApplied>,
     /// Loads a release's robot.yaml (`deploy supervise` gives it when the
     /// configuration in force is the current release's).
     load_config: Option<ConfigHook>,
@@ -119,7 +132,7 @@ impl ReleaseWatch {
         health_window: Duration,
         keep: u32,
         status: ReleaseStatus,
-        plan: Result<(), String>,
+        plan: Result<(), impl Into<CpuPlanNotApplied>>,
         load_config: Option<ConfigHook>,
         stderr: Stderr,
     ) -> ReleaseWatch {
@@ -170,7 +183,7 @@ impl ReleaseWatch {
             status,
             next_check: now,
             stderr,
-            plan,
+            plan: plan.map_err(Into::into),
             load_config,
             config_release,
             restart_to_reload: false,
@@ -228,18 +241,24 @@ impl ReleaseWatch {
             return Some(KEPT.to_string());
         };
         let path = layout.release(release).join("robot.yaml");
+        let not_loaded = |why: &dyn std::fmt::Display| {
+            format!(
+                "its robot.yaml differs from {from}'s and was not loaded ({why}): the processes run the new binaries with {from}'s configuration until the supervisor restarts"
+            )
+        };
         let note = match load(&path).map(|cfg| table.reconfigure(&cfg)) {
             Ok(Ok(())) => {
                 self.config_release = Some(release.to_string());
                 format!("its robot.yaml differs from {from}'s: loaded (commands, CPUs, limits, restart policies, budgets)")
             }
             Ok(Err(why)) if self.restart_to_reload => {
-                self.restart = Some(format!("release {release}'s robot.yaml needs a start: {why}"));
+                self.restart = Some(format!(
+                    "release {release}'s robot.yaml needs a start: {why}"
+                ));
                 format!("its robot.yaml differs from {from}'s in what only a start sets up ({why}): the supervisor starts again to load it")
             }
-            Ok(Err(why)) | Err(why) => format!(
-                "its robot.yaml differs from {from}'s and was not loaded ({why}): the processes run the new binaries with {from}'s configuration until the supervisor restarts"
-            ),
+            Ok(Err(why)) => not_loaded(&why),
+            Err(why) => not_loaded(&why),
         };
         self.stderr.say(format!("release {release}: {note}"));
         Some(note)

@@ -28,6 +28,8 @@
 //! - messages are handed to the caller one at a time, as they are read, so
 //!   a caller that prints them holds nothing.
 
+mod walk_error;
+
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -38,6 +40,7 @@ use serde::Serialize;
 
 use crate::file::{ClockMap, CLOCK_METADATA, GAPS_TOPIC, META_PREFIX, SENDERS_TOPIC};
 use crate::schema::{parse_ros2msg, Layout, CDR_HEADER};
+use walk_error::{ChunkAt, RecordParseError, RecordWalkError};
 
 /// The largest file read (the logger rotates at `log.rotate_size`, 64 MiB
 /// by default): past it, reading stops and says so.
@@ -413,7 +416,7 @@ impl Fields<'_> {
 /// every length inside it is checked to fit in its bytes: the parser
 /// reserves what a length says before it reads (a string of 4 GiB in a
 /// record of 40 bytes asked for 4 GiB).
-fn parse(op: u8, body: &[u8]) -> Result<Option<Record<'_>>, String> {
+fn parse(op: u8, body: &[u8]) -> Result<Option<Record<'_>>, RecordParseError> {
     use mcap::records::op;
     let mut f = Fields(body);
     let fits = match op {
@@ -437,11 +440,9 @@ fn parse(op: u8, body: &[u8]) -> Result<Option<Record<'_>>, String> {
         _ => return Ok(None),
     };
     if fits.is_none() {
-        return Err("a length inside it goes past its end".into());
+        return Err(RecordParseError::LengthPastEnd);
     }
-    mcap::read::parse_record(op, body)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    Ok(Some(mcap::read::parse_record(op, body)?))
 }
 
 /// The most a reason for stopping says, in characters.
@@ -476,7 +477,10 @@ struct WalkEnd {
 /// Every record of the data section in order, chunks opened, checked and
 /// bounded (see the module's rules), handed to `visit` one at a time.
 /// Returns why it ended.
-fn walk<R: Read>(input: R, visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, String>) -> WalkEnd {
+fn walk<R: Read>(
+    input: R,
+    visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, RecordWalkError>,
+) -> WalkEnd {
     let mut end = WalkEnd::default();
     let mut records = Records::new(input);
     let mut zstd: Option<zstd::bulk::Decompressor<'static>> = None;
@@ -491,7 +495,7 @@ fn walk<R: Read>(input: R, visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, Str
     loop {
         // The record's bytes are the reader's: parse and act on them in
         // place, then go on.
-        let step = records.next_with(|at, op, data| -> Result<Flow, String> {
+        let step = records.next_with(|at, op, data| -> Result<Flow, RecordWalkError> {
             let record_end = at + 9 + data.len() as u64;
             if op == mcap::records::op::DATA_END {
                 return Ok(Flow::Stop);
@@ -499,38 +503,37 @@ fn walk<R: Read>(input: R, visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, Str
             let rec = match parse(op, data) {
                 Ok(Some(rec)) => rec,
                 Ok(None) => return Ok(Flow::Go),
-                Err(e) => {
-                    return Err(format!(
-                        "the record at byte {at} (opcode {op:#04x}) is not valid: {e}"
-                    ))
-                }
+                Err(source) => return Err(RecordWalkError::Record { at, op, source }),
             };
             let Record::Chunk { header, data } = rec else {
                 return visit(rec);
             };
-            let n = end.chunks + 1;
-            let name = format!("chunk {n} (at byte {at})");
+            let chunk = ChunkAt {
+                n: end.chunks + 1,
+                at,
+            };
             let declared = header.uncompressed_size;
             if declared > MAX_RECORD as u64 {
-                return Err(format!(
-                    "{name} says its records are {declared} bytes, more than the {MAX_RECORD} a chunk may be: not read"
-                ));
+                return Err(RecordWalkError::ChunkTooLarge { chunk, declared });
             }
             let budget = MAX_EXPANSION
                 .saturating_mul(record_end)
                 .saturating_add(EXPANSION_FLOOR);
             if end.decompressed.saturating_add(declared) > budget {
-                return Err(format!(
-                    "{name} would take what the chunks expand to past {budget} bytes ({MAX_EXPANSION} times the {record_end} bytes read, and {EXPANSION_FLOOR}): not read (a file that compresses this well is refused by this reader)"
-                ));
+                return Err(RecordWalkError::Expansion {
+                    chunk,
+                    budget,
+                    read: record_end,
+                });
             }
             let records_bytes: std::borrow::Cow<'_, [u8]> = match header.compression.as_str() {
                 "" => {
                     if data.len() as u64 != declared {
-                        return Err(format!(
-                            "{name} is uncompressed with {} bytes of records, its header says {declared}",
-                            data.len()
-                        ));
+                        return Err(RecordWalkError::UncompressedSize {
+                            chunk,
+                            len: data.len(),
+                            declared,
+                        });
                     }
                     data
                 }
@@ -539,7 +542,7 @@ fn walk<R: Read>(input: R, visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, Str
                         Some(d) => d,
                         None => zstd.insert(
                             zstd::bulk::Decompressor::new()
-                                .map_err(|e| format!("{name}: zstd: {e}"))?,
+                                .map_err(|source| RecordWalkError::ZstdStart { chunk, source })?,
                         ),
                     };
                     // Decompressed in one pass into a buffer of the size
@@ -548,30 +551,32 @@ fn walk<R: Read>(input: R, visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, Str
                     // holds more or less than stated is an error.
                     let mut out = Vec::with_capacity(declared as usize);
                     d.decompress_to_buffer(&data, &mut out)
-                        .map_err(|e| format!("{name} does not decompress: zstd: {e}"))?;
+                        .map_err(|source| RecordWalkError::Zstd { chunk, source })?;
                     if out.len() as u64 != declared {
-                        return Err(format!(
-                            "{name} decompresses to {} bytes, its header says {declared}",
-                            out.len()
-                        ));
+                        return Err(RecordWalkError::DecompressedSize {
+                            chunk,
+                            len: out.len(),
+                            declared,
+                        });
                     }
                     std::borrow::Cow::Owned(out)
                 }
                 other => {
-                    return Err(format!(
-                        "{name} is compressed with `{}`, which this reader does not read (zstd or none)",
-                        other.chars().take(32).collect::<String>()
-                    ))
+                    return Err(RecordWalkError::Compression {
+                        chunk,
+                        compression: other.chars().take(32).collect(),
+                    })
                 }
             };
             end.decompressed += declared;
             if header.uncompressed_crc != 0 {
                 let crc = crc32fast::hash(&records_bytes);
                 if crc != header.uncompressed_crc {
-                    return Err(format!(
-                        "{name}: its records' CRC is {crc:#010x}, its header says {:#010x}: the chunk is damaged, none of its messages is read",
-                        header.uncompressed_crc
-                    ));
+                    return Err(RecordWalkError::Crc {
+                        chunk,
+                        crc,
+                        declared: header.uncompressed_crc,
+                    });
                 }
             }
             let mut rest: &[u8] = &records_bytes;
@@ -579,25 +584,24 @@ fn walk<R: Read>(input: R, visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, Str
             while !rest.is_empty() {
                 k += 1;
                 if rest.len() < 9 {
-                    return Err(format!("{name}: record {k} is cut short"));
+                    return Err(RecordWalkError::CutShort { chunk, k });
                 }
                 let op = rest[0];
                 let len = u64::from_le_bytes(rest[1..9].try_into().expect("8 bytes"));
                 let body_len = usize::try_from(len)
                     .ok()
                     .filter(|&l| l <= rest.len() - 9)
-                    .ok_or_else(|| {
-                        format!(
-                            "{name}: record {k} says it is {len} bytes, past the chunk's end"
-                        )
-                    })?;
+                    .ok_or(RecordWalkError::PastChunkEnd { chunk, k, len })?;
                 let body = &rest[9..9 + body_len];
                 rest = &rest[9 + body_len..];
                 if op == mcap::records::op::CHUNK {
-                    return Err(format!("{name}: record {k} is a chunk inside a chunk"));
+                    return Err(RecordWalkError::ChunkInChunk { chunk, k });
                 }
-                let Some(rec) = parse(op, body).map_err(|e| {
-                    format!("{name}: record {k} (opcode {op:#04x}) is not valid: {e}")
+                let Some(rec) = parse(op, body).map_err(|source| RecordWalkError::ChunkRecord {
+                    chunk,
+                    k,
+                    op,
+                    source,
                 })?
                 else {
                     continue;
@@ -618,7 +622,7 @@ fn walk<R: Read>(input: R, visit: &mut dyn FnMut(Record<'_>) -> Result<Flow, Str
                 break;
             }
             Some(Ok(Err(why))) => {
-                end.why = Some(one_line(&why));
+                end.why = Some(one_line(&units::error::Chain(&why).to_string()));
                 break;
             }
             Some(Ok(Ok(Flow::Go))) => {}
@@ -658,12 +662,10 @@ pub fn scan_file(
 struct Held(usize);
 
 impl Held {
-    fn take(&mut self, n: usize) -> Result<(), String> {
+    fn take(&mut self, n: usize) -> Result<(), RecordWalkError> {
         self.0 = self.0.saturating_add(n);
         if self.0 > MAX_HELD {
-            return Err(format!(
-                "more than {MAX_HELD} bytes of schemas, channels, metadata and gap records: reading stopped"
-            ));
+            return Err(RecordWalkError::TooMuchHeld);
         }
         Ok(())
     }
@@ -704,7 +706,7 @@ fn scan_from(
     let mut index: BTreeMap<u16, usize> = BTreeMap::new();
     let mut gaps: BTreeMap<String, u64> = BTreeMap::new();
     let mut held = Held(0);
-    let mut visit = |rec: Record<'_>| -> Result<Flow, String> {
+    let mut visit = |rec: Record<'_>| -> Result<Flow, RecordWalkError> {
         match rec {
             Record::Header(h) => {
                 held.take(h.profile.len() + h.library.len())?;
@@ -754,10 +756,9 @@ fn scan_from(
             }
             Record::Message { header, data } => {
                 let Some(&i) = index.get(&header.channel_id) else {
-                    return Err(format!(
-                        "a message of channel id {} that no channel record declared",
-                        header.channel_id
-                    ));
+                    return Err(RecordWalkError::UnknownChannel {
+                        channel_id: header.channel_id,
+                    });
                 };
                 if sum.channels[i].topic == GAPS_TOPIC {
                     if let Ok(g) = serde_json::from_slice::<serde_json::Value>(&data) {
