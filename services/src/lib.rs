@@ -43,6 +43,7 @@ pub mod pid1;
 pub mod procfs;
 pub mod release;
 pub mod restart;
+pub mod robot;
 pub mod spawn;
 pub mod status;
 pub mod supervisor;

@@ -14,8 +14,8 @@ use rootfs::{build, Base, Format, ImageSpec, Phase, Progress};
 use units::size::ByteSize;
 
 use crate::cmd::load_robot;
-use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};
+use services::robot::Robot;
 
 /// Build a root filesystem image with the controller installed.
 #[derive(Debug, clap::Args)]

@@ -42,7 +42,7 @@ pub struct ServeUpdateArgs {}
 /// Checks a release's robot.yaml with the same loader `deploy config check`
 /// uses; the programs it runs, which the release must hold.
 fn validate_yaml(text: &str) -> Result<Vec<String>, RobotYamlError> {
-    crate::config::load_str(Path::new("robot.yaml"), text.to_string())
+    services::robot::load_str(Path::new("robot.yaml"), text.to_string())
         .map(|l| l.robot.programs())
         .map_err(|e| RobotYamlError::Invalid(Box::new(e)))
 }

@@ -21,8 +21,8 @@ use services::supervisor::{
 };
 
 use crate::cmd::load_robot;
-use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};
+use services::robot::Robot;
 
 #[derive(Debug, Args)]
 pub struct SuperviseArgs {
@@ -123,7 +123,7 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         load_config: follows_releases.then(|| -> services::supervisor::ConfigHook {
             let trace = trace.clone();
             Box::new(move |path| {
-                crate::config::load(path)
+                services::robot::load(path)
                     .map(|l| supervisor_config(&l.robot, trace.as_ref()))
                     .map_err(|e| format!("{e}"))
             })
@@ -208,7 +208,7 @@ impl MissTrace {
         if !robot.processes.iter().any(|p| p.budgets.wakeup.is_some()) {
             return None;
         }
-        let req = super::check::trace_request(ctx, robot, None)?;
+        let req = robot.trace_request(&ctx.prefix, false, None)?;
         // Without tracefs the hook's start says why.
         let instance = check::trace::tracefs::instance_dir(&ctx.sys("/sys")).ok();
         // The isolated CPUs, and those of every process with a wakeup
@@ -341,9 +341,9 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
         result: result.into(),
         detail,
     };
-    let plan = match super::apply::live_plan(ctx, robot) {
+    let plan = match robot.cpu_plan(&ctx.sysroot) {
         Ok(p) => p,
-        Err(e) => return step("failed", format!("{e:#}")),
+        Err(e) => return step("failed", units::error::Chain(&e).to_string()),
     };
     let report = match cpu_apply::apply(
         &plan,
@@ -354,7 +354,7 @@ fn apply_cpu_plan(ctx: &Ctx, robot: &Robot) -> StepStatus {
         Err(e) => return step("failed", e.to_string()),
     };
     let path = releases::Layout::new(&ctx.prefix).cpusets_apply_state();
-    let saved = super::apply::ApplyState::from_report(&report).write(&path);
+    let saved = cpusets::apply_state::ApplyState::from_report(&report).write(&path);
     let s = report.summary();
     let mut detail = format!(
         "cgroup {}: {} changed, {} unchanged, {} unmovable, {} unsupported, {} invalid, {} failed",
@@ -466,7 +466,7 @@ fn scan_irqs(
 fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCheckOutcome {
     // A power mode that switched off a planned CPU, or another mode than
     // robot.yaml names, fails the check before any timing is measured.
-    if let Ok(plan) = super::apply::live_plan(ctx, robot) {
+    if let Ok(plan) = robot.cpu_plan(&ctx.sysroot) {
         if let Ok(checks) = cpusets::verify::power_checks(&plan, &ctx.sysroot) {
             let off: Vec<String> = checks
                 .iter()
@@ -481,9 +481,9 @@ fn boot_check(ctx: &Ctx, robot: &Robot, duration: std::time::Duration) -> BootCh
             }
         }
     }
-    let mut inputs = super::check::inputs_from_robot(robot);
+    let mut inputs = robot.check_inputs();
     inputs.duration = Some(units::duration::Dur(duration));
-    inputs.trace = super::check::trace_request(ctx, robot, None);
+    inputs.trace = robot.trace_request(&ctx.prefix, false, None);
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {

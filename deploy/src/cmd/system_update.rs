@@ -14,8 +14,8 @@ use cpusets::board::BootLoader;
 use releases::system::BootEntry;
 use releases::{PlanSystem, SystemUpdate};
 
-use crate::config::Robot;
 use crate::ctx::Ctx;
+use services::robot::Robot;
 
 /// extlinux.conf, relative to the prefix.
 pub const EXTLINUX: &str = "boot/extlinux/extlinux.conf";
@@ -81,7 +81,7 @@ pub fn planner(ctx: &Ctx, old: Robot) -> Box<PlanSystem> {
     let prefix = ctx.prefix.clone();
     let boot_id = ctx.sys("/proc/sys/kernel/random/boot_id");
     Box::new(move |release: &str, yaml: &str| {
-        let new = crate::config::load_str(Path::new("robot.yaml"), yaml.to_string())
+        let new = services::robot::load_str(Path::new("robot.yaml"), yaml.to_string())
             .map_err(|e| format!("its robot.yaml does not load: {e}"))?
             .robot;
         plan(&prefix, &boot_id, &old, &new, release)
