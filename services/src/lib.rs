@@ -30,6 +30,7 @@
 //! sees it.
 
 pub mod accounts;
+pub mod boot;
 pub mod boot_history;
 pub mod config;
 pub mod control;

@@ -126,45 +126,6 @@ pub struct CheckArgs {
     pub history: bool,
 }
 
-/// The history record of a boot check: the real-time delivery's worst
-/// p99 and longest (the figures the budgets hold), the verdict, and what
-/// failed; `kernel` is asked for only when the check did not run.
-pub fn boot_record(
-    result: &Result<check::CheckReport, check::CheckRunError>,
-    release: Option<String>,
-    kernel: impl FnOnce() -> String,
-) -> services::boot_history::BootRecord {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    match result {
-        Ok(r) => {
-            let delivery = r
-                .measurements
-                .iter()
-                .filter(|m| m.kind == check::MeasurementKind::Delivery && m.count > 0);
-            services::boot_history::BootRecord {
-                unix_time: r.started_unix,
-                kernel: r.host.kernel_release.clone(),
-                release,
-                verdict: r.verdict.clone(),
-                p99_ns: delivery.clone().map(|m| m.p99_ns).max(),
-                max_ns: delivery.map(|m| m.max_ns).max(),
-                failed: r.failed.clone(),
-            }
-        }
-        Err(e) => services::boot_history::BootRecord {
-            unix_time: now,
-            kernel: kernel(),
-            release,
-            verdict: "error".into(),
-            p99_ns: None,
-            max_ns: None,
-            failed: vec![units::error::Chain(e).to_string()],
-        },
-    }
-}
-
 /// `deploy check --history`.
 fn show_history(ctx: &Ctx) -> anyhow::Result<Exit> {
     let path = releases::Layout::new(&ctx.prefix).boot_check_history();
