@@ -178,8 +178,8 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
             .iter()
             .map(|_| {
                 (
-                    crate::cmd::mender::MODULE_PATH.to_string(),
-                    crate::cmd::mender::module_script("/usr/bin/deploy", &[]).into_bytes(),
+                    releases::mender::MODULE_PATH.to_string(),
+                    releases::mender::module_script("/usr/bin/deploy", &[]).into_bytes(),
                     0o755,
                 )
             })

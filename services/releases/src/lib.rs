@@ -41,6 +41,7 @@ pub mod fleet;
 pub mod install;
 pub mod layout;
 pub mod lock;
+pub mod mender;
 mod name;
 pub mod programs;
 pub mod prune;
