@@ -18,7 +18,6 @@ pub mod plan;
 pub mod release;
 pub mod status;
 pub mod supervise;
-pub mod system_update;
 pub mod top;
 pub mod trace;
 pub mod update;

@@ -49,6 +49,7 @@ pub mod serve;
 pub mod state;
 pub mod switch;
 pub mod system;
+pub mod system_plan;
 pub mod utc;
 
 pub use error::ReleaseError;

@@ -196,6 +196,64 @@ impl Robot {
     }
 }
 
+impl Robot {
+    /// Each process's name and CPUs, for [`Robot::system_part`].
+    pub fn process_cpu_list(&self) -> Vec<(String, CpuSet)> {
+        self.processes
+            .iter()
+            .map(|p| (p.name.clone(), self.process_cpus(p)))
+            .collect()
+    }
+
+    /// The system part a system update compares
+    /// ([`releases::system_plan`]), with `processes` from
+    /// [`Robot::process_cpu_list`] and `all_cpus` from [`Robot::all_cpus`].
+    pub fn system_part<'a>(
+        &'a self,
+        all_cpus: &'a CpuSet,
+        processes: &'a [(String, CpuSet)],
+    ) -> releases::system_plan::SystemPart<'a> {
+        releases::system_plan::SystemPart {
+            board: &self.board,
+            cpus: &self.cpus,
+            kernel: &self.kernel,
+            irqs: &self.irqs,
+            sysctl: &self.sysctl,
+            power: &self.power,
+            all_cpus,
+            processes,
+        }
+    }
+
+    /// The planner the installer is given on this robot: this
+    /// robot.yaml against each new release's ([`releases::system_plan`]);
+    /// `boot_id` is the kernel's boot id file, `add_entry` makes an
+    /// extlinux.conf boot entry.
+    pub fn system_planner(
+        self,
+        prefix: PathBuf,
+        boot_id: PathBuf,
+        add_entry: Box<releases::system_plan::AddBootEntry>,
+    ) -> Box<releases::PlanSystem> {
+        Box::new(move |release: &str, yaml: &str| {
+            let new = load_str(Path::new("robot.yaml"), yaml.to_string())
+                .map_err(|e| format!("its robot.yaml does not load: {e}"))?
+                .robot;
+            let (old_cpus, new_cpus) = (self.all_cpus(), new.all_cpus());
+            let (old_p, new_p) = (self.process_cpu_list(), new.process_cpu_list());
+            releases::system_plan::plan(
+                &prefix,
+                &boot_id,
+                &self.system_part(&old_cpus, &old_p),
+                &new.system_part(&new_cpus, &new_p),
+                release,
+                &*add_entry,
+            )
+            .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// Traced misses kept when robot.yaml does not say (`--trace` alone).
 pub const DEFAULT_TRACE_KEEP: usize = 10;
 
