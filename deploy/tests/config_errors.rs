@@ -616,7 +616,7 @@ fn billion_laughs_is_refused_at_the_alias_past_the_limit() {
             let col = from + at;
             let level: u32 = line[col + 2..col + 3].parse().unwrap();
             total += nodes(level);
-            if total > deploy::config::MAX_ALIAS_NODES {
+            if total > services::robot::MAX_ALIAS_NODES {
                 place = Some(format!("{}:{}", i + 1, col + 1));
                 break 'lines;
             }
@@ -700,7 +700,7 @@ fn a_50_mb_value_is_refused_by_the_size_limit_and_not_echoed() {
     assert_refused_within_bounds(
         &run,
         &path,
-        &format!("2:{}", deploy::config::MAX_FILE_BYTES - 7 + 1),
+        &format!("2:{}", services::robot::MAX_FILE_BYTES - 7 + 1),
         "the file is larger than 512 KiB (the limit for robot.yaml)",
     );
     assert!(!run.stderr.contains(&"x".repeat(100)), "value echoed");
@@ -743,7 +743,7 @@ fn duplicate_keys_are_found_in_linear_time() {
     };
     let mut yaml = String::from("robot:\n  name: t\nsysctl: {");
     let mut keys = 0;
-    while yaml.len() < deploy::config::MAX_FILE_BYTES - 16 {
+    while yaml.len() < services::robot::MAX_FILE_BYTES - 16 {
         yaml += &key(keys);
         yaml.push(',');
         keys += 1;
@@ -798,7 +798,7 @@ fn nesting_by_anchors_of_anchors_costs_no_copies() {
         inner = format!("&a{i} [{inner}]");
     }
     let yaml = format!("robot:\n  name: t\nsysctl:\n  x: {inner}\n  y: bad value\n");
-    assert!(yaml.len() < deploy::config::MAX_FILE_BYTES);
+    assert!(yaml.len() < services::robot::MAX_FILE_BYTES);
     std::fs::write(&path, yaml).unwrap();
     let run = deploy_bounded(dir.path(), &path);
     assert_refused_within_bounds(&run, &path, "1:1", "board: missing section `board`");
@@ -814,7 +814,7 @@ fn a_flood_of_problems_is_cut_at_the_limit() {
         "{BASE}kernel:\n  cmdline: [{}]\n",
         vec!["\"a b\""; 80_000].join(",")
     );
-    assert!(yaml.len() < deploy::config::MAX_FILE_BYTES);
+    assert!(yaml.len() < services::robot::MAX_FILE_BYTES);
     std::fs::write(&path, yaml).unwrap();
     let run = deploy_bounded(dir.path(), &path);
     assert_refused_within_bounds(
@@ -823,7 +823,7 @@ fn a_flood_of_problems_is_cut_at_the_limit() {
         "21:13",
         "kernel.cmdline[0]: `a b` is not one command line token",
     );
-    let max = deploy::config::MAX_DIAGNOSTICS;
+    let max = services::robot::MAX_DIAGNOSTICS;
     let listed = run.stderr.matches(": error: ").count();
     assert_eq!(listed, max + 1, "{}", run.stderr);
     assert!(

@@ -105,10 +105,10 @@ impl Mender {
         for d in ["modules", "data", "etc"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
-        let module = dir.join("modules").join(deploy::cmd::mender::MODULE_TYPE);
+        let module = dir.join("modules").join(releases::mender::MODULE_TYPE);
         fs::write(
             &module,
-            deploy::cmd::mender::module_script(DEPLOY, &["--prefix", s(prefix)]),
+            releases::mender::module_script(DEPLOY, &["--prefix", s(prefix)]),
         )
         .unwrap();
         fs::set_permissions(&module, fs::Permissions::from_mode(0o755)).unwrap();
@@ -855,7 +855,7 @@ fn the_image_installs_the_module_only_with_update_mender() {
             s(&img),
         ]));
         let o = Command::new("tar")
-            .args(["-xOf", s(&img), deploy::cmd::mender::MODULE_PATH])
+            .args(["-xOf", s(&img), releases::mender::MODULE_PATH])
             .output()
             .unwrap();
         if !want {
@@ -865,10 +865,10 @@ fn the_image_installs_the_module_only_with_update_mender() {
         assert!(o.status.success(), "{}", text(&o));
         assert_eq!(
             String::from_utf8_lossy(&o.stdout),
-            deploy::cmd::mender::module_script("/usr/bin/deploy", &[])
+            releases::mender::module_script("/usr/bin/deploy", &[])
         );
         let l = Command::new("tar")
-            .args(["-tvf", s(&img), deploy::cmd::mender::MODULE_PATH])
+            .args(["-tvf", s(&img), releases::mender::MODULE_PATH])
             .output()
             .unwrap();
         assert!(

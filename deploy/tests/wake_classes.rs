@@ -23,7 +23,7 @@ processes:
 }
 
 fn classes(text: &str) -> Vec<(String, WakeClass, String)> {
-    let loaded = deploy::config::load_str(Path::new("robot.yaml"), text.to_string())
+    let loaded = services::robot::load_str(Path::new("robot.yaml"), text.to_string())
         .unwrap_or_else(|e| panic!("{e:#}"));
     loaded
         .robot

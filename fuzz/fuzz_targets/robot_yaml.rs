@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 /// The most characters of a diagnostic's field or message: cut to
 /// `MAX_MESSAGE_CHARS` and a marker, each character escaped in at most 10
 /// (`\u{10ffff}`).
-const MAX_SHOWN_CHARS: usize = 10 * deploy::config::MAX_MESSAGE_CHARS + 64;
+const MAX_SHOWN_CHARS: usize = 10 * services::robot::MAX_MESSAGE_CHARS + 64;
 
 fuzz_target!(|data: &[u8]| {
     // YAML breaks lines at LF, CRLF and a lone CR.
@@ -21,15 +21,15 @@ fuzz_target!(|data: &[u8]| {
         .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && data.get(i + 1) != Some(&b'\n')))
         .count();
     let lines = breaks + 1;
-    match deploy::config::load_bytes(Path::new("robot.yaml"), data.to_vec()) {
+    match services::robot::load_bytes(Path::new("robot.yaml"), data.to_vec()) {
         Ok(loaded) => {
             // A valid description plans without panicking.
             let _ = deploy::cmd::plan::plan(&loaded.robot);
             // (an error here is allowed: a plan can refuse, never panic)
         }
-        Err(deploy::config::ConfigLoadError::Invalid { diagnostics, .. }) => {
+        Err(services::robot::RobotLoadError::Invalid { diagnostics, .. }) => {
             assert!(!diagnostics.is_empty());
-            assert!(diagnostics.len() <= deploy::config::MAX_DIAGNOSTICS + 1);
+            assert!(diagnostics.len() <= services::robot::MAX_DIAGNOSTICS + 1);
             for d in diagnostics {
                 assert!(
                     d.line >= 1 && d.line <= lines,

@@ -1,11 +1,21 @@
-//! The rtdeploy supervisor.
+//! The robot and its supervisor.
 //!
-//! It owns the controller's lifecycle on the robot: applies the CPU plan,
-//! creates the channels, runs the boot timing check, starts every process with
-//! the real-time attributes `robot.yaml` gives it, restarts them sensibly,
-//! and answers on a control socket.
+//! It owns `robot.yaml` whole ([`robot`]: the model composed from each
+//! crate's section, its loader with line and column, the checks that cross
+//! sections, and what the other crates are given from it) and the
+//! controller's lifecycle on the robot: the boot ([`boot`]: applies the CPU
+//! plan, runs the boot timing check, scans for new IRQs, traces misses),
+//! then creates the channels, starts every process with the real-time
+//! attributes `robot.yaml` gives it, restarts them sensibly, and answers on
+//! a control socket.
 //!
 //! Design rules:
+//! - robot.yaml enters here once: `deploy` loads it through [`robot`] and
+//!   hands the robot on; commands never derive a crate's input from it
+//!   themselves (the robot has a method for it);
+//! - the work that needs the crates below (cpusets, check) reaches the
+//!   supervisor through one trait, [`supervisor::Boot`]; tests give their
+//!   own;
 //! - between `fork` and `exec` only async-signal-safe calls; every string and
 //!   buffer is prepared before forking;
 //! - every on-robot path is rooted at a caller-supplied prefix;
@@ -16,7 +26,8 @@
 //!   loops, [`health`]: readiness, liveness and budgets from timing
 //!   reports); the loop ([`supervisor`]) only applies them.
 //!
-//! Modules: [`spawn`] starts one process with its attributes; [`supervisor`]
+//! Modules: [`robot`] robot.yaml; [`boot`] the supervisor's boot on a
+//! robot; [`spawn`] starts one process with its attributes; [`supervisor`]
 //! is the event loop; [`control`] the socket protocol and its client;
 //! [`status`] what `deploy status` shows; [`procfs`] reads back what the
 //! kernel put in force; [`logfile`] the rotated logs; [`accounts`] users and
@@ -30,6 +41,7 @@
 //! sees it.
 
 pub mod accounts;
+pub mod boot;
 pub mod boot_history;
 pub mod config;
 pub mod control;
@@ -43,6 +55,7 @@ pub mod pid1;
 pub mod procfs;
 pub mod release;
 pub mod restart;
+pub mod robot;
 pub mod spawn;
 pub mod status;
 pub mod supervisor;

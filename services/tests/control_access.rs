@@ -11,7 +11,6 @@ use std::path::Path;
 use common::{config, process, start};
 use serde_json::json;
 use services::control::{self, Request};
-use services::supervisor::Hooks;
 
 /// Run by the test below as another user: one `status` request, the
 /// outcome on stdout. On its own (`--include-ignored`) it does nothing.
@@ -73,7 +72,7 @@ fn as_user(exe: &Path, socket: &Path, uid: u32, gid: u32) -> String {
 fn control_socket_refuses_users_outside_the_group() {
     let (_dir, exe) = reachable_copy();
     let p = process(json!({"name": "p", "exec": "/bin/sleep", "args": ["60"]}));
-    let sup = start(config(vec![p], Some("rtctl")), Hooks::default());
+    let sup = start(config(vec![p], Some("rtctl")), None);
     let meta = std::fs::metadata(&sup.socket).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, 4242));

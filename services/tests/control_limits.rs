@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::{config, process, roots};
 use serde_json::json;
 use services::control::{self, ControlRequestError, Reply, Request, MAX_CONNECTIONS};
-use services::supervisor::{Hooks, Options, Supervisor};
+use services::supervisor::{Options, Supervisor};
 
 /// Run by the tests below in a child process: a supervisor for the
 /// processes in `RTDEPLOY_TEST_PROCESSES` under `RTDEPLOY_TEST_PREFIX`.
@@ -40,7 +40,7 @@ fn supervisor_helper() {
         log_max_bytes: 1 << 20,
         ..Default::default()
     };
-    let sup = Supervisor::new(cfg, roots(Path::new(&prefix)), opts, Hooks::default(), None)
+    let sup = Supervisor::new(cfg, roots(Path::new(&prefix)), opts, None, None)
         .expect("supervisor starts");
     sup.run().expect("supervisor runs");
 }

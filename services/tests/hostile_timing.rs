@@ -12,7 +12,6 @@ use common::{config, process, start};
 use controller::channel::{Channel, ChannelGeometry};
 use controller::timing_report::{timing_channel_name, timing_geometry, RawReport};
 use serde_json::json;
-use services::supervisor::Hooks;
 
 /// Byte offset of the queue index in a channel's header page.
 const NEXT_INDEX: u64 = 256;
@@ -30,7 +29,7 @@ fn a_garbage_timing_channel_does_not_freeze_the_supervisor() {
         "restart": {"initial_backoff": "50ms", "max_backoff": "100ms"},
     }));
     let big = process(json!({"name": "big", "exec": "/bin/sleep", "args": ["600"]}));
-    let sup = start(config(vec![scribbler, victim, big], None), Hooks::default());
+    let sup = start(config(vec![scribbler, victim, big], None), None);
     sup.wait_for("all running", |s| {
         s.processes.iter().all(|p| p.state == "running")
     });
@@ -119,7 +118,7 @@ fn old_layouts_unknown_layouts_and_garbage_figures_leave_the_supervisor_answerin
             }))
         })
         .collect();
-    let sup = start(config(procs, None), Hooks::default());
+    let sup = start(config(procs, None), None);
     let s = sup.wait_for("all running", |s| {
         s.processes.iter().all(|p| p.state == "running")
     });
@@ -251,7 +250,7 @@ fn an_impossible_wakeup_in_a_report_does_not_degrade_its_process() {
         "name": "talker", "exec": "/bin/sleep", "args": ["600"],
         "budgets": {"wakeup": "1ms"},
     }));
-    let sup = start(config(vec![talker], None), Hooks::default());
+    let sup = start(config(vec![talker], None), None);
     let s = sup.wait_for("running", |s| s.processes[0].state == "running");
     let pid = s.processes[0].pid.unwrap() as u64;
     let shm = sup.prefix.path().join("dev/shm/rtdeploy");

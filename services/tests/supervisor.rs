@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use common::{config, pid_alive, process, start};
 use serde_json::json;
 use services::control::{Client, Request};
-use services::supervisor::Hooks;
 
 #[test]
 fn a_crashing_process_restarts_with_growing_delays_then_fails() {
@@ -19,7 +18,7 @@ fn a_crashing_process_restarts_with_growing_delays_then_fails() {
                     "crash_loop_restarts": 4, "crash_loop_window": "60s"},
     }));
     let steady = process(json!({"name": "steady", "exec": "/bin/sleep", "args": ["60"]}));
-    let sup = start(config(vec![crasher, steady], None), Hooks::default());
+    let sup = start(config(vec![crasher, steady], None), None);
     let s = sup.wait_for("crasher failed", |s| s.processes[0].state == "failed");
     let p = &s.processes[0];
     assert_eq!(p.restarts, 4);
@@ -56,7 +55,7 @@ fn sigkill_after_the_stop_timeout() {
         "args": ["-c", "trap '' TERM; echo armed; while :; do sleep 0.05; done"],
         "stop_timeout": "300ms",
     }));
-    let sup = start(config(vec![stubborn], None), Hooks::default());
+    let sup = start(config(vec![stubborn], None), None);
     sup.wait_log("stubborn", "armed");
     let pid = sup.process("stubborn").pid.unwrap();
     let reply = sup.request(&Request::Stop {
@@ -97,7 +96,7 @@ fn orderly_shutdown_leaves_no_child_and_no_zombie() {
         "name": "tree", "exec": "/bin/sh", "after": ["base"],
         "args": ["-c", "sleep 600 & echo grandchild $!; trap 'echo tree-term; exit 0' TERM; while :; do sleep 0.05; done"],
     }));
-    let sup = start(config(vec![base, tree], None), Hooks::default());
+    let sup = start(config(vec![base, tree], None), None);
     sup.wait_log("tree", "grandchild ");
     let s = sup.status();
     let pids: Vec<i32> = s.processes.iter().map(|p| p.pid.unwrap()).collect();
@@ -146,10 +145,7 @@ fn dependency_order_and_a_missing_executable_leave_the_others_running() {
     );
     let nobody =
         process(json!({"name": "ghostly", "exec": "/bin/sleep", "args": ["60"], "user": "ghost"}));
-    let sup = start(
-        config(vec![a, b, missing, orphan, nobody], None),
-        Hooks::default(),
-    );
+    let sup = start(config(vec![a, b, missing, orphan, nobody], None), None);
     let s = sup.wait_for("a running", |s| s.processes[0].state == "running");
     let by = |n: &str| s.processes.iter().find(|p| p.name == n).unwrap().clone();
     assert_eq!(by("b").state, "running");
@@ -183,7 +179,7 @@ fn bad_requests_get_error_replies_and_the_socket_keeps_working() {
     let p = process(
         json!({"name": "p", "exec": "/bin/sh", "args": ["-c", "echo hello-log; sleep 60"]}),
     );
-    let sup = start(config(vec![p], None), Hooks::default());
+    let sup = start(config(vec![p], None), None);
     let mut c = Client::connect(&sup.socket).unwrap();
     let r = c.raw("this is not json").unwrap();
     assert!(!r.ok);
@@ -239,7 +235,7 @@ fn boot_check_failure_refuses_realtime_processes_only() {
         json!({"name": "rt", "exec": "/bin/sleep", "args": ["60"], "policy": "fifo", "priority": 10}),
     );
     let bg = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["60"]}));
-    let hooks = Hooks {
+    let boot = common::TestBoot {
         boot_check: Some(Box::new(|_| {
             services::supervisor::BootCheckOutcome::Failed(
                 "wakeup max 900us over budget 200us".into(),
@@ -247,7 +243,7 @@ fn boot_check_failure_refuses_realtime_processes_only() {
         })),
         ..Default::default()
     };
-    let sup = start(config(vec![rt, bg], None), hooks);
+    let sup = start(config(vec![rt, bg], None), boot.boxed());
     let s = sup.wait_for("bg running", |s| s.processes[1].state == "running");
     assert_eq!(s.processes[0].state, "refused");
     assert!(s
@@ -264,7 +260,7 @@ fn status_reports_attributes_read_back_from_the_kernel() {
     let rt = process(
         json!({"name": "rt", "exec": "/bin/sleep", "args": ["60"], "policy": "rr", "priority": 33, "cpus": "0"}),
     );
-    let sup = start(config(vec![rt], None), Hooks::default());
+    let sup = start(config(vec![rt], None), None);
     let s = sup.wait_for("rt running", |s| s.processes[0].state == "running");
     let f = s.processes[0].in_force.as_ref().unwrap();
     assert_eq!(
@@ -315,7 +311,7 @@ fn channels_exist_with_mode_and_group_before_processes_start() {
             serde_json::from_value(json!({"name": "/imu/raw", "max_size": 64, "rate": 1000}))
                 .unwrap(),
         ];
-    let sup = common::start_in(prefix, cfg, Hooks::default());
+    let sup = common::start_in(prefix, cfg, None);
     sup.wait_log("lister", "raw.v");
     let shm = sup.prefix.path().join("dev/shm/rtdeploy");
     let log = sup.log("lister");
@@ -380,7 +376,7 @@ fn systemd_notifications_ready_then_watchdog() {
         config(vec![p], None),
         common::roots(prefix.path()),
         opts,
-        Hooks::default(),
+        None,
         notifier,
     )
     .unwrap();
@@ -427,12 +423,12 @@ fn systemd_start_timeout_is_extended_by_the_boot_check() {
     cfg.boot_check.duration = units::duration::Dur(Duration::from_secs(300));
     let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ran2 = ran.clone();
-    let hooks = Hooks {
+    let boot = common::TestBoot {
         boot_check: Some(Box::new(move |d| {
             ran2.store(true, std::sync::atomic::Ordering::SeqCst);
             services::supervisor::BootCheckOutcome::Passed(format!("{}s", d.as_secs()))
         })),
-        ..Hooks::default()
+        ..Default::default()
     };
     let opts = services::supervisor::Options {
         handle_signals: false,
@@ -443,7 +439,7 @@ fn systemd_start_timeout_is_extended_by_the_boot_check() {
         cfg,
         common::roots(prefix.path()),
         opts,
-        hooks,
+        boot.boxed(),
         notifier,
     )
     .unwrap();
@@ -479,13 +475,13 @@ fn boot_check_failure_with_degrade_starts_realtime_processes_marked_degraded() {
     let bg = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["60"]}));
     let mut cfg = config(vec![rt, bg], None);
     cfg.boot_check.on_failure = check::config::OnFailure::Degrade;
-    let hooks = Hooks {
+    let boot = common::TestBoot {
         boot_check: Some(Box::new(|_| {
             services::supervisor::BootCheckOutcome::Failed("timer max 3ms over budget 1ms".into())
         })),
         ..Default::default()
     };
-    let sup = start(cfg, hooks);
+    let sup = start(cfg, boot.boxed());
     let s = sup.wait_for("both running", |s| {
         s.processes.iter().all(|p| p.state == "running")
     });
@@ -515,7 +511,7 @@ fn a_process_that_closes_its_output_does_not_keep_the_loop_awake() {
         "name": "quiet", "exec": "/bin/sh",
         "args": ["-c", format!("echo closing; exec >&- 2>&-; : > {}; sleep 60", closed.display())],
     }));
-    let sup = start(config(vec![quiet], None), Hooks::default());
+    let sup = start(config(vec![quiet], None), None);
     let until = Instant::now() + Duration::from_secs(20);
     while !closed.exists() {
         assert!(

@@ -20,8 +20,9 @@ use releases::system::{BootEntry, REBOOT_MARKER};
 use releases::{install_bundle, InstallOptions, ReleaseState, SystemUpdate};
 use serde_json::json;
 use services::control;
+use services::robot::RobotLoadError;
 use services::status::{StepStatus, SupervisorStatus};
-use services::supervisor::{Hooks, Options, Roots, Supervisor};
+use services::supervisor::{Options, Roots, Supervisor};
 use util::{bundle, current_version, key, opts, release};
 
 const CONF: &str = "boot/extlinux/extlinux.conf";
@@ -78,8 +79,8 @@ fn supervise(prefix: tempfile::TempDir, proc_root: &Path, plan: &'static str) ->
         keep: 3,
         ..Default::default()
     };
-    let hooks = Hooks {
-        apply_cpu_plan: Some(Box::new(move || StepStatus {
+    let boot = common::TestBoot {
+        cpu_plan: Some(Box::new(move || StepStatus {
             step: "cpu plan".into(),
             result: plan.into(),
             detail: format!("test: {plan}"),
@@ -90,8 +91,14 @@ fn supervise(prefix: tempfile::TempDir, proc_root: &Path, plan: &'static str) ->
         proc_root: proc_root.to_path_buf(),
         ..common::roots(prefix.path())
     };
-    let sup = Supervisor::new(common::config(vec![ctl], None), roots, opts, hooks, None)
-        .expect("supervisor starts");
+    let sup = Supervisor::new(
+        common::config(vec![ctl], None),
+        roots,
+        opts,
+        boot.boxed(),
+        None,
+    )
+    .expect("supervisor starts");
     let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
     Running {
         socket: control::socket_path(prefix.path()),
@@ -290,16 +297,25 @@ fn a_trial_runs_with_its_own_robot_yaml_and_a_rollback_with_the_previous_one() {
         keep: 3,
         ..Default::default()
     };
-    let hooks = Hooks {
-        load_config: Some(Box::new(|path: &Path| {
+    let boot = common::TestBoot {
+        release_config: Some(Box::new(|path: &Path| {
             fs::read_to_string(path)
                 .map(|t| config_of(&t))
-                .map_err(|e| e.to_string())
+                .map_err(|source| RobotLoadError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
         })),
         ..Default::default()
     };
-    let sup = Supervisor::new(start_cfg, common::roots(prefix.path()), opts_s, hooks, None)
-        .expect("supervisor starts");
+    let sup = Supervisor::new(
+        start_cfg,
+        common::roots(prefix.path()),
+        opts_s,
+        boot.boxed(),
+        None,
+    )
+    .expect("supervisor starts");
     let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
     let sup = Running {
         socket: control::socket_path(prefix.path()),
@@ -401,11 +417,14 @@ fn a_release_that_adds_a_process_is_loaded_by_starting_again_and_its_trial_goes_
         recovered,
         ..Default::default()
     };
-    let hooks = || Hooks {
-        load_config: Some(Box::new(|path: &Path| {
+    let boot = || common::TestBoot {
+        release_config: Some(Box::new(|path: &Path| {
             fs::read_to_string(path)
                 .map(|t| config_of(&t))
-                .map_err(|e| e.to_string())
+                .map_err(|source| RobotLoadError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
         })),
         ..Default::default()
     };
@@ -413,7 +432,7 @@ fn a_release_that_adds_a_process_is_loaded_by_starting_again_and_its_trial_goes_
         current_cfg(prefix.path()),
         common::roots(prefix.path()),
         opts_s(None),
-        hooks(),
+        boot().boxed(),
         None,
     )
     .expect("supervisor starts");
@@ -454,7 +473,7 @@ fn a_release_that_adds_a_process_is_loaded_by_starting_again_and_its_trial_goes_
         current_cfg(prefix.path()),
         common::roots(prefix.path()),
         opts_s(Some(recovered)),
-        hooks(),
+        boot().boxed(),
         None,
     )
     .expect("supervisor starts again");

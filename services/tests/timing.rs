@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::{config, process, start};
 use serde_json::json;
-use services::supervisor::Hooks;
 
 /// Run by the supervisor in the test below: waits for `$GATE`, then runs
 /// an event loop (10 ms phased loop, handler busy for `$HANDLER_US`) until
@@ -83,7 +82,7 @@ fn timing_reports_drive_readiness_budgets_and_liveness() {
     let dependent = process(
         json!({"name": "dependent", "exec": "/bin/sleep", "args": ["60"], "after": ["fast"]}),
     );
-    let sup = start(config(vec![fast, slow, dependent], None), Hooks::default());
+    let sup = start(config(vec![fast, slow, dependent], None), None);
 
     // Running but not reporting: `dependent` waits for `fast`'s first report.
     let s = sup.wait_for("fast and slow running", |s| {

@@ -16,7 +16,7 @@ use releases::{install_bundle, ReleaseState};
 use serde_json::json;
 use services::control::{self, Request};
 use services::status::SupervisorStatus;
-use services::supervisor::{Hooks, Options, Supervisor};
+use services::supervisor::{Options, Supervisor};
 use util::{bundle, current_version, key, opts, release};
 
 /// A release whose `bin/ctl` runs `script` after saying which release it is.
@@ -74,7 +74,7 @@ fn supervise_with(
         common::config(vec![ctl], None),
         common::roots(prefix.path()),
         opts,
-        Hooks::default(),
+        None,
         None,
     )
     .expect("supervisor starts");

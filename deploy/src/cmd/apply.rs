@@ -11,9 +11,8 @@ use cpusets::apply::{self, ApplyOptions, ApplyReport};
 use cpusets::plan::RuntimePlan;
 use serde::Serialize;
 
-pub use super::plan::live_plan;
 use crate::ctx::{Ctx, Exit};
-pub use cpusets::apply_state::ApplyState;
+use cpusets::apply_state::ApplyState;
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -31,7 +30,7 @@ struct Doc<'a> {
 
 pub fn run(ctx: &Ctx, args: ApplyArgs) -> anyhow::Result<Exit> {
     let loaded = super::load_robot(ctx)?;
-    let plan = live_plan(ctx, &loaded.robot)?;
+    let plan = loaded.robot.cpu_plan(&ctx.sysroot)?;
     for w in &plan.warnings {
         ctx.note(format!("warning: {w}"));
     }

@@ -6,7 +6,7 @@
 //! robot.yaml given with -c (default <prefix>/etc/rtdeploy/robot.yaml),
 //! which must validate. With `--mender-artifact OUT` the bundle is also
 //! wrapped into a Mender artifact for our update module (see
-//! [`super::mender`]), for the device type `--device-type` or robot.yaml's
+//! [`releases::mender`]), for the device type `--device-type` or robot.yaml's
 //! `update.mender.device_type`. Exit: 0 written, 2 error.
 
 use std::path::PathBuf;
@@ -155,7 +155,7 @@ pub fn run(ctx: &Ctx, args: BundleArgs) -> anyhow::Result<Exit> {
     let debug = rootfs::build::write_debug_dir(&debug_dir, &debug)?;
     drop(staging);
     if let (Some(out), Some(t)) = (&args.mender_artifact, &device_type) {
-        super::mender::write_artifact(&args.out, &w.release, t, out)
+        releases::mender::write_artifact(&args.out, &w.release, t, out)
             .with_context(|| format!("Mender artifact {}", out.display()))?;
     }
     let doc = Written {

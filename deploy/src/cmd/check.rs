@@ -13,14 +13,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use check::{self, CheckEnv, CheckInputs, Mechanism, NamedBudget, Progress};
+use check::{self, CheckEnv, Mechanism, Progress};
 use clap::Args;
 use cpusets::verify::{self, VerifyOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use units::duration::{Dur, DurParseError};
 
-use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};
+use services::robot::Robot;
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -126,45 +126,6 @@ pub struct CheckArgs {
     pub history: bool,
 }
 
-/// The history record of a boot check: the real-time delivery's worst
-/// p99 and longest (the figures the budgets hold), the verdict, and what
-/// failed; `kernel` is asked for only when the check did not run.
-pub fn boot_record(
-    result: &Result<check::CheckReport, check::CheckRunError>,
-    release: Option<String>,
-    kernel: impl FnOnce() -> String,
-) -> services::boot_history::BootRecord {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    match result {
-        Ok(r) => {
-            let delivery = r
-                .measurements
-                .iter()
-                .filter(|m| m.kind == check::MeasurementKind::Delivery && m.count > 0);
-            services::boot_history::BootRecord {
-                unix_time: r.started_unix,
-                kernel: r.host.kernel_release.clone(),
-                release,
-                verdict: r.verdict.clone(),
-                p99_ns: delivery.clone().map(|m| m.p99_ns).max(),
-                max_ns: delivery.map(|m| m.max_ns).max(),
-                failed: r.failed.clone(),
-            }
-        }
-        Err(e) => services::boot_history::BootRecord {
-            unix_time: now,
-            kernel: kernel(),
-            release,
-            verdict: "error".into(),
-            p99_ns: None,
-            max_ns: None,
-            failed: vec![units::error::Chain(e).to_string()],
-        },
-    }
-}
-
 /// `deploy check --history`.
 fn show_history(ctx: &Ctx) -> anyhow::Result<Exit> {
     let path = releases::Layout::new(&ctx.prefix).boot_check_history();
@@ -188,33 +149,6 @@ fn show_history(ctx: &Ctx) -> anyhow::Result<Exit> {
     Ok(match h.records.last() {
         Some(r) if r.verdict != "pass" => Exit::Failed,
         _ => Exit::Ok,
-    })
-}
-
-/// Traced misses kept when robot.yaml does not say (`--trace` alone).
-pub const DEFAULT_TRACE_KEEP: usize = 10;
-
-/// Where and how many traced misses a run keeps: `--trace[=DIR]`, or
-/// robot.yaml's `check.trace_on_miss` (also for the supervisor's boot
-/// check); `None` when neither asks.
-pub fn trace_request(
-    ctx: &Ctx,
-    r: &Robot,
-    flag: Option<Option<&PathBuf>>,
-) -> Option<check::TraceRequest> {
-    let keep = r.check.trace_on_miss.map(|n| n as usize);
-    if flag.is_none() && keep.is_none() {
-        return None;
-    }
-    let dir = match flag {
-        Some(Some(d)) => d.clone(),
-        _ => releases::Layout::new(&ctx.prefix)
-            .boot_check_report()
-            .with_file_name("traces"),
-    };
-    Some(check::TraceRequest {
-        dir,
-        keep: keep.unwrap_or(DEFAULT_TRACE_KEEP).max(1),
     })
 }
 
@@ -259,46 +193,12 @@ pub fn run_worker(args: CheckWorkerArgs) -> ! {
     std::process::exit(check::worker::main(&args.args))
 }
 
-/// The check's inputs from a robot description.
-pub fn inputs_from_robot(r: &Robot) -> CheckInputs {
-    let mut inputs = CheckInputs::new(
-        r.robot.name.clone(),
-        r.check.clone(),
-        r.cpus.isolated.iter().map(|c| c as usize).collect(),
-        r.housekeeping().iter().map(|c| c as usize).collect(),
-    );
-    inputs.cpu_dma_latency_us = r.power.cpu_dma_latency.map(|m| m.0);
-    inputs.channel_budgets = r
-        .channels
-        .iter()
-        .filter_map(|c| {
-            c.budget.map(|b| NamedBudget {
-                name: format!("channels.{}.budget", c.name),
-                limit: b,
-            })
-        })
-        .collect();
-    // Real-time processes' wakeup budgets hold for the real-time receiver.
-    inputs.process_budgets = r
-        .processes
-        .iter()
-        .filter(|p| p.policy.is_realtime())
-        .filter_map(|p| {
-            p.budgets.wakeup.map(|b| NamedBudget {
-                name: format!("processes.{}.budgets.wakeup", p.name),
-                limit: b,
-            })
-        })
-        .collect();
-    inputs
-}
-
 /// A short verify pass (cpusets plan against the live system), summarised
 /// in one line; drift is reported, it does not stop the timing run.
 fn verify_summary(ctx: &Ctx, r: &Robot) -> String {
     let result =
         (|| -> anyhow::Result<String> {
-            let plan = super::plan::live_plan(ctx, r)?;
+            let plan = r.cpu_plan(&ctx.sysroot)?;
             let opts = VerifyOptions {
                 sample_window: Duration::from_millis(200),
                 interrupts_after: None,
@@ -309,7 +209,7 @@ fn verify_summary(ctx: &Ctx, r: &Robot) -> String {
                     .collect(),
                 unmovable_irqs: vec![],
                 declared_kernel: r.kernel.declared(),
-                kernel_offers: Some(super::verify::kernel_offers),
+                kernel_offers: Some(services::robot::kernel_offers),
             };
             let report = verify::verify(&plan, &ctx.sysroot, &opts)?;
             let s = report.summary();
@@ -349,9 +249,13 @@ pub fn run(ctx: &Ctx, args: CheckArgs) -> anyhow::Result<Exit> {
     }
     let loaded = super::load_robot(ctx)?;
     let r = &loaded.robot;
-    let mut inputs = inputs_from_robot(r);
+    let mut inputs = r.check_inputs();
     inputs.duration = args.duration;
-    inputs.trace = trace_request(ctx, r, args.trace.as_ref().map(|d| d.as_ref()));
+    inputs.trace = r.trace_request(
+        &ctx.prefix,
+        args.trace.is_some(),
+        args.trace.as_ref().and_then(|d| d.as_deref()),
+    );
     inputs.trace_compare = args.trace_compare;
     if args.log_compare {
         inputs.log_compare = Some(std::sync::Arc::new(SupervisorLogger));

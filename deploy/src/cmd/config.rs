@@ -3,8 +3,8 @@
 use clap::Subcommand;
 use serde::Serialize;
 
-use crate::config::{self as robot_config, ConfigLoadError, Diagnostic, Severity};
 use crate::ctx::{Ctx, Exit};
+use services::robot::{self as robot_config, Diagnostic, RobotLoadError, Severity};
 
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
@@ -31,7 +31,7 @@ pub fn run(ctx: &Ctx, cmd: ConfigCommand) -> anyhow::Result<Exit> {
 fn check(ctx: &Ctx) -> anyhow::Result<Exit> {
     let (valid, diagnostics) = match robot_config::load(&ctx.config_path) {
         Ok(loaded) => (true, loaded.warnings),
-        Err(ConfigLoadError::Invalid { diagnostics, .. }) => (false, diagnostics),
+        Err(RobotLoadError::Invalid { diagnostics, .. }) => (false, diagnostics),
         Err(e) => return Err(e.into()),
     };
     let errors = diagnostics

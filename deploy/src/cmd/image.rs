@@ -14,8 +14,8 @@ use rootfs::{build, Base, Format, ImageSpec, Phase, Progress};
 use units::size::ByteSize;
 
 use crate::cmd::load_robot;
-use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};
+use services::robot::Robot;
 
 /// Build a root filesystem image with the controller installed.
 #[derive(Debug, clap::Args)]
@@ -178,8 +178,8 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
             .iter()
             .map(|_| {
                 (
-                    crate::cmd::mender::MODULE_PATH.to_string(),
-                    crate::cmd::mender::module_script("/usr/bin/deploy", &[]).into_bytes(),
+                    releases::mender::MODULE_PATH.to_string(),
+                    releases::mender::module_script("/usr/bin/deploy", &[]).into_bytes(),
                     0o755,
                 )
             })

@@ -9,7 +9,7 @@
 //! validate. Exit: 0 installed (or already current), 2 refused or error.
 //!
 //! A release whose robot.yaml changes the kernel command line or the CPU
-//! plan is a system update ([`super::system_update`]): install writes the
+//! plan is a system update ([`releases::system_plan`]): install writes the
 //! new boot entry and asks for a reboot, by the report (`"reboot": true`
 //! and `"system"` in `--json`, a line in the text) and by
 //! `<prefix>/run/rtdeploy/reboot-required`; the exit status stays 0. The
@@ -42,7 +42,7 @@ pub struct ServeUpdateArgs {}
 /// Checks a release's robot.yaml with the same loader `deploy config check`
 /// uses; the programs it runs, which the release must hold.
 fn validate_yaml(text: &str) -> Result<Vec<String>, RobotYamlError> {
-    crate::config::load_str(Path::new("robot.yaml"), text.to_string())
+    services::robot::load_str(Path::new("robot.yaml"), text.to_string())
         .map(|l| l.robot.programs())
         .map_err(|e| RobotYamlError::Invalid(Box::new(e)))
 }
@@ -62,8 +62,23 @@ pub fn install_options(ctx: &Ctx, holder: &str) -> anyhow::Result<InstallOptions
         lock_timeout: r.update.lock_timeout.0,
         holder: holder.to_string(),
         validate_robot_yaml: Some(&validate_yaml),
-        plan_system: Some(super::system_update::planner(ctx, r.clone())),
+        plan_system: Some(system_planner(ctx, r.clone())),
     })
+}
+
+/// The system-update planner the installer is given: this robot's
+/// robot.yaml against each new release's ([`releases::system_plan`]),
+/// with the image builder's extlinux.conf editor
+/// ([`rootfs::extlinux::add_system_entry`]).
+fn system_planner(ctx: &Ctx, old: services::robot::Robot) -> Box<releases::PlanSystem> {
+    old.system_planner(
+        ctx.prefix.clone(),
+        ctx.sys("/proc/sys/kernel/random/boot_id"),
+        Box::new(|text, release, old_t, new_t| {
+            rootfs::extlinux::add_system_entry(text, release, old_t, new_t)
+                .map(|e| (e.text, e.label, e.previous_label))
+        }),
+    )
 }
 
 pub fn print_report(ctx: &Ctx, rep: &InstallReport) -> anyhow::Result<()> {

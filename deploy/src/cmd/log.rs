@@ -98,7 +98,7 @@ fn parse_dur(s: &str) -> Result<Dur, String> {
 
 /// The logger's directory from robot.yaml, else the default.
 fn log_dir(ctx: &Ctx) -> PathBuf {
-    let configured = crate::config::load(&ctx.config_path)
+    let configured = services::robot::load(&ctx.config_path)
         .ok()
         .and_then(|l| l.robot.log)
         .and_then(|l| l.dir);

@@ -18,14 +18,13 @@ pub mod plan;
 pub mod release;
 pub mod status;
 pub mod supervise;
-pub mod system_update;
 pub mod top;
 pub mod trace;
 pub mod update;
 pub mod verify;
 
-use crate::config::{self as robot_config, ConfigLoadError, Loaded};
 use crate::ctx::Ctx;
+use services::robot::{self as robot_config, Loaded, RobotLoadError};
 
 /// Loads robot.yaml for a command: warnings go to stderr (unless -q); an
 /// invalid file prints every diagnostic and fails (exit 2).
@@ -37,11 +36,11 @@ pub fn load_robot(ctx: &Ctx) -> anyhow::Result<Loaded> {
             }
             Ok(loaded)
         }
-        Err(ConfigLoadError::Invalid { path, diagnostics }) => {
+        Err(RobotLoadError::Invalid { path, diagnostics }) => {
             for d in &diagnostics {
                 eprintln!("{d}");
             }
-            Err(ConfigLoadError::Invalid { path, diagnostics }.into())
+            Err(RobotLoadError::Invalid { path, diagnostics }.into())
         }
         Err(e) => Err(e.into()),
     }

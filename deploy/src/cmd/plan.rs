@@ -2,7 +2,6 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Context as _;
 use clap::Args;
 use cpusets::board::BootLoader;
 use cpusets::cmdline::{self, Token};
@@ -10,18 +9,10 @@ use cpusets::config::{IrqOverride, ThreadRule};
 use serde::Serialize;
 use units::cpu::CpuSet;
 
-use cpusets::model::live::Live;
 use cpusets::plan::{Inventory, RuntimePlan};
 
-use crate::config::Robot;
 use crate::ctx::{Ctx, Exit};
-
-/// The cpusets runtime plan against the live system under --sysroot (what
-/// `apply` writes, `verify` checks and `check` verifies first).
-pub fn live_plan(ctx: &Ctx, r: &Robot) -> anyhow::Result<RuntimePlan> {
-    let live = Live::read(&ctx.sysroot).context("reading the live system")?;
-    Ok(cpusets::plan::plan(&r.isolation(), &live.inventory())?)
-}
+use services::robot::Robot;
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {}

@@ -114,7 +114,7 @@ struct Isolated {
 }
 
 fn isolated(ctx: &Ctx) -> Isolated {
-    match crate::config::load(&ctx.config_path) {
+    match services::robot::load(&ctx.config_path) {
         Ok(l) => Isolated {
             cpus: l.robot.cpus.isolated.iter().collect(),
             note: None,

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use releases::fleet::{update_fleet, Event, FleetOptions, Robot};
+use releases::fleet::{update_fleet, Event, FleetOptions, Host};
 
 use crate::ctx::{Ctx, Exit};
 
@@ -70,7 +70,7 @@ pub struct UpdateArgs {
 const MAX_HOSTS_FILE: u64 = 4 << 20;
 
 /// The robots from `--host` or `--hosts-file`.
-fn targets(args: &UpdateArgs) -> anyhow::Result<Vec<Robot>> {
+fn targets(args: &UpdateArgs) -> anyhow::Result<Vec<Host>> {
     let mut out = Vec::new();
     if let Some(f) = &args.hosts_file {
         // units::bounded: at most MAX_HOSTS_FILE, a FIFO refused.
@@ -97,13 +97,13 @@ fn targets(args: &UpdateArgs) -> anyhow::Result<Vec<Robot>> {
                     i + 1
                 );
             }
-            out.push(Robot { dest, prefix });
+            out.push(Host { dest, prefix });
         }
     } else {
         for h in &args.host {
             let h = h.trim();
             if !h.is_empty() {
-                out.push(Robot {
+                out.push(Host {
                     dest: h.to_string(),
                     prefix: args.remote_prefix.clone(),
                 });

@@ -12,7 +12,6 @@ use clap::Args;
 use cpusets::apply_state::ApplyState;
 use cpusets::verify::{self, VerifyOptions};
 
-use super::plan::live_plan;
 use crate::ctx::{Ctx, Exit};
 
 #[derive(Debug, Args)]
@@ -31,7 +30,7 @@ pub struct VerifyArgs {
 pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
     let loaded = super::load_robot(ctx)?;
     let r = &loaded.robot;
-    let plan = live_plan(ctx, r)?;
+    let plan = r.cpu_plan(&ctx.sysroot)?;
     for w in &plan.warnings {
         ctx.note(format!("warning: {w}"));
     }
@@ -61,7 +60,7 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
         allow_tasks,
         unmovable_irqs,
         declared_kernel: r.kernel.declared(),
-        kernel_offers: Some(kernel_offers),
+        kernel_offers: Some(services::robot::kernel_offers),
     };
     let report = verify::verify(&plan, &ctx.sysroot, &opts)?;
     if ctx.json {
@@ -74,10 +73,4 @@ pub fn run(ctx: &Ctx, args: VerifyArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
-}
-
-/// What the kernel of `release` offers the runtime, in one line (probed
-/// when it is the kernel running here): verify's `kernel.capabilities`.
-pub(crate) fn kernel_offers(release: &str, live: bool) -> String {
-    controller::kernel::KernelFacts::of(release, live).summary()
 }

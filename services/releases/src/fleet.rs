@@ -19,9 +19,10 @@ use serde::Serialize;
 
 use crate::bundle::wire::{send_bundle, Progress, SendOptions, SendReport, WireError};
 
-/// One robot to update.
+/// One robot to update: where `deploy update` reaches it (the robot
+/// itself, robot.yaml's model, is `services::robot::Robot`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Robot {
+pub struct Host {
     /// The ssh destination (`robot1`, `user@10.0.0.5`).
     pub dest: String,
     /// `--prefix` for `deploy` on the robot.
@@ -166,7 +167,7 @@ enum RebootAskError {
 /// it exited 0 (the reboot is under way), else what it said. Bounded by
 /// [`REBOOT_ANSWER`]: a robot that goes down before ssh returns cannot
 /// hold the sender.
-fn ask_reboot(robot: &Robot, opts: &FleetOptions) -> Result<(), RebootAskError> {
+fn ask_reboot(robot: &Host, opts: &FleetOptions) -> Result<(), RebootAskError> {
     let mut cmd = Command::new(&opts.ssh);
     for o in &opts.ssh_options {
         cmd.arg("-o").arg(o);
@@ -258,7 +259,7 @@ fn backoff(attempt: u32) -> Duration {
 /// stdout.
 fn attempt(
     bundle: &Path,
-    robot: &Robot,
+    robot: &Host,
     opts: &FleetOptions,
     send: &SendOptions,
     on: &mut dyn FnMut(Event),
@@ -336,7 +337,7 @@ fn newest_text(mut r: impl Read, keep: usize) -> String {
 /// up to `opts.retries` times.
 pub fn update_robot(
     bundle: &Path,
-    robot: &Robot,
+    robot: &Host,
     opts: &FleetOptions,
     on: &mut dyn FnMut(Event),
 ) -> Outcome {
@@ -430,7 +431,7 @@ pub fn update_robot(
 /// in the order of `robots`.
 pub fn update_fleet(
     bundle: &Path,
-    robots: &[Robot],
+    robots: &[Host],
     opts: &FleetOptions,
     on: &(dyn Fn(usize, Event) + Sync),
 ) -> Vec<Outcome> {

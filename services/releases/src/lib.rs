@@ -1,7 +1,8 @@
 //! Releases on the robot: the signed bundle format, the content-addressed
 //! store, installing a bundle and switching to it in trial, commit and
-//! rollback, the update lock, pruning, and both ends of the update wire
-//! protocol (the robot's server and the build host's fleet client).
+//! rollback, the update lock, pruning, both ends of the update wire
+//! protocol (the robot's server and the build host's fleet client), the
+//! planner of system updates and our Mender update module.
 //!
 //! The supervisor uses this crate without the image builder; the image
 //! builder uses it for the on-robot [`Layout`] and the release name.
@@ -21,6 +22,11 @@
 //! - the store changes under the update lock ([`UpdateLock`]) only;
 //! - the health verdict that ends a trial is not here: the supervisor
 //!   judges its processes and calls [`commit`] or [`rollback`];
+//! - what an update needs of the robot beyond the store (its robot.yaml,
+//!   its supervisor) comes in from the caller ([`mender::ModuleEnv`],
+//!   [`PlanSystem`]): this crate depends on no crate above it (`cpusets`
+//!   and `units` only);
+//! - errors are typed (`thiserror`), no `anyhow`;
 //! - test instrumentation (the installer's fault points) exists only with
 //!   the `fault-injection` feature, which release builds do not enable.
 //!
@@ -31,8 +37,10 @@
 //! listing and pruning; [`serve`] the robot's end of `deploy update`;
 //! [`fleet`] the sender's end: ssh to each robot, with retries;
 //! [`system`] releases that change the kernel command line or the CPU
-//! plan, whose trial spans a reboot; [`programs`] the one check that a
-//! release holds the programs its robot.yaml runs.
+//! plan, whose trial spans a reboot, and [`system_plan`] what makes one
+//! (the system part compared, the extlinux.conf entry); [`mender`] our
+//! Mender update module; [`programs`] the one check that a release holds
+//! the programs its robot.yaml runs.
 
 pub mod bundle;
 mod error;
@@ -41,6 +49,7 @@ pub mod fleet;
 pub mod install;
 pub mod layout;
 pub mod lock;
+pub mod mender;
 mod name;
 pub mod programs;
 pub mod prune;
@@ -48,6 +57,7 @@ pub mod serve;
 pub mod state;
 pub mod switch;
 pub mod system;
+pub mod system_plan;
 pub mod utc;
 
 pub use error::ReleaseError;

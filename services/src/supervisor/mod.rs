@@ -59,8 +59,8 @@ const TRACE_WATCH_EVERY: Duration = Duration::from_millis(200);
 
 pub use controller::rt::find_cgroup;
 pub use startup::{
-    BootCheckHook, BootCheckOutcome, ConfigHook, Hooks, IrqScanHook, Options, Roots, StepHook,
-    SupervisorConfig, SupervisorStartError, TraceTurn, TraceWatchHook, TracedMiss,
+    Boot, BootCheckOutcome, ConfigHook, Options, Roots, SupervisorConfig, SupervisorStartError,
+    TraceTurn, TracedMiss,
 };
 pub use trial::recover;
 
@@ -211,9 +211,11 @@ pub struct Supervisor {
     at_exit: AtExit,
     started: Instant,
     stderr: Stderr,
-    /// Interrupts and IRQ threads that appear later: the hook, its period,
+    /// The robot's part (the CPU plan, IRQ scans, miss tracing), when given.
+    boot: Option<Box<dyn Boot>>,
+    /// Interrupts and IRQ threads that appear later: the scan's period,
     /// when it runs next, and what its last placing did.
-    irq_scan: Option<(IrqScanHook, Duration)>,
+    irq_scan_every: Option<Duration>,
     next_irq_scan: Option<Instant>,
     last_irq_scan: Option<StepStatus>,
     /// How long this turn's IRQ scan took (zero without one).
@@ -230,9 +232,7 @@ pub struct Supervisor {
     metrics: Option<crate::metrics::Textfile>,
     /// The logger (robot.yaml `log:`).
     logger: Option<logbook::Recorder>,
-    /// The tracing of the running processes' misses, and when it looks
-    /// next.
-    trace_watch: Option<TraceWatchHook>,
+    /// When the tracing of the running processes' misses looks next.
     next_trace_watch: Option<Instant>,
     /// What woke the event loop, for the status.
     counts: crate::status::LoopCounts,
@@ -244,23 +244,19 @@ impl Supervisor {
         cfg: SupervisorConfig,
         roots: Roots,
         opts: Options,
-        hooks: Hooks,
+        boot: Option<Box<dyn Boot>>,
         notifier: Option<Notifier>,
     ) -> Result<Supervisor, SupervisorStartError> {
-        let mut hooks = hooks;
-        let irq_scan = hooks.irq_scan.take().zip(opts.irq_scan_every);
-        let load_config = hooks.load_config.take();
-        let trace_watch = hooks.trace_watch.take();
+        let mut boot = boot;
+        let irq_scan_every = opts.irq_scan_every.filter(|_| boot.is_some());
+        let load_config = boot.as_mut().and_then(|b| b.release_config());
         if opts.journal {
             crate::journal::init(crate::journal::Journal::from_env(&cfg.robot.name));
         }
         // systemd gives a Type=notify service 90 s (TimeoutStartSec) to
         // say READY=1 and kills it then; start-up runs the boot check, as
         // long as robot.yaml says, so the limit is extended to cover it.
-        if let (Some(n), true) = (
-            &notifier,
-            cfg.boot_check.enabled && hooks.boot_check.is_some(),
-        ) {
+        if let (Some(n), true) = (&notifier, cfg.boot_check.enabled && boot.is_some()) {
             let extend = cfg.boot_check.duration.0 + START_MARGIN;
             if let Err(e) = n.send(&format!(
                 "EXTEND_TIMEOUT_USEC={}\nSTATUS=start-up: CPU plan, channels, boot check ({:.0}s)",
@@ -274,7 +270,7 @@ impl Supervisor {
                 .say(e);
             }
         }
-        let mut s = startup::start_up(&cfg, &roots, &opts, hooks)?;
+        let mut s = startup::start_up(&cfg, &roots, &opts, boot.as_deref_mut())?;
         let plan_outcome = match s.steps.iter().find(|st| st.step == "cpu plan") {
             Some(st) if st.result == "ok" => Ok(()),
             Some(st) => Err(format!("{}: {}", st.result, st.detail)),
@@ -335,8 +331,8 @@ impl Supervisor {
             started,
             stderr: stderr.clone(),
             logger,
-            next_irq_scan: irq_scan.as_ref().map(|(_, every)| started + *every),
-            irq_scan,
+            next_irq_scan: irq_scan_every.map(|every| started + every),
+            irq_scan_every,
             irq_scan_took: Duration::ZERO,
             restart: None,
             last_irq_scan: None,
@@ -347,12 +343,12 @@ impl Supervisor {
             metrics: opts.metrics_textfile.clone().map(|(path, every)| {
                 crate::metrics::Textfile::new(path, every).within(prefix.clone())
             }),
-            next_trace_watch: trace_watch.as_ref().map(|_| started),
-            trace_watch,
+            next_trace_watch: boot.as_ref().map(|_| started),
+            boot,
         };
         // Before any process starts: the tracer they write to is set up.
         sup.watch_traces(started);
-        if sup.irq_scan.is_some() && opts.irq_scan_on_events {
+        if sup.irq_scan_every.is_some() && opts.irq_scan_on_events {
             use crate::hotplug::{EventSocket, Kind};
             for kind in [Kind::Uevent, Kind::Link] {
                 match EventSocket::open(kind) {
@@ -487,14 +483,17 @@ impl Supervisor {
 
     /// Takes the traced misses of the running processes, when due.
     fn watch_traces(&mut self, now: Instant) {
-        let (Some(hook), Some(due)) = (self.trace_watch.as_mut(), self.next_trace_watch) else {
+        let (Some(boot), Some(due)) = (self.boot.as_mut(), self.next_trace_watch) else {
             return;
         };
         if now < due {
             return;
         }
+        let Some(turn) = boot.watch_traces() else {
+            self.next_trace_watch = None;
+            return;
+        };
         self.next_trace_watch = Some(now + TRACE_WATCH_EVERY);
-        let turn = hook();
         for line in turn.say {
             self.stderr.say(line);
         }
@@ -510,15 +509,17 @@ impl Supervisor {
 
     /// Places interrupts and IRQ threads that appeared since the last scan.
     fn scan_irqs_if_due(&mut self, now: Instant) {
-        let (Some((hook, every)), Some(due)) = (self.irq_scan.as_mut(), self.next_irq_scan) else {
+        let (Some(boot), Some(every), Some(due)) =
+            (self.boot.as_mut(), self.irq_scan_every, self.next_irq_scan)
+        else {
             return;
         };
         if now < due || self.table.shutting_down() {
             return;
         }
-        self.next_irq_scan = Some(now + *every);
+        self.next_irq_scan = Some(now + every);
         let began = Instant::now();
-        let st = hook();
+        let st = boot.scan_irqs();
         self.irq_scan_took = began.elapsed();
         self.last_irq_scan_at = Some(now);
         let early = self.early_scan.take();

@@ -1,6 +1,6 @@
 //! Start-up, up to (not including) the first process starts: what the
 //! supervisor is given ([`SupervisorConfig`], [`Roots`], [`Options`],
-//! [`Hooks`]) and the steps it takes with it, in order. Each step that
+//! a [`Boot`]) and the steps it takes with it, in order. Each step that
 //! fails without stopping the start is a [`StepStatus`] `deploy status`
 //! shows; only the accounts and the control socket stop it.
 
@@ -94,7 +94,7 @@ pub struct Options {
     pub health_window: Duration,
     /// `update.keep`: releases kept when a trial commits.
     pub keep: u32,
-    /// `irqs.rescan`: how often [`Hooks::irq_scan`] runs (none: never).
+    /// `irqs.rescan`: how often [`Boot::scan_irqs`] runs (none: never).
     pub irq_scan_every: Option<Duration>,
     /// Also run the IRQ scan soon after the kernel says a device was
     /// added or bound, or a network link came up ([`crate::hotplug`]).
@@ -147,17 +147,10 @@ pub enum BootCheckOutcome {
     Skipped(String),
 }
 
-/// A start-up step done by another crate, given by the caller.
-pub type StepHook = Box<dyn FnOnce() -> StepStatus>;
-/// The boot timing check, given the configured duration.
-pub type BootCheckHook = Box<dyn FnOnce(Duration) -> BootCheckOutcome>;
-/// One scan for interrupts and IRQ threads that appeared since the last:
-/// places them and says what it did, or `None` when nothing appeared.
-pub type IrqScanHook = Box<dyn FnMut() -> Option<StepStatus> + Send>;
-
 /// Loads a release's robot.yaml (the path) into the supervisor's
 /// configuration; `Err` says why it cannot be used.
-pub type ConfigHook = Box<dyn Fn(&Path) -> Result<SupervisorConfig, String> + Send>;
+pub type ConfigHook =
+    Box<dyn Fn(&Path) -> Result<SupervisorConfig, crate::robot::RobotLoadError> + Send>;
 
 /// One traced miss of a running process (robot.yaml
 /// `check.trace_on_miss` with a process's `budgets.wakeup`).
@@ -179,26 +172,50 @@ pub struct TraceTurn {
     pub say: Vec<String>,
 }
 
-/// The tracing of the running processes' misses: called once when
-/// start-up is done (before any process starts: it sets up what they
-/// write to), then a few times a second.
-pub type TraceWatchHook = Box<dyn FnMut() -> TraceTurn + Send>;
+/// The supervisor's work that needs the whole robot and the crates
+/// below it (cpusets, the check engine, tracefs), given by the caller:
+/// [`crate::boot::RobotBoot`] on a robot. Each part has a default that
+/// does without it, so a test gives only the part it needs.
+pub trait Boot: Send {
+    /// Start-up step 1: apply the cpusets runtime plan (IRQs, thread
+    /// priorities, cgroups).
+    fn apply_cpu_plan(&mut self) -> StepStatus {
+        step(
+            "cpu plan",
+            "skipped",
+            "cpusets runtime plan API not available",
+        )
+    }
 
-/// Start-up work the supervisor cannot do itself.
-#[derive(Default)]
-pub struct Hooks {
-    /// Apply the cpusets runtime plan (IRQs, thread priorities, cgroups).
-    pub apply_cpu_plan: Option<StepHook>,
-    /// The boot timing check engine.
-    pub boot_check: Option<BootCheckHook>,
-    /// Runs every [`Options::irq_scan_every`] while the supervisor runs.
-    pub irq_scan: Option<IrqScanHook>,
-    /// Loads a release's robot.yaml when the processes restart from a
-    /// release whose robot.yaml differs (a trial, a rollback); without it
-    /// the configuration loaded at start stays.
-    pub load_config: Option<ConfigHook>,
-    /// Traces the running processes' misses (see [`TraceWatchHook`]).
-    pub trace_watch: Option<TraceWatchHook>,
+    /// Start-up step 4: the boot timing check, for the configured
+    /// duration (run only when `boot_check.enabled`).
+    fn boot_check(&mut self, duration: Duration) -> BootCheckOutcome {
+        let _ = duration;
+        BootCheckOutcome::Skipped("engine not available".into())
+    }
+
+    /// One scan for interrupts and IRQ threads that appeared since the
+    /// last, every [`Options::irq_scan_every`]: places them and says what
+    /// it did, or `None` when nothing appeared.
+    fn scan_irqs(&mut self) -> Option<StepStatus> {
+        None
+    }
+
+    /// The tracing of the running processes' misses: called once when
+    /// start-up is done (before any process starts: it sets up what they
+    /// write to), then a few times a second; `None`: no tracing, and it is
+    /// not asked again.
+    fn watch_traces(&mut self) -> Option<TraceTurn> {
+        None
+    }
+
+    /// The loader of a release's robot.yaml, for when the processes
+    /// restart from a release whose robot.yaml differs (a trial, a
+    /// rollback); `None`: the configuration loaded at start stays. Asked
+    /// once, at start.
+    fn release_config(&mut self) -> Option<ConfigHook> {
+        None
+    }
 }
 
 /// What the boot timing check means for the real-time processes.
@@ -245,7 +262,7 @@ pub(super) fn start_up(
     cfg: &SupervisorConfig,
     roots: &Roots,
     opts: &Options,
-    hooks: Hooks,
+    mut boot: Option<&mut (dyn Boot + 'static)>,
 ) -> Result<Started, SupervisorStartError> {
     let mut steps = Vec::new();
     if opts.pid1 {
@@ -273,8 +290,8 @@ pub(super) fn start_up(
     steps.push(recovery_step);
 
     // 1. The CPU plan.
-    steps.push(match hooks.apply_cpu_plan {
-        Some(h) => h(),
+    steps.push(match boot.as_mut() {
+        Some(b) => b.apply_cpu_plan(),
         None => step(
             "cpu plan",
             "skipped",
@@ -302,7 +319,7 @@ pub(super) fn start_up(
     steps.push(create_channels(cfg, &shm_dir, group_gid, &roots.proc_root));
 
     // 4. The boot timing check.
-    let boot = boot_check(&cfg.boot_check, hooks.boot_check);
+    let boot = boot_check(&cfg.boot_check, boot);
 
     // 5. Accounts, spawn context, the control socket.
     let own_uid = rustix::process::geteuid().as_raw();
@@ -422,12 +439,12 @@ fn hold_dma_latency(us: Option<u32>, dev_root: &Path) -> (StepStatus, Option<Dma
 
 /// Runs the boot timing check (when enabled and given) and says what its
 /// outcome means under `on_failure`.
-fn boot_check(section: &BootCheckSection, hook: Option<BootCheckHook>) -> BootGate {
+fn boot_check(section: &BootCheckSection, boot: Option<&mut (dyn Boot + 'static)>) -> BootGate {
     let outcome = if !section.enabled {
         BootCheckOutcome::Skipped("disabled in robot.yaml".into())
     } else {
-        match hook {
-            Some(h) => h(section.duration.0),
+        match boot {
+            Some(b) => b.boot_check(section.duration.0),
             None => BootCheckOutcome::Skipped("engine not available".into()),
         }
     };

@@ -17,7 +17,7 @@
 //!
 //! Before the processes restart from another release (a trial, a
 //! rollback, a `current` moved by hand) whose robot.yaml differs, it is
-//! loaded with [`Hooks::load_config`](super::Hooks::load_config): each
+//! loaded with [`Boot::release_config`](super::Boot::release_config): each
 //! process's command, CPUs, limits, restart policy and budgets, and the
 //! channels' budgets. Processes and channels themselves are set up at the
 //! supervisor's start, so a robot.yaml that adds, removes or renames one,

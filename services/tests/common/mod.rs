@@ -9,8 +9,50 @@ use std::time::{Duration, Instant};
 
 use services::config::{ProcessConfig, RobotSection};
 use services::control::{self, Reply, Request};
+use services::status::StepStatus;
 use services::status::{ProcessStatus, SupervisorStatus};
-use services::supervisor::{Hooks, Options, Roots, Supervisor, SupervisorConfig};
+use services::supervisor::{
+    Boot, BootCheckOutcome, ConfigHook, Options, Roots, Supervisor, SupervisorConfig,
+};
+
+/// The supervisor's [`Boot`] for a test: the parts given, the trait's
+/// defaults for the rest.
+#[derive(Default)]
+pub struct TestBoot {
+    pub cpu_plan: Option<Box<dyn FnMut() -> StepStatus + Send>>,
+    pub boot_check: Option<Box<dyn FnMut(Duration) -> BootCheckOutcome + Send>>,
+    pub release_config: Option<ConfigHook>,
+}
+
+impl TestBoot {
+    pub fn boxed(self) -> Option<Box<dyn Boot>> {
+        Some(Box::new(self))
+    }
+}
+
+impl Boot for TestBoot {
+    fn apply_cpu_plan(&mut self) -> StepStatus {
+        match self.cpu_plan.as_mut() {
+            Some(f) => f(),
+            None => StepStatus {
+                step: "cpu plan".into(),
+                result: "skipped".into(),
+                detail: "cpusets runtime plan API not available".into(),
+            },
+        }
+    }
+
+    fn boot_check(&mut self, duration: Duration) -> BootCheckOutcome {
+        match self.boot_check.as_mut() {
+            Some(f) => f(duration),
+            None => BootCheckOutcome::Skipped("engine not available".into()),
+        }
+    }
+
+    fn release_config(&mut self) -> Option<ConfigHook> {
+        self.release_config.take()
+    }
+}
 
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -105,12 +147,16 @@ pub fn roots(prefix: &Path) -> Roots {
 }
 
 /// Starts a supervisor (no signal handling: it shares the test process).
-pub fn start(cfg: SupervisorConfig, hooks: Hooks) -> Running {
+pub fn start(cfg: SupervisorConfig, boot: Option<Box<dyn Boot>>) -> Running {
     let prefix = prefix();
-    start_in(prefix, cfg, hooks)
+    start_in(prefix, cfg, boot)
 }
 
-pub fn start_in(prefix: tempfile::TempDir, cfg: SupervisorConfig, hooks: Hooks) -> Running {
+pub fn start_in(
+    prefix: tempfile::TempDir,
+    cfg: SupervisorConfig,
+    boot: Option<Box<dyn Boot>>,
+) -> Running {
     let opts = Options {
         handle_signals: false,
         verbose: false,
@@ -118,7 +164,7 @@ pub fn start_in(prefix: tempfile::TempDir, cfg: SupervisorConfig, hooks: Hooks) 
         ..Default::default()
     };
     let sup =
-        Supervisor::new(cfg, roots(prefix.path()), opts, hooks, None).expect("supervisor starts");
+        Supervisor::new(cfg, roots(prefix.path()), opts, boot, None).expect("supervisor starts");
     let thread = std::thread::spawn(move || sup.run().map_err(|e| e.to_string()));
     Running {
         socket: control::socket_path(prefix.path()),

@@ -311,7 +311,7 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
         }
     }
 
-    let robot: Option<services::config::RobotSection> = c.required("robot", "robot: {name: arm-1}");
+    let robot: Option<crate::config::RobotSection> = c.required("robot", "robot: {name: arm-1}");
     let board: Option<cpusets::config::BoardSection> =
         c.required("board", "board: {model: jetson-orin-nano}");
     let cpus: Option<cpusets::config::CpusSection> = c.required("cpus", "cpus: {isolated: 4-5}");
@@ -320,11 +320,11 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     let sysctl: Option<cpusets::config::SysctlSection> = c.section("sysctl");
     let power: Option<cpusets::config::PowerSection> = c.section("power");
     let (channels, channels_ok) = c.list::<controller::config::ChannelConfig>("channels");
-    let (processes, processes_ok) = c.list::<services::config::ProcessConfig>("processes");
+    let (processes, processes_ok) = c.list::<crate::config::ProcessConfig>("processes");
     let check: Option<check::config::CheckSection> = c.section("check");
     let boot_check: Option<check::config::BootCheckSection> = c.section("boot_check");
-    let update: Option<services::config::UpdateSection> = c.section("update");
-    let metrics: Option<services::config::MetricsSection> = c.section("metrics");
+    let update: Option<crate::config::UpdateSection> = c.section("update");
+    let metrics: Option<crate::config::MetricsSection> = c.section("metrics");
     // Absent: no logger. Present (even empty): the logger with defaults.
     let log: Option<Option<logbook::LogSection>> = if c.root.get("log").is_some() {
         c.section("log").map(Some)
@@ -663,7 +663,7 @@ fn cross_check(c: &mut Checker, r: &Robot) {
     // subscriber's budget.
     let classes = r.wake_classes();
     for (ci, ch) in r.channels.iter().enumerate() {
-        let on = services::wake_class::ChannelClasses::of(&ch.name, &r.processes, &classes);
+        let on = crate::wake_class::ChannelClasses::of(&ch.name, &r.processes, &classes);
         let Some(be_pubs) = on.publishers.get(&controller::WakeClass::BestEffort) else {
             continue;
         };

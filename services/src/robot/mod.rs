@@ -1,5 +1,7 @@
 //! `robot.yaml`: the whole robot description, composed from the sections
-//! each crate owns, with the checks that cross sections.
+//! each crate owns, with the checks that cross sections, and what the
+//! other crates are given from it (the CPU plan's input, the timing
+//! check's inputs, the supervisor's configuration).
 //!
 //! The file may come from anywhere (a bundle, a hand edit, a broken disk),
 //! so reading it is bounded: its size ([`MAX_FILE_BYTES`]), its nesting and
@@ -16,13 +18,16 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use check::config::{BootCheckSection, CheckSection};
+use check::{CheckInputs, NamedBudget, TraceRequest};
 use controller::config::ChannelConfig;
 use cpusets::config::{
     BoardSection, CpusSection, IrqsSection, KernelSection, PowerSection, SysctlSection,
 };
-use cpusets::plan::Isolation;
+use cpusets::model::live::{Live, ModelReadError};
+use cpusets::plan::{Isolation, PlanBuildError, RuntimePlan};
 use serde::Serialize;
-use services::config::{ProcessConfig, RobotSection, UpdateSection};
+
+use crate::config::{ProcessConfig, RobotSection, UpdateSection};
 use units::cpu::CpuSet;
 
 pub use echo::MAX_MESSAGE_CHARS;
@@ -34,7 +39,7 @@ pub use yaml::{MAX_ALIASES, MAX_ALIAS_BYTES, MAX_ALIAS_NODES, MAX_DEPTH};
 /// after it: the tree, and the parser's own buffer, which holds a flow
 /// list nested in a flow list whole until it ends (about 450 bytes for a
 /// two-byte value like `1,`: the worst file costs about 120 MiB).
-pub const MAX_FILE_BYTES: usize = services::config::MAX_ROBOT_YAML as usize;
+pub const MAX_FILE_BYTES: usize = crate::config::MAX_ROBOT_YAML as usize;
 
 /// The validated robot description.
 #[derive(Debug, Clone, Serialize)]
@@ -51,7 +56,7 @@ pub struct Robot {
     pub check: CheckSection,
     pub boot_check: BootCheckSection,
     pub update: UpdateSection,
-    pub metrics: services::config::MetricsSection,
+    pub metrics: crate::config::MetricsSection,
     /// `log:`: the supervisor's logger (absent: none).
     pub log: Option<logbook::LogSection>,
 }
@@ -96,14 +101,14 @@ impl Robot {
     }
 
     /// Every process's wake class, from its placement (see
-    /// [`services::wake_class`]), in robot.yaml's order.
-    pub fn wake_classes(&self) -> Vec<services::wake_class::ProcessClass> {
+    /// [`crate::wake_class`]), in robot.yaml's order.
+    pub fn wake_classes(&self) -> Vec<crate::wake_class::ProcessClass> {
         let cpus: Vec<CpuSet> = self
             .processes
             .iter()
             .map(|p| self.process_cpus(p))
             .collect();
-        services::wake_class::Placement {
+        crate::wake_class::Placement {
             processes: &self.processes,
             cpus: &cpus,
             isolated: &self.cpus.isolated,
@@ -119,6 +124,152 @@ impl Robot {
             .filter(|p| p.publishes.iter().any(|c| c == channel))
             .count()
     }
+
+    /// The cpusets runtime plan against the live system under `sysroot`
+    /// (what `deploy apply` writes, `deploy verify` checks, `deploy check`
+    /// verifies first and the supervisor applies at start).
+    pub fn cpu_plan(&self, sysroot: &Path) -> Result<RuntimePlan, RobotPlanError> {
+        let live = Live::read(sysroot).map_err(RobotPlanError::Live)?;
+        Ok(cpusets::plan::plan(&self.isolation(), &live.inventory())?)
+    }
+
+    /// The timing check's inputs: the scenario (`check:`), the CPUs, and
+    /// every budget that holds for the real-time receiver (channels', and
+    /// real-time processes' `budgets.wakeup`).
+    pub fn check_inputs(&self) -> CheckInputs {
+        let mut inputs = CheckInputs::new(
+            self.robot.name.clone(),
+            self.check.clone(),
+            self.cpus.isolated.iter().map(|c| c as usize).collect(),
+            self.housekeeping().iter().map(|c| c as usize).collect(),
+        );
+        inputs.cpu_dma_latency_us = self.power.cpu_dma_latency.map(|m| m.0);
+        inputs.channel_budgets = self
+            .channels
+            .iter()
+            .filter_map(|c| {
+                c.budget.map(|b| NamedBudget {
+                    name: format!("channels.{}.budget", c.name),
+                    limit: b,
+                })
+            })
+            .collect();
+        // Real-time processes' wakeup budgets hold for the real-time receiver.
+        inputs.process_budgets = self
+            .processes
+            .iter()
+            .filter(|p| p.policy.is_realtime())
+            .filter_map(|p| {
+                p.budgets.wakeup.map(|b| NamedBudget {
+                    name: format!("processes.{}.budgets.wakeup", p.name),
+                    limit: b,
+                })
+            })
+            .collect();
+        inputs
+    }
+
+    /// Where and how many traced misses a run keeps: `dir` (`--trace=DIR`),
+    /// else `<prefix>/var/lib/rtdeploy/traces`, when `asked` (`--trace`)
+    /// or robot.yaml's `check.trace_on_miss` says (also for the
+    /// supervisor's boot check and miss tracing); `None` when neither asks.
+    pub fn trace_request(
+        &self,
+        prefix: &Path,
+        asked: bool,
+        dir: Option<&Path>,
+    ) -> Option<TraceRequest> {
+        let keep = self.check.trace_on_miss.map(|n| n as usize);
+        if !asked && keep.is_none() {
+            return None;
+        }
+        let dir = match dir {
+            Some(d) => d.to_path_buf(),
+            None => releases::Layout::new(prefix)
+                .boot_check_report()
+                .with_file_name("traces"),
+        };
+        Some(TraceRequest {
+            dir,
+            keep: keep.unwrap_or(DEFAULT_TRACE_KEEP).max(1),
+        })
+    }
+}
+
+impl Robot {
+    /// Each process's name and CPUs, for [`Robot::system_part`].
+    pub fn process_cpu_list(&self) -> Vec<(String, CpuSet)> {
+        self.processes
+            .iter()
+            .map(|p| (p.name.clone(), self.process_cpus(p)))
+            .collect()
+    }
+
+    /// The system part a system update compares
+    /// ([`releases::system_plan`]), with `processes` from
+    /// [`Robot::process_cpu_list`] and `all_cpus` from [`Robot::all_cpus`].
+    pub fn system_part<'a>(
+        &'a self,
+        all_cpus: &'a CpuSet,
+        processes: &'a [(String, CpuSet)],
+    ) -> releases::system_plan::SystemPart<'a> {
+        releases::system_plan::SystemPart {
+            board: &self.board,
+            cpus: &self.cpus,
+            kernel: &self.kernel,
+            irqs: &self.irqs,
+            sysctl: &self.sysctl,
+            power: &self.power,
+            all_cpus,
+            processes,
+        }
+    }
+
+    /// The planner the installer is given on this robot: this
+    /// robot.yaml against each new release's ([`releases::system_plan`]);
+    /// `boot_id` is the kernel's boot id file, `add_entry` makes an
+    /// extlinux.conf boot entry.
+    pub fn system_planner(
+        self,
+        prefix: PathBuf,
+        boot_id: PathBuf,
+        add_entry: Box<releases::system_plan::AddBootEntry>,
+    ) -> Box<releases::PlanSystem> {
+        Box::new(move |release: &str, yaml: &str| {
+            let new = load_str(Path::new("robot.yaml"), yaml.to_string())
+                .map_err(|e| format!("its robot.yaml does not load: {e}"))?
+                .robot;
+            let (old_cpus, new_cpus) = (self.all_cpus(), new.all_cpus());
+            let (old_p, new_p) = (self.process_cpu_list(), new.process_cpu_list());
+            releases::system_plan::plan(
+                &prefix,
+                &boot_id,
+                &self.system_part(&old_cpus, &old_p),
+                &new.system_part(&new_cpus, &new_p),
+                release,
+                &*add_entry,
+            )
+            .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Traced misses kept when robot.yaml does not say (`--trace` alone).
+pub const DEFAULT_TRACE_KEEP: usize = 10;
+
+/// What the kernel of `release` offers the runtime, in one line (probed
+/// when it is the kernel running here): verify's `kernel.capabilities`.
+pub fn kernel_offers(release: &str, live: bool) -> String {
+    controller::kernel::KernelFacts::of(release, live).summary()
+}
+
+/// Why the CPU plan could not be made against the live system.
+#[derive(Debug, thiserror::Error)]
+pub enum RobotPlanError {
+    #[error("reading the live system")]
+    Live(#[source] ModelReadError),
+    #[error(transparent)]
+    Plan(#[from] PlanBuildError),
 }
 
 /// A loaded, valid robot description with its warnings.
@@ -133,7 +284,7 @@ pub struct Loaded {
 /// Why a robot description was refused: every problem found, each with its
 /// place in the file.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigLoadError {
+pub enum RobotLoadError {
     #[error("cannot read {}", path.display())]
     Read {
         path: PathBuf,
@@ -151,7 +302,7 @@ pub enum ConfigLoadError {
 /// release); a FIFO or a device is refused without waiting or reading
 /// ([`units::bounded`]), and at most one byte past [`MAX_FILE_BYTES`] is
 /// read of a file that grows.
-pub fn load(path: &Path) -> Result<Loaded, ConfigLoadError> {
+pub fn load(path: &Path) -> Result<Loaded, RobotLoadError> {
     let limit = MAX_FILE_BYTES as u64 + 1;
     let read = || {
         let f = units::bounded::Bound::regular(limit)
@@ -159,7 +310,7 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigLoadError> {
             .open(path)?;
         units::bounded::read_at_most(&mut f.take(limit), path, limit)
     };
-    let bytes = read().map_err(|e| ConfigLoadError::Read {
+    let bytes = read().map_err(|e| RobotLoadError::Read {
         path: path.to_path_buf(),
         source: e.into_io(),
     })?;
@@ -168,7 +319,7 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigLoadError> {
 
 /// Parses and validates `bytes` as if read from `path`: refused when
 /// larger than [`MAX_FILE_BYTES`] or not UTF-8, at the place it goes wrong.
-pub fn load_bytes(path: &Path, bytes: Vec<u8>) -> Result<Loaded, ConfigLoadError> {
+pub fn load_bytes(path: &Path, bytes: Vec<u8>) -> Result<Loaded, RobotLoadError> {
     if let Some(refused) = too_large(path, &bytes) {
         return Err(refused);
     }
@@ -190,7 +341,7 @@ pub fn load_bytes(path: &Path, bytes: Vec<u8>) -> Result<Loaded, ConfigLoadError
 }
 
 /// Parses and validates `text` as if read from `path`.
-pub fn load_str(path: &Path, text: String) -> Result<Loaded, ConfigLoadError> {
+pub fn load_str(path: &Path, text: String) -> Result<Loaded, RobotLoadError> {
     if let Some(refused) = too_large(path, text.as_bytes()) {
         return Err(refused);
     }
@@ -202,7 +353,7 @@ pub fn load_str(path: &Path, text: String) -> Result<Loaded, ConfigLoadError> {
             text,
             warnings: diagnostics,
         }),
-        _ => Err(ConfigLoadError::Invalid {
+        _ => Err(RobotLoadError::Invalid {
             path: path.to_path_buf(),
             diagnostics,
         }),
@@ -211,7 +362,7 @@ pub fn load_str(path: &Path, text: String) -> Result<Loaded, ConfigLoadError> {
 
 /// The refusal of a text over [`MAX_FILE_BYTES`], at its first byte past
 /// the limit.
-fn too_large(path: &Path, bytes: &[u8]) -> Option<ConfigLoadError> {
+fn too_large(path: &Path, bytes: &[u8]) -> Option<RobotLoadError> {
     (bytes.len() > MAX_FILE_BYTES).then(|| {
         invalid(
             path,
@@ -225,8 +376,8 @@ fn too_large(path: &Path, bytes: &[u8]) -> Option<ConfigLoadError> {
 }
 
 /// A refusal of the whole file with one error.
-fn invalid(path: &Path, pos: yaml::Pos, message: String) -> ConfigLoadError {
-    ConfigLoadError::Invalid {
+fn invalid(path: &Path, pos: yaml::Pos, message: String) -> RobotLoadError {
+    RobotLoadError::Invalid {
         path: path.to_path_buf(),
         diagnostics: vec![Diagnostic::new(Severity::Error, path, pos, "", &message)],
     }
