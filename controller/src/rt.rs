@@ -255,10 +255,11 @@ impl Drop for AllocTrapGuard {
 /// A global allocator wrapper that traps allocations on threads that ask
 /// for it. Opt in from a controller binary:
 ///
-/// ```ignore
+/// ```no_run
 /// #[global_allocator]
 /// static ALLOC: controller::rt::TrapAlloc<std::alloc::System> =
 ///     controller::rt::TrapAlloc(std::alloc::System);
+/// # fn main() {}
 /// ```
 pub struct TrapAlloc<A>(pub A);
 

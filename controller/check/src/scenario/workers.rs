@@ -207,7 +207,7 @@ impl Run<'_> {
 pub(super) fn worker_failed(w: &mut Worker, status: String) -> CheckRunError {
     let mut stderr = String::new();
     // An abandoned worker holds its end of the pipe until it dies.
-    if let Some(mut e) = w.child.stderr.take().filter(|_| !w.abandoned) {
+    if let Some(e) = w.child.stderr.take().filter(|_| !w.abandoned) {
         use std::io::Read;
         // What a worker says is kept to its first 64 KiB: a worker that
         // floods its stderr before dying must not fill the check's memory.
