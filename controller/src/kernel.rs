@@ -26,7 +26,7 @@ pub fn running() -> Option<KernelVersion> {
 }
 
 /// What a kernel version offers (see [`needs`] for each threshold).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Capabilities {
     pub io_uring_futex: bool,
     pub futex_waitv: bool,

@@ -7,7 +7,7 @@ use serde::Serialize;
 use units::cpu::CpuSet;
 
 /// How the kernel command line reaches the kernel on this board.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BootLoader {
     /// Jetson Linux: `/boot/extlinux/extlinux.conf`, `APPEND` line.

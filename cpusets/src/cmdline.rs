@@ -4,13 +4,13 @@
 //! `deploy plan` can explain the line and `deploy verify` can check each
 //! token against `/proc/cmdline`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{CpusSection, KernelSection};
 use units::cpu::CpuSet;
 
 /// One planned command line token and why it is there.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Token {
     pub token: String,
     pub reason: String,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cmdline::{self, Token};
 use crate::config::{
@@ -56,7 +56,7 @@ pub enum PlanBuildError {
 }
 
 /// The CPU partition.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuMap {
     pub all: CpuSet,
     pub housekeeping: CpuSet,
@@ -64,7 +64,7 @@ pub struct CpuMap {
 }
 
 /// Where one interrupt goes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IrqPlacement {
     pub irq: u32,
     pub name: String,
@@ -72,7 +72,7 @@ pub struct IrqPlacement {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ThreadKind {
     /// A threaded interrupt handler, `irq/N-name`.
@@ -87,7 +87,7 @@ pub enum ThreadKind {
 /// whenever that interrupt's affinity changes; `apply` therefore writes
 /// interrupts before threads, and a rule's CPUs hold until the interrupt
 /// is next moved (a later `apply` moves nothing that is already in place).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadPlacement {
     pub pid: u32,
     pub comm: String,
@@ -99,7 +99,7 @@ pub struct ThreadPlacement {
 }
 
 /// Where a sysctl value comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Source {
     /// rtdeploy's default for real-time work.
@@ -108,7 +108,7 @@ pub enum Source {
     RobotYaml,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SysctlSetting {
     pub key: String,
     pub value: String,
@@ -125,7 +125,7 @@ impl SysctlSetting {
 }
 
 /// The cgroup cpusets for real-time and housekeeping work.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupPlan {
     /// `rtdeploy/rt`: the isolated CPUs.
     pub rt: CpuSet,
@@ -146,7 +146,7 @@ impl CgroupPlan {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpufreqPlan {
     /// The governor for every CPU, when robot.yaml names one.
     pub governor: Option<String>,
@@ -157,7 +157,7 @@ pub struct CpufreqPlan {
 }
 
 /// The frequency a pinned CPU runs at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "to", rename_all = "kebab-case")]
 pub enum FreqLock {
     /// `scaling_max_freq` as it is (`power.lock_frequency`).
@@ -171,7 +171,7 @@ pub enum FreqLock {
 }
 
 /// The CPUs' power: which must be online, and the nvpmodel mode.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PowerPlan {
     /// The CPUs the plan puts work on: the isolated CPUs and those that
     /// IRQ-thread and kernel-thread rules, IRQ overrides and
@@ -182,7 +182,7 @@ pub struct PowerPlan {
 }
 
 /// An nvpmodel mode, as NVIDIA's configuration file defines it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvpmodelPlan {
     /// `nvpmodel_p3767_0000_super.conf`.
     pub conf: String,
@@ -204,7 +204,7 @@ impl NvpmodelPlan {
 }
 
 /// Everything `apply` writes and `verify` checks.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RuntimePlan {
     pub cpus: CpuMap,
     /// The kernel command line (written by `deploy image`/`flash`; `verify`

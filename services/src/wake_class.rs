@@ -200,7 +200,7 @@ pub fn environment(p: &ProcessConfig, class: WakeClass) -> ProcessEnv {
 }
 
 /// The classes of a channel's publishers and subscribers.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ChannelClasses {
     /// Publisher processes by class.
     pub publishers: BTreeMap<WakeClass, Vec<String>>,

@@ -6,7 +6,7 @@ use clap::Args;
 use cpusets::board::BootLoader;
 use cpusets::cmdline::{self, Token};
 use cpusets::config::{IrqOverride, ThreadRule};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use units::cpu::CpuSet;
 
 use cpusets::plan::{Inventory, RuntimePlan};
@@ -17,7 +17,7 @@ use services::robot::Robot;
 #[derive(Debug, Args)]
 pub struct PlanArgs {}
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Plan {
     pub robot: String,
     pub board: BoardPlan,
@@ -33,7 +33,7 @@ pub struct Plan {
     pub runtime: RuntimePlan,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct BoardPlan {
     pub model: String,
     pub arch: String,
@@ -42,7 +42,7 @@ pub struct BoardPlan {
 
 /// The board's kernel as robot.yaml declares it, and the wake backend the
 /// event loops will get on it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct KernelPlan {
     /// `major.minor.patch`, when `kernel.version` or `kernel.l4t` says.
     pub version: Option<String>,
@@ -102,7 +102,7 @@ impl KernelPlan {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct CpuPlan {
     pub housekeeping: CpuSet,
     pub isolated: CpuSet,
@@ -110,14 +110,14 @@ pub struct CpuPlan {
     pub clusters: Vec<ClusterPlan>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ClusterPlan {
     pub cpus: CpuSet,
     pub housekeeping: CpuSet,
     pub isolated: CpuSet,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct CmdlinePlan {
     /// Where the line goes: `extlinux` (APPEND of the default label) or
     /// `external` (given by whoever starts the kernel).
@@ -126,7 +126,7 @@ pub struct CmdlinePlan {
     pub tokens: Vec<Token>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct IrqPlan {
     pub default_affinity: CpuSet,
     pub overrides: Vec<IrqOverride>,
@@ -134,7 +134,7 @@ pub struct IrqPlan {
     pub kthreads: Vec<ThreadRule>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ProcessPlan {
     pub name: String,
     pub start: usize,
@@ -158,7 +158,7 @@ pub struct ProcessPlan {
     pub wake_class_reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ChannelPlan {
     pub name: String,
     pub max_size: u64,

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bundle::wire::{send_bundle, Progress, SendOptions, SendReport, WireError};
 
@@ -76,7 +76,7 @@ pub enum Event {
 }
 
 /// One robot's result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
     pub host: String,
     pub prefix: Option<String>,

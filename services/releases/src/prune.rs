@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bundle::{sync_dir, Manifest, MANIFEST_NAME, MAX_MANIFEST};
 use crate::error::{ioe, read_regular, ReleaseError};
@@ -14,7 +14,7 @@ use crate::layout::Layout;
 use crate::state::{link_target, read_state, ReleaseState};
 
 /// One release on the robot.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReleaseInfo {
     pub name: String,
     pub version: Option<String>,
@@ -27,7 +27,7 @@ pub struct ReleaseInfo {
 }
 
 /// Every release, newest first, with the state.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReleasesInfo {
     pub current: Option<String>,
     pub previous: Option<String>,
