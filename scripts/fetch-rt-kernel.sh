@@ -22,7 +22,7 @@
 #   release       the kernel release string (uname -r)
 #   package       the package file name it came from
 #
-# Also installs qemu-system-x86, busybox-static, cpio and jq when they are
+# Also installs qemu-system-x86, busybox-static, cpio and binutils when they are
 # missing (apt-get, needs root).
 #
 # Why trixie: io_uring futex operations (IORING_OP_FUTEX_WAIT) arrived in 6.7;
@@ -63,10 +63,24 @@ if [ -z "$MIRROR" ]; then
     exit 2
 fi
 
-# Host tools the end-to-end test needs.
-# shellcheck source=scripts/e2e/lib.sh
-. "$REPO/scripts/e2e/lib.sh"
-e2e_host_tools || exit 2
+# Host tools the end-to-end test needs: qemu-system-x86, busybox-static
+# (the dynamic busybox would not run in the guest), cpio, dpkg-deb,
+# binutils (strip).
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v cpio >/dev/null || need+=(cpio)
+command -v dpkg-deb >/dev/null || need+=(dpkg)
+command -v strip >/dev/null || need+=(binutils)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -c 'ok installed' >/dev/null || need+=(busybox-static)
+if [ "${#need[@]}" -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        log "missing host packages: ${need[*]} (apt-get install ${need[*]}, or run as root)"
+        exit 2
+    fi
+    log "installing ${need[*]}"
+    { DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2; } || exit 2
+fi
 
 if [ -s "$DIR/vmlinuz" ] && [ -s "$DIR/release" ] && [ -d "$DIR/modules" ]; then
     log "cached: $(cat "$DIR/package") in $DIR"

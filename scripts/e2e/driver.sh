@@ -140,7 +140,7 @@ fi
 #   1. planted-spin, a SCHED_FIFO 90 process spinning 40 ms of every 100;
 #   2. the IRQ thread of the second serial port, moved there at FIFO 95
 #      by a robot.yaml that says so (deploy apply), the port kept busy by
-#      input the host feeds it without a pause (E2E_TTY1_FLOOD).
+#      input the host feeds it without a pause (the x86 runner's flooded second port).
 # Under emulation the spins are longer than a board would need and the
 # budgets wider (5 ms, 2 ms): emulation's own stalls must not hide them.
 # The timer budget (5 ms) has the timer phase traced as well: the
