@@ -32,45 +32,16 @@ pub fn timespec_of(ns: u64) -> libc::timespec {
     }
 }
 
-/// The address of the low 32 bits of a 64-bit queue index: the futex word.
-///
-/// Userspace only ever accesses the index as an `AtomicU64`; the kernel's
-/// 32-bit futex read of the low half is outside the Rust memory model, so no
-/// mixed-size atomic access happens in Rust code.
-#[inline]
-pub fn low_word_ptr(index: &AtomicU64) -> *const u32 {
-    let base = index.as_ptr() as *const u32;
-    if cfg!(target_endian = "big") {
-        base.wrapping_add(1)
-    } else {
-        base
-    }
-}
+/// The address of the low 32 bits of a 64-bit queue index: the futex word
+/// (Rust code only ever accesses the index as an `AtomicU64`).
+pub use units::futex::low_word_ptr;
 
 /// `FUTEX_WAKE` (shared, not private: the word lives in a shared mapping
 /// and waiters are other processes) of every waiter on the low word of
 /// `index`. Returns how many were woken.
 #[inline]
 pub fn futex_wake_all(index: &AtomicU64) -> io::Result<usize> {
-    let word = low_word_ptr(index);
-    // SAFETY: FUTEX_WAKE only uses the address as a key (the kernel reads
-    // no memory through it); `word` points into `index`, alive for the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word,
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0u32,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
+    units::futex::wake_all(index)
 }
 
 /// `FUTEX_WAIT` on the low word of `index` while it holds `expected`, with

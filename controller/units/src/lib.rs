@@ -52,6 +52,7 @@ pub mod cpu;
 pub mod duration;
 pub mod env;
 pub mod error;
+pub mod futex;
 pub mod kernel;
 pub mod path;
 pub mod problem;
