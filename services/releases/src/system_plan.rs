@@ -14,9 +14,6 @@ use std::path::Path;
 
 use cpusets::board::BootLoader;
 use cpusets::cmdline::Token;
-use cpusets::config::{
-    BoardSection, CpusSection, IrqsSection, KernelSection, PowerSection, SysctlSection,
-};
 use units::cpu::CpuSet;
 
 use crate::system::{BootEntry, SystemUpdate};
@@ -27,12 +24,9 @@ pub const EXTLINUX: &str = "boot/extlinux/extlinux.conf";
 /// A robot.yaml's system part: what a system update changes.
 #[derive(Debug, Clone, Copy)]
 pub struct SystemPart<'a> {
-    pub board: &'a BoardSection,
-    pub cpus: &'a CpusSection,
-    pub kernel: &'a KernelSection,
-    pub irqs: &'a IrqsSection,
-    pub sysctl: &'a SysctlSection,
-    pub power: &'a PowerSection,
+    /// The sections the CPU plan reads (board, cpus, kernel, irqs,
+    /// sysctl, power).
+    pub isolation: cpusets::plan::Isolation<'a>,
     /// Every CPU of the board.
     pub all_cpus: &'a CpuSet,
     /// Each process's name and the CPUs it runs on, in robot.yaml's order.
@@ -41,7 +35,7 @@ pub struct SystemPart<'a> {
 
 impl SystemPart<'_> {
     fn tokens(&self) -> Vec<Token> {
-        cpusets::cmdline::plan(self.cpus, self.kernel, self.all_cpus)
+        cpusets::cmdline::plan(self.isolation.cpus, self.isolation.kernel, self.all_cpus)
     }
 }
 
@@ -78,6 +72,7 @@ pub fn changes(old: &SystemPart, new: &SystemPart) -> Vec<String> {
     let (a, b) = (line(old), line(new));
     if a != b {
         let outside = new
+            .isolation
             .board
             .board()
             .is_none_or(|b| b.boot != BootLoader::Extlinux);
@@ -90,10 +85,10 @@ pub fn changes(old: &SystemPart, new: &SystemPart) -> Vec<String> {
             }
         ));
     }
-    if old.cpus.isolated != new.cpus.isolated {
+    if old.isolation.cpus.isolated != new.isolation.cpus.isolated {
         out.push(format!(
             "isolated CPUs {} -> {}",
-            old.cpus.isolated, new.cpus.isolated
+            old.isolation.cpus.isolated, new.isolation.cpus.isolated
         ));
     }
     for (name, now) in new.processes {
@@ -106,13 +101,16 @@ pub fn changes(old: &SystemPart, new: &SystemPart) -> Vec<String> {
     }
     let differs =
         |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
-    if out.is_empty() && differs(old.cpus, new.cpus) {
+    if out.is_empty() && differs(old.isolation.cpus, new.isolation.cpus) {
         out.push("cpus: section changed".into());
     }
     for (name, changed) in [
-        ("irqs", differs(old.irqs, new.irqs)),
-        ("sysctl", differs(old.sysctl, new.sysctl)),
-        ("power", differs(old.power, new.power)),
+        ("irqs", differs(old.isolation.irqs, new.isolation.irqs)),
+        (
+            "sysctl",
+            differs(old.isolation.sysctl, new.isolation.sysctl),
+        ),
+        ("power", differs(old.isolation.power, new.isolation.power)),
     ] {
         if changed {
             out.push(format!("{name}: section changed"));
@@ -139,7 +137,7 @@ pub fn plan(
         return Ok(None);
     }
     let (old_t, new_t) = (old.tokens(), new.tokens());
-    let boot_entry = match new.board.board().map(|b| b.boot) {
+    let boot_entry = match new.isolation.board.board().map(|b| b.boot) {
         Some(BootLoader::Extlinux) if old_t != new_t => {
             let path = prefix.join(EXTLINUX);
             // Bounded (units::bounded): a file over the boot loader's

@@ -214,12 +214,7 @@ impl Robot {
         processes: &'a [(String, CpuSet)],
     ) -> releases::system_plan::SystemPart<'a> {
         releases::system_plan::SystemPart {
-            board: &self.board,
-            cpus: &self.cpus,
-            kernel: &self.kernel,
-            irqs: &self.irqs,
-            sysctl: &self.sysctl,
-            power: &self.power,
+            isolation: self.isolation(),
             all_cpus,
             processes,
         }
