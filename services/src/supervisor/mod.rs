@@ -271,11 +271,7 @@ impl Supervisor {
             }
         }
         let mut s = startup::start_up(&cfg, &roots, &opts, boot.as_deref_mut())?;
-        let plan_outcome = match s.steps.iter().find(|st| st.step == "cpu plan") {
-            Some(st) if st.result == "ok" => Ok(()),
-            Some(st) => Err(format!("{}: {}", st.result, st.detail)),
-            None => Err("no CPU plan step".to_string()),
-        };
+        let plan_outcome = trial::CpuPlanNotApplied::of_steps(&s.steps);
         let logger = start_logger(&cfg, &roots, &s.shm_dir, &mut s.steps);
         let stderr = Stderr {
             verbose: opts.verbose,

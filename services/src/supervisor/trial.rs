@@ -47,16 +47,30 @@ use crate::status::{ReleaseStatus, StepStatus};
 /// health judged.
 const RELEASE_POLL: Duration = Duration::from_secs(1);
 
-/// Why the CPU plan did not apply at start, in the start-up step's words
-/// (its result and detail, or that there was none): a system update's
-/// trial is not committed without the plan.
+/// Why the CPU plan did not apply at start: a system update's trial is
+/// not committed without the plan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub(super) struct CpuPlanNotApplied(String);
+pub(super) enum CpuPlanNotApplied {
+    /// The start-up step says so: its result (`failed`, `skipped`) and
+    /// detail.
+    #[error("{result}: {detail}")]
+    Step { result: String, detail: String },
+    /// The start-up had no CPU plan step.
+    #[error("no CPU plan step")]
+    NoStep,
+}
 
-impl From<String> for CpuPlanNotApplied {
-    fn from(said: String) -> Self {
-        CpuPlanNotApplied(said)
+impl CpuPlanNotApplied {
+    /// What the start-up steps say of the CPU plan.
+    pub(super) fn of_steps(steps: &[crate::status::StepStatus]) -> Result<(), CpuPlanNotApplied> {
+        match steps.iter().find(|st| st.step == "cpu plan") {
+            Some(st) if st.result == "ok" => Ok(()),
+            Some(st) => Err(CpuPlanNotApplied::Step {
+                result: st.result.clone(),
+                detail: st.detail.clone(),
+            }),
+            None => Err(CpuPlanNotApplied::NoStep),
+        }
     }
 }
 
@@ -132,7 +146,7 @@ impl ReleaseWatch {
         health_window: Duration,
         keep: u32,
         status: ReleaseStatus,
-        plan: Result<(), impl Into<CpuPlanNotApplied>>,
+        plan: Result<(), CpuPlanNotApplied>,
         load_config: Option<ConfigHook>,
         stderr: Stderr,
     ) -> ReleaseWatch {
@@ -183,7 +197,7 @@ impl ReleaseWatch {
             status,
             next_check: now,
             stderr,
-            plan: plan.map_err(Into::into),
+            plan,
             load_config,
             config_release,
             restart_to_reload: false,
