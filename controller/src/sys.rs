@@ -47,80 +47,11 @@ pub fn futex_wake_all(index: &AtomicU64) -> io::Result<usize> {
 /// `FUTEX_WAIT` on the low word of `index` while it holds `expected`, with
 /// an optional relative timeout. `Ok(())` on wake or `EAGAIN`/`EINTR`/timeout
 /// (the caller re-checks the word in every case).
-pub fn futex_wait(index: &AtomicU64, expected: u32, timeout_ns: Option<u64>) -> io::Result<()> {
-    futex_wait_op(index, libc::FUTEX_WAIT, expected, timeout_ns, 0).map(|_| ())
-}
+pub use units::futex::wait as futex_wait;
 
-/// What a wait on one futex word ended with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitResult {
-    /// Woken by `FUTEX_WAKE` (or spuriously: the caller re-checks).
-    Woken,
-    /// The word did not hold the expected value when the kernel looked.
-    Again,
-    /// The timeout or deadline passed.
-    TimedOut,
-    /// A signal interrupted the wait.
-    Interrupted,
-}
-
-/// `FUTEX_WAIT_BITSET` (shared: the word lives in a shared mapping) on the
-/// low word of `word` while it holds `expected`, until the absolute
-/// `CLOCK_MONOTONIC` deadline `deadline_ns` (none: until woken). Every
-/// kernel since 2.6.25 has it.
-pub fn futex_wait_until(
-    word: &AtomicU64,
-    expected: u32,
-    deadline_ns: Option<u64>,
-) -> io::Result<WaitResult> {
-    futex_wait_op(
-        word,
-        libc::FUTEX_WAIT_BITSET,
-        expected,
-        deadline_ns,
-        u32::MAX,
-    )
-}
-
-/// One futex wait (`op`: `FUTEX_WAIT` with a relative timeout, or
-/// `FUTEX_WAIT_BITSET` with an absolute one) on the low word of `word`.
-fn futex_wait_op(
-    word: &AtomicU64,
-    op: i32,
-    expected: u32,
-    time_ns: Option<u64>,
-    bitset: u32,
-) -> io::Result<WaitResult> {
-    let ptr = low_word_ptr(word);
-    let ts = time_ns.map(timespec_of);
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `ptr` points into `word`, alive for the call, 4-byte aligned;
-    // `tsp` is null or points to a timespec that outlives the call; the
-    // bitset is passed by value (ignored by FUTEX_WAIT).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            ptr,
-            op,
-            expected,
-            tsp,
-            std::ptr::null::<u32>(),
-            bitset,
-        )
-    };
-    if r >= 0 {
-        return Ok(WaitResult::Woken);
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN) => Ok(WaitResult::Again),
-        Some(libc::ETIMEDOUT) => Ok(WaitResult::TimedOut),
-        Some(libc::EINTR) => Ok(WaitResult::Interrupted),
-        _ => Err(e),
-    }
-}
+/// `FUTEX_WAIT_BITSET` (shared) until an absolute `CLOCK_MONOTONIC`
+/// deadline, and what it ended with.
+pub use units::futex::{wait_until as futex_wait_until, WaitResult};
 
 /// `futex2` flag: the word is 32 bits.
 pub const FUTEX2_SIZE_U32: u32 = 0x02;

@@ -52,7 +52,50 @@ pub fn wake_all(word: &AtomicU64) -> io::Result<usize> {
 /// changed word (`EAGAIN`), a signal or the timeout: the caller looks at
 /// the word again in every case.
 pub fn wait(word: &AtomicU64, expected: u32, timeout_ns: Option<u64>) -> io::Result<()> {
-    let ts = timeout_ns.map(|ns| libc::timespec {
+    wait_op(word, libc::FUTEX_WAIT, expected, timeout_ns, 0).map(|_| ())
+}
+
+/// What a wait on one futex word ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitResult {
+    /// Woken by `FUTEX_WAKE` (or spuriously: the caller re-checks).
+    Woken,
+    /// The word did not hold the expected value when the kernel looked.
+    Again,
+    /// The timeout or deadline passed.
+    TimedOut,
+    /// A signal interrupted the wait.
+    Interrupted,
+}
+
+/// `FUTEX_WAIT_BITSET` (shared: the word lives in a shared mapping) on the
+/// low word of `word` while it holds `expected`, until the absolute
+/// `CLOCK_MONOTONIC` deadline `deadline_ns` (none: until woken). Every
+/// kernel since 2.6.25 has it.
+pub fn wait_until(
+    word: &AtomicU64,
+    expected: u32,
+    deadline_ns: Option<u64>,
+) -> io::Result<WaitResult> {
+    wait_op(
+        word,
+        libc::FUTEX_WAIT_BITSET,
+        expected,
+        deadline_ns,
+        u32::MAX,
+    )
+}
+
+/// One futex wait (`op`: `FUTEX_WAIT` with a relative timeout, or
+/// `FUTEX_WAIT_BITSET` with an absolute one) on the low word of `word`.
+fn wait_op(
+    word: &AtomicU64,
+    op: i32,
+    expected: u32,
+    time_ns: Option<u64>,
+    bitset: u32,
+) -> io::Result<WaitResult> {
+    let ts = time_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     });
@@ -60,26 +103,28 @@ pub fn wait(word: &AtomicU64, expected: u32, timeout_ns: Option<u64>) -> io::Res
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: the kernel reads the 32-bit word at `low_word_ptr(word)`,
-    // inside `word` and alive for the call, and the timespec `tsp` points
-    // to (or null); it writes nothing.
+    // inside `word`, alive for the call and 4-byte aligned, and the
+    // timespec `tsp` points to (or null), which outlives the call; the
+    // bitset is passed by value (ignored by FUTEX_WAIT); it writes nothing.
     let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             low_word_ptr(word),
-            libc::FUTEX_WAIT,
+            op,
             expected,
             tsp,
             std::ptr::null::<u32>(),
-            0u32,
+            bitset,
         )
     };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ETIMEDOUT) => Ok(()),
-            _ => Err(e),
-        }
-    } else {
-        Ok(())
+    if r >= 0 {
+        return Ok(WaitResult::Woken);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => Ok(WaitResult::Again),
+        Some(libc::ETIMEDOUT) => Ok(WaitResult::TimedOut),
+        Some(libc::EINTR) => Ok(WaitResult::Interrupted),
+        _ => Err(e),
     }
 }
