@@ -91,6 +91,16 @@ pub const KILL_CHILD: &str = "RTDEPLOY_KILL_CHILD";
 /// Set: the fuzz-seed tests write the seeds instead of comparing them.
 pub const WRITE_SEEDS: &str = "RTDEPLOY_WRITE_SEEDS";
 
+// The build and end-to-end tools' own (scripts/ and deploy/e2e).
+/// Where fetched kernels, bases, build chroots and vendor trees are kept,
+/// keyed by content.
+pub const CACHE: &str = "RTDEPLOY_CACHE";
+/// Where scripts/build-aarch64.sh puts the aarch64 programs.
+pub const AARCH64_OUT: &str = "RTDEPLOY_AARCH64_OUT";
+/// Which PREEMPT_RT kernel series scripts/fetch-rt-kernel.sh fetches
+/// (unset: trixie's; `5.10`: bullseye's).
+pub const KERNEL_SERIES: &str = "RTDEPLOY_KERNEL_SERIES";
+
 /// The policy and priority robot.yaml gives a process, as [`SCHED`]
 /// writes them: `fifo:80`, `rr:10`, `other`, `batch`, `idle`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -51,7 +51,7 @@ pub struct Options {
     #[arg(long, env = "E2E_ARM64_BASE")]
     base: Option<PathBuf>,
     /// Where scripts/build-aarch64.sh puts the aarch64 programs.
-    #[arg(long, env = "RTDEPLOY_AARCH64_OUT")]
+    #[arg(long, env = units::env::AARCH64_OUT)]
     aarch64_out: Option<PathBuf>,
     /// How long the census runs per mechanism.
     #[arg(long, env = "CENSUS_DURATION", default_value = "80s", value_parser = dur)]
@@ -64,41 +64,35 @@ fn dur(text: &str) -> Result<units::duration::Dur, String> {
 }
 
 pub fn run(env: &Env, o: &Options) -> u8 {
-    let work = match env.work_dir("rtdeploy-e2e-arm64.") {
-        Ok(w) => w,
-        Err(e) => {
-            say(format!("no work directory: {e}"));
-            return 2;
+    crate::in_work_dir(env, "rtdeploy-e2e-arm64.", |work| {
+        let mut t = Arm64 {
+            env,
+            o,
+            outa: o
+                .aarch64_out
+                .clone()
+                .unwrap_or_else(|| env.repo.join("target-aarch64")),
+            work: work.to_path_buf(),
+            r: Report::new("e2e-aarch64"),
+            qemu: None,
+            ssh: None,
+            log1: work.join("serial-boot.log"),
+            boot_id: String::new(),
+        };
+        let setup = t.all();
+        if let Some(mut q) = t.qemu.take() {
+            q.stop();
         }
-    };
-    let mut t = Arm64 {
-        env,
-        o,
-        outa: o
-            .aarch64_out
-            .clone()
-            .unwrap_or_else(|| env.repo.join("target-aarch64")),
-        work: work.path().to_path_buf(),
-        r: Report::new("e2e-aarch64"),
-        qemu: None,
-        ssh: None,
-        log1: work.path().join("serial-boot.log"),
-        boot_id: String::new(),
-    };
-    let setup = t.all();
-    if let Some(mut q) = t.qemu.take() {
-        q.stop();
-    }
-    let failed_setup = setup.as_ref().err().cloned();
-    if let Some((what, why)) = &failed_setup {
-        t.r.fail(what, why, None);
-    }
-    let code = t.r.finish(show_console);
-    if failed_setup.is_some() {
-        2.max(code)
-    } else {
-        code
-    }
+        if let Err((what, why)) = &setup {
+            t.r.fail(what, why, None);
+        }
+        let code = t.r.finish(show_console);
+        if setup.is_err() {
+            2.max(code)
+        } else {
+            code
+        }
+    })
 }
 
 /// The last 300 lines of a failing boot's serial console, and QEMU's own
@@ -189,8 +183,8 @@ impl Arm64<'_> {
         let mut c = Command::new("bash");
         c.arg(self.env.repo.join("scripts/build-aarch64.sh"))
             .arg("--tests")
-            .env("RTDEPLOY_AARCH64_OUT", &self.outa)
-            .env("RTDEPLOY_CACHE", &self.env.cache);
+            .env(units::env::AARCH64_OUT, &self.outa)
+            .env(units::env::CACHE, &self.env.cache);
         let log = self.work.join("build-aarch64.log");
         setup("aarch64 build", host::run_logged(&mut c, &log))?;
         let last = host::tail(&log, 1);
@@ -217,7 +211,7 @@ impl Arm64<'_> {
             None => {
                 let mut c = Command::new("bash");
                 c.arg(self.env.repo.join("scripts/e2e/arm64-base.sh"))
-                    .env("RTDEPLOY_CACHE", &self.env.cache);
+                    .env(units::env::CACHE, &self.env.cache);
                 let out = setup("arm64 base root filesystem", host::output(&mut c))?;
                 PathBuf::from(out.lines().last().unwrap_or("").trim())
             }
@@ -280,42 +274,21 @@ impl Arm64<'_> {
         // Releases 1 to 4: the aarch64 controllers; release 3's talker
         // exits at once. A bundle's release carries its robot.yaml.
         for (v, crash) in [(1, false), (2, false), (3, true), (4, false)] {
-            let dir = w.join(format!("r{v}"));
-            let bin = dir.join("bin");
-            setup(
-                "a release",
-                std::fs::create_dir_all(&bin).map_err(|e| e.to_string()),
-            )?;
-            setup(
-                "a release",
-                std::fs::copy(self.outa.join("listener"), bin.join("listener"))
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-            )?;
-            if crash {
-                use std::os::unix::fs::PermissionsExt as _;
-                write(
-                    &bin.join("talker"),
-                    &format!(
-                        "#!/bin/sh\necho \"talker: release {v} crashes on purpose\" >&2\nexit 3\n"
-                    ),
-                )?;
-                setup(
-                    "a release",
-                    std::fs::set_permissions(
-                        bin.join("talker"),
-                        std::fs::Permissions::from_mode(0o755),
-                    )
-                    .map_err(|e| e.to_string()),
-                )?;
-            } else {
-                setup(
-                    "a release",
-                    std::fs::copy(self.outa.join("talker"), bin.join("talker"))
-                        .map(|_| ())
-                        .map_err(|e| e.to_string()),
-                )?;
-            }
+            let bin = w.join(format!("r{v}")).join("bin");
+            let talker = bin.join("talker");
+            let made = std::fs::create_dir_all(&bin)
+                .and_then(|()| std::fs::copy(self.outa.join("listener"), bin.join("listener")))
+                .and_then(|_| {
+                    if crash {
+                        use std::os::unix::fs::PermissionsExt as _;
+                        let script = format!("#!/bin/sh\necho \"talker: release {v} crashes on purpose\" >&2\nexit 3\n");
+                        std::fs::write(&talker, script)?;
+                        std::fs::set_permissions(&talker, std::fs::Permissions::from_mode(0o755))
+                    } else {
+                        std::fs::copy(self.outa.join("talker"), &talker).map(|_| ())
+                    }
+                });
+            setup(&format!("release {v}"), made.map_err(|e| e.to_string()))?;
         }
         // Release 4 is a system update: CPUs 1-3 isolated (a new kernel
         // command line) and the talker moved from CPU 2 to CPU 1.
@@ -534,13 +507,9 @@ impl Arm64<'_> {
                 log,
             ),
         }
-        let cmdline = self.ssh().query(60, "cat /proc/cmdline").text().to_string();
-        crate::checks::cmdline_carries(
-            &mut self.r,
-            &format!("/proc/cmdline carries every planned token, from extlinux.conf ({cmdline})"),
-            &cmdline,
+        self.guest_cmdline(
+            "every planned token, from extlinux.conf",
             &m.plan.cmdline.line,
-            log,
         );
         let q = |cmd: &str| self.ssh().query(60, cmd).text().to_string();
         let (realtime, isolated, machine) = (
@@ -637,17 +606,7 @@ impl Arm64<'_> {
                 return Ok(());
             }
         };
-        match status.startup.iter().find(|s| s.step == "cpu plan") {
-            Some(s) if s.result == "ok" => self.r.pass(format!(
-                "the supervisor applied the CPU plan ({})",
-                s.detail
-            )),
-            other => self.r.fail(
-                "the supervisor applied the CPU plan",
-                format!("startup step: {other:?}"),
-                log,
-            ),
-        }
+        crate::checks::cpu_plan_applied(&mut self.r, &status, log);
         self.plan_in_force(&m.plan, &status, "the image's");
         let mut got: Vec<String> = status
             .processes
@@ -703,6 +662,20 @@ impl Arm64<'_> {
             log,
         );
         Ok(())
+    }
+
+    /// The guest's /proc/cmdline carries `planned` (`what` says which
+    /// tokens).
+    fn guest_cmdline(&mut self, what: &str, planned: &str) {
+        let cmdline = self.ssh().query(60, "cat /proc/cmdline").text().to_string();
+        let log = self.log1.clone();
+        crate::checks::cmdline_carries(
+            &mut self.r,
+            &format!("/proc/cmdline carries {what} ({cmdline})"),
+            &cmdline,
+            planned,
+            Some(&log),
+        );
     }
 
     /// `deploy status` once both controllers run (at most `limit` s).
@@ -974,14 +947,7 @@ impl Arm64<'_> {
             format!("DEFAULT '{default}', labels {labels:?} ({conf})"),
             log,
         );
-        let cmdline = self.ssh().query(60, "cat /proc/cmdline").text().to_string();
-        crate::checks::cmdline_carries(
-            &mut self.r,
-            &format!("/proc/cmdline carries every token of release 4's plan ({cmdline})"),
-            &cmdline,
-            &m.plan4.cmdline.line,
-            log,
-        );
+        self.guest_cmdline("every token of release 4's plan", &m.plan4.cmdline.line);
         let isolated = self
             .ssh()
             .query(60, "cat /sys/devices/system/cpu/isolated")
@@ -1216,22 +1182,19 @@ impl Arm64<'_> {
             census["bucket_probe"].as_str().unwrap_or(""),
             None,
         );
-        let control = phase("positive control: PI futex");
-        let n = control["counted_waits"].as_u64().unwrap_or(0);
-        self.r.assert(
-            n > 0,
-            format!("the census counts the positive control's PI boosts ({n})"),
-            cut(&control.to_string(), 400),
-            None,
-        );
-        let reference = phase("io_uring_shared");
-        let n = reference["counted_waits"].as_u64().unwrap_or(0);
-        self.r.assert(
-            n > 0,
-            format!("the one-word reference under the hammer shows real-time waits on lower-priority holders ({n})"),
-            cut(&reference.to_string(), 400),
-            None,
-        );
+        // Must be counted: the positive control (a best-effort holder of a
+        // PI futex a FIFO waiter then locks) and the one-word reference.
+        for (label, what) in [
+            ("positive control: PI futex", "the census counts the positive control's PI boosts"),
+            (
+                "io_uring_shared",
+                "the one-word reference under the hammer shows real-time waits on lower-priority holders",
+            ),
+        ] {
+            let p = phase(label);
+            let n = p["counted_waits"].as_u64().unwrap_or(0);
+            self.r.assert(n > 0, format!("{what} ({n})"), cut(&p.to_string(), 400), None);
+        }
         for m in ["doorbell", "io_uring", "futex_waitv"] {
             let p = phase(m);
             let shared = match &p["buckets"]["shared_same_word"] {

@@ -74,7 +74,7 @@ fn capture(env: &Env, o: &Options) -> Result<usize, String> {
     let mut fetch = Command::new("bash");
     fetch
         .arg(env.repo.join("scripts/fetch-rt-kernel.sh"))
-        .env("RTDEPLOY_CACHE", &env.cache);
+        .env(units::env::CACHE, &env.cache);
     host::run_logged(&mut fetch, &w.join("fetch.log"))?;
     let kdir = env.cache.join("rt-kernel");
     let root = w.join("root");

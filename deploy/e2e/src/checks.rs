@@ -59,3 +59,18 @@ pub fn cmdline_carries(
     };
     r.assert(missing.is_empty() && !cmdline.is_empty(), what, why, log);
 }
+
+/// The supervisor's start-up step `cpu plan` is `ok`.
+pub fn cpu_plan_applied(r: &mut Report, status: &SupervisorStatus, log: Option<&Path>) {
+    match status.startup.iter().find(|s| s.step == "cpu plan") {
+        Some(s) if s.result == "ok" => r.pass(format!(
+            "the supervisor applied the CPU plan ({})",
+            s.detail
+        )),
+        other => r.fail(
+            "the supervisor applied the CPU plan",
+            format!("startup step: {other:?}"),
+            log,
+        ),
+    }
+}

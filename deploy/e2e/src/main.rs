@@ -71,7 +71,7 @@ impl Env {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         };
-        let cache = var("RTDEPLOY_CACHE").unwrap_or_else(|| repo.join(".cache"));
+        let cache = var(units::env::CACHE).unwrap_or_else(|| repo.join(".cache"));
         let target_dir = var("E2E_TARGET_DIR").unwrap_or_else(|| repo.join("target-e2e"));
         Env {
             keep: std::env::var("E2E_KEEP").as_deref() == Ok("1"),
@@ -89,6 +89,18 @@ impl Env {
             say(format!("work directory kept: {}", d.path().display()));
         }
         Ok(d)
+    }
+}
+
+/// Runs `body` in a new work directory (see [`Env::work_dir`]); exit
+/// status 2 when there is none.
+pub fn in_work_dir(env: &Env, name: &str, body: impl FnOnce(&std::path::Path) -> u8) -> u8 {
+    match env.work_dir(name) {
+        Ok(w) => body(w.path()),
+        Err(e) => {
+            say(format!("no work directory: {e}"));
+            2
+        }
     }
 }
 

@@ -45,31 +45,26 @@ pub struct Options {
 }
 
 pub fn run(env: &Env, o: &Options) -> u8 {
-    let work = match env.work_dir("rtdeploy-e2e.") {
-        Ok(w) => w,
-        Err(e) => {
-            say(format!("no work directory: {e}"));
-            return 2;
+    crate::in_work_dir(env, "rtdeploy-e2e.", |work| {
+        let mut t = X86 {
+            env,
+            src: o.src.clone().unwrap_or_else(|| env.repo.clone()),
+            limit: Duration::from_secs(o.boot_limit),
+            old_kernel: o.old_kernel != 0,
+            work: work.to_path_buf(),
+            r: Report::new("e2e-qemu"),
+            plan: None,
+        };
+        let setup = t.all();
+        let code = t.r.finish(show_consoles);
+        match setup {
+            Ok(()) => code,
+            Err(e) => {
+                say(e);
+                2
+            }
         }
-    };
-    let mut t = X86 {
-        env,
-        src: o.src.clone().unwrap_or_else(|| env.repo.clone()),
-        limit: Duration::from_secs(o.boot_limit),
-        old_kernel: o.old_kernel != 0,
-        work: work.path().to_path_buf(),
-        r: Report::new("e2e-qemu"),
-        plan: None,
-    };
-    let setup = t.all();
-    let code = t.r.finish(show_consoles);
-    match setup {
-        Ok(()) => code,
-        Err(e) => {
-            say(e);
-            2
-        }
-    }
+    })
 }
 
 /// Prints a failing boot's consoles: serial (kernel, supervisor), virtio
@@ -160,8 +155,9 @@ impl X86<'_> {
             &kernel,
             &image,
             "serial-deny.log",
-            "RTDEPLOY_DENY_SYSCALLS=io_uring,futex_waitv",
+            &format!("{}=io_uring,futex_waitv", units::env::DENY_SYSCALLS),
             false,
+            |_| {},
         )?;
         self.r.end_phase();
         let what = "io_uring and futex_waitv denied";
@@ -194,7 +190,7 @@ impl X86<'_> {
             }
         };
         self.r.phase("boot 4: image on 5.10-rt");
-        let b = self.boot(&old, &image, "serial-5.10.log", "", false)?;
+        let b = self.boot(&old, &image, "serial-5.10.log", "", false, |_| {})?;
         self.r.end_phase();
         let release = std::fs::read_to_string(old.with_file_name("release")).unwrap_or_default();
         self.r.check(
@@ -219,10 +215,10 @@ impl X86<'_> {
     fn fetch_kernel(&self, series: Option<&str>) -> Result<PathBuf, String> {
         let mut c = Command::new("bash");
         c.arg(self.env.repo.join("scripts/fetch-rt-kernel.sh"))
-            .env("RTDEPLOY_CACHE", &self.env.cache);
+            .env(units::env::CACHE, &self.env.cache);
         let dir = match series {
             Some(s) => {
-                c.env("RTDEPLOY_KERNEL_SERIES", s);
+                c.env(units::env::KERNEL_SERIES, s);
                 self.env.cache.join(format!("rt-kernel-{s}"))
             }
             None => self.env.cache.join("rt-kernel"),
@@ -316,19 +312,9 @@ impl X86<'_> {
     }
 
     /// Boots `kernel` with `initrd` and the plan's command line plus
-    /// `extra`, bounded by the boot limit.
+    /// `extra`, bounded by the boot limit; `during` is called while it
+    /// runs.
     fn boot(
-        &mut self,
-        kernel: &Path,
-        initrd: &Path,
-        name: &str,
-        extra: &str,
-        flood: bool,
-    ) -> Result<Boot, String> {
-        self.boot_with(kernel, initrd, name, extra, flood, |_| {})
-    }
-
-    fn boot_with(
         &mut self,
         kernel: &Path,
         initrd: &Path,
@@ -371,7 +357,7 @@ impl X86<'_> {
 
     fn probe_boot(&mut self, kernel: &Path, initrd: &Path) -> Result<(), String> {
         self.r.phase("boot 1: kernel probe");
-        let b = self.boot(kernel, initrd, "serial-probe.log", "", false)?;
+        let b = self.boot(kernel, initrd, "serial-probe.log", "", false, |_| {})?;
         self.r.end_phase();
         self.outcome(&b, "probe boot");
         self.r.assert(
@@ -506,7 +492,7 @@ impl X86<'_> {
         // into Debian's kernel) is added through the monitor.
         let mut monitor_reply: Option<String> = None;
         let mut ticks = 0u32;
-        let b = self.boot_with(
+        let b = self.boot(
             kernel,
             image,
             "serial-image.log",
@@ -537,17 +523,7 @@ impl X86<'_> {
         );
         let status = b.out.block_json::<SupervisorStatus>("status-json");
         if let Ok(st) = &status {
-            match st.startup.iter().find(|s| s.step == "cpu plan") {
-                Some(s) if s.result == "ok" => self.r.pass(format!(
-                    "the supervisor applied the CPU plan ({})",
-                    s.detail
-                )),
-                other => self.r.fail(
-                    "the supervisor applied the CPU plan",
-                    format!("startup step: {other:?}"),
-                    log,
-                ),
-            }
+            crate::checks::cpu_plan_applied(&mut self.r, st, log);
             self.processes_in_force(st, log);
         }
         let rules = self.plan().irqs.threads.clone();
