@@ -8,7 +8,6 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds. Goes through the vDSO: no syscall.
 #[inline]
@@ -24,13 +23,7 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// A nanosecond count as a timespec.
-#[inline]
-pub fn timespec_of(ns: u64) -> libc::timespec {
-    libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    }
-}
+pub use units::futex::timespec_of;
 
 /// The address of the low 32 bits of a 64-bit queue index: the futex word
 /// (Rust code only ever accesses the index as an `AtomicU64`).
@@ -39,10 +32,7 @@ pub use units::futex::low_word_ptr;
 /// `FUTEX_WAKE` (shared, not private: the word lives in a shared mapping
 /// and waiters are other processes) of every waiter on the low word of
 /// `index`. Returns how many were woken.
-#[inline]
-pub fn futex_wake_all(index: &AtomicU64) -> io::Result<usize> {
-    units::futex::wake_all(index)
-}
+pub use units::futex::wake_all as futex_wake_all;
 
 /// `FUTEX_WAIT` on the low word of `index` while it holds `expected`, with
 /// an optional relative timeout. `Ok(())` on wake or `EAGAIN`/`EINTR`/timeout

@@ -22,6 +22,16 @@ pub fn low_word_ptr(word: &AtomicU64) -> *const u32 {
     }
 }
 
+/// A nanosecond count (a relative timeout, or an absolute
+/// `CLOCK_MONOTONIC` time) as a timespec.
+#[inline]
+pub fn timespec_of(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
 /// `FUTEX_WAKE` (shared: waiters may be other processes) of every waiter
 /// on the low word of `word`; how many were woken.
 #[inline]
@@ -95,10 +105,7 @@ fn wait_op(
     time_ns: Option<u64>,
     bitset: u32,
 ) -> io::Result<WaitResult> {
-    let ts = time_ns.map(|ns| libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    });
+    let ts = time_ns.map(timespec_of);
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);

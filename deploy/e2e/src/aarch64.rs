@@ -34,7 +34,7 @@ use rootfs::extlinux;
 use serde_json::Value;
 use services::status::{ReleaseStatus, SupervisorStatus};
 
-use crate::guest::{cut, missing_tokens};
+use crate::guest::{cut, missing_tokens, received, tail_lines, Console};
 use crate::host::{self, X86_TRIPLE};
 use crate::qemu::{side, Machine, Running, Step};
 use crate::report::Report;
@@ -495,7 +495,7 @@ impl Arm64<'_> {
         self.r.phase("boot 1: assertions");
         let log = self.log1.clone();
         let log = Some(log.as_path());
-        let serial = host::tail(&self.log1, 100_000);
+        let serial = Console::read(&self.log1);
         match serial.lines().find(|l| l.contains("extlinux")) {
             Some(l) => self.r.pass(format!(
                 "U-Boot read /boot/extlinux/extlinux.conf ({})",
@@ -638,7 +638,7 @@ impl Arm64<'_> {
             .find_map(|l| {
                 l.find("backend ").map(|i| {
                     l[i..]
-                        .split([',', ' '])
+                        .split([',', ' ', ')'])
                         .take(2)
                         .collect::<Vec<_>>()
                         .join(" ")
@@ -853,12 +853,7 @@ impl Arm64<'_> {
         let log = Some(log.as_path());
         match self.releases() {
             Ok(rel) => {
-                let cur = rel
-                    .releases
-                    .iter()
-                    .find(|r| r.current)
-                    .map(|r| r.name.clone())
-                    .unwrap_or_default();
+                let cur = current_release(&rel);
                 self.r.assert(
                     cur.starts_with("2-"),
                     format!(
@@ -986,12 +981,7 @@ impl Arm64<'_> {
         };
         match (self.releases(), &status) {
             (Ok(rel), Some(st)) => {
-                let cur = rel
-                    .releases
-                    .iter()
-                    .find(|r| r.current)
-                    .map(|r| r.name.clone())
-                    .unwrap_or_default();
+                let cur = current_release(&rel);
                 let state_committed = matches!(
                     rel.state,
                     Some(releases::state::ReleaseState::Committed { .. })
@@ -1430,23 +1420,14 @@ fn write_plain(p: &Path, text: &str) -> Result<(), String> {
     std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// The largest `received N` in a listener's log.
-fn received(log: &str) -> Option<u64> {
-    log.lines()
-        .filter_map(|l| {
-            let i = l.find("received ")?;
-            l[i + 9..]
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
-        .max()
-}
-
-fn tail_lines(s: &str, n: usize) -> String {
-    let l: Vec<&str> = s.lines().collect();
-    l[l.len().saturating_sub(n)..].join("\n")
+/// The name of the release `deploy releases` lists as current (empty when
+/// none is).
+fn current_release(rel: &ReleasesInfo) -> String {
+    rel.releases
+        .iter()
+        .find(|r| r.current)
+        .map(|r| r.name.clone())
+        .unwrap_or_default()
 }
 
 /// JSON text read as one of our types, with serde's line:column on error.
@@ -1464,19 +1445,5 @@ impl ParseJson for str {
 impl ParseJson for String {
     fn parse_json<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
         self.as_str().parse_json()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_received_count_is_the_largest_in_the_log() {
-        assert_eq!(
-            received("listener: received 1000 (lost 0)\nlistener: received 23000 (lost 0)\n"),
-            Some(23000)
-        );
-        assert_eq!(received("no count"), None);
     }
 }

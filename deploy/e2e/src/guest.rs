@@ -132,6 +132,32 @@ pub fn missing_tokens(line: &str, tokens: &str) -> Vec<String> {
         .collect()
 }
 
+/// The first `n` lines of `s`.
+pub fn head_lines(s: &str, n: usize) -> String {
+    s.lines().take(n).collect::<Vec<_>>().join("\n")
+}
+
+/// The last `n` lines of `s`.
+pub fn tail_lines(s: &str, n: usize) -> String {
+    let l: Vec<&str> = s.lines().collect();
+    l[l.len().saturating_sub(n)..].join("\n")
+}
+
+/// The largest count in a listener's log: its lines say `received N
+/// messages`.
+pub fn received(log: &str) -> Option<u64> {
+    log.lines()
+        .filter_map(|l| {
+            let i = l.find("received ")?;
+            l[i + 9..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .max()
+}
+
 /// The first `max` characters of `s` (for a message that quotes a guest).
 pub fn cut(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
@@ -179,6 +205,21 @@ mod tests {
         assert_eq!(json_of::<A>("{\n  \"a\": 7\n}\n"), Ok(A { a: 7 }));
         let e = json_of::<A>("{\"b\": 1}").unwrap_err();
         assert!(e.contains("missing field `a`"), "{e}");
+    }
+
+    #[test]
+    fn the_received_count_is_the_largest_the_listener_printed() {
+        let log = "listener: backend doorbell, class real-time\nlistener: received 1000 messages on /demo/chatter (lost 0)\nlistener: received 23000 messages on /demo/chatter\n";
+        assert_eq!(received(log), Some(23000));
+        assert_eq!(received("no count"), None);
+        assert_eq!(received("received nothing"), None);
+    }
+
+    #[test]
+    fn head_and_tail_take_whole_lines() {
+        assert_eq!(head_lines("a\nb\nc\n", 2), "a\nb");
+        assert_eq!(tail_lines("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail_lines("a", 5), "a");
     }
 
     #[test]

@@ -177,11 +177,7 @@ impl Machine {
             _ => None,
         };
         let mut cmd = self.command(log, &format!("file:{}", log.display()));
-        cmd.stdin(Stdio::null())
-            .stdout(File::create(side(log, "qemu"))?)
-            .stderr(Stdio::from(
-                File::options().append(true).open(side(log, "qemu"))?,
-            ));
+        to_files(&mut cmd, log)?;
         let mut running = Running::spawn(cmd)?;
         let out = running.wait(limit, &mut during);
         drop(running);
@@ -205,11 +201,7 @@ impl Machine {
     pub fn spawn(&self, log: &Path) -> std::io::Result<Running> {
         File::create(log)?;
         let mut cmd = self.command(log, &format!("file:{}", log.display()));
-        cmd.stdin(Stdio::null())
-            .stdout(File::create(side(log, "qemu"))?)
-            .stderr(Stdio::from(
-                File::options().append(true).open(side(log, "qemu"))?,
-            ));
+        to_files(&mut cmd, log)?;
         Running::spawn(cmd)
     }
 
@@ -314,6 +306,15 @@ impl Machine {
             s
         })
     }
+}
+
+/// QEMU's standard input closed, its output (both streams) to `log.qemu`.
+fn to_files(cmd: &mut Command, log: &Path) -> std::io::Result<()> {
+    let out = File::create(side(log, "qemu"))?;
+    cmd.stdin(Stdio::null())
+        .stderr(out.try_clone()?)
+        .stdout(out);
+    Ok(())
 }
 
 /// Takes what the console printed next (at most a second), into `text` and

@@ -24,7 +24,7 @@ use serde_json::Value;
 use services::status::SupervisorStatus;
 use units::cpu::CpuSet;
 
-use crate::guest::{cut, json_of, Console};
+use crate::guest::{cut, head_lines, json_of, received, tail_lines, Console};
 use crate::host::{self, X86_TRIPLE};
 use crate::qemu::{self, side, Machine, Outcome};
 use crate::report::Report;
@@ -544,7 +544,7 @@ impl X86<'_> {
                 format!(
                     "exit {rc:?}: {}{}",
                     b.out.block("verify"),
-                    head(&b.out.block("verify-stderr"), 30)
+                    head_lines(&b.out.block("verify-stderr"), 30)
                 ),
                 log,
             ),
@@ -552,7 +552,10 @@ impl X86<'_> {
         match &status {
             Err(e) => self.r.fail(
                 "deploy status --json in the guest",
-                format!("{e}: {}", head(&b.out.block("status-json-stderr"), 20)),
+                format!(
+                    "{e}: {}",
+                    head_lines(&b.out.block("status-json-stderr"), 20)
+                ),
                 log,
             ),
             Ok(st) => {
@@ -729,7 +732,7 @@ impl X86<'_> {
                 format!(
                     "last_trace: {}; instances left after it stopped: {left}; supervisor: {}",
                     if why.is_empty() { "none" } else { &why },
-                    tail(&b.out.block("trace-runtime-log"), 8)
+                    tail_lines(&b.out.block("trace-runtime-log"), 8)
                 ),
                 None,
             );
@@ -777,7 +780,7 @@ impl X86<'_> {
                     format!(
                         "no JSON report ({e}; exit {:?}): {}",
                         b.out.block_rc(name),
-                        head(&b.out.block(&format!("{name}-stderr")), 20)
+                        head_lines(&b.out.block(&format!("{name}-stderr")), 20)
                     ),
                     log,
                 )
@@ -887,12 +890,12 @@ impl X86<'_> {
     fn messages(&mut self, b: &Boot) {
         let log = Some(b.log.as_path());
         let llog = b.out.block("listener-log");
-        match message_count(&llog) {
+        match received(&llog) {
             None => self.r.fail(
                 "the example controllers exchanged at least 1000 messages",
                 format!(
                     "no message count in the listener's log: {}",
-                    head(&llog, 20)
+                    head_lines(&llog, 20)
                 ),
                 log,
             ),
@@ -1014,21 +1017,21 @@ impl X86<'_> {
         let log = Some(b.log.as_path());
         self.outcome(b, &format!("{what}: boot"));
         let llog = b.out.block("listener-log");
-        let n = message_count(&llog);
+        let n = received(&llog);
         self.r.assert(
             n.is_some_and(|n| n >= 1000),
             format!(
                 "{what}: the controllers exchanged at least 1000 messages ({})",
                 n.unwrap_or(0)
             ),
-            format!("{n:?}: {}", head(&llog, 5)),
+            format!("{n:?}: {}", head_lines(&llog, 5)),
             log,
         );
         let both = format!("{llog}{}", b.out.block("talker-log"));
         self.r.assert(
             both.contains(&format!("backend {backend}")),
             format!("{what}: the controllers report the {backend} backend"),
-            head(
+            head_lines(
                 &llog
                     .lines()
                     .filter(|l| l.contains("backend"))
@@ -1160,44 +1163,9 @@ fn check_irq_threads(
     }
 }
 
-/// The largest `received N` or `messages N` count in a listener's log.
-fn message_count(log: &str) -> Option<u64> {
-    let mut best = None;
-    for l in log.lines() {
-        let words: Vec<&str> = l
-            .split([' ', '=', ':', ','])
-            .filter(|w| !w.is_empty())
-            .collect();
-        for pair in words.windows(2) {
-            if pair[0] == "received" || pair[0] == "messages" {
-                if let Ok(n) = pair[1].parse::<u64>() {
-                    best = best.max(Some(n));
-                }
-            }
-        }
-    }
-    best
-}
-
-fn head(s: &str, n: usize) -> String {
-    s.lines().take(n).collect::<Vec<_>>().join("\n")
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let l: Vec<&str> = s.lines().collect();
-    l[l.len().saturating_sub(n)..].join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_message_count_is_the_largest_the_listener_printed() {
-        let log = "listener: backend doorbell, class real-time\nlistener: received 1000 (lost 0)\nreceived=2000\nmessages: 17\n";
-        assert_eq!(message_count(log), Some(2000));
-        assert_eq!(message_count("nothing here"), None);
-    }
 
     #[test]
     fn irq_threads_are_held_to_the_first_rule_that_matches() {
