@@ -33,8 +33,10 @@
 //! [`LoopOptions`], [`Ctx`], [`TypedSender`], [`TypedFetcher`] and the
 //! errors of their calls, [`shm_struct!`] and [`ShmSafe`], [`Channel`]
 //! with what its constructors take and give, [`Publisher`] and
-//! [`Subscriber`] for tools on the byte API, [`WakeClass`], [`Monotonic`],
-//! and the timing report a controller reads ([`TimingReport`]). The
+//! [`Subscriber`] for tools on the byte API, [`WakeClass`], [`Monotonic`]
+//! and the [`Clock`] a loop reads ([`VirtualClock`] in simulation, with
+//! [`sim::Sim`] giving the loops their turns), and the timing report a
+//! controller reads ([`TimingReport`]). The
 //! modules above stay public for tools, the supervisor and the check
 //! engine. The syscall wrappers (`sys`), the doorbell table (`doorbell`)
 //! and the seccomp filter (`seccomp`) are private: what a supervisor
@@ -74,6 +76,7 @@ pub mod miss_trace;
 pub mod rt;
 mod seccomp;
 pub mod shm;
+pub mod sim;
 mod sys;
 pub mod time;
 pub mod timing_report;
@@ -101,6 +104,6 @@ pub use event_loop::{
     LoopOptions, TimerHandle, TypedFetcher, TypedSender,
 };
 pub use shm::ShmSafe;
-pub use time::Monotonic;
+pub use time::{Clock, Monotonic, VirtualClock};
 pub use timing_report::{EntryKind, EntryReport, TimingReport};
 pub use wake::WakeClass;

@@ -21,6 +21,7 @@ use std::sync::{Arc, Weak};
 use crate::doorbell::BellTable;
 use crate::shm::ShmSafe;
 use crate::sys;
+use crate::time::Clock;
 use crate::wake::{ClassWords, WakeClass};
 
 use super::fault::{stop_after, Stop};
@@ -101,6 +102,9 @@ pub struct Publisher {
     to_warm: usize,
     /// Held while the publisher lives: its [`PublisherTap`]s know it.
     live: Arc<()>,
+    /// Where send times come from: `CLOCK_MONOTONIC`, or a simulation's
+    /// virtual clock (see [`Publisher::set_clock`]).
+    clock: Clock,
 }
 
 /// What [`Publisher::publish_inner`] publishes.
@@ -263,12 +267,21 @@ impl Publisher {
             staging: Vec::new(),
             to_warm: 0,
             live: Arc::new(()),
+            clock: Clock::Monotonic,
         }
     }
 
     pub fn channel(&self) -> &Channel {
         &self.ch
     }
+
+    /// Stamps messages (and judges retention) with `clock`'s time: a
+    /// simulated loop's senders publish at its virtual time, so that a
+    /// simulated run holds no wall-clock time.
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
     /// A tap on this publisher's counts (see [`PublisherTap`]).
     pub(crate) fn tap(&self) -> PublisherTap {
         PublisherTap {
@@ -537,7 +550,7 @@ impl Publisher {
                     slots: inner.geom.slots(),
                 }));
             }
-            let now = sys::monotonic_ns();
+            let now = self.clock.now_ns();
             if retention > 0 && qi >= len {
                 let xs = inner.slot(x);
                 let q1 = xs.qi.load(Ordering::Acquire);

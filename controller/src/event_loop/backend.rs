@@ -23,6 +23,11 @@ pub enum Backend {
     /// kernel; see [`crate::doorbell`]).
     #[serde(rename = "doorbell")]
     Doorbell,
+    /// No sleep at all: a simulation's loop runs when its driver gives it
+    /// a turn, at the driver's virtual time ([`crate::sim`]). Never
+    /// probed or picked; only a loop made on a virtual clock has it.
+    #[serde(rename = "simulated")]
+    Simulated,
 }
 
 impl Backend {
@@ -31,17 +36,20 @@ impl Backend {
             Backend::IoUringFutex => "io_uring-futex",
             Backend::FutexWaitv => "futex_waitv",
             Backend::Doorbell => "doorbell",
+            Backend::Simulated => "simulated",
         }
     }
 
-    /// Every backend, best first (the order the probe picks in).
+    /// Every backend of a real loop, best first (the order the probe picks
+    /// in); [`Backend::Simulated`] is not one.
     pub const ALL: [Backend; 3] = [
         Backend::IoUringFutex,
         Backend::FutexWaitv,
         Backend::Doorbell,
     ];
 
-    /// The backend a name (as [`Backend::name`] spells it) stands for.
+    /// The backend of a real loop a name (as [`Backend::name`] spells it)
+    /// stands for: one a loop can be told to use.
     pub fn from_name(name: &str) -> Option<Backend> {
         Backend::ALL.into_iter().find(|b| b.name() == name)
     }
@@ -52,12 +60,16 @@ impl Backend {
             Backend::IoUringFutex => 1,
             Backend::FutexWaitv => 2,
             Backend::Doorbell => 3,
+            Backend::Simulated => 4,
         }
     }
 
     /// The backend a timing report's code stands for.
     pub fn from_code(code: u64) -> Option<Backend> {
-        Backend::ALL.into_iter().find(|b| b.code() == code)
+        Backend::ALL
+            .into_iter()
+            .chain([Backend::Simulated])
+            .find(|b| b.code() == code)
     }
 }
 
@@ -90,6 +102,7 @@ impl ProbeReport {
             Backend::IoUringFutex => self.io_uring_futex,
             Backend::FutexWaitv => self.futex_waitv,
             Backend::Doorbell => self.doorbell,
+            Backend::Simulated => false,
         }
     }
 }
@@ -146,7 +159,7 @@ fn hidden(b: Backend) -> bool {
         match b {
             Backend::IoUringFutex => HIDE_IO_URING_FUTEX.load(SeqCst),
             Backend::FutexWaitv => HIDE_FUTEX_WAITV.load(SeqCst),
-            Backend::Doorbell => false,
+            Backend::Doorbell | Backend::Simulated => false,
         }
     }
     #[cfg(not(feature = "fault-injection"))]

@@ -1,6 +1,9 @@
 //! The event loop: handlers for the messages of watched channels and for
 //! timers on absolute `CLOCK_MONOTONIC` deadlines, run on one thread in
-//! event-time order, with the loop asleep in between.
+//! event-time order, with the loop asleep in between. A loop made on a
+//! virtual clock ([`crate::time::Clock`]) is the same loop in simulation:
+//! it never sleeps, and its simulation gives it turns (`sim`, and
+//! [`crate::sim`]).
 //!
 //! - The loop sleeps through one internal interface (`wait::Wait`), one
 //!   module per backend: `uring` (one `IORING_OP_FUTEX_WAIT` kept armed
@@ -37,6 +40,7 @@ mod ctx;
 mod options;
 mod report;
 mod send;
+mod sim;
 mod timer;
 mod uring;
 mod wait;
@@ -49,7 +53,7 @@ use std::time::Duration;
 
 use crate::channel::{Channel, ChannelAttachError, ChannelFault, ChannelOpenError, InPlace};
 use crate::sys;
-use crate::time::Monotonic;
+use crate::time::{Clock, Monotonic};
 use crate::wake::{Attach, AttachMismatchError, WakeClass};
 use units::env::ProcessEnvError;
 
@@ -59,6 +63,7 @@ pub use backend::{probe, Backend, ProbeReport};
 pub use ctx::Ctx;
 pub use options::{LoopOptions, TimingOptions, DEFAULT_WAKE_CHECK};
 pub use send::{FetchError, TypedFetcher, TypedSender};
+pub use sim::TurnEnd;
 pub use timer::TimerHandle;
 
 use report::Reporting;
@@ -84,6 +89,8 @@ pub enum EventLoopCreateError {
     Environment(#[source] ProcessEnvError),
     #[error("refused to attach")]
     Attach(#[source] AttachMismatchError),
+    #[error("a loop on a virtual clock is simulated: it cannot run on backend {0}")]
+    SimulatedBackend(Backend),
 }
 
 /// Running an event loop failed.
@@ -110,6 +117,12 @@ pub enum EventLoopRunError {
         channel: String,
         fault: ChannelFault,
     },
+    #[error(
+        "this loop is simulated: its simulation runs it (controller::sim), not EventLoop::run"
+    )]
+    Simulated,
+    #[error("this loop is not simulated: it runs on CLOCK_MONOTONIC with EventLoop::run")]
+    NotSimulated,
 }
 
 /// Opening a channel by name for a loop failed.
@@ -156,6 +169,13 @@ pub struct EventLoop {
     /// of its own class sent before then that no wake announced was found
     /// by the loop's own look (`healed`).
     slept_until_ns: u64,
+    /// Where every time of the loop comes from (event times, handler
+    /// starts, deadlines, reports): `CLOCK_MONOTONIC`, or a simulation's
+    /// virtual clock.
+    clock: Clock,
+    /// [`EventLoop::start`] ran (a simulated loop starts at its first
+    /// turn).
+    started: bool,
 }
 
 impl EventLoop {
@@ -169,6 +189,14 @@ impl EventLoop {
         }
         if let Some(a) = &opts.attach {
             a.check_current().map_err(EventLoopCreateError::Attach)?;
+        }
+        if opts.clock.virtual_clock().is_some() {
+            return match opts.backend {
+                Some(b) if b != Backend::Simulated => {
+                    Err(EventLoopCreateError::SimulatedBackend(b))
+                }
+                _ => EventLoop::with_wait(opts, Backend::Simulated),
+            };
         }
         let p = probe();
         let backend = match opts.backend {
@@ -186,11 +214,22 @@ impl EventLoop {
                     reason: "futex_waitv needs Linux 5.16 or later".into(),
                 })
             }
+            Some(Backend::Simulated) => {
+                return Err(EventLoopCreateError::BackendUnavailable {
+                    backend: Backend::Simulated,
+                    kernel: p.kernel,
+                    reason: "a simulated loop needs a virtual clock (controller::sim)".into(),
+                })
+            }
             Some(b) => b,
             None if opts.class == WakeClass::RealTime => Backend::Doorbell,
             // The doorbell backend needs nothing beyond plain futexes.
             None => p.backend.unwrap_or(Backend::Doorbell),
         };
+        EventLoop::with_wait(opts, backend)
+    }
+
+    fn with_wait(opts: LoopOptions, backend: Backend) -> Result<EventLoop, EventLoopCreateError> {
         let mut lp = EventLoop {
             wait: wait::for_backend(backend),
             watchers: Vec::new(),
@@ -210,6 +249,8 @@ impl EventLoop {
             last_cross_look: 0,
             memory_checked: false,
             slept_until_ns: 0,
+            clock: opts.clock,
+            started: false,
         };
         if let Some(t) = opts.timing {
             lp.enable_reports(&t)?;
@@ -225,6 +266,18 @@ impl EventLoop {
     /// The loop's wake class.
     pub fn class(&self) -> WakeClass {
         self.class
+    }
+
+    /// The time now on the loop's clock (`CLOCK_MONOTONIC`, or its
+    /// simulation's virtual time): what a controller takes to set a
+    /// timer's first deadline, so that the same code runs in simulation.
+    pub fn now(&self) -> Monotonic {
+        self.clock.now()
+    }
+
+    /// The loop's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// Checks the calling thread against robot.yaml's policy, as every
@@ -275,10 +328,10 @@ impl EventLoop {
         wait::arm_watcher(wait, &mut s, i)
     }
 
-    /// Runs until a handler calls [`Ctx::exit`] or nothing is left to wait
-    /// for.
-    pub fn run(&mut self) -> Result<(), EventLoopRunError> {
-        self.exit = false;
+    /// What a run does before its first sleep: arms every wait and timer
+    /// and calls the [`EventLoop::on_run`] hooks.
+    fn start(&mut self) -> Result<(), EventLoopRunError> {
+        self.started = true;
         if self.class == WakeClass::RealTime && !self.memory_checked {
             self.memory_checked = true;
             // A page fault on the real-time path takes the process's
@@ -290,15 +343,18 @@ impl EventLoop {
                 );
             }
         }
-        if let (Some(every), None, false) = (
+        // A simulated loop looks at every watched channel at each turn: it
+        // has no wake to lose.
+        if let (Some(every), None, false, false) = (
             self.wake_check,
             self.timers.wake_check,
             self.watchers.is_empty(),
+            self.backend() == Backend::Simulated,
         ) {
             let period = every.as_nanos().clamp(1, u64::MAX as u128) as u64;
             let t = self.timers.push(
                 "wake-check".into(),
-                sys::monotonic_ns().saturating_add(period),
+                self.clock.now_ns().saturating_add(period),
                 period,
                 None,
             );
@@ -317,7 +373,7 @@ impl EventLoop {
         self.look_across();
         let mut hooks = std::mem::take(&mut self.on_run);
         for h in &mut hooks {
-            let now = Monotonic::now();
+            let now = self.clock.now();
             let mut ctx = Ctx {
                 now,
                 event: now,
@@ -328,6 +384,17 @@ impl EventLoop {
             h(&mut ctx);
         }
         self.on_run = hooks;
+        Ok(())
+    }
+
+    /// Runs until a handler calls [`Ctx::exit`] or nothing is left to wait
+    /// for.
+    pub fn run(&mut self) -> Result<(), EventLoopRunError> {
+        if self.backend() == Backend::Simulated {
+            return Err(EventLoopRunError::Simulated);
+        }
+        self.exit = false;
+        self.start()?;
         while !self.exit {
             self.dispatch()?;
             if self.exit {
@@ -385,7 +452,7 @@ impl EventLoop {
     /// where the other class publishes); no syscall.
     fn look_across(&mut self) {
         let other = self.class.other();
-        let now = sys::monotonic_ns();
+        let now = self.clock.now_ns();
         let mut every: Option<u64> = None;
         for w in &mut self.watchers {
             if w.failed.is_some() || w.sub.channel().publishers_of_class(other) == 0 {
@@ -476,7 +543,7 @@ impl EventLoop {
             let Some((event_ns, is_watch, i)) = best else {
                 return Ok(());
             };
-            let now = sys::monotonic_ns();
+            let now = self.clock.now_ns();
             let (missed, lost) = if is_watch {
                 let w = &self.watchers[i];
                 let before = w.staged.map_or(0, |m| m.lost_before);
@@ -525,7 +592,7 @@ impl EventLoop {
                     },
                 }
                 w.untold_lost = 0;
-                let end = sys::monotonic_ns();
+                let end = self.clock.now_ns();
                 w.stats.record(now.saturating_sub(event_ns), end - now);
                 if meta.sender_class != self.class {
                     w.stats.record_cross_class(now.saturating_sub(event_ns));
@@ -541,10 +608,10 @@ impl EventLoop {
             } else {
                 let end = if self.timers.report == Some(i) {
                     self.publish_report();
-                    sys::monotonic_ns()
+                    self.clock.now_ns()
                 } else if self.timers.wake_check == Some(i) {
                     self.check_wakes();
-                    sys::monotonic_ns()
+                    self.clock.now_ns()
                 } else {
                     let t = &mut self.timers.list[i];
                     if let Some(h) = t.handler.as_mut() {
@@ -555,7 +622,7 @@ impl EventLoop {
                         );
                         h(&mut ctx);
                     }
-                    let end = sys::monotonic_ns();
+                    let end = self.clock.now_ns();
                     t.stats.record(now.saturating_sub(event_ns), end - now);
                     t.total += 1;
                     end

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use units::env::{ProcessEnv, ProcessEnvError};
 
+use crate::time::Clock;
 use crate::wake::{Attach, WakeClass};
 
 use super::Backend;
@@ -53,6 +54,10 @@ pub struct LoopOptions {
     /// The supervisor's environment could not be read ([`LoopOptions::from_env`]):
     /// [`EventLoop::new`] refuses to start with it.
     pub env_error: Option<ProcessEnvError>,
+    /// Where the loop and its senders take the time. A virtual clock
+    /// makes a simulated loop ([`super::Backend::Simulated`]), which runs
+    /// when a simulation gives it a turn ([`crate::sim`]).
+    pub clock: Clock,
 }
 
 impl Default for LoopOptions {
@@ -66,6 +71,7 @@ impl Default for LoopOptions {
             class: WakeClass::BestEffort,
             attach: None,
             env_error: None,
+            clock: Clock::Monotonic,
         }
     }
 }

@@ -4,7 +4,6 @@
 //! any time with [`EventLoop::report_now`].
 
 use crate::channel::{Channel, Publisher};
-use crate::sys;
 use crate::timing_report::{self, EntryKind, EntryStats, RawReport};
 
 use super::{EventLoop, EventLoopCreateError, TimingOptions};
@@ -31,9 +30,10 @@ impl EventLoop {
             &self.proc_root,
         )
         .map_err(|e| err(units::error::Chain(&e).to_string()))?;
-        let publisher = ch
+        let mut publisher = ch
             .publisher(&self.proc_root)
             .map_err(|e| err(units::error::Chain(&e).to_string()))?;
+        publisher.set_clock(self.clock.clone());
         let mut raw = Box::<RawReport>::default();
         timing_report::fill_name(&mut raw.process, &t.process);
         raw.pid = self.pid as u64;
@@ -43,7 +43,7 @@ impl EventLoop {
         raw.period_ns = period;
         let timer = self.timers.push(
             "timing-report".into(),
-            sys::monotonic_ns() + period,
+            self.clock.now_ns() + period,
             period,
             None,
         );
@@ -67,7 +67,7 @@ impl EventLoop {
 
     fn fill_report(&self, raw: &mut RawReport, seq: u64) {
         raw.seq = seq;
-        raw.time_ns = sys::monotonic_ns();
+        raw.time_ns = self.clock.now_ns();
         raw.pid = self.pid as u64;
         raw.backend = self.backend().code();
         raw.class = timing_report::class_code(self.class);

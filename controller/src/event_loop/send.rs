@@ -198,7 +198,8 @@ impl EventLoop {
         bytes: Option<usize>,
     ) -> Result<Publisher, LoopChannelError> {
         self.check_attach()?;
-        let publisher = channel.publisher_as(self.class, &self.proc_root)?;
+        let mut publisher = channel.publisher_as(self.class, &self.proc_root)?;
+        publisher.set_clock(self.clock.clone());
         self.senders.push(SenderStats {
             name: channel.name().to_string(),
             tap: publisher.tap(),

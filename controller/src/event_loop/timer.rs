@@ -8,7 +8,6 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::sys;
 use crate::time::Monotonic;
 use crate::timing_report::EntryStats;
 
@@ -197,7 +196,8 @@ impl EventLoop {
         self.timers.handle(i)
     }
 
-    /// A phased loop: due at every `k * period + offset` on CLOCK_MONOTONIC,
+    /// A phased loop: due at every `k * period + offset` on the loop's
+    /// clock (CLOCK_MONOTONIC, or its simulation's virtual time),
     /// starting with the next such instant. A late loop skips the cycles
     /// whose deadlines passed and tells the handler how many
     /// ([`Ctx::missed_cycles`]).
@@ -210,7 +210,7 @@ impl EventLoop {
     ) -> TimerHandle {
         let p = period.as_nanos().max(1) as u64;
         let off = offset.as_nanos() as u64 % p;
-        let now = sys::monotonic_ns();
+        let now = self.clock.now_ns();
         let k = now.saturating_sub(off) / p + 1;
         let i = self
             .timers

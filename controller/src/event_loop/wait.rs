@@ -52,6 +52,7 @@ pub(super) fn for_backend(backend: Backend) -> Box<dyn Wait> {
         Backend::IoUringFutex => Box::new(super::uring::UringWait::default()),
         Backend::FutexWaitv => Box::new(super::waitv::WaitvWait::default()),
         Backend::Doorbell => Box::new(super::bell::BellWait::default()),
+        Backend::Simulated => Box::new(super::sim::SimWait),
     }
 }
 
