@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! listener [--channel /demo/chatter] [--every 1000] [--count N] [--create]
+//!          [--summary CHANNEL [--summary-every 100]]
 //! ```
 //!
 //! Environment (set by the supervisor):
@@ -15,44 +16,43 @@
 //! through the futex wait it keeps armed on the channel. Prints one line per
 //! `--every` messages with the messages lost, the worst send-to-handler
 //! latency since the last line and the backend in use; exits after
-//! `--count` messages (default: runs until killed).
+//! `--count` messages (default: runs until killed). With `--summary`, it
+//! publishes what it derived from its input (a count, the sum of the
+//! sequence numbers, the last one, the XOR of the deadlines) on that
+//! channel every `--summary-every` messages: an output that depends on its
+//! input alone, to compare a replay with the original run.
 
 mod common;
+#[path = "controllers/listen.rs"]
+mod listen;
 
-use common::{die, Chatter, Example};
+use common::{arg, die, Example};
+use listen::{listen, Listen};
 
 fn main() {
     let ex = Example::setup("listener");
-    let (channel, process, every, count, mut lp) = (
-        ex.channel_name,
-        ex.process,
-        ex.every,
-        ex.count,
-        ex.event_loop,
-    );
-    let backend = lp.backend();
-    let class = lp.class();
-    println!("listener: process {process}, channel {channel}, backend {backend}, class {class}");
-    let (mut got, mut worst) = (0u64, std::time::Duration::ZERO);
-    let watched = channel.clone();
-    let mut lost = 0u64;
-    let r = lp.watch::<Chatter>(&channel, move |ctx, m| {
-        got += 1;
-        lost += ctx.lost_before();
-        let seq = m.seq;
-        worst = worst.max(ctx.latency());
-        if got % every == 0 {
-            println!(
-                "listener: received {got} messages on {watched} (last seq {seq}, lost {lost}, worst latency {:.1}us, backend {backend})",
-                worst.as_secs_f64() * 1e6
-            );
-            worst = std::time::Duration::ZERO;
-        }
-        if count > 0 && got >= count {
-            ctx.exit();
-        }
+    let args: Vec<String> = std::env::args().collect();
+    let summary = arg(&args, "--summary").map(|name| {
+        let every = arg(&args, "--summary-every")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100u64);
+        (name, every)
     });
-    if let Err(e) = r {
+    let mut lp = ex.event_loop;
+    println!(
+        "listener: process {}, channel {}, backend {}, class {}",
+        ex.process,
+        ex.channel_name,
+        lp.backend(),
+        lp.class()
+    );
+    let l = Listen {
+        channel: ex.channel_name,
+        every: ex.every,
+        count: ex.count,
+        summary,
+    };
+    if let Err(e) = listen(&mut lp, l) {
         die("listener", e, 2);
     }
     if let Err(e) = lp.run() {

@@ -18,8 +18,11 @@
 use std::time::Duration;
 
 mod common;
+#[path = "controllers/talk.rs"]
+mod talk;
 
-use common::{arg, die, Chatter, Example};
+use common::{arg, die, Example};
+use talk::{talk, Talk};
 
 fn main() {
     let ex = Example::setup("talker");
@@ -27,48 +30,23 @@ fn main() {
     let period_us: u64 = arg(&args, "--period-us")
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let (channel, process, every, count, mut lp) = (
-        ex.channel_name,
-        ex.process,
-        ex.every,
-        ex.count,
-        ex.event_loop,
-    );
-    let backend = lp.backend();
-    let class = lp.class();
+    let mut lp = ex.event_loop;
     println!(
-        "talker: process {process}, channel {channel}, backend {backend}, class {class}, period {period_us}us"
+        "talker: process {}, channel {}, backend {}, class {}, period {period_us}us",
+        ex.process,
+        ex.channel_name,
+        lp.backend(),
+        lp.class()
     );
-    let mut sender = lp
-        .make_sender::<Chatter>(&channel)
-        .unwrap_or_else(|e| die("talker", e, 2));
-    let mut seq = 0u64;
-    let mut errors = 0u64;
-    lp.add_phased_loop(
-        "talk",
-        Duration::from_micros(period_us),
-        Duration::ZERO,
-        move |ctx| {
-            // Written in place in the channel's slot: no copy on send.
-            let sent = sender.loan().and_then(|mut m| {
-                m.seq = seq;
-                m.deadline_ns = ctx.event_time().as_nanos();
-                m.send()
-            });
-            match sent {
-                Ok(_) => seq += 1,
-                Err(_) => errors += 1,
-            }
-            if seq > 0 && seq % every == 0 {
-                println!(
-                    "talker: sent {seq} messages on {channel} (backend {backend}, errors {errors})"
-                );
-            }
-            if count > 0 && seq >= count {
-                ctx.exit();
-            }
-        },
-    );
+    let t = Talk {
+        channel: ex.channel_name,
+        period: Duration::from_micros(period_us),
+        every: ex.every,
+        count: ex.count,
+    };
+    if let Err(e) = talk(&mut lp, t) {
+        die("talker", e, 2);
+    }
     if let Err(e) = lp.run() {
         die("talker", e, 1);
     }

@@ -2,7 +2,9 @@
 //! directory and process name the supervisor passes in the environment
 //! (`RTDEPLOY_SHM_DIR`, `RTDEPLOY_PROCESS`), memory locking, the channel
 //! (opened, or created with `--create`) and an event loop that publishes its
-//! timing report once a second.
+//! timing report once a second. The controllers themselves are in
+//! `controllers/`, set up on any loop, so that the binaries and the
+//! simulation tests run the same code.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
