@@ -53,6 +53,11 @@ pub const TRACE: &str = "RTDEPLOY_TRACE";
 /// A handler that starts more than this many nanoseconds after its event
 /// is a traced miss.
 pub const TRACE_MISS_NS: &str = "RTDEPLOY_TRACE_MISS_NS";
+/// Set by `deploy sim`: the descriptor of the process's link to its
+/// simulation's coordinator (a `SOCK_SEQPACKET` socket; see
+/// [`crate::sim_link`]). The process's event loop then runs on a virtual
+/// clock and takes its turns from the coordinator.
+pub const SIM: &str = "RTDEPLOY_SIM";
 
 // Of the CLI and the supervisor.
 
@@ -162,6 +167,8 @@ pub struct ProcessEnv {
     pub trace: Option<PathBuf>,
     /// [`TRACE_MISS_NS`].
     pub trace_miss_ns: Option<u64>,
+    /// [`SIM`]: a descriptor number (3 or more).
+    pub sim_fd: Option<i32>,
 }
 
 /// The environment holds a value the runtime does not read.
@@ -175,6 +182,8 @@ pub enum ProcessEnvError {
     SchedMissing,
     #[error("{var}={value:?} is not a whole number")]
     NotANumber { var: &'static str, value: String },
+    #[error("{SIM}={value:?} is not a descriptor number (3 to {})", i32::MAX)]
+    SimFd { value: String },
 }
 
 impl ProcessEnv {
@@ -192,6 +201,7 @@ impl ProcessEnv {
             (WAKE_CHECK, self.wake_check_us.map(|us| us.to_string())),
             (TRACE, self.trace.as_ref().map(path)),
             (TRACE_MISS_NS, self.trace_miss_ns.map(|ns| ns.to_string())),
+            (SIM, self.sim_fd.map(|fd| fd.to_string())),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k, v?)))
@@ -233,6 +243,12 @@ impl ProcessEnv {
             wake_check_us: number(WAKE_CHECK)?,
             trace: get(TRACE).map(PathBuf::from),
             trace_miss_ns: number(TRACE_MISS_NS)?,
+            sim_fd: get(SIM)
+                .map(|value| match value.trim().parse::<i32>() {
+                    Ok(fd) if fd >= 3 => Ok(fd),
+                    _ => Err(ProcessEnvError::SimFd { value }),
+                })
+                .transpose()?,
         })
     }
 }
@@ -265,9 +281,10 @@ mod tests {
             wake_check_us: Some(0),
             trace: Some("/sys/kernel/tracing/instances/rtdeploy-7".into()),
             trace_miss_ns: Some(200_000),
+            sim_fd: Some(5),
         };
         let vars = env.to_env();
-        assert_eq!(vars.len(), 9);
+        assert_eq!(vars.len(), 10);
         assert!(vars.iter().all(|(k, _)| k.starts_with("RTDEPLOY_")));
         assert!(vars.contains(&(SCHED, "fifo:80".into())));
         let map: HashMap<&str, String> = vars.into_iter().collect();
@@ -319,5 +336,14 @@ mod tests {
             read(&[(WAKE_CHECK, "50ms")]).unwrap_err().to_string(),
             "RTDEPLOY_WAKE_CHECK=\"50ms\" is not a whole number"
         );
+        // The simulation link: a descriptor past stdin, stdout and stderr.
+        for bad in ["0", "2", "-1", "x", "99999999999"] {
+            assert_eq!(
+                read(&[(SIM, bad)]).unwrap_err(),
+                ProcessEnvError::SimFd { value: bad.into() },
+                "{bad}"
+            );
+        }
+        assert_eq!(read(&[(SIM, "7")]).unwrap().sim_fd, Some(7));
     }
 }

@@ -19,6 +19,8 @@
 //! - [`wake::WakeClass`] and [`env`](mod@env): the contract between the supervisor
 //!   and a process: the one spelling of every `RTDEPLOY_*` variable, and
 //!   [`env::ProcessEnv`], what the supervisor passes and the runtime reads;
+//! - [`sim_link`]: the frames between a simulation's coordinator and the
+//!   event loops it gives turns to;
 //! - [`error::Chain`]: the one printer of an error with its causes.
 //!
 //! What a unit *means* to a crate stays with that crate: what a kernel
@@ -57,5 +59,6 @@ pub mod kernel;
 pub mod path;
 pub mod problem;
 pub mod sched;
+pub mod sim_link;
 pub mod size;
 pub mod wake;
