@@ -98,8 +98,8 @@ pub struct Sim {
     owned_dir: bool,
     proc_root: PathBuf,
     loops: Vec<SimLoop>,
-    /// xorshift64* state: the order of turns at one instant.
-    rng: u64,
+    /// The order of turns at one instant.
+    order: TurnOrder,
     seed: u64,
 }
 
@@ -137,7 +137,7 @@ impl Sim {
             owned_dir: false,
             proc_root: PathBuf::from("/proc"),
             loops: Vec::new(),
-            rng: splitmix64(seed),
+            order: TurnOrder::new(seed),
             seed,
         }
     }
@@ -323,9 +323,30 @@ impl Sim {
         Ok(())
     }
 
-    /// Orders the loops due at one instant: a Fisher-Yates shuffle drawn
-    /// from the seed (one draw per loop beyond the first).
     fn shuffle(&mut self, v: &mut [usize]) {
+        self.order.shuffle(v);
+    }
+}
+
+/// The order of turns at one virtual instant, drawn from a seed alone:
+/// the same seed gives the same sequence of orders (this simulation's and
+/// `deploy sim`'s coordinator's).
+#[derive(Debug, Clone)]
+pub struct TurnOrder {
+    /// xorshift64* state.
+    rng: u64,
+}
+
+impl TurnOrder {
+    pub fn new(seed: u64) -> TurnOrder {
+        TurnOrder {
+            rng: splitmix64(seed),
+        }
+    }
+
+    /// Orders `v` (the loops due at one instant): a Fisher-Yates shuffle,
+    /// one draw per element beyond the first.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
         for k in (1..v.len()).rev() {
             let j = (self.next_random() % (k as u64 + 1)) as usize;
             v.swap(k, j);

@@ -138,6 +138,89 @@ pub fn kernel_release() -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// Takes descriptor `fd` of this process as the link to a simulation's
+/// coordinator, after checking that it is open and a `SOCK_SEQPACKET`
+/// socket (a number in the environment is not proof of either), and marks
+/// it close-on-exec so that the controller's own children do not hold it.
+/// The caller takes it once per process (see `EventLoop::new`).
+pub fn adopt_seqpacket(fd: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `ty` and `len` are valid for writes of the sizes given;
+    // getsockopt on a number that is no open socket fails (EBADF,
+    // ENOTSOCK) and touches nothing else.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if ty != libc::SOCK_SEQPACKET {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("descriptor {fd} is a socket of type {ty}, not SOCK_SEQPACKET"),
+        ));
+    }
+    // SAFETY: `fd` is open (getsockopt succeeded) and was handed to this
+    // process to own; the caller adopts it once per process, so nothing
+    // else closes it.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: F_SETFD on an open descriptor the caller owns.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(owned)
+}
+
+/// Sends one packet on a connected `SOCK_SEQPACKET` socket (no SIGPIPE
+/// when the peer is gone: EPIPE instead), retrying on EINTR.
+pub fn packet_send(fd: &std::os::fd::OwnedFd, buf: &[u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: `buf` is valid for reads of its length; `fd` is open (owned).
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one packet from a `SOCK_SEQPACKET` socket into `buf` (a
+/// longer packet is cut to `buf`'s length), retrying on EINTR; 0 when the
+/// peer has closed it.
+pub fn packet_recv(fd: &std::os::fd::OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: `buf` is valid for writes of its length; `fd` is open.
+        let r = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// The calling process's id.
 #[inline]
 pub fn getpid() -> u32 {

@@ -1,7 +1,7 @@
 //! The example controllers in a simulation: the same code as the binaries
 //! (`examples/controllers/`), on a virtual clock.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,11 @@ const SUMMARY: &str = "/demo/summary";
 /// A simulation with the talker and the listener of the examples, the
 /// listener publishing its summary every `summary_every` messages; and the
 /// listener's loop.
-fn robot(seed: u64, period: Duration, summary_every: u64) -> (Sim, LoopId) {
+fn robot(
+    seed: u64,
+    period: Duration,
+    summary_every: u64,
+) -> (Sim, LoopId, Rc<Cell<listen::Received>>) {
     let mut sim = Sim::with_seed(seed).unwrap();
     sim.create_channel(CHATTER, &ChannelGeometry::new(64, 64, 4))
         .unwrap();
@@ -48,14 +52,14 @@ fn robot(seed: u64, period: Duration, summary_every: u64) -> (Sim, LoopId) {
         count: 0,
         summary: Some((SUMMARY.into(), summary_every)),
     };
-    listen::listen(sim.event_loop(listener), l).unwrap();
-    (sim, listener)
+    let received = listen::listen(sim.event_loop(listener), l).unwrap();
+    (sim, listener, received)
 }
 
 #[test]
 fn a_talker_and_a_listener_run_a_simulated_hour_and_every_message_arrives_in_order_on_time() {
     let period = Duration::from_millis(1);
-    let (mut sim, listener) = robot(1, period, 1000);
+    let (mut sim, listener, received) = robot(1, period, 1000);
     // A third loop checks every message the talker sent: its sequence
     // number, and that it was sent at its phased loop's deadline, on the
     // virtual clock (a handler takes no virtual time).
@@ -129,6 +133,8 @@ fn a_talker_and_a_listener_run_a_simulated_hour_and_every_message_arrives_in_ord
     assert_eq!(w.total, 3_600_000, "{w:?}");
     assert_eq!(w.lost, 0, "{w:?}");
     assert_eq!(report.backend, "simulated");
+    let r = received.get();
+    assert_eq!((r.got, r.lost, r.last_seq), (3_600_000, 0, Some(3_599_999)));
 }
 
 /// The order in which three loops' timers, all due at the same virtual
@@ -172,7 +178,7 @@ fn the_same_seed_gives_the_same_order_and_another_seed_reorders_events_due_toget
 #[test]
 fn a_simulated_run_replays_the_same_messages_with_the_same_seed() {
     let run = |seed| {
-        let (mut sim, _) = robot(seed, Duration::from_micros(500), 100);
+        let (mut sim, _, _) = robot(seed, Duration::from_micros(500), 100);
         sim.run_for(Duration::from_secs(2)).unwrap();
         let ch = sim.open_channel(SUMMARY).unwrap();
         let mut r = ch.reader_at(0);
@@ -252,4 +258,41 @@ fn loops_that_publish_to_each_other_without_time_passing_are_stopped_and_the_ins
         other => panic!("{other}"),
     }
     assert!(e.to_string().contains("1.003000000"), "{e}");
+}
+
+#[test]
+fn a_simulation_link_that_is_no_socket_of_ours_is_refused_by_name() {
+    use std::os::fd::AsRawFd;
+    let opts = |fd: i32, clock: Clock| LoopOptions {
+        sim_fd: Some(fd),
+        clock,
+        ..LoopOptions::default()
+    };
+    let virt = || Clock::Virtual(VirtualClock::new(START));
+    let refusal = |o: LoopOptions| match EventLoop::new(o) {
+        Err(e @ EventLoopCreateError::SimLink { .. }) => e.to_string(),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("a link that is none was taken"),
+    };
+    // A number no descriptor has, a file that is no socket, a socket of
+    // another type: each named, and the descriptor left to its owner.
+    let e = refusal(opts(1 << 20, virt()));
+    assert!(
+        e.starts_with(
+            "cannot take the simulation's link (RTDEPLOY_SIM=1048576): Bad file descriptor"
+        ),
+        "{e}"
+    );
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let e = refusal(opts(file.as_raw_fd(), virt()));
+    assert!(e.contains("Socket operation on non-socket"), "{e}");
+    let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let e = refusal(opts(a.as_raw_fd(), virt()));
+    assert!(e.contains("a socket of type 1, not SOCK_SEQPACKET"), "{e}");
+    // A link on CLOCK_MONOTONIC would be a real loop taking turns.
+    let e = refusal(opts(a.as_raw_fd(), Clock::Monotonic));
+    assert!(e.contains("a simulated loop needs a virtual one"), "{e}");
+    // Still open: nothing adopted them.
+    assert!(file.metadata().is_ok());
+    assert!(a.peer_addr().is_ok());
 }

@@ -91,6 +91,8 @@ pub enum EventLoopCreateError {
     Attach(#[source] AttachMismatchError),
     #[error("a loop on a virtual clock is simulated: it cannot run on backend {0}")]
     SimulatedBackend(Backend),
+    #[error("cannot take the simulation's link ({var}={fd}): {reason}", var = units::env::SIM)]
+    SimLink { fd: i32, reason: String },
 }
 
 /// Running an event loop failed.
@@ -123,6 +125,8 @@ pub enum EventLoopRunError {
     Simulated,
     #[error("this loop is not simulated: it runs on CLOCK_MONOTONIC with EventLoop::run")]
     NotSimulated,
+    #[error("the link to the simulation's coordinator: {0}")]
+    SimLink(String),
 }
 
 /// Opening a channel by name for a loop failed.
@@ -176,6 +180,9 @@ pub struct EventLoop {
     /// [`EventLoop::start`] ran (a simulated loop starts at its first
     /// turn).
     started: bool,
+    /// The link to a simulation's coordinator (`deploy sim`), which
+    /// [`EventLoop::run`] takes its turns from.
+    sim_link: Option<std::os::fd::OwnedFd>,
 }
 
 impl EventLoop {
@@ -189,6 +196,16 @@ impl EventLoop {
         }
         if let Some(a) = &opts.attach {
             a.check_current().map_err(EventLoopCreateError::Attach)?;
+        }
+        if let Some(fd) = opts.sim_fd {
+            if opts.clock.virtual_clock().is_none() {
+                return Err(EventLoopCreateError::SimLink {
+                    fd,
+                    reason:
+                        "the loop's clock is CLOCK_MONOTONIC: a simulated loop needs a virtual one"
+                            .into(),
+                });
+            }
         }
         if opts.clock.virtual_clock().is_some() {
             return match opts.backend {
@@ -251,7 +268,11 @@ impl EventLoop {
             slept_until_ns: 0,
             clock: opts.clock,
             started: false,
+            sim_link: None,
         };
+        if let Some(fd) = opts.sim_fd {
+            lp.sim_link = Some(sim::take_link(fd)?);
+        }
         if let Some(t) = opts.timing {
             lp.enable_reports(&t)?;
         }
@@ -389,9 +410,17 @@ impl EventLoop {
 
     /// Runs until a handler calls [`Ctx::exit`] or nothing is left to wait
     /// for.
+    ///
+    /// A simulated loop runs only under `deploy sim`: it then takes its
+    /// turns and its time from the simulation's coordinator, and returns
+    /// when the coordinator ends the run or the loop ends. Elsewhere its
+    /// simulation ([`crate::sim::Sim`]) runs it, and `run` refuses.
     pub fn run(&mut self) -> Result<(), EventLoopRunError> {
         if self.backend() == Backend::Simulated {
-            return Err(EventLoopRunError::Simulated);
+            return match self.sim_link.take() {
+                Some(link) => self.follow(link),
+                None => Err(EventLoopRunError::Simulated),
+            };
         }
         self.exit = false;
         self.start()?;

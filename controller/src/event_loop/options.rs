@@ -58,6 +58,11 @@ pub struct LoopOptions {
     /// makes a simulated loop ([`super::Backend::Simulated`]), which runs
     /// when a simulation gives it a turn ([`crate::sim`]).
     pub clock: Clock,
+    /// The descriptor of the link to a simulation's coordinator
+    /// ([`units::env::SIM`], set by `deploy sim`): the loop, on a virtual
+    /// clock, takes its turns and its time from it in
+    /// [`super::EventLoop::run`]. One loop per process takes it.
+    pub sim_fd: Option<i32>,
 }
 
 impl Default for LoopOptions {
@@ -72,6 +77,7 @@ impl Default for LoopOptions {
             attach: None,
             env_error: None,
             clock: Clock::Monotonic,
+            sim_fd: None,
         }
     }
 }
@@ -126,6 +132,12 @@ impl LoopOptions {
         // The supervisor's miss tracing (robot.yaml check.trace_on_miss).
         if let Some(problem) = crate::miss_trace::init(&env) {
             eprintln!("rtdeploy: {problem}");
+        }
+        // Under `deploy sim`: a virtual clock from the simulation's start,
+        // and the coordinator's link.
+        if let Some(fd) = env.sim_fd {
+            o.sim_fd = Some(fd);
+            o.clock = Clock::Virtual(crate::time::VirtualClock::new(crate::sim::START));
         }
         if let Some(us) = env.wake_check_us {
             o.wake_check = (us > 0).then(|| Duration::from_micros(us));

@@ -102,6 +102,11 @@ impl EventLoop {
         raw.entries = n as u64;
     }
 
+    /// Timing reports this loop has published.
+    pub(super) fn reports_published(&self) -> u64 {
+        self.reporting.as_ref().map_or(0, |r| r.seq)
+    }
+
     pub(super) fn publish_report(&mut self) {
         let Some(mut rep) = self.reporting.take() else {
             return;

@@ -10,8 +10,14 @@
 //! timers and phased loops, typed senders and fetchers, `Ctx`, timing
 //! reports, all on the loop's [`crate::time::Clock`].
 
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use units::sim_link::{FromLoop, ToLoop, FRAME, VERSION};
+
 use super::wait::{Sleep, Wait};
-use super::{Backend, EventLoop, EventLoopRunError};
+use super::{Backend, EventLoop, EventLoopCreateError, EventLoopRunError};
+use crate::time::Monotonic;
 
 /// The wait "loop" of a simulated loop.
 #[derive(Default)]
@@ -43,15 +49,29 @@ impl Wait for SimWait {
     }
 }
 
-/// How a simulated loop's turn ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TurnEnd {
-    /// It handled what was due and waits for its next event.
-    Waiting,
-    /// A handler called [`super::Ctx::exit`].
-    Exited,
-    /// Nothing is left to wait for (no watcher, no timer armed).
-    Done,
+/// How a simulated loop's turn ended (the coordinator's wire says the
+/// same).
+pub use units::sim_link::TurnEnd;
+
+/// Whether this process's simulation link has been taken by a loop.
+static LINK_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Takes the link to the coordinator named in the environment: once per
+/// process (a second loop would answer turns the coordinator gives the
+/// first).
+pub(super) fn take_link(fd: i32) -> Result<OwnedFd, EventLoopCreateError> {
+    let err = |reason: String| EventLoopCreateError::SimLink { fd, reason };
+    if LINK_TAKEN.swap(true, Ordering::AcqRel) {
+        return Err(err(
+            "another event loop of this process has it: deploy sim runs one loop per process"
+                .into(),
+        ));
+    }
+    crate::sys::adopt_seqpacket(fd).map_err(|e| {
+        // Not taken: nothing was adopted.
+        LINK_TAKEN.store(false, Ordering::Release);
+        err(e.to_string())
+    })
 }
 
 impl EventLoop {
@@ -115,5 +135,70 @@ impl EventLoop {
             });
         }
         Ok(TurnEnd::Done)
+    }
+
+    /// Messages this loop has published since it started: its senders'
+    /// and its timing reports.
+    fn published_total(&self) -> u64 {
+        let sent: u64 = self.senders.iter().map(|s| s.counts().published).sum();
+        sent.saturating_add(self.reports_published())
+    }
+
+    /// Runs this simulated loop under `deploy sim`: says hello, then takes
+    /// each turn the coordinator gives at the virtual time it names, and
+    /// answers how the turn ended, when the loop next has something to do
+    /// and what it has published. Returns when the coordinator stops the
+    /// run or the loop has ended. A coordinator that goes away or sends a
+    /// frame that is not one ends the run with an error naming it; the
+    /// loop never waits for anything but the coordinator's next frame.
+    pub(super) fn follow(&mut self, link: OwnedFd) -> Result<(), EventLoopRunError> {
+        let lost = |what: String| EventLoopRunError::SimLink(what);
+        let send = |frame: [u8; FRAME]| match crate::sys::packet_send(&link, &frame) {
+            Ok(FRAME) => Ok(()),
+            Ok(n) => Err(lost(format!("a frame went out as {n} bytes"))),
+            Err(e) => Err(lost(format!("cannot send: {e}"))),
+        };
+        send(FromLoop::Hello { version: VERSION }.encode())?;
+        let mut buf = [0u8; 2 * FRAME];
+        loop {
+            let n = crate::sys::packet_recv(&link, &mut buf)
+                .map_err(|e| lost(format!("cannot receive: {e}")))?;
+            if n == 0 {
+                return Err(lost("the coordinator closed it".into()));
+            }
+            let now_ns = match ToLoop::decode(&buf[..n]) {
+                Ok(ToLoop::Stop) => return Ok(()),
+                Ok(ToLoop::Turn { now_ns }) => now_ns,
+                Err(e) => return Err(lost(format!("a frame that is not one: {e}"))),
+            };
+            let clock = self
+                .clock
+                .virtual_clock()
+                .ok_or(EventLoopRunError::NotSimulated)?;
+            if now_ns < clock.now().as_nanos() {
+                return Err(lost(format!(
+                    "a turn at {} after one at {}: the virtual time went back",
+                    Monotonic::from_nanos(now_ns),
+                    clock.now()
+                )));
+            }
+            clock.advance_to(Monotonic::from_nanos(now_ns));
+            let end = self.sim_turn()?;
+            let next_ns = match end {
+                TurnEnd::Waiting => self.sim_next_event(),
+                TurnEnd::Exited | TurnEnd::Done => None,
+            };
+            send(
+                FromLoop::Turned {
+                    end,
+                    next_ns,
+                    published: self.published_total(),
+                }
+                .encode(),
+            )?;
+            if end != TurnEnd::Waiting {
+                return Ok(());
+            }
+        }
     }
 }
