@@ -16,7 +16,8 @@
 //! through the futex wait it keeps armed on the channel. Prints one line per
 //! `--every` messages with the messages lost, the worst send-to-handler
 //! latency since the last line and the backend in use; exits after
-//! `--count` messages (default: runs until killed). With `--summary`, it
+//! `--count` messages (default: runs until killed), or when its
+//! simulation ends (`deploy sim`), saying what it received in all. With `--summary`, it
 //! publishes what it derived from its input (a count, the sum of the
 //! sequence numbers, the last one, the XOR of the deadlines) on that
 //! channel every `--summary-every` messages: an output that depends on its
@@ -46,16 +47,21 @@ fn main() {
         lp.backend(),
         lp.class()
     );
+    let channel = ex.channel_name.clone();
     let l = Listen {
         channel: ex.channel_name,
         every: ex.every,
         count: ex.count,
         summary,
     };
-    if let Err(e) = listen(&mut lp, l) {
-        die("listener", e, 2);
-    }
+    let received = listen(&mut lp, l).unwrap_or_else(|e| die("listener", e, 2));
     if let Err(e) = lp.run() {
         die("listener", e, 1);
     }
+    let r = received.get();
+    let last = r.last_seq.map_or("none".to_string(), |s| s.to_string());
+    println!(
+        "listener: the loop ended after {} messages on {channel} (last seq {last}, lost {})",
+        r.got, r.lost
+    );
 }

@@ -1,6 +1,8 @@
 //! The listener's controller, on any loop: the `listener` binary's, and
 //! the simulation tests'.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use controller::event_loop::{EventLoop, LoopChannelError};
@@ -35,9 +37,18 @@ pub struct Listen {
     pub summary: Option<(String, u64)>,
 }
 
+/// What the listener has received so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Received {
+    pub got: u64,
+    pub lost: u64,
+    pub last_seq: Option<u64>,
+}
+
 /// The listener's controller on `lp`: watches `l.channel` and reports what
-/// it receives (and, when asked, publishes its [`Summary`]).
-pub fn listen(lp: &mut EventLoop, l: Listen) -> Result<(), LoopChannelError> {
+/// it receives (and, when asked, publishes its [`Summary`]). What it has
+/// received is readable through the cell returned, once the loop is done.
+pub fn listen(lp: &mut EventLoop, l: Listen) -> Result<Rc<Cell<Received>>, LoopChannelError> {
     let backend = lp.backend();
     let mut summary_out = match &l.summary {
         Some((name, every)) => Some((lp.make_sender::<Summary>(name)?, (*every).max(1))),
@@ -51,6 +62,8 @@ pub fn listen(lp: &mut EventLoop, l: Listen) -> Result<(), LoopChannelError> {
         last_seq: 0,
         deadline_xor: 0,
     };
+    let received = Rc::new(Cell::new(Received::default()));
+    let tally = received.clone();
     lp.watch::<Chatter>(&l.channel, move |ctx, m| {
         got += 1;
         lost += ctx.lost_before();
@@ -60,6 +73,11 @@ pub fn listen(lp: &mut EventLoop, l: Listen) -> Result<(), LoopChannelError> {
         sum.seq_sum = sum.seq_sum.wrapping_add(seq);
         sum.last_seq = seq;
         sum.deadline_xor ^= m.deadline_ns;
+        tally.set(Received {
+            got,
+            lost,
+            last_seq: Some(seq),
+        });
         if let Some((out, n)) = &mut summary_out {
             if sum.count % *n == 0 {
                 // A full channel is counted in the sender's errors (the
@@ -77,5 +95,6 @@ pub fn listen(lp: &mut EventLoop, l: Listen) -> Result<(), LoopChannelError> {
         if count > 0 && got >= count {
             ctx.exit();
         }
-    })
+    })?;
+    Ok(received)
 }
