@@ -58,6 +58,11 @@ enum Command {
     /// status, timing and log (exit 0 ran, 1 a process failed, 2 could
     /// not run).
     Demo(cmd::demo::DemoArgs),
+    /// Simulation: the robot.yaml processes, the real binaries, on one
+    /// virtual clock, deterministically and as fast as they run (exit 0
+    /// ran to its end, 1 stopped early or a process failed, 2 could not
+    /// start).
+    Sim(cmd::sim::SimArgs),
     /// robot.yaml: validate it (exit 0 valid, 2 invalid).
     #[command(subcommand)]
     Config(cmd::config::ConfigCommand),
@@ -161,6 +166,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(&ctx, a),
+        Command::Sim(a) => cmd::sim::run(&ctx, a),
         Command::Config(c) => cmd::config::run(&ctx, c),
         Command::Plan(a) => cmd::plan::run(&ctx, a),
         Command::Image(a) => cmd::image::run(&ctx, a),

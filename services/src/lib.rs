@@ -56,6 +56,7 @@ pub mod procfs;
 pub mod release;
 pub mod restart;
 pub mod robot;
+pub mod sim;
 pub mod spawn;
 pub mod status;
 pub mod supervisor;

@@ -16,6 +16,7 @@ pub mod mender;
 pub mod metrics;
 pub mod plan;
 pub mod release;
+pub mod sim;
 pub mod status;
 pub mod supervise;
 pub mod top;

@@ -1,0 +1,251 @@
+//! `deploy sim`: the robot.yaml processes, the real example binaries, on
+//! one virtual clock under the coordinator, as whoever runs the tests.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::DEPLOY;
+
+/// Run by `a_turn_that_never_ends_is_killed_and_the_process_and_time_named`
+/// under `deploy sim`: a loop whose timer handler, at 1.5 s of virtual
+/// time, never returns. On its own (`--include-ignored`) it does nothing.
+#[test]
+#[ignore = "helper process: run by a_turn_that_never_ends_is_killed_and_the_process_and_time_named"]
+fn hanging_helper() {
+    if std::env::var(units::env::SIM).is_err() {
+        return;
+    }
+    let opts = controller::event_loop::LoopOptions::from_env();
+    let mut lp = controller::event_loop::EventLoop::new(opts).unwrap();
+    let start = lp.now();
+    lp.add_timer("hang", start + Duration::from_millis(500), None, |_| loop {
+        std::thread::sleep(Duration::from_secs(1));
+    });
+    lp.run().unwrap();
+}
+
+fn sim(yaml: &Path, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .args(["-s", "KILL", "120", DEPLOY, "-c"])
+        .arg(yaml)
+        .arg("sim")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn yaml_of(prefix: &Path) -> std::path::PathBuf {
+    prefix.join("etc/rtdeploy/robot.yaml")
+}
+
+#[test]
+fn the_robot_runs_on_a_virtual_clock_and_the_same_seed_gives_the_same_run() {
+    let robot = common::robot_with_examples("");
+    let yaml = yaml_of(robot.path());
+    let run = |seed: &str, keep: &Path| {
+        let o = sim(
+            &yaml,
+            &[
+                "--json",
+                "--for",
+                "5s",
+                "--seed",
+                seed,
+                "--keep",
+                keep.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let mut v = json(&o);
+        let listener = std::fs::read_to_string(keep.join("out/listener.out")).unwrap();
+        // What a wall clock or a directory decides, and nothing else.
+        v.as_object_mut().unwrap().remove("wall_seconds");
+        v.as_object_mut().unwrap().remove("dir");
+        for p in v["processes"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().remove("output");
+        }
+        (v, listener)
+    };
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (a, la) = run("7", dirs[0].path());
+    let (b, lb) = run("7", dirs[1].path());
+    let (c, _) = run("8", dirs[2].path());
+    assert_eq!(a, b, "the same seed, the same run");
+    assert_eq!(la, lb);
+
+    // Five seconds of a 1 kHz talker (its first deadline one period after
+    // the start, its last at 6 s): 5000 messages, every
+    // message received in order with no latency, both processes stopped
+    // at the end and exiting 0.
+    assert_eq!(a["start_ns"], 1_000_000_000u64);
+    assert_eq!(a["end_ns"], 6_000_000_000u64);
+    assert_eq!(a["failure"], serde_json::Value::Null);
+    assert_eq!(a["idle"], false);
+    let procs = a["processes"].as_array().unwrap();
+    for p in procs {
+        assert_eq!(p["state"], "running", "{p}");
+        assert_eq!(p["exit"], "exit status: 0", "{p}");
+    }
+    // The talker's 5000 messages and its 5 timing reports (one a second).
+    let talker = &procs[0];
+    assert_eq!(talker["name"], "talker");
+    let sent = talker["published"].as_u64().unwrap();
+    assert_eq!(sent, 5005, "{talker}");
+    assert!(
+        la.contains(
+            "listener: the loop ended after 5000 messages on /demo/ping (last seq 4999, lost 0)"
+        ),
+        "{la}"
+    );
+    // Another seed orders the turns due together differently (here the
+    // turns each process took differ) and changes no message.
+    let counts = |v: &serde_json::Value| -> Vec<(serde_json::Value, serde_json::Value)> {
+        v["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["published"].clone(), p["exit"].clone()))
+            .collect()
+    };
+    assert_eq!(counts(&a), counts(&c));
+    assert_ne!(a["processes"], c["processes"]);
+    assert_eq!(a["instants"], c["instants"]);
+}
+
+#[test]
+fn a_process_that_does_not_run_our_loop_is_refused_or_left_out_as_asked() {
+    let extra = "  - name: plain\n    exec: /bin/sleep\n    args: [\"60\"]\n  - name: quitter\n    exec: /bin/true\n";
+    let robot = common::robot_with_examples(extra);
+    let yaml = yaml_of(robot.path());
+    let o = sim(&yaml, &["--for", "1s", "--hello-timeout", "1s"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for want in [
+        "plain, quitter cannot be simulated",
+        "plain: no hello within 1s of wall time",
+        "quitter: it closed the simulation's link (or exited) without connecting",
+        "--unsimulated leave-out",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+
+    let o = sim(
+        &yaml,
+        &[
+            "--json",
+            "--for",
+            "1s",
+            "--hello-timeout",
+            "1s",
+            "--unsimulated",
+            "leave-out",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&o);
+    let states: Vec<(&str, &str)> = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("talker", "running"),
+            ("listener", "running"),
+            ("plain", "not simulated"),
+            ("quitter", "not simulated")
+        ]
+    );
+
+    let o = sim(
+        &yaml,
+        &[
+            "--json",
+            "--for",
+            "1s",
+            "--leave-out",
+            "plain",
+            "--leave-out",
+            "quitter",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&o);
+    assert_eq!(v["processes"][2]["state"], "left out");
+    assert_eq!(
+        v["processes"][2]["exit"],
+        serde_json::Value::Null,
+        "never started"
+    );
+
+    let o = sim(&yaml, &["--leave-out", "nobody"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("--leave-out nobody: robot.yaml has no such process"));
+}
+
+#[test]
+fn a_turn_that_never_ends_is_killed_and_the_process_and_time_named() {
+    let exe = std::env::current_exe().unwrap();
+    let extra = format!(
+        "  - name: stuck\n    exec: {}\n    args: [--exact, hanging_helper, --ignored, --nocapture, --test-threads=1]\n",
+        exe.display()
+    );
+    let robot = common::robot_with_examples(&extra);
+    let yaml = yaml_of(robot.path());
+    let o = sim(&yaml, &["--json", "--for", "5s", "--turn-timeout", "2s"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&o);
+    let failure = v["failure"].as_str().unwrap();
+    assert!(
+        failure.starts_with("stuck: its turn at virtual time 1.500000000 did not end within 2s of wall time (a handler that never returns?): killed"),
+        "{failure}"
+    );
+    assert_eq!(v["end_ns"], 1_500_000_000u64);
+    let stuck = &v["processes"][2];
+    assert_eq!(stuck["state"], "failed");
+    assert!(
+        stuck["exit"].as_str().unwrap().contains("signal: 9"),
+        "{stuck}"
+    );
+    // The others were stopped and exited as told.
+    for p in &v["processes"].as_array().unwrap()[..2] {
+        assert_eq!(p["state"], "running", "{p}");
+        assert_eq!(p["exit"], "exit status: 0", "{p}");
+    }
+}

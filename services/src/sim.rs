@@ -1,0 +1,703 @@
+//! The coordinator of `deploy sim`: the robot's processes, the real
+//! binaries robot.yaml names, on one virtual clock.
+//!
+//! Each process is started with one end of a `SOCK_SEQPACKET` socket pair
+//! in [`units::env::SIM`]; its event loop then runs on a virtual clock and,
+//! when the process calls `run`, says hello and waits for turns
+//! ([`units::sim_link`]). The coordinator gives one turn at a time, so one
+//! process runs at a time:
+//!
+//! - at each virtual instant, the processes due then (a timer, a message)
+//!   take turns in an order drawn from the seed
+//!   ([`controller::sim::TurnOrder`]);
+//! - a process that published in its turn may have given the others
+//!   something to read at the same instant: every other process takes a
+//!   turn there too (a turn with nothing ready costs a round trip and
+//!   runs no handler), and so on until nobody has anything left, or
+//!   [`MAX_ROUNDS_PER_INSTANT`] turns, which is named as a livelock;
+//! - then the clock jumps to the earliest next event any process
+//!   reported.
+//!
+//! What cannot be simulated is said, never guessed: a process that does
+//! not connect (it does not run our event loop, or has not called `run`
+//! within the hello timeout) is refused, or left out when the user says
+//! so. A process whose turn does not end within the turn timeout of wall
+//! time (a handler that never returns) is killed, and the process and the
+//! virtual time are named. A frame that is not one of the wire's ends
+//! that process's run, named.
+//!
+//! What is not simulated: publishes outside a loop's senders and timing
+//! reports (a bare [`controller::Publisher`] a process drives itself)
+//! are read by the others at their next turn, not at the same instant;
+//! a process's work before `run` (its setup) is not on the clock.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use controller::sim::{TurnOrder, START};
+use controller::Monotonic;
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+use serde::Serialize;
+use units::env::ProcessEnv;
+use units::sim_link::{FromLoop, ToLoop, TurnEnd, FRAME};
+
+use crate::robot::Robot;
+
+/// Turns at one virtual instant before the run is stopped as a livelock
+/// (processes publishing to each other without time passing).
+pub const MAX_ROUNDS_PER_INSTANT: u64 = 1 << 16;
+/// How long a process has to exit after the run is over.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+/// The most of a process's output shown when it fails.
+const OUTPUT_TAIL: u64 = 2048;
+
+/// What to do with a process that does not connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsimulated {
+    /// The run does not start; the process is named.
+    Refuse,
+    /// It is stopped and left out; the run goes on without it.
+    LeaveOut,
+}
+
+/// How to run a simulation.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// Orders the turns due at one instant.
+    pub seed: u64,
+    /// Virtual time to run for, from [`START`].
+    pub run_for: Duration,
+    /// Wall time a turn may take before its process is killed.
+    pub turn_timeout: Duration,
+    /// Wall time a process has from its start to its loop's hello.
+    pub hello_timeout: Duration,
+    /// Processes not started.
+    pub leave_out: Vec<String>,
+    pub unsimulated: Unsimulated,
+    /// Where programs named relatively are (default: the current
+    /// release's `bin/` under `prefix`, as the supervisor resolves them).
+    pub bin_dir: Option<PathBuf>,
+    pub prefix: PathBuf,
+    /// The channels' directory (created; the robot.yaml channels are
+    /// created in it).
+    pub shm_dir: PathBuf,
+    /// Where each process's output goes (`<name>.out`).
+    pub out_dir: PathBuf,
+    /// `/proc`, for the channels' owner words.
+    pub proc_root: PathBuf,
+}
+
+/// A process of the simulation, at its end.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimProcess {
+    pub name: String,
+    /// `running` (to the end of the run), `exited` (a handler asked),
+    /// `done` (nothing left to wait for), `left out`, `not simulated`,
+    /// `failed`.
+    pub state: String,
+    /// Why, for the states other than `running`.
+    pub detail: Option<String>,
+    /// Turns it took.
+    pub turns: u64,
+    /// Messages its loop published (senders and timing reports).
+    pub published: u64,
+    /// Its exit status once the run was over.
+    pub exit: Option<String>,
+    /// Its standard output and error.
+    pub output: Option<PathBuf>,
+}
+
+/// A simulation that ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimOutcome {
+    pub seed: u64,
+    /// Virtual time at the start and at the end, nanoseconds.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Instants at which a process took a turn, and turns in all.
+    pub instants: u64,
+    pub turns: u64,
+    /// No process had anything left to do before the end.
+    pub idle: bool,
+    pub processes: Vec<SimProcess>,
+    /// What stopped the run early (a watchdog, a livelock, a process that
+    /// died in its turn, a link that broke); `None`: it ran to its end.
+    pub failure: Option<String>,
+}
+
+/// A simulation that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot create {}", dir.display())]
+    Dir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create channel {name}")]
+    Channel {
+        name: String,
+        #[source]
+        source: controller::channel::ChannelCreateError,
+    },
+    #[error("cannot start process {name} ({})", path.display())]
+    Spawn {
+        name: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the simulation's link to {name}")]
+    Link {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} cannot be simulated: {}; leave them out with --leave-out NAME or --unsimulated leave-out", names.join(", "), reasons.join("; "))]
+    NotSimulated {
+        names: Vec<String>,
+        reasons: Vec<String>,
+    },
+    #[error("--leave-out {0}: robot.yaml has no such process")]
+    UnknownProcess(String),
+}
+
+enum State {
+    Running,
+    Ended(TurnEnd, u64),
+    LeftOut,
+    NotSimulated(String),
+    Failed(String),
+}
+
+struct Proc {
+    name: String,
+    child: Option<Child>,
+    link: Option<OwnedFd>,
+    next: Option<u64>,
+    published: u64,
+    turns: u64,
+    state: State,
+    output: Option<PathBuf>,
+    exit: Option<String>,
+}
+
+/// Why a turn did not come back: the run stops with it.
+struct TurnFailure(String);
+
+/// Runs `robot`'s processes on one virtual clock (see the module's
+/// documentation). The processes are stopped (and killed if they do not
+/// exit) before it returns, whatever happened.
+pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
+    for name in &opts.leave_out {
+        if !robot.processes.iter().any(|p| &p.name == name) {
+            return Err(SimError::UnknownProcess(name.clone()));
+        }
+    }
+    for dir in [&opts.shm_dir, &opts.out_dir] {
+        std::fs::create_dir_all(dir).map_err(|source| SimError::Dir {
+            dir: dir.clone(),
+            source,
+        })?;
+    }
+    for c in &robot.channels {
+        let publishers = robot
+            .processes
+            .iter()
+            .filter(|p| p.publishes.contains(&c.name))
+            .count()
+            .max(1) as u32;
+        controller::Channel::create_from_config(
+            &opts.shm_dir,
+            c,
+            publishers,
+            None,
+            &opts.proc_root,
+        )
+        .map_err(|source| SimError::Channel {
+            name: c.name.clone(),
+            source,
+        })?;
+    }
+    let mut coord = Coordinator {
+        procs: Vec::new(),
+        order: TurnOrder::new(opts.seed),
+        turn_timeout: opts.turn_timeout,
+    };
+    let started = coord.start(robot, opts);
+    let outcome = started.map(|()| coord.run(opts));
+    coord.stop();
+    let outcome = outcome?;
+    Ok(SimOutcome {
+        processes: coord.report(),
+        ..outcome
+    })
+}
+
+struct Coordinator {
+    procs: Vec<Proc>,
+    order: TurnOrder,
+    turn_timeout: Duration,
+}
+
+impl Coordinator {
+    /// Starts every process (in robot.yaml's order) and waits for each
+    /// one's hello before the next starts.
+    fn start(&mut self, robot: &Robot, opts: &SimOptions) -> Result<(), SimError> {
+        let mut refused = (Vec::new(), Vec::new());
+        for p in &robot.processes {
+            if opts.leave_out.contains(&p.name) {
+                self.procs.push(Proc::new(&p.name, State::LeftOut, None));
+                continue;
+            }
+            let path = match &opts.bin_dir {
+                Some(dir) if !p.exec.starts_with('/') => {
+                    dir.join(p.exec.strip_prefix("bin/").unwrap_or(&p.exec))
+                }
+                _ => crate::spawn::resolve_exec(&opts.prefix, &p.exec),
+            };
+            let link_err = |source| SimError::Link {
+                name: p.name.clone(),
+                source,
+            };
+            let (mine, theirs) = rustix::net::socketpair(
+                AddressFamily::UNIX,
+                SocketType::SEQPACKET,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .map_err(|e| link_err(e.into()))?;
+            // The child's end is inherited by this child alone: it is made
+            // inheritable just before the spawn and closed here right after
+            // (processes are started one at a time).
+            rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())
+                .map_err(|e| link_err(e.into()))?;
+            let output = opts.out_dir.join(format!("{}.out", p.name));
+            let out = File::create(&output).map_err(|source| SimError::Dir {
+                dir: output.clone(),
+                source,
+            })?;
+            let err = out.try_clone().map_err(|source| SimError::Dir {
+                dir: output.clone(),
+                source,
+            })?;
+            let env = ProcessEnv {
+                shm_dir: Some(opts.shm_dir.clone()),
+                process: Some(p.name.clone()),
+                robot: Some(robot.robot.name.clone()),
+                sim_fd: Some(theirs.as_raw_fd()),
+                ..ProcessEnv::default()
+            };
+            let cwd = p
+                .working_dir
+                .as_deref()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| opts.out_dir.clone());
+            let child = Command::new(&path)
+                .args(&p.args)
+                .env_clear()
+                .env(
+                    "PATH",
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                )
+                .envs(env.to_env())
+                .envs(&p.env)
+                .current_dir(cwd)
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .map_err(|source| SimError::Spawn {
+                    name: p.name.clone(),
+                    path: path.clone(),
+                    source,
+                })?;
+            drop(theirs);
+            let mut proc = Proc::new(&p.name, State::Running, Some(output));
+            proc.child = Some(child);
+            match hello(&mine, opts.hello_timeout) {
+                Ok(()) => {
+                    proc.link = Some(mine);
+                    // Its first turn starts it, at the start.
+                    proc.next = Some(START.as_nanos());
+                }
+                Err(why) => {
+                    proc.kill();
+                    let why = format!("{}: {why}", p.name);
+                    if opts.unsimulated == Unsimulated::Refuse {
+                        refused.0.push(p.name.clone());
+                        refused.1.push(why.clone());
+                    }
+                    proc.state = State::NotSimulated(why);
+                }
+            }
+            self.procs.push(proc);
+        }
+        if !refused.0.is_empty() {
+            return Err(SimError::NotSimulated {
+                names: refused.0,
+                reasons: refused.1,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs to `opts.run_for` past [`START`], until no process has
+    /// anything left to do, or until a turn fails.
+    fn run(&mut self, opts: &SimOptions) -> SimOutcome {
+        let until = START
+            .as_nanos()
+            .saturating_add(opts.run_for.as_nanos() as u64);
+        let mut out = SimOutcome {
+            seed: opts.seed,
+            start_ns: START.as_nanos(),
+            end_ns: START.as_nanos(),
+            instants: 0,
+            turns: 0,
+            idle: false,
+            processes: Vec::new(),
+            failure: None,
+        };
+        let n = self.procs.len();
+        let mut queue = std::collections::VecDeque::with_capacity(n);
+        let mut queued = vec![false; n];
+        let mut others = Vec::with_capacity(n);
+        loop {
+            let next = self
+                .procs
+                .iter()
+                .filter(|p| matches!(p.state, State::Running))
+                .filter_map(|p| p.next)
+                .min();
+            let now = match next {
+                None => {
+                    out.idle = true;
+                    break;
+                }
+                Some(t) if t > until => {
+                    out.end_ns = until;
+                    break;
+                }
+                Some(t) => t,
+            };
+            out.end_ns = now;
+            out.instants += 1;
+            let mut due: Vec<usize> = (0..n)
+                .filter(|&i| matches!(self.procs[i].state, State::Running))
+                .filter(|&i| self.procs[i].next == Some(now))
+                .collect();
+            self.order.shuffle(&mut due);
+            for &i in &due {
+                queued[i] = true;
+                queue.push_back(i);
+            }
+            let mut rounds = 0u64;
+            while let Some(i) = queue.pop_front() {
+                queued[i] = false;
+                rounds += 1;
+                if rounds > MAX_ROUNDS_PER_INSTANT {
+                    out.failure = Some(format!(
+                        "livelock at virtual time {}: {MAX_ROUNDS_PER_INSTANT} turns without time passing (processes publishing to each other at one instant)",
+                        Monotonic::from_nanos(now)
+                    ));
+                    return out;
+                }
+                out.turns += 1;
+                let published = match self.turn(i, now) {
+                    Ok(p) => p,
+                    Err(TurnFailure(why)) => {
+                        self.procs[i].state = State::Failed(why.clone());
+                        out.failure = Some(why);
+                        return out;
+                    }
+                };
+                if published {
+                    others.clear();
+                    others.extend((0..n).filter(|&j| {
+                        j != i && !queued[j] && matches!(self.procs[j].state, State::Running)
+                    }));
+                    self.order.shuffle(&mut others);
+                    for &j in &others {
+                        queued[j] = true;
+                        queue.push_back(j);
+                    }
+                }
+                if self.procs[i].next == Some(now) && !queued[i] {
+                    queued[i] = true;
+                    queue.push_back(i);
+                }
+            }
+        }
+        out
+    }
+
+    /// Gives process `i` a turn at `now`: whether it published.
+    fn turn(&mut self, i: usize, now: u64) -> Result<bool, TurnFailure> {
+        let timeout = self.turn_timeout;
+        let p = &mut self.procs[i];
+        let at = Monotonic::from_nanos(now);
+        let link = p.link.as_ref().expect("a running process has its link");
+        let fail = |p: &mut Proc, why: String| {
+            p.kill();
+            let tail = p.output_tail();
+            TurnFailure(if tail.is_empty() {
+                format!("{}: {why}", p.name)
+            } else {
+                format!("{}: {why}; the end of its output:\n{tail}", p.name)
+            })
+        };
+        if let Err(e) = send(link, ToLoop::Turn { now_ns: now }) {
+            let why = format!("cannot give it its turn at virtual time {at}: {e}");
+            return Err(fail(p, why));
+        }
+        let mut buf = [0u8; 2 * FRAME];
+        let n = match recv_within(link, &mut buf, timeout) {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                let why = format!(
+                    "its turn at virtual time {at} did not end within {} of wall time (a handler that never returns?): killed",
+                    units::duration::Dur(timeout)
+                );
+                return Err(fail(p, why));
+            }
+            Err(e) => {
+                let why = format!("its link broke in its turn at virtual time {at}: {e}");
+                return Err(fail(p, why));
+            }
+        };
+        if n == 0 {
+            let status = p.wait_exit(EXIT_GRACE);
+            let why = format!("it ended during its turn at virtual time {at} ({status})");
+            return Err(fail(p, why));
+        }
+        let (end, next, published) = match FromLoop::decode(&buf[..n]) {
+            Ok(FromLoop::Turned {
+                end,
+                next_ns,
+                published,
+            }) => (end, next_ns, published),
+            Ok(FromLoop::Hello { .. }) => {
+                let why = format!("a second hello in its turn at virtual time {at}");
+                return Err(fail(p, why));
+            }
+            Err(e) => {
+                let why = format!("a frame that is not one in its turn at virtual time {at}: {e}");
+                return Err(fail(p, why));
+            }
+        };
+        if let Some(t) = next.filter(|&t| t < now) {
+            let why = format!(
+                "its next event at virtual time {} is before its turn at {at}",
+                Monotonic::from_nanos(t)
+            );
+            return Err(fail(p, why));
+        }
+        p.turns += 1;
+        let changed = published != p.published;
+        p.published = published;
+        p.next = next;
+        if end != TurnEnd::Waiting {
+            p.state = State::Ended(end, now);
+            p.next = None;
+        }
+        Ok(changed)
+    }
+
+    /// Ends the run: every running process is told to stop and has
+    /// [`EXIT_GRACE`] to exit, then is killed; every child is reaped.
+    fn stop(&mut self) {
+        for p in &mut self.procs {
+            if let (State::Running, Some(link)) = (&p.state, &p.link) {
+                let _ = send(link, ToLoop::Stop);
+            }
+        }
+        for p in &mut self.procs {
+            p.link = None;
+            if p.child.is_some() {
+                let status = p.wait_exit(EXIT_GRACE);
+                p.exit = Some(status);
+            }
+        }
+    }
+
+    fn report(&self) -> Vec<SimProcess> {
+        self.procs
+            .iter()
+            .map(|p| {
+                let (state, detail) = match &p.state {
+                    State::Running => ("running", None),
+                    State::Ended(TurnEnd::Exited, t) => (
+                        "exited",
+                        Some(format!(
+                            "a handler asked at virtual time {}",
+                            Monotonic::from_nanos(*t)
+                        )),
+                    ),
+                    State::Ended(_, t) => (
+                        "done",
+                        Some(format!(
+                            "nothing left to wait for at virtual time {}",
+                            Monotonic::from_nanos(*t)
+                        )),
+                    ),
+                    State::LeftOut => ("left out", Some("--leave-out".to_string())),
+                    State::NotSimulated(why) => ("not simulated", Some(why.clone())),
+                    State::Failed(why) => ("failed", Some(why.clone())),
+                };
+                SimProcess {
+                    name: p.name.clone(),
+                    state: state.into(),
+                    detail,
+                    turns: p.turns,
+                    published: p.published,
+                    exit: p.exit.clone(),
+                    output: p.output.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Proc {
+    fn new(name: &str, state: State, output: Option<PathBuf>) -> Proc {
+        Proc {
+            name: name.into(),
+            child: None,
+            link: None,
+            next: None,
+            published: 0,
+            turns: 0,
+            state,
+            output,
+            exit: None,
+        }
+    }
+
+    fn kill(&mut self) {
+        self.link = None;
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            if let Ok(status) = c.wait() {
+                self.exit = Some(status.to_string());
+            }
+            self.child = None;
+        }
+    }
+
+    /// Waits up to `grace` for the child to exit, then kills it: how it
+    /// ended.
+    fn wait_exit(&mut self, grace: Duration) -> String {
+        let Some(c) = &mut self.child else {
+            return self.exit.clone().unwrap_or_else(|| "not started".into());
+        };
+        let deadline = Instant::now() + grace;
+        let status = loop {
+            match c.try_wait() {
+                Ok(Some(s)) => break s.to_string(),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Ok(None) => {
+                    let _ = c.kill();
+                    break match c.wait() {
+                        Ok(s) => format!("killed after {} ({s})", units::duration::Dur(grace)),
+                        Err(e) => format!("killed, not reaped: {e}"),
+                    };
+                }
+                Err(e) => break format!("cannot wait for it: {e}"),
+            }
+        };
+        self.child = None;
+        self.exit = Some(status.clone());
+        status
+    }
+
+    /// The last [`OUTPUT_TAIL`] bytes of the process's output.
+    fn output_tail(&self) -> String {
+        self.output
+            .as_deref()
+            .map(|p| tail(p, OUTPUT_TAIL))
+            .unwrap_or_default()
+    }
+}
+
+/// The last `max` bytes of the file at `path` (a process's output), lossy
+/// UTF-8 without trailing blanks; empty when it cannot be read.
+pub fn tail(path: &std::path::Path, max: u64) -> String {
+    let read = || -> std::io::Result<String> {
+        let mut f = File::open(path)?;
+        let len = f.metadata()?.len();
+        f.seek(SeekFrom::Start(len.saturating_sub(max)))?;
+        let mut bytes = Vec::new();
+        f.take(max).read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).trim_end().to_string())
+    };
+    read().unwrap_or_default()
+}
+
+fn send(link: &OwnedFd, m: ToLoop) -> std::io::Result<()> {
+    let n = rustix::net::send(link, &m.encode(), SendFlags::NOSIGNAL)?;
+    if n != FRAME {
+        return Err(std::io::Error::other(format!(
+            "a frame went out as {n} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// One packet within `timeout`: its length (0: the peer closed), `None`
+/// when none came in time.
+fn recv_within(
+    link: &OwnedFd,
+    buf: &mut [u8],
+    timeout: Duration,
+) -> std::io::Result<Option<usize>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        let mut fds = [PollFd::new(link, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(0) if left.is_zero() => return Ok(None),
+            Ok(0) => continue,
+            Ok(_) => break,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    loop {
+        match rustix::net::recv(link, &mut *buf, RecvFlags::DONTWAIT) {
+            Ok((n, _)) => return Ok(Some(n)),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Waits for a process's hello: what went wrong otherwise.
+fn hello(link: &OwnedFd, timeout: Duration) -> Result<(), String> {
+    let mut buf = [0u8; 2 * FRAME];
+    match recv_within(link, &mut buf, timeout) {
+        Ok(Some(0)) => Err(
+            "it closed the simulation's link (or exited) without connecting: it does not run rtdeploy's event loop".into(),
+        ),
+        Ok(Some(n)) => match FromLoop::decode(&buf[..n]) {
+            Ok(FromLoop::Hello { .. }) => Ok(()),
+            Ok(other) => Err(format!("it sent {other:?} before its hello")),
+            Err(e) => Err(format!("its hello is not one: {e}")),
+        },
+        Ok(None) => Err(format!(
+            "no hello within {} of wall time: it does not run rtdeploy's event loop, or has not called run (--hello-timeout)",
+            units::duration::Dur(timeout)
+        )),
+        Err(e) => Err(format!("its link: {e}")),
+    }
+}
