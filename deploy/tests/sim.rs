@@ -249,3 +249,106 @@ fn a_turn_that_never_ends_is_killed_and_the_process_and_time_named() {
         assert_eq!(p["exit"], "exit status: 0", "{p}");
     }
 }
+
+#[test]
+fn the_log_of_a_simulated_run_is_the_same_bytes_for_the_same_seed() {
+    let robot = common::robot_with_examples("");
+    let yaml = yaml_of(robot.path());
+    let dir = tempfile::tempdir().unwrap();
+    let log = |name: &str| {
+        let path = dir.path().join(name);
+        let o = sim(
+            &yaml,
+            &[
+                "-q",
+                "--for",
+                "3s",
+                "--seed",
+                "5",
+                "--log",
+                path.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(
+                "3006 messages on 3 channels, 0 lost, 2 events; log times are virtual times"
+            ),
+            "{out}"
+        );
+        path
+    };
+    let (a, b) = (log("a.mcap"), log("b.mcap"));
+    assert!(
+        std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
+        "two runs with one seed wrote different bytes"
+    );
+
+    // Our reader: the talker's 3000 messages at their virtual times (log
+    // time = virtual time: the clock mapping is fixed at 0), the timing
+    // reports, the start events.
+    let deploy = |args: &[&str]| -> serde_json::Value {
+        let o = Command::new(DEPLOY).args(args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let info = deploy(&["log", "info", "--json", a.to_str().unwrap()]);
+    let ping = info["file"]["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["topic"] == "/demo/ping")
+        .unwrap()
+        .clone();
+    assert_eq!(ping["messages"], 3000);
+    assert_eq!(ping["first_log_time"], 1_001_000_000u64);
+    assert_eq!(ping["last_log_time"], 4_000_000_000u64);
+    // Pids are the processes' places in robot.yaml (talker 1, listener
+    // 2), in the senders records and in the timing reports.
+    let cat = deploy(&[
+        "log",
+        "cat",
+        "--json",
+        a.to_str().unwrap(),
+        "--channels",
+        "/rtdeploy/*",
+    ]);
+    let mut pids = std::collections::BTreeSet::new();
+    for m in cat["messages"].as_array().unwrap() {
+        let v = &m["value"];
+        match m["channel"].as_str().unwrap() {
+            "/rtdeploy/log/senders" => {
+                pids.insert((
+                    v["channel"].as_str().unwrap().to_string(),
+                    v["pid"].as_u64().unwrap(),
+                ));
+            }
+            "/rtdeploy/timing/talker" => assert_eq!(v["pid"], 1, "{v}"),
+            "/rtdeploy/timing/listener" => assert_eq!(v["pid"], 2, "{v}"),
+            "/rtdeploy/events" => {
+                assert_eq!(v["kind"], "start");
+                assert_eq!(v["monotonic_ns"], 1_000_000_000u64);
+            }
+            other => panic!("unexpected channel {other}"),
+        }
+    }
+    assert_eq!(
+        pids.into_iter().collect::<Vec<_>>(),
+        [
+            ("/demo/ping".to_string(), 1),
+            ("/rtdeploy/timing/listener".to_string(), 2),
+            ("/rtdeploy/timing/talker".to_string(), 1),
+        ]
+    );
+
+    // An existing file is never overwritten.
+    let o = sim(&yaml, &["--for", "1s", "--log", a.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot create the log"));
+}

@@ -90,6 +90,18 @@ pub struct SimOptions {
     pub out_dir: PathBuf,
     /// `/proc`, for the channels' owner words.
     pub proc_root: PathBuf,
+    /// Record the run (`deploy sim --log`).
+    pub log: Option<SimLogOptions>,
+}
+
+/// What a simulation records, and where.
+#[derive(Debug, Clone)]
+pub struct SimLogOptions {
+    /// The file (it must not exist).
+    pub path: PathBuf,
+    /// robot.yaml's `log:` section (the default one without it): which
+    /// channels, their types, the chunk size.
+    pub section: logbook::LogSection,
 }
 
 /// A process of the simulation, at its end.
@@ -126,8 +138,11 @@ pub struct SimOutcome {
     pub idle: bool,
     pub processes: Vec<SimProcess>,
     /// What stopped the run early (a watchdog, a livelock, a process that
-    /// died in its turn, a link that broke); `None`: it ran to its end.
+    /// died in its turn, a link that broke, the log); `None`: it ran to
+    /// its end.
     pub failure: Option<String>,
+    /// What the log holds (`--log`).
+    pub log: Option<logbook::sim::SimLogSummary>,
 }
 
 /// A simulation that could not start.
@@ -165,6 +180,12 @@ pub enum SimError {
     },
     #[error("--leave-out {0}: robot.yaml has no such process")]
     UnknownProcess(String),
+    #[error("cannot create the log {}", path.display())]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 enum State {
@@ -224,25 +245,56 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
             source,
         })?;
     }
+    let log = match &opts.log {
+        None => None,
+        Some(l) => {
+            // robot.yaml's channels and every process's timing channel.
+            let channels = robot
+                .channels
+                .iter()
+                .map(|c| c.name.clone())
+                .chain(
+                    robot
+                        .processes
+                        .iter()
+                        .map(|p| controller::timing_report::timing_channel_name(&p.name)),
+                )
+                .collect();
+            let log = logbook::sim::SimLog::create(&l.path, &l.section, &opts.shm_dir, channels)
+                .map_err(|source| SimError::Log {
+                    path: l.path.clone(),
+                    source,
+                })?;
+            Some(log)
+        }
+    };
     let mut coord = Coordinator {
         procs: Vec::new(),
         order: TurnOrder::new(opts.seed),
         turn_timeout: opts.turn_timeout,
+        log,
     };
     let started = coord.start(robot, opts);
     let outcome = started.map(|()| coord.run(opts));
     coord.stop();
-    let outcome = outcome?;
-    Ok(SimOutcome {
-        processes: coord.report(),
-        ..outcome
-    })
+    let mut outcome = outcome?;
+    outcome.processes = coord.report();
+    if let Some(log) = coord.log.take() {
+        match coord.log_end(log, outcome.end_ns) {
+            Ok(summary) => outcome.log = Some(summary),
+            Err(e) => {
+                outcome.failure.get_or_insert(format!("the log: {e}"));
+            }
+        }
+    }
+    Ok(outcome)
 }
 
 struct Coordinator {
     procs: Vec<Proc>,
     order: TurnOrder,
     turn_timeout: Duration,
+    log: Option<logbook::sim::SimLog>,
 }
 
 impl Coordinator {
@@ -362,7 +414,13 @@ impl Coordinator {
             idle: false,
             processes: Vec::new(),
             failure: None,
+            log: None,
         };
+        if let Err(e) = self.log_start() {
+            out.failure = Some(format!("the log: {e}"));
+            return out;
+        }
+        let mut next_open = START.as_nanos() + 1_000_000_000;
         let n = self.procs.len();
         let mut queue = std::collections::VecDeque::with_capacity(n);
         let mut queued = vec![false; n];
@@ -432,8 +490,74 @@ impl Coordinator {
                     queue.push_back(i);
                 }
             }
+            // Nobody runs: the log reads what this instant published (and
+            // once a virtual second looks for channels created since).
+            if let Some(log) = &mut self.log {
+                if now >= next_open {
+                    log.open_channels();
+                    next_open = now.saturating_add(1_000_000_000);
+                }
+                if let Err(e) = log.record() {
+                    out.failure = Some(format!("the log: {e}"));
+                    return out;
+                }
+            }
         }
         out
+    }
+
+    /// The log's start: each process's pid named by its place in
+    /// robot.yaml, the channels opened, an event per process.
+    fn log_start(&mut self) -> std::io::Result<()> {
+        let Some(log) = &mut self.log else {
+            return Ok(());
+        };
+        for (i, p) in self.procs.iter().enumerate() {
+            if let Some(c) = &p.child {
+                log.name_pid(c.id(), i as u32 + 1);
+            }
+        }
+        log.open_channels();
+        let at = START.as_nanos();
+        for p in &self.procs {
+            let (kind, message) = match &p.state {
+                State::Running => ("start", "started on the virtual clock".to_string()),
+                State::LeftOut => ("exit", "left out (--leave-out)".to_string()),
+                State::NotSimulated(why) => ("exit", format!("not simulated: {why}")),
+                State::Ended(..) | State::Failed(_) => continue,
+            };
+            log.event(at, kind, Some(&p.name), &message)?;
+        }
+        Ok(())
+    }
+
+    /// The log's end: what the last instant published, an event per
+    /// process that ended or failed, the file finished.
+    fn log_end(
+        &mut self,
+        mut log: logbook::sim::SimLog,
+        end_ns: u64,
+    ) -> std::io::Result<logbook::sim::SimLogSummary> {
+        log.record()?;
+        for p in &self.procs {
+            match &p.state {
+                State::Ended(end, t) => {
+                    let why = match end {
+                        TurnEnd::Exited => "its loop exited (a handler asked)",
+                        _ => "its loop had nothing left to wait for",
+                    };
+                    log.event(*t, "exit", Some(&p.name), why)?;
+                }
+                State::Failed(why) => {
+                    // The failure's first line: the rest is the process's
+                    // own output, which may hold anything.
+                    let first = why.lines().next().unwrap_or_default();
+                    log.event(end_ns, "exit", Some(&p.name), &format!("failed: {first}"))?;
+                }
+                _ => {}
+            }
+        }
+        log.finish()
     }
 
     /// Gives process `i` a turn at `now`: whether it published.

@@ -57,6 +57,12 @@ pub struct SimArgs {
     /// Wall time one turn may take before its process is killed and named.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = Dur::parse)]
     pub turn_timeout: Dur,
+    /// Record the run in FILE (MCAP, as the logger writes; it must not
+    /// exist): the channels robot.yaml's `log:` picks (all, without one)
+    /// and the timing reports, at their virtual times. The same binaries,
+    /// robot.yaml and seed give the same bytes.
+    #[arg(long, value_name = "FILE.mcap")]
+    pub log: Option<PathBuf>,
     /// Wall time a process has from its start to its event loop's run.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = Dur::parse)]
     pub hello_timeout: Dur,
@@ -101,6 +107,15 @@ pub fn run(ctx: &Ctx, args: SimArgs) -> anyhow::Result<Exit> {
         shm_dir: dir.join("shm"),
         out_dir: dir.join("out"),
         proc_root: ctx.sys("/proc"),
+        log: args.log.as_ref().map(|path| services::sim::SimLogOptions {
+            path: path.clone(),
+            // Asked for on the command line: recorded even where
+            // robot.yaml's logger is off.
+            section: logbook::LogSection {
+                enabled: true,
+                ..robot.log.clone().unwrap_or_default()
+            },
+        }),
     };
     ctx.note(format_args!(
         "simulating robot {} for {} of virtual time (seed {}) in {}",
@@ -200,6 +215,16 @@ fn render(r: &Report, wall: Duration) -> String {
             s.push_str(l);
             s.push('\n');
         }
+    }
+    if let Some(log) = &o.log {
+        let messages: u64 = log.channels.values().map(|c| c.0).sum();
+        let lost: u64 = log.channels.values().map(|c| c.1).sum();
+        s.push_str(&format!(
+            "\nlog: {} ({messages} messages on {} channels, {lost} lost, {} events; log times are virtual times)\n",
+            log.path.display(),
+            log.channels.len(),
+            log.events
+        ));
     }
     if let Some(d) = &r.dir {
         s.push_str(&format!("\nkept: {}\n", d.display()));

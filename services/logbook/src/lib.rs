@@ -15,6 +15,7 @@ pub mod recorder;
 pub mod replay;
 pub mod schema;
 pub mod section;
+pub mod sim;
 
 pub use recorder::{EventSink, LogStatus, Recorder, RecorderConfig};
 pub use section::LogSection;

@@ -479,29 +479,7 @@ impl Reader {
                     continue;
                 }
             };
-            let mut metadata = BTreeMap::new();
-            metadata.insert(
-                META_MAX_SIZE.to_string(),
-                ch.geometry().max_payload().to_string(),
-            );
-            note_type(&ch, &mut metadata);
-            let timing = name.starts_with("/rtdeploy/timing/");
-            let layout = self
-                .cfg
-                .section
-                .types
-                .get(name)
-                .and_then(|d| d.layout().ok());
-            let spec = TopicSpec {
-                topic: name.clone(),
-                layout,
-                raw_encoding: if timing {
-                    TIMING_ENCODING
-                } else {
-                    RAW_ENCODING
-                },
-                metadata,
-            };
+            let spec = topic_spec(&self.cfg.section, name, &ch);
             // From the first message ever published (what the channel
             // still holds is recorded, what it no longer holds is a gap),
             // or from the next one.
@@ -789,21 +767,13 @@ impl Writer {
                     };
                     f.add(spec)?;
                     if self.last_pid[sub] != Some(pid) {
-                        // Channels with several publishers change sender
-                        // often: the record is written without serde.
-                        use std::fmt::Write as _;
-                        self.sender_rec.clear();
-                        let _ = write!(
-                            self.sender_rec,
-                            "{{\"channel\":{},\"index\":{index},\"pid\":{pid}}}",
-                            serde_json::Value::from(spec.topic.as_str())
-                        );
-                        f.add(&json_topic(SENDERS_TOPIC))?;
-                        f.write(
-                            SENDERS_TOPIC,
-                            0,
+                        write_sender(
+                            f,
+                            &spec.topic,
+                            index,
+                            pid,
                             send_ns,
-                            self.sender_rec.as_bytes(),
+                            &mut self.sender_rec,
                             &mut self.scratch,
                         )?;
                         self.last_pid[sub] = Some(pid);
@@ -875,6 +845,52 @@ impl Writer {
     }
 }
 
+/// What the file says of channel `name` (its type, its size, how its
+/// messages are encoded), as the logger records it.
+pub(crate) fn topic_spec(section: &LogSection, name: &str, ch: &Channel) -> TopicSpec {
+    let mut metadata = BTreeMap::new();
+    metadata.insert(
+        META_MAX_SIZE.to_string(),
+        ch.geometry().max_payload().to_string(),
+    );
+    note_type(ch, &mut metadata);
+    let timing = name.starts_with("/rtdeploy/timing/");
+    let layout = section.types.get(name).and_then(|d| d.layout().ok());
+    TopicSpec {
+        topic: name.to_string(),
+        layout,
+        raw_encoding: if timing {
+            TIMING_ENCODING
+        } else {
+            RAW_ENCODING
+        },
+        metadata,
+    }
+}
+
+/// Writes the record that says who sent `topic`'s messages from `index`
+/// on (written when the sender changes; without serde: channels with
+/// several publishers change sender often).
+pub(crate) fn write_sender(
+    f: &mut LogFile,
+    topic: &str,
+    index: u64,
+    pid: u32,
+    send_ns: u64,
+    rec: &mut String,
+    scratch: &mut Vec<u8>,
+) -> io::Result<()> {
+    use std::fmt::Write as _;
+    rec.clear();
+    let _ = write!(
+        rec,
+        "{{\"channel\":{},\"index\":{index},\"pid\":{pid}}}",
+        serde_json::Value::from(topic)
+    );
+    f.add(&json_topic(SENDERS_TOPIC))?;
+    f.write(SENDERS_TOPIC, 0, send_ns, rec.as_bytes(), scratch)
+}
+
 /// CPU time of the calling thread.
 fn thread_cpu_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -891,7 +907,7 @@ fn note_type(ch: &Channel, metadata: &mut BTreeMap<String, String>) {
     }
 }
 
-fn json_topic(topic: &str) -> TopicSpec {
+pub(crate) fn json_topic(topic: &str) -> TopicSpec {
     TopicSpec {
         topic: topic.into(),
         layout: None,
