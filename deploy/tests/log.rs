@@ -225,13 +225,19 @@ fn a_supervised_run_is_logged_read_back_and_replayed_into_a_listener() {
         &["--json", "replay", cut.to_str().unwrap()],
     ));
     assert_eq!(rep["replay"]["published"], 200, "{rep}");
-    let mut got = Vec::new();
+    let (mut got, mut end) = (Vec::new(), None);
     for line in out.by_ref() {
         let line = line.unwrap();
-        if let Some(s) = line.split("last seq ").nth(1) {
+        if line.starts_with("listener: the loop ended") {
+            end = Some(line);
+        } else if let Some(s) = line.split("last seq ").nth(1) {
             got.push(s.split(',').next().unwrap().parse::<u64>().unwrap());
         }
     }
+    assert_eq!(
+        end.as_deref(),
+        Some("listener: the loop ended after 200 messages on /demo/ping (last seq 199, lost 0)")
+    );
     assert!(lis.wait().unwrap().success());
     assert_eq!(
         got,
