@@ -352,3 +352,93 @@ fn the_log_of_a_simulated_run_is_the_same_bytes_for_the_same_seed() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot create the log"));
 }
+
+/// The example message's fields, so that the logs decode it.
+const CHATTER_TYPE: &str = "log:
+  types:
+    /demo/ping:
+      name: demo/Chatter
+      fields: [uint64 seq, uint64 deadline_ns]
+";
+
+#[test]
+fn log_diff_names_the_first_message_and_field_where_two_runs_differ() {
+    let robot = common::robot_with_examples(CHATTER_TYPE);
+    let yaml = yaml_of(robot.path());
+    let dir = tempfile::tempdir().unwrap();
+    let log = |yaml: &Path, name: &str, d: &str| {
+        let path = dir.path().join(name);
+        let o = sim(yaml, &["-q", "--for", d, "--log", path.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        path.to_str().unwrap().to_string()
+    };
+    let diff = |a: &str, b: &str, extra: &[&str]| -> Output {
+        Command::new(DEPLOY)
+            .args(["log", "diff", a, b])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let a = log(&yaml, "a.mcap", "3s");
+    let b = log(&yaml, "b.mcap", "3s");
+    let o = diff(&a, &b, &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for want in [
+        "compared 3000 messages on 1 channel (/demo/ping: 3000)",
+        "left out: /rtdeploy/timing/* (timing reports",
+        "left out: /rtdeploy/events",
+        "the logs are the same on the channels compared",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+    // The same seed: the timing reports are the same too, when asked for.
+    let o = diff(&a, &b, &["--channels", "/rtdeploy/timing/*"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    // A shorter run: B lacks the messages after its end.
+    let c = log(&yaml, "c.mcap", "2s");
+    let o = diff(&a, &c, &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("first difference: /demo/ping message 2000 (log time 3.001000000 in A, - in B): missing in B"),
+        "{out}"
+    );
+
+    // A talker with another period (phased loops keep to multiples of
+    // their period: 1.001 s is one of both): the second message's deadline
+    // is the first to differ.
+    let text = std::fs::read_to_string(&yaml).unwrap();
+    let slower = text.replace("--period-us, \"1000\"", "--period-us, \"1001\"");
+    assert_ne!(text, slower);
+    let yaml2 = dir.path().join("slower.yaml");
+    std::fs::write(&yaml2, slower).unwrap();
+    let d = log(&yaml2, "d.mcap", "3s");
+    let o = diff(&a, &d, &["--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let first = &v["diff"]["first"];
+    assert_eq!(first["channel"], "/demo/ping");
+    assert_eq!(first["message"], 1);
+    assert_eq!(first["what"], "field deadline_ns");
+    assert_eq!(first["a"], 1_002_000_000u64);
+    assert_eq!(first["b"], 1_002_001_000u64);
+
+    // Garbage is an error (exit 2), not a difference.
+    let junk = dir.path().join("junk.mcap");
+    std::fs::write(&junk, b"not a log").unwrap();
+    let o = diff(&a, junk.to_str().unwrap(), &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("junk.mcap"));
+}

@@ -27,6 +27,22 @@ pub enum LogCommand {
     Cat(CatArgs),
     /// Write a time window or a channel subset to a new MCAP file.
     Export(ExportArgs),
+    /// Where two logs first differ: channel, message, log time and field
+    /// (timing reports and the logger's own records left out unless
+    /// --channels names them; exit 0 the same, 1 they differ, 2 error).
+    Diff(DiffArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first log (A).
+    pub a: PathBuf,
+    /// The second log (B).
+    pub b: PathBuf,
+    /// Channels to compare, as globs (repeatable) [default: every channel
+    /// but /rtdeploy/timing/*, /rtdeploy/events and /rtdeploy/log/*].
+    #[arg(long = "channels", value_name = "GLOB", num_args = 1..)]
+    pub channels: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -158,7 +174,65 @@ pub fn run(ctx: &Ctx, c: LogCommand) -> anyhow::Result<Exit> {
         LogCommand::Info(a) => info(ctx, &a.file),
         LogCommand::Cat(a) => cat(ctx, a),
         LogCommand::Export(a) => export(ctx, a),
+        LogCommand::Diff(a) => diff(ctx, a),
     }
+}
+
+fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<Exit> {
+    let opts = logbook::diff::DiffOptions {
+        channels: a.channels,
+        ..Default::default()
+    };
+    let r = logbook::diff::diff(&a.a, &a.b, &opts)?;
+    let exit = if r.first.is_some() {
+        Exit::Failed
+    } else {
+        Exit::Ok
+    };
+    if ctx.json {
+        ctx.print_json(&serde_json::json!({"schema_version": 1, "diff": r}))?;
+        return Ok(exit);
+    }
+    let total: u64 = r.compared.values().sum();
+    let mut out = format!(
+        "compared {total} messages on {} channel{} ({})\n",
+        r.compared.len(),
+        if r.compared.len() == 1 { "" } else { "s" },
+        r.compared
+            .iter()
+            .map(|(c, n)| format!("{c}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for (g, why) in &r.left_out {
+        out.push_str(&format!(
+            "left out: {g} ({why}; --channels to compare them)\n"
+        ));
+    }
+    match &r.first {
+        None => out.push_str("the logs are the same on the channels compared\n"),
+        Some(d) => {
+            let t =
+                |t: Option<u64>| t.map_or("-".to_string(), |t| format!("{:.9}", t as f64 / 1e9));
+            let v = |v: &Option<serde_json::Value>| {
+                v.as_ref().map_or("-".to_string(), |v| v.to_string())
+            };
+            out.push_str(&format!(
+                "first difference: {} message {} (log time {} in A, {} in B): {}",
+                d.channel,
+                d.message,
+                t(d.log_time_a),
+                t(d.log_time_b),
+                d.what
+            ));
+            if d.a.is_some() || d.b.is_some() {
+                out.push_str(&format!(": {} in A, {} in B", v(&d.a), v(&d.b)));
+            }
+            out.push('\n');
+        }
+    }
+    crate::ctx::write_stdout(&out)?;
+    Ok(exit)
 }
 
 fn ls(ctx: &Ctx, a: LsArgs) -> anyhow::Result<Exit> {

@@ -9,6 +9,7 @@
 //! declared there become `ros2msg` schemas with `cdr` messages
 //! ([`schema`]).
 
+pub mod diff;
 pub mod file;
 pub mod read;
 pub mod recorder;
