@@ -170,14 +170,22 @@ impl Ord for Pending {
     }
 }
 
-/// Opens the channel a recorded channel is replayed onto and checks (or
-/// binds) its type.
-fn open_checked(shm_dir: &Path, info: &crate::read::ChannelInfo) -> Result<Channel, ReplayError> {
+/// Opens the channel `onto` a recorded channel is replayed onto and
+/// checks (or binds) its type.
+fn open_checked(
+    shm_dir: &Path,
+    info: &crate::read::ChannelInfo,
+    onto: &str,
+) -> Result<Channel, ReplayError> {
     let err = |why: String| ReplayError::Channel {
-        topic: info.topic.clone(),
+        topic: if onto == info.topic {
+            info.topic.clone()
+        } else {
+            format!("{} (replayed onto {onto})", info.topic)
+        },
         why,
     };
-    let ch = Channel::open(shm_dir, &info.topic).map_err(|e| err(e.to_string()))?;
+    let ch = Channel::open(shm_dir, onto).map_err(|e| err(e.to_string()))?;
     match (info.recorded_type(), ch.recorded_type()) {
         (Some((name, size, align, hash)), _) => ch
             .bind_recorded_type(&TypeName::new(&name), size, align, hash)
@@ -192,153 +200,314 @@ fn open_checked(shm_dir: &Path, info: &crate::read::ChannelInfo) -> Result<Chann
     Ok(ch)
 }
 
-/// Replays `path`. The file is read twice, streamed, never held: first to
-/// find the channels taken, their types and their longest messages, and
-/// every channel is opened and checked against them before anything is
-/// published; then its messages are published at their recorded spacing
-/// as they are read (in log-time order within [`REORDER_MESSAGES`]).
+/// A message of the replay, in log-time order.
+struct Due {
+    log_time: u64,
+    /// Index into [`ReplaySource`]'s publishers.
+    topic: usize,
+    data: Vec<u8>,
+}
+
+/// A log's messages, checked against the channels they go to and
+/// streamed in log-time order (within [`REORDER_MESSAGES`] and
+/// [`REORDER_BYTES`]) by a thread reading the file, for a caller that
+/// publishes each when its time comes: [`replay`] on `CLOCK_MONOTONIC`, a
+/// simulation on its virtual clock.
+pub struct ReplaySource {
+    path: PathBuf,
+    /// The channel replayed onto, by recorded topic, and its publisher.
+    pubs: Vec<(String, Publisher)>,
+    report: BTreeMap<String, ChannelReplay>,
+    /// The earliest log time replayed.
+    pub t0: u64,
+    /// The log is a simulation's (`deploy sim --log`): its log times are
+    /// virtual times.
+    pub simulated: bool,
+    rx: std::sync::mpsc::Receiver<Due>,
+    next: Option<Due>,
+    reader: Option<std::thread::JoinHandle<Result<crate::read::Summary, ReadError>>>,
+
+    out_of_order: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    last_t: u64,
+    truncated: Option<String>,
+}
+
+impl ReplaySource {
+    /// Reads `path` once to find the channels taken, their types and their
+    /// longest messages, opens and checks every channel (the recorded
+    /// topic `t` goes to channel `onto(t)`) before anything is published,
+    /// then streams the messages from a thread of its own.
+    pub fn open(
+        path: &Path,
+        opts: &ReplayOptions,
+        onto: &dyn Fn(&str) -> String,
+    ) -> Result<ReplaySource, ReplayError> {
+        let mut t0: Option<u64> = None;
+        let mut taken: BTreeMap<String, (u64, Channel)> = BTreeMap::new();
+        let mut refused: Option<ReplayError> = None;
+        let sum = scan_file(path, |m| {
+            if own_topic(&m.channel.topic) || !opts.filter.takes(m) {
+                return Flow::Go;
+            }
+            t0 = Some(t0.map_or(m.log_time, |t| t.min(m.log_time)));
+            let len = m.channel.payload(m.data).len() as u64;
+            if let Some((big, _)) = taken.get_mut(&m.channel.topic) {
+                *big = (*big).max(len);
+                return Flow::Go;
+            }
+            match open_checked(&opts.shm_dir, m.channel, &onto(&m.channel.topic)) {
+                Ok(ch) => {
+                    taken.insert(m.channel.topic.clone(), (len, ch));
+                    Flow::Go
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    Flow::Stop
+                }
+            }
+        })?;
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        let Some(t0) = t0 else {
+            return Err(ReplayError::Nothing(path.into()));
+        };
+        let mut pubs: Vec<(String, Publisher)> = Vec::new();
+        for (topic, (big, ch)) in &taken {
+            let err = |why: String| ReplayError::Channel {
+                topic: topic.clone(),
+                why,
+            };
+            let max = ch.geometry().max_payload();
+            if *big > max {
+                return Err(err(format!(
+                    "a recorded message of {big} bytes is larger than the channel's {max}"
+                )));
+            }
+            let p = ch
+                .publisher(&opts.proc_root)
+                .map_err(|e| err(e.to_string()))?;
+            pubs.push((topic.clone(), p));
+        }
+        let report = pubs
+            .iter()
+            .map(|(t, _)| {
+                let gaps = sum.channel(t).map_or(0, |c| c.gaps);
+                (
+                    t.clone(),
+                    ChannelReplay {
+                        gaps_in_log: gaps,
+                        ..ChannelReplay::default()
+                    },
+                )
+            })
+            .collect();
+        let index: BTreeMap<String, usize> = taken
+            .keys()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i))
+            .collect();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Due>(256);
+        let out_of_order = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let ooo = out_of_order.clone();
+        let (file, filter) = (path.to_path_buf(), opts.filter.clone());
+        let reader = std::thread::Builder::new()
+            .name("rtd-replay-read".into())
+            .spawn(move || {
+                let mut heap: std::collections::BinaryHeap<Pending> = Default::default();
+                let (mut held, mut order, mut last_t) = (0usize, 0u64, 0u64);
+                let mut send = |p: Pending| {
+                    if p.log_time < last_t {
+                        ooo.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    last_t = last_t.max(p.log_time);
+                    tx.send(Due {
+                        log_time: p.log_time,
+                        topic: p.topic,
+                        data: p.data,
+                    })
+                    .is_ok()
+                };
+                let second = scan_file(&file, |m| {
+                    if own_topic(&m.channel.topic) || !filter.takes(m) {
+                        return Flow::Go;
+                    }
+                    let Some(&topic) = index.get(&m.channel.topic) else {
+                        // Not seen by the first pass: the file changed.
+                        return Flow::Go;
+                    };
+                    let data = m.channel.payload(m.data).to_vec();
+                    held += data.len();
+                    order += 1;
+                    heap.push(Pending {
+                        log_time: m.log_time,
+                        order,
+                        topic,
+                        data,
+                    });
+                    while heap.len() > REORDER_MESSAGES || held > REORDER_BYTES {
+                        let p = heap.pop().expect("not empty");
+                        held -= p.data.len();
+                        if !send(p) {
+                            return Flow::Stop;
+                        }
+                    }
+                    Flow::Go
+                });
+                while let Some(p) = heap.pop() {
+                    if !send(p) {
+                        break;
+                    }
+                }
+                second
+            })
+            .map_err(|e| {
+                ReplayError::Read(ReadError::Io {
+                    path: path.into(),
+                    source: e,
+                })
+            })?;
+        let simulated = sum
+            .metadata
+            .get(crate::file::CLOCK_METADATA)
+            .is_some_and(|m| {
+                m.get("boot_id").map(String::as_str) == Some(crate::sim::SIM_BOOT_ID)
+                    && crate::file::ClockMap::from_metadata(m) == Some(crate::sim::SIM_CLOCK)
+            });
+        Ok(ReplaySource {
+            path: path.into(),
+            pubs,
+            report,
+            t0,
+            simulated,
+            rx,
+            next: None,
+            reader: Some(reader),
+            out_of_order,
+            last_t: t0,
+            truncated: sum.truncated,
+        })
+    }
+
+    /// The log time of the next message, `None` when all are published.
+    pub fn next_time(&mut self) -> Option<u64> {
+        if self.next.is_none() {
+            self.next = self.rx.recv().ok();
+        }
+        self.next.as_ref().map(|d| d.log_time)
+    }
+
+    /// Publishes the next message (as [`ReplaySource::next_time`] said);
+    /// whether the channel took it (a refusal is counted in the report).
+    pub fn publish_next(&mut self) -> bool {
+        if self.next_time().is_none() {
+            return false;
+        }
+        let d = self.next.take().expect("just read");
+        self.last_t = self.last_t.max(d.log_time);
+        let (topic, publisher) = &mut self.pubs[d.topic];
+        let ok = publisher.publish(&d.data).is_ok();
+        let c = self.report.get_mut(topic.as_str()).expect("listed at open");
+        if ok {
+            c.published += 1;
+        } else {
+            c.refused += 1;
+        }
+        ok
+    }
+
+    /// Every publisher takes its send times from `clock` (a simulation's).
+    pub fn set_clock(&mut self, clock: &controller::Clock) {
+        for (_, p) in &mut self.pubs {
+            p.set_clock(clock.clone());
+        }
+    }
+
+    /// The recorded topics replayed.
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.pubs.iter().map(|(t, _)| t.as_str())
+    }
+
+    /// What was published per channel, the recording's span so far, the
+    /// messages out of order; the reading thread is stopped.
+    pub fn finish(self) -> Result<ReplayDone, ReplayError> {
+        let ReplaySource {
+            path,
+            report,
+            t0,
+            rx,
+            reader,
+            out_of_order,
+            last_t,
+            truncated,
+            ..
+        } = self;
+        // No receiver: the thread's next send fails and it stops.
+        drop(rx);
+        let second = match reader.map(|t| t.join()) {
+            Some(Ok(r)) => r?,
+            _ => {
+                return Err(ReplayError::Read(ReadError::Io {
+                    path,
+                    source: std::io::Error::other("the thread reading it panicked"),
+                }))
+            }
+        };
+        Ok(ReplayDone {
+            published: report.values().map(|c| c.published).sum(),
+            channels: report,
+            recorded_span_ns: last_t.saturating_sub(t0),
+            out_of_order: out_of_order.load(std::sync::atomic::Ordering::Relaxed),
+            truncated_input: second.truncated.or(truncated),
+        })
+    }
+}
+
+/// What a [`ReplaySource`] published.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayDone {
+    pub channels: BTreeMap<String, ChannelReplay>,
+    pub published: u64,
+    pub recorded_span_ns: u64,
+    pub out_of_order: u64,
+    pub truncated_input: Option<String>,
+}
+
+/// Replays `path` onto the channels of the same names at the recorded
+/// spacing (scaled by the speed): the file is read twice, streamed, never
+/// held (see [`ReplaySource`]).
 pub fn replay(path: &Path, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
     if !(opts.speed.is_finite() && opts.speed > 0.0) {
         return Err(ReplayError::Speed(opts.speed));
     }
-    // First pass: which channels, from when, their longest message. Each
-    // channel is opened and its type checked at its first message: a
-    // channel that is missing or of another type ends the pass there.
-    let mut t0: Option<u64> = None;
-    let mut taken: BTreeMap<String, (u64, Channel)> = BTreeMap::new();
-    let mut refused: Option<ReplayError> = None;
-    let sum = scan_file(path, |m| {
-        if own_topic(&m.channel.topic) || !opts.filter.takes(m) {
-            return Flow::Go;
-        }
-        t0 = Some(t0.map_or(m.log_time, |t| t.min(m.log_time)));
-        let len = m.channel.payload(m.data).len() as u64;
-        if let Some((big, _)) = taken.get_mut(&m.channel.topic) {
-            *big = (*big).max(len);
-            return Flow::Go;
-        }
-        match open_checked(&opts.shm_dir, m.channel) {
-            Ok(ch) => {
-                taken.insert(m.channel.topic.clone(), (len, ch));
-                Flow::Go
-            }
-            Err(e) => {
-                refused = Some(e);
-                Flow::Stop
-            }
-        }
-    })?;
-    if let Some(e) = refused {
-        return Err(e);
-    }
-    let Some(t0) = t0 else {
-        return Err(ReplayError::Nothing(path.into()));
-    };
-    // Every channel checked before anything is published.
-    let mut pubs: Vec<(String, Publisher)> = Vec::new();
-    for (topic, (big, ch)) in &taken {
-        let err = |why: String| ReplayError::Channel {
-            topic: topic.clone(),
-            why,
-        };
-        let max = ch.geometry().max_payload();
-        if *big > max {
-            return Err(err(format!(
-                "a recorded message of {big} bytes is larger than the channel's {max}"
-            )));
-        }
-        let p = ch
-            .publisher(&opts.proc_root)
-            .map_err(|e| err(e.to_string()))?;
-        pubs.push((topic.clone(), p));
-    }
-    let mut report: BTreeMap<String, ChannelReplay> = pubs
-        .iter()
-        .map(|(t, _)| {
-            let gaps = sum.channel(t).map_or(0, |c| c.gaps);
-            (
-                t.clone(),
-                ChannelReplay {
-                    gaps_in_log: gaps,
-                    ..ChannelReplay::default()
-                },
-            )
-        })
-        .collect();
-    // Second pass: publish as read.
+    let mut src = ReplaySource::open(path, opts, &|t| t.to_string())?;
+    let t0 = src.t0;
     let start = Monotonic::now();
     let mut last = start;
-    let mut last_t = t0;
     let mut drifts = Drifts::default();
-    let mut out_of_order = 0u64;
-    let mut heap: std::collections::BinaryHeap<Pending> = std::collections::BinaryHeap::new();
-    let mut held = 0usize;
-    let mut order = 0u64;
-    let mut publish = |p: Pending, out_of_order: &mut u64| {
-        if p.log_time < last_t {
-            *out_of_order += 1;
-        }
-        last_t = last_t.max(p.log_time);
-        let offset = (p.log_time.saturating_sub(t0) as f64 / opts.speed) as u64;
+    while let Some(t) = src.next_time() {
+        let offset = (t.saturating_sub(t0) as f64 / opts.speed) as u64;
         let due = start.saturating_add(Duration::from_nanos(offset));
         controller::time::sleep_until(due);
-        let (topic, publisher) = &mut pubs[p.topic];
-        let r = publisher.publish(&p.data);
+        src.publish_next();
         let now = Monotonic::now();
         drifts.add(now.as_nanos().saturating_sub(due.as_nanos()));
         last = now;
-        let c = report.get_mut(topic.as_str()).expect("listed above");
-        match r {
-            Ok(_) => c.published += 1,
-            Err(_) => c.refused += 1,
-        }
-    };
-    let index: BTreeMap<String, usize> = taken
-        .keys()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i))
-        .collect();
-    let second = scan_file(path, |m| {
-        if own_topic(&m.channel.topic) || !opts.filter.takes(m) {
-            return Flow::Go;
-        }
-        let Some(&topic) = index.get(&m.channel.topic) else {
-            // Not seen by the first pass: the file changed under us.
-            return Flow::Go;
-        };
-        let data = m.channel.payload(m.data).to_vec();
-        held += data.len();
-        order += 1;
-        heap.push(Pending {
-            log_time: m.log_time,
-            order,
-            topic,
-            data,
-        });
-        while heap.len() > REORDER_MESSAGES || held > REORDER_BYTES {
-            let p = heap.pop().expect("not empty");
-            held -= p.data.len();
-            publish(p, &mut out_of_order);
-        }
-        Flow::Go
-    })?;
-    while let Some(p) = heap.pop() {
-        publish(p, &mut out_of_order);
     }
-    let recorded_span = last_t.saturating_sub(t0);
+    let done = src.finish()?;
     Ok(ReplayReport {
         file: path.into(),
         speed: opts.speed,
-        published: report.values().map(|c| c.published).sum(),
-        channels: report,
-        recorded_span_ns: recorded_span,
+        published: done.published,
+        channels: done.channels,
+        recorded_span_ns: done.recorded_span_ns,
         replayed_span_ns: (last.saturating_duration_since(start).as_nanos() as f64 * opts.speed)
             as u64,
         drift_p50_ns: drifts.q(0.5),
         drift_p99_ns: drifts.q(0.99),
         drift_max_ns: drifts.max,
-        out_of_order,
-        truncated_input: second.truncated.or(sum.truncated),
+        out_of_order: done.out_of_order,
+        truncated_input: done.truncated_input,
     })
 }
 
