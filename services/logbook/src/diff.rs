@@ -13,8 +13,10 @@
 //! (`/rtdeploy/timing/*`: latencies and counts per report window depend
 //! on the machine, and in a simulation on the turn order) and the
 //! logger's own records (`/rtdeploy/events`, `/rtdeploy/log/*`: the
-//! supervisor's events and who sent what, with pids). The report says
-//! which were left out and why.
+//! supervisor's events and who sent what, with pids), and a replay's
+//! copies of the channels it remapped (`/original/*`: the recording's own
+//! messages, to set beside the new ones). The report says which were left
+//! out and why.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -45,13 +47,17 @@ impl Default for DiffOptions {
 }
 
 /// Channels left out by default, and why.
-pub const LEFT_OUT: [(&str, &str); 3] = [
+pub const LEFT_OUT: [(&str, &str); 4] = [
     (
         "/rtdeploy/timing/*",
         "timing reports: their latencies and per-window counts depend on the machine and the turn order",
     ),
     ("/rtdeploy/events", "the supervisor's events, with pids"),
     ("/rtdeploy/log/*", "the logger's own records of gaps and senders, with pids"),
+    (
+        "/original/*",
+        "a replay's copies of the channels it remapped, the recording's own messages",
+    ),
 ];
 
 /// The first difference.
