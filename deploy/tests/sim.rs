@@ -442,3 +442,166 @@ fn log_diff_names_the_first_message_and_field_where_two_runs_differ() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("junk.mcap"));
 }
+
+/// A robot whose listener publishes a summary of what it received every
+/// `summary_every` messages on /demo/summary; with the types of both
+/// channels, so that logs decode them.
+fn summarising_robot(dir: &Path, summary_every: u32) -> std::path::PathBuf {
+    let (talker, listener) = common::examples().unwrap_or_else(|why| panic!("{why}"));
+    let yaml = format!(
+        "robot:
+  name: summary
+board:
+  model: generic
+  cpus: 2
+cpus:
+  housekeeping: 0
+  isolated: 1
+boot_check:
+  enabled: false
+channels:
+  - name: /demo/ping
+    max_size: 64
+    rate: 1000
+    retention: 100ms
+  - name: /demo/summary
+    max_size: 64
+    rate: 10
+    retention: 1s
+processes:
+  - name: talker
+    exec: {}
+    args: [--channel, /demo/ping, --period-us, \"1000\", --every, \"100000\"]
+    publishes: [/demo/ping]
+  - name: listener
+    exec: {}
+    args: [--channel, /demo/ping, --every, \"100000\", --summary, /demo/summary, --summary-every, \"{summary_every}\"]
+    subscribes: [/demo/ping]
+    publishes: [/demo/summary]
+{CHATTER_TYPE}    /demo/summary:
+      name: demo/Summary
+      fields: [uint64 count, uint64 seq_sum, uint64 last_seq, uint64 deadline_xor]
+",
+        talker.display(),
+        listener.display()
+    );
+    let path = dir.join(format!("robot-{summary_every}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+#[test]
+fn a_recorded_run_replayed_through_the_listener_gives_the_same_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = summarising_robot(dir.path(), 100);
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let run = |yaml: &Path, args: &[&str]| {
+        let o = sim(yaml, args);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let diff = |a: &str, b: &str| {
+        Command::new(DEPLOY)
+            .args(["log", "diff", a, b])
+            .output()
+            .unwrap()
+    };
+    // The recording: 2000 messages from the talker, 20 summaries.
+    let (a, b, c) = (path("a.mcap"), path("b.mcap"), path("c.mcap"));
+    run(&yaml, &["-q", "--for", "2s", "--log", &a]);
+
+    // The talker's channel is replayed from the log while the talker is
+    // left out; the listener's summaries are published anew, the log's
+    // copies go to /original/demo/summary.
+    let out = run(
+        &yaml,
+        &[
+            "-q",
+            "--for",
+            "2s",
+            "--leave-out",
+            "talker",
+            "--replay",
+            &a,
+            "--remap",
+            "/demo/summary",
+            "--log",
+            &b,
+        ],
+    );
+    assert!(
+        out.contains("replayed: 2020 messages (/demo/ping: 2000, /demo/summary: 20)"),
+        "{out}"
+    );
+    // The listener, given the recorded input, said what it said then, at
+    // the same virtual times.
+    let o = diff(&a, &b);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("compared 2020 messages on 2 channels (/demo/ping: 2000, /demo/summary: 20)"),
+        "{text}"
+    );
+    let info = Command::new(DEPLOY)
+        .args(["log", "info", "--json", &b])
+        .output()
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    let count = |topic: &str| {
+        info["file"]["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["topic"] == topic)
+            .map(|c| c["messages"].clone())
+    };
+    assert_eq!(count("/original/demo/summary"), Some(serde_json::json!(20)));
+    assert_eq!(count("/demo/summary"), Some(serde_json::json!(20)));
+
+    // A listener that summarises every 99 messages instead (a changed
+    // controller): the first summary it publishes differs, by field.
+    let changed = summarising_robot(dir.path(), 99);
+    run(
+        &changed,
+        &[
+            "-q",
+            "--for",
+            "2s",
+            "--leave-out",
+            "talker",
+            "--replay",
+            &a,
+            "--remap",
+            "/demo/summary",
+            "--log",
+            &c,
+        ],
+    );
+    let o = diff(&a, &c);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("first difference: /demo/summary message 0 (log time 1.100000000 in A, 1.099000000 in B): field count: 100 in A, 99 in B"),
+        "{text}"
+    );
+
+    // Replaying a channel a simulated process also publishes is refused,
+    // naming both and the ways out; so is a --remap that matches nothing.
+    let o = sim(&yaml, &["--for", "1s", "--replay", &a]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("channel /demo/ping is both replayed from the log and published by process talker: --remap /demo/ping (the log's copy goes to /original/demo/ping) or --leave-out talker"),
+        "{err}"
+    );
+    let o = sim(&yaml, &["--for", "1s", "--replay", &a, "--remap", "/nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("--remap /nope: no channel of robot.yaml matches"));
+}

@@ -39,7 +39,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use controller::sim::{TurnOrder, START};
-use controller::Monotonic;
+use controller::{Monotonic, VirtualClock};
 use rustix::event::{PollFd, PollFlags};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 use serde::Serialize;
@@ -92,7 +92,25 @@ pub struct SimOptions {
     pub proc_root: PathBuf,
     /// Record the run (`deploy sim --log`).
     pub log: Option<SimLogOptions>,
+    /// Replay a recorded log into the run (`deploy sim --replay`).
+    pub replay: Option<SimReplayOptions>,
 }
+
+/// A log replayed into a simulation: its channels that robot.yaml
+/// declares are published at their recorded times on the virtual clock
+/// (a simulation's own log at the same virtual times; another log from
+/// the simulation's start, keeping its spacing).
+#[derive(Debug, Clone)]
+pub struct SimReplayOptions {
+    pub path: PathBuf,
+    /// Globs of channels the processes under test publish: the log's
+    /// copies go to [`ORIGINAL`] + the name instead, to be compared.
+    pub remap: Vec<String>,
+}
+
+/// Where the log's copy of a remapped channel goes: `/original/demo/ping`
+/// for `/demo/ping`.
+pub const ORIGINAL: &str = "/original";
 
 /// What a simulation records, and where.
 #[derive(Debug, Clone)]
@@ -143,6 +161,8 @@ pub struct SimOutcome {
     pub failure: Option<String>,
     /// What the log holds (`--log`).
     pub log: Option<logbook::sim::SimLogSummary>,
+    /// What was replayed (`--replay`).
+    pub replay: Option<logbook::replay::ReplayDone>,
 }
 
 /// A simulation that could not start.
@@ -180,6 +200,16 @@ pub enum SimError {
     },
     #[error("--leave-out {0}: robot.yaml has no such process")]
     UnknownProcess(String),
+    #[error("cannot replay {}", path.display())]
+    Replay {
+        path: PathBuf,
+        #[source]
+        source: logbook::replay::ReplayError,
+    },
+    #[error("channel {channel} is both replayed from the log and published by process {process}: --remap {channel} (the log's copy goes to {ORIGINAL}{channel}) or --leave-out {process}")]
+    ReplayConflict { channel: String, process: String },
+    #[error("--remap {0}: no channel of robot.yaml matches")]
+    RemapMatchesNothing(String),
     #[error("cannot create the log {}", path.display())]
     Log {
         path: PathBuf,
@@ -245,6 +275,79 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
             source,
         })?;
     }
+    let remapped = |name: &str| {
+        opts.replay
+            .as_ref()
+            .is_some_and(|r| r.remap.iter().any(|g| logbook::section::glob(g, name)))
+    };
+    let mut originals = Vec::new();
+    if let Some(r) = &opts.replay {
+        for g in &r.remap {
+            if !robot
+                .channels
+                .iter()
+                .any(|c| logbook::section::glob(g, &c.name))
+            {
+                return Err(SimError::RemapMatchesNothing(g.clone()));
+            }
+        }
+        for c in robot.channels.iter().filter(|c| remapped(&c.name)) {
+            let copy = controller::config::ChannelConfig {
+                name: format!("{ORIGINAL}{}", c.name),
+                ..c.clone()
+            };
+            controller::Channel::create_from_config(&opts.shm_dir, &copy, 1, None, &opts.proc_root)
+                .map_err(|source| SimError::Channel {
+                    name: copy.name.clone(),
+                    source,
+                })?;
+            originals.push(copy.name);
+        }
+    }
+    let replay = match &opts.replay {
+        None => None,
+        Some(r) => {
+            let ropts = logbook::replay::ReplayOptions {
+                filter: logbook::read::Filter {
+                    channels: robot.channels.iter().map(|c| c.name.clone()).collect(),
+                    ..Default::default()
+                },
+                speed: 1.0,
+                shm_dir: opts.shm_dir.clone(),
+                proc_root: opts.proc_root.clone(),
+            };
+            let onto = |t: &str| {
+                if remapped(t) {
+                    format!("{ORIGINAL}{t}")
+                } else {
+                    t.to_string()
+                }
+            };
+            let mut src =
+                logbook::replay::ReplaySource::open(&r.path, &ropts, &onto).map_err(|source| {
+                    SimError::Replay {
+                        path: r.path.clone(),
+                        source,
+                    }
+                })?;
+            for t in src.topics() {
+                if remapped(t) {
+                    continue;
+                }
+                if let Some(p) = robot.processes.iter().find(|p| {
+                    p.publishes.iter().any(|c| c == t) && !opts.leave_out.contains(&p.name)
+                }) {
+                    return Err(SimError::ReplayConflict {
+                        channel: t.to_string(),
+                        process: p.name.clone(),
+                    });
+                }
+            }
+            let clock = VirtualClock::new(START);
+            src.set_clock(&controller::Clock::Virtual(clock.clone()));
+            Some(Replay { src, clock })
+        }
+    };
     let log = match &opts.log {
         None => None,
         Some(l) => {
@@ -253,6 +356,7 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
                 .channels
                 .iter()
                 .map(|c| c.name.clone())
+                .chain(originals.iter().cloned())
                 .chain(
                     robot
                         .processes
@@ -273,12 +377,23 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
         order: TurnOrder::new(opts.seed),
         turn_timeout: opts.turn_timeout,
         log,
+        replay,
     };
     let started = coord.start(robot, opts);
     let outcome = started.map(|()| coord.run(opts));
     coord.stop();
     let mut outcome = outcome?;
     outcome.processes = coord.report();
+    if let Some(r) = coord.replay.take() {
+        match r.src.finish() {
+            Ok(done) => outcome.replay = Some(done),
+            Err(e) => {
+                outcome
+                    .failure
+                    .get_or_insert(format!("the replay: {}", units::error::Chain(&e)));
+            }
+        }
+    }
     if let Some(log) = coord.log.take() {
         match coord.log_end(log, outcome.end_ns) {
             Ok(summary) => outcome.log = Some(summary),
@@ -295,6 +410,40 @@ struct Coordinator {
     order: TurnOrder,
     turn_timeout: Duration,
     log: Option<logbook::sim::SimLog>,
+    replay: Option<Replay>,
+}
+
+/// A log being replayed, and the clock its publishers stamp with.
+struct Replay {
+    src: logbook::replay::ReplaySource,
+    clock: VirtualClock,
+}
+
+impl Replay {
+    /// The virtual time of the next message: its log time in a
+    /// simulation's own log, else the same distance from [`START`] as
+    /// from the log's first message.
+    fn next_virtual(&mut self) -> Option<u64> {
+        let t = self.src.next_time()?;
+        Some(if self.src.simulated {
+            t
+        } else {
+            START
+                .as_nanos()
+                .saturating_add(t.saturating_sub(self.src.t0))
+        })
+    }
+
+    /// Publishes every message due at or before `now`: how many.
+    fn publish_due(&mut self, now: u64) -> u64 {
+        self.clock.advance_to(Monotonic::from_nanos(now));
+        let mut n = 0;
+        while self.next_virtual().is_some_and(|t| t <= now) {
+            self.src.publish_next();
+            n += 1;
+        }
+        n
+    }
 }
 
 impl Coordinator {
@@ -415,6 +564,7 @@ impl Coordinator {
             processes: Vec::new(),
             failure: None,
             log: None,
+            replay: None,
         };
         if let Err(e) = self.log_start() {
             out.failure = Some(format!("the log: {e}"));
@@ -426,11 +576,18 @@ impl Coordinator {
         let mut queued = vec![false; n];
         let mut others = Vec::with_capacity(n);
         loop {
+            let running = self.procs.iter().any(|p| matches!(p.state, State::Running));
             let next = self
                 .procs
                 .iter()
                 .filter(|p| matches!(p.state, State::Running))
                 .filter_map(|p| p.next)
+                .chain(
+                    self.replay
+                        .as_mut()
+                        .filter(|_| running)
+                        .and_then(|r| r.next_virtual()),
+                )
                 .min();
             let now = match next {
                 None => {
@@ -445,9 +602,12 @@ impl Coordinator {
             };
             out.end_ns = now;
             out.instants += 1;
+            // The log's messages of this instant first: every process may
+            // have something to read.
+            let replayed = self.replay.as_mut().map_or(0, |r| r.publish_due(now));
             let mut due: Vec<usize> = (0..n)
                 .filter(|&i| matches!(self.procs[i].state, State::Running))
-                .filter(|&i| self.procs[i].next == Some(now))
+                .filter(|&i| replayed > 0 || self.procs[i].next == Some(now))
                 .collect();
             self.order.shuffle(&mut due);
             for &i in &due {

@@ -63,6 +63,17 @@ pub struct SimArgs {
     /// robot.yaml and seed give the same bytes.
     #[arg(long, value_name = "FILE.mcap")]
     pub log: Option<PathBuf>,
+    /// Replay a recorded log into the run: its channels that robot.yaml
+    /// declares are published at their recorded times on the virtual
+    /// clock (a simulation's log at the same virtual times, another from
+    /// the run's start with the same spacing).
+    #[arg(long, value_name = "FILE.mcap")]
+    pub replay: Option<PathBuf>,
+    /// With --replay: channels the processes under test publish, as
+    /// globs (repeatable); the log's copies are published on
+    /// /original<channel> instead, so that --log holds both.
+    #[arg(long, value_name = "GLOB", requires = "replay")]
+    pub remap: Vec<String>,
     /// Wall time a process has from its start to its event loop's run.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = Dur::parse)]
     pub hello_timeout: Dur,
@@ -107,6 +118,13 @@ pub fn run(ctx: &Ctx, args: SimArgs) -> anyhow::Result<Exit> {
         shm_dir: dir.join("shm"),
         out_dir: dir.join("out"),
         proc_root: ctx.sys("/proc"),
+        replay: args
+            .replay
+            .as_ref()
+            .map(|path| services::sim::SimReplayOptions {
+                path: path.clone(),
+                remap: args.remap.clone(),
+            }),
         log: args.log.as_ref().map(|path| services::sim::SimLogOptions {
             path: path.clone(),
             // Asked for on the command line: recorded even where
@@ -215,6 +233,28 @@ fn render(r: &Report, wall: Duration) -> String {
             s.push_str(l);
             s.push('\n');
         }
+    }
+    if let Some(r) = &o.replay {
+        s.push_str(&format!(
+            "\nreplayed: {} messages ({}){}\n",
+            r.published,
+            r.channels
+                .iter()
+                .map(|(c, n)| {
+                    let refused = if n.refused > 0 {
+                        format!(", {} refused", n.refused)
+                    } else {
+                        String::new()
+                    };
+                    format!("{c}: {}{refused}", n.published)
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            r.truncated_input
+                .as_ref()
+                .map(|t| format!("; the log was cut short: {t}"))
+                .unwrap_or_default()
+        ));
     }
     if let Some(log) = &o.log {
         let messages: u64 = log.channels.values().map(|c| c.0).sum();
