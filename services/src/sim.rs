@@ -94,6 +94,11 @@ pub struct SimOptions {
     pub log: Option<SimLogOptions>,
     /// Replay a recorded log into the run (`deploy sim --replay`).
     pub replay: Option<SimReplayOptions>,
+    /// Run the coordinator and every process on this CPU: one runs at a
+    /// time, and a turn handed over on one CPU is a switch between two
+    /// tasks rather than a wakeup on another CPU (about three times
+    /// faster per turn here). `None`: where they may run.
+    pub cpu: Option<u32>,
 }
 
 /// A log replayed into a simulation: its channels that robot.yaml
@@ -198,6 +203,12 @@ pub enum SimError {
         names: Vec<String>,
         reasons: Vec<String>,
     },
+    #[error("cannot run the simulation on CPU {cpu}")]
+    Pin {
+        cpu: u32,
+        #[source]
+        source: units::sched::AffinitySetError,
+    },
     #[error("--leave-out {0}: robot.yaml has no such process")]
     UnknownProcess(String),
     #[error("cannot replay {}", path.display())]
@@ -249,6 +260,12 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
         if !robot.processes.iter().any(|p| &p.name == name) {
             return Err(SimError::UnknownProcess(name.clone()));
         }
+    }
+    if let Some(cpu) = opts.cpu {
+        // This thread's CPU set, which the processes inherit.
+        let mut one = units::cpu::CpuSet::new();
+        one.insert(cpu);
+        units::sched::set_affinity(0, &one).map_err(|source| SimError::Pin { cpu, source })?;
     }
     for dir in [&opts.shm_dir, &opts.out_dir] {
         std::fs::create_dir_all(dir).map_err(|source| SimError::Dir {

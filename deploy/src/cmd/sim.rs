@@ -74,6 +74,12 @@ pub struct SimArgs {
     /// /original<channel> instead, so that --log holds both.
     #[arg(long, value_name = "GLOB", requires = "replay")]
     pub remap: Vec<String>,
+    /// The CPU the coordinator and every process run on (one runs at a
+    /// time; handing a turn over on one CPU is a task switch, not a
+    /// wakeup on another) [default: the lowest CPU this process may run
+    /// on].
+    #[arg(long, value_name = "N")]
+    pub cpu: Option<u32>,
     /// Wall time a process has from its start to its event loop's run.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = Dur::parse)]
     pub hello_timeout: Dur,
@@ -103,7 +109,15 @@ pub fn run(ctx: &Ctx, args: SimArgs) -> anyhow::Result<Exit> {
             temp.path().to_path_buf()
         }
     };
+    let cpu = match args.cpu {
+        Some(c) => c,
+        None => units::sched::get_affinity(0)
+            .ok()
+            .and_then(|set| set.iter().next())
+            .context("cannot read this process's CPUs (--cpu N names one)")?,
+    };
     let opts = SimOptions {
+        cpu: Some(cpu),
         seed: args.seed,
         run_for: args.run_for.0,
         turn_timeout: args.turn_timeout.0,
@@ -136,7 +150,7 @@ pub fn run(ctx: &Ctx, args: SimArgs) -> anyhow::Result<Exit> {
         }),
     };
     ctx.note(format_args!(
-        "simulating robot {} for {} of virtual time (seed {}) in {}",
+        "simulating robot {} for {} of virtual time (seed {}) on CPU {cpu} in {}",
         robot.robot.name,
         args.run_for,
         args.seed,
