@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! listener [--channel /demo/chatter] [--every 1000] [--count N] [--create]
-//!          [--summary CHANNEL [--summary-every 100]]
+//!          [--summary CHANNEL [--summary-every 100] [--planted-bug N]]
 //! ```
 //!
 //! Environment (set by the supervisor):
@@ -21,7 +21,9 @@
 //! publishes what it derived from its input (a count, the sum of the
 //! sequence numbers, the last one, the XOR of the deadlines) on that
 //! channel every `--summary-every` messages: an output that depends on its
-//! input alone, to compare a replay with the original run.
+//! input alone, to compare a replay with the original run. `--planted-bug
+//! N` makes that output wrong from the Nth message on (its sum one too
+//! many), for the tests of `deploy log diff`.
 
 mod common;
 #[path = "controllers/listen.rs"]
@@ -53,6 +55,7 @@ fn main() {
         every: ex.every,
         count: ex.count,
         summary,
+        planted_bug: arg(&args, "--planted-bug").and_then(|v| v.parse().ok()),
     };
     let received = listen(&mut lp, l).unwrap_or_else(|e| die("listener", e, 2));
     if let Err(e) = lp.run() {

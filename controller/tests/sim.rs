@@ -51,6 +51,7 @@ fn robot(
         every: 0,
         count: 0,
         summary: Some((SUMMARY.into(), summary_every)),
+        planted_bug: None,
     };
     let received = listen::listen(sim.event_loop(listener), l).unwrap();
     (sim, listener, received)

@@ -443,12 +443,14 @@ fn log_diff_names_the_first_message_and_field_where_two_runs_differ() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("junk.mcap"));
 }
 
-/// A robot whose listener publishes a summary of what it received every
-/// `summary_every` messages on /demo/summary; with the types of both
-/// channels, so that logs decode them.
-fn summarising_robot(dir: &Path, summary_every: u32) -> std::path::PathBuf {
+/// The text of a robot whose listener publishes a summary of what it
+/// received every `summary_every` messages on /demo/summary (its further
+/// arguments `listener_extra`), the talker every `period_us`; with the
+/// types of both channels, so that logs decode them. The talker starts
+/// once the listener reports, so that the listener sees every message.
+fn summarising_yaml(summary_every: u32, period_us: u32, listener_extra: &str) -> String {
     let (talker, listener) = common::examples().unwrap_or_else(|why| panic!("{why}"));
-    let yaml = format!(
+    format!(
         "robot:
   name: summary
 board:
@@ -463,19 +465,20 @@ channels:
   - name: /demo/ping
     max_size: 64
     rate: 1000
-    retention: 100ms
+    retention: 1s
   - name: /demo/summary
     max_size: 64
     rate: 10
-    retention: 1s
+    retention: 10s
 processes:
   - name: talker
     exec: {}
-    args: [--channel, /demo/ping, --period-us, \"1000\", --every, \"100000\"]
+    args: [--channel, /demo/ping, --period-us, \"{period_us}\", --every, \"100000\"]
     publishes: [/demo/ping]
+    after: [listener]
   - name: listener
     exec: {}
-    args: [--channel, /demo/ping, --every, \"100000\", --summary, /demo/summary, --summary-every, \"{summary_every}\"]
+    args: [--channel, /demo/ping, --every, \"100000\", --summary, /demo/summary, --summary-every, \"{summary_every}\"{listener_extra}]
     subscribes: [/demo/ping]
     publishes: [/demo/summary]
 {CHATTER_TYPE}    /demo/summary:
@@ -484,9 +487,13 @@ processes:
 ",
         talker.display(),
         listener.display()
-    );
+    )
+}
+
+/// [`summarising_yaml`] written in `dir`.
+fn summarising_robot(dir: &Path, summary_every: u32) -> std::path::PathBuf {
     let path = dir.join(format!("robot-{summary_every}.yaml"));
-    std::fs::write(&path, yaml).unwrap();
+    std::fs::write(&path, summarising_yaml(summary_every, 1000, "")).unwrap();
     path
 }
 
@@ -604,4 +611,145 @@ fn a_recorded_run_replayed_through_the_listener_gives_the_same_outputs() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr)
         .contains("--remap /nope: no channel of robot.yaml matches"));
+}
+
+#[test]
+fn a_supervised_run_replayed_through_the_listener_in_simulation_gives_its_output_again() {
+    // The real run: talker and listener under the supervisor, its logger
+    // recording /demo/ping and the listener's summaries.
+    let prefix = tempfile::tempdir().unwrap();
+    let p = prefix.path();
+    std::fs::create_dir_all(p.join("etc/rtdeploy")).unwrap();
+    let yaml = summarising_yaml(100, 2000, "") + "  poll: 5ms\n  flush: 200ms\n";
+    std::fs::write(p.join("etc/rtdeploy/robot.yaml"), &yaml).unwrap();
+    let mut sup = common::supervise(p);
+    let st = common::wait_status(p, "the logger holding 8 summaries", |s| {
+        s.logger.as_ref().is_some_and(|l| {
+            l.channels
+                .get("/demo/summary")
+                .is_some_and(|c| c.logged >= 8)
+        })
+    });
+    assert_eq!(st.logger.unwrap().state, "recording");
+    let pid = sup.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while sup.0.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the supervisor did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut files: Vec<_> = std::fs::read_dir(p.join("var/log/rtdeploy/mcap"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|f| f.extension().is_some_and(|e| e == "mcap"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let recorded = files.pop().unwrap();
+    let recorded = recorded.to_str().unwrap();
+
+    // The simulation: the talker left out, its messages replayed from the
+    // log on the virtual clock; the listener's summaries published anew,
+    // the recorded ones on /original/demo/summary.
+    let dir = tempfile::tempdir().unwrap();
+    let replay = |listener_extra: &str, name: &str| {
+        let y = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&y, summarising_yaml(100, 2000, listener_extra)).unwrap();
+        let out = dir.path().join(name);
+        let o = sim(
+            &y,
+            &[
+                "-q",
+                "--for",
+                "60s",
+                "--leave-out",
+                "talker",
+                "--replay",
+                recorded,
+                "--remap",
+                "/demo/summary",
+                "--log",
+                out.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out.to_str().unwrap().to_string()
+    };
+    let diff = |b: &str| {
+        Command::new(DEPLOY)
+            .args([
+                "log",
+                "diff",
+                recorded,
+                b,
+                "--payloads",
+                "--channels",
+                "/demo/summary",
+            ])
+            .output()
+            .unwrap()
+    };
+    // The same listener: its summaries are the recorded ones (payloads:
+    // the recording's times are the wall clock's, the replay's virtual).
+    let same = replay("", "same.mcap");
+    let o = diff(&same);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("payloads only: log times not compared"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the logs are the same on the channels compared"),
+        "{text}"
+    );
+    // A listener with a bug planted in its output from the 250th message:
+    // the third summary (at 300 messages) is the first to differ.
+    let buggy = replay(", --planted-bug, \"250\"", "buggy.mcap");
+    let o = diff(&buggy);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("/demo/summary message 2 (")
+            && text.contains("field seq_sum: 44850 in A, 44901 in B"),
+        "{text}"
+    );
+
+    // The recording replayed into a robot that lacks one of its channels is
+    // refused, naming it.
+    let other = dir.path().join("other.yaml");
+    let text = summarising_yaml(100, 2000, "");
+    let cut = text.replace(
+        "  - name: /demo/summary\n    max_size: 64\n    rate: 10\n    retention: 10s\n",
+        "",
+    );
+    let cut = cut.replace(", --summary, /demo/summary, --summary-every, \"100\"", "");
+    let cut = cut.replace("    publishes: [/demo/summary]\n", "");
+    let cut = cut[..cut.find("    /demo/summary:").unwrap()].to_string();
+    std::fs::write(&other, cut).unwrap();
+    let o = sim(
+        &other,
+        &["--for", "1s", "--leave-out", "talker", "--replay", recorded],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "holds channels robot.yaml does not declare: /demo/summary (a log of another robot?)"
+        ),
+        "{err}"
+    );
 }

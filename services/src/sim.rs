@@ -219,6 +219,11 @@ pub enum SimError {
     },
     #[error("channel {channel} is both replayed from the log and published by process {process}: --remap {channel} (the log's copy goes to {ORIGINAL}{channel}) or --leave-out {process}")]
     ReplayConflict { channel: String, process: String },
+    #[error("{} holds channels robot.yaml does not declare: {} (a log of another robot?)", path.display(), channels.join(", "))]
+    ReplayOtherRobot {
+        path: PathBuf,
+        channels: Vec<String>,
+    },
     #[error("--remap {0}: no channel of robot.yaml matches")]
     RemapMatchesNothing(String),
     #[error("cannot create the log {}", path.display())]
@@ -347,6 +352,20 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
                         source,
                     }
                 })?;
+            // A log's channel robot.yaml does not declare: another robot's
+            // log (a replayed copy of a remap is the log's own).
+            let others: Vec<String> = src
+                .left_out
+                .iter()
+                .filter(|t| !t.starts_with(&format!("{ORIGINAL}/")))
+                .cloned()
+                .collect();
+            if !others.is_empty() {
+                return Err(SimError::ReplayOtherRobot {
+                    path: r.path.clone(),
+                    channels: others,
+                });
+            }
             for t in src.topics() {
                 if remapped(t) {
                     continue;

@@ -35,6 +35,10 @@ pub struct Listen {
     pub count: u64,
     /// Publish a [`Summary`] on this channel every this many messages.
     pub summary: Option<(String, u64)>,
+    /// A bug planted on purpose, for the tests of `deploy log diff`: from
+    /// this message on (counting from 1), the summary's `seq_sum` is one
+    /// too many.
+    pub planted_bug: Option<u64>,
 }
 
 /// What the listener has received so far.
@@ -55,6 +59,7 @@ pub fn listen(lp: &mut EventLoop, l: Listen) -> Result<Rc<Cell<Received>>, LoopC
         None => None,
     };
     let (watched, every, count) = (l.channel.clone(), l.every, l.count);
+    let planted_bug = l.planted_bug;
     let (mut got, mut worst, mut lost) = (0u64, Duration::ZERO, 0u64);
     let mut sum = Summary {
         count: 0,
@@ -71,6 +76,9 @@ pub fn listen(lp: &mut EventLoop, l: Listen) -> Result<Rc<Cell<Received>>, LoopC
         worst = worst.max(ctx.latency());
         sum.count += 1;
         sum.seq_sum = sum.seq_sum.wrapping_add(seq);
+        if planted_bug.is_some_and(|from| sum.count >= from) {
+            sum.seq_sum = sum.seq_sum.wrapping_add(1);
+        }
         sum.last_seq = seq;
         sum.deadline_xor ^= m.deadline_ns;
         tally.set(Received {

@@ -40,9 +40,14 @@ pub struct DiffArgs {
     /// The second log (B).
     pub b: PathBuf,
     /// Channels to compare, as globs (repeatable) [default: every channel
-    /// but /rtdeploy/timing/*, /rtdeploy/events and /rtdeploy/log/*].
+    /// but /rtdeploy/timing/*, /rtdeploy/events, /rtdeploy/log/* and
+    /// /original/*].
     #[arg(long = "channels", value_name = "GLOB", num_args = 1..)]
     pub channels: Vec<String>,
+    /// Compare payloads only, not log times (a run recorded on the wall
+    /// clock against its replay in `deploy sim`, on a virtual one).
+    #[arg(long)]
+    pub payloads: bool,
 }
 
 #[derive(Debug, Args)]
@@ -181,6 +186,7 @@ pub fn run(ctx: &Ctx, c: LogCommand) -> anyhow::Result<Exit> {
 fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<Exit> {
     let opts = logbook::diff::DiffOptions {
         channels: a.channels,
+        payloads_only: a.payloads,
         ..Default::default()
     };
     let r = logbook::diff::diff(&a.a, &a.b, &opts)?;
@@ -204,6 +210,9 @@ fn diff(ctx: &Ctx, a: DiffArgs) -> anyhow::Result<Exit> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if opts.payloads_only {
+        out.push_str("payloads only: log times not compared (--payloads)\n");
+    }
     for (g, why) in &r.left_out {
         out.push_str(&format!(
             "left out: {g} ({why}; --channels to compare them)\n"

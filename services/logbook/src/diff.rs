@@ -35,6 +35,9 @@ pub struct DiffOptions {
     pub channels: Vec<String>,
     /// Bytes of messages one file may be ahead of the other by.
     pub max_held: usize,
+    /// Compare payloads only, not log times (a recording on the wall
+    /// clock against its replay on a virtual one).
+    pub payloads_only: bool,
 }
 
 impl Default for DiffOptions {
@@ -42,6 +45,7 @@ impl Default for DiffOptions {
         DiffOptions {
             channels: Vec::new(),
             max_held: 64 << 20,
+            payloads_only: false,
         }
     }
 }
@@ -325,6 +329,7 @@ impl State<'_> {
                 &b,
                 self.a.infos.get(topic).map(|i| &**i),
                 self.b_infos.get(topic).map(|i| &**i),
+                self.opts.payloads_only,
             ) {
                 self.first = Some(d);
                 return Ok(());
@@ -387,6 +392,7 @@ fn compare(
     b: &Held,
     ia: Option<&ChannelInfo>,
     ib: Option<&ChannelInfo>,
+    payloads_only: bool,
 ) -> Option<Difference> {
     let d = |what: String, va, vb| Difference {
         channel: topic.to_string(),
@@ -420,7 +426,7 @@ fn compare(
             None => bytes_differ(&a.data, &b.data, d),
         });
     }
-    if a.log_time != b.log_time {
+    if a.log_time != b.log_time && !payloads_only {
         return Some(d("log time".into(), None, None));
     }
     None

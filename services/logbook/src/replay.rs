@@ -223,6 +223,8 @@ pub struct ReplaySource {
     /// The log is a simulation's (`deploy sim --log`): its log times are
     /// virtual times.
     pub simulated: bool,
+    /// The log's channels the filter left out (not the logger's own).
+    pub left_out: Vec<String>,
     rx: std::sync::mpsc::Receiver<Due>,
     next: Option<Due>,
     reader: Option<std::thread::JoinHandle<Result<crate::read::Summary, ReadError>>>,
@@ -374,12 +376,19 @@ impl ReplaySource {
                 m.get("boot_id").map(String::as_str) == Some(crate::sim::SIM_BOOT_ID)
                     && crate::file::ClockMap::from_metadata(m) == Some(crate::sim::SIM_CLOCK)
             });
+        let left_out = sum
+            .channels
+            .iter()
+            .map(|c| c.topic.clone())
+            .filter(|t| !own_topic(t) && !opts.filter.topic(t))
+            .collect();
         Ok(ReplaySource {
             path: path.into(),
             pubs,
             report,
             t0,
             simulated,
+            left_out,
             rx,
             next: None,
             reader: Some(reader),
