@@ -753,3 +753,126 @@ fn a_supervised_run_replayed_through_the_listener_in_simulation_gives_its_output
         "{err}"
     );
 }
+
+/// Run by `a_process_that_dies_is_restarted_on_the_virtual_clock_as_its_policy_says`
+/// under `deploy sim`: a loop whose timer, 300 ms of virtual time after
+/// the process starts, exits the process with status 3. On its own
+/// (`--include-ignored`) it does nothing.
+#[test]
+#[ignore = "helper process: run by a_process_that_dies_is_restarted_on_the_virtual_clock_as_its_policy_says"]
+fn dying_helper() {
+    if std::env::var(units::env::SIM).is_err() {
+        return;
+    }
+    let opts = controller::event_loop::LoopOptions::from_env();
+    let mut lp = controller::event_loop::EventLoop::new(opts).unwrap();
+    let start = lp.now();
+    lp.add_timer("die", start + Duration::from_millis(300), None, |_| {
+        std::process::exit(3)
+    });
+    lp.run().unwrap();
+}
+
+#[test]
+fn a_process_that_dies_is_restarted_on_the_virtual_clock_as_its_policy_says() {
+    let exe = std::env::current_exe().unwrap();
+    let crasher = |policy: &str| {
+        format!(
+            "  - name: crasher\n    exec: {}\n    args: [--exact, dying_helper, --ignored, --nocapture, --test-threads=1]\n    restart: {{policy: {policy}, initial_backoff: 100ms, max_backoff: 1s, factor: 2, crash_loop_restarts: 2, crash_loop_window: 60s}}\n",
+            exe.display()
+        )
+    };
+    // Always: it dies at 1.3 s, is started again 100 ms later, dies 300 ms
+    // after that, again after 200 ms, and the third death in the window is
+    // a crash loop: failed. The others run on to the end.
+    let robot = common::robot_with_examples(&crasher("always"));
+    let yaml = yaml_of(robot.path());
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("crash.mcap");
+    let o = sim(
+        &yaml,
+        &["--json", "--for", "5s", "--log", log.to_str().unwrap()],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&o);
+    assert_eq!(
+        v["failure"],
+        serde_json::Value::Null,
+        "the run went on: {v}"
+    );
+    assert_eq!(v["end_ns"], 6_000_000_000u64);
+    let c = &v["processes"][2];
+    assert_eq!(c["state"], "failed", "{c}");
+    assert_eq!(c["restarts"], 2);
+    assert_eq!(c["failed_exits"], 3);
+    assert_eq!(
+        c["history"],
+        serde_json::json!([
+            "it died in its turn at virtual time 1.300000000: exit 3",
+            "started again at virtual time 1.400000000",
+            "it died in its turn at virtual time 1.700000000: exit 3",
+            "started again at virtual time 1.900000000",
+            "it died in its turn at virtual time 2.200000000: exit 3",
+        ]),
+        "{c}"
+    );
+    assert!(c["detail"].as_str().unwrap().contains("crash loop"), "{c}");
+    for p in &v["processes"].as_array().unwrap()[..2] {
+        assert_eq!(p["state"], "running", "{p}");
+        assert_eq!(p["exit"], "exit status: 0", "{p}");
+    }
+    // The log holds the deaths and restarts at their virtual times.
+    let cat = Command::new(DEPLOY)
+        .args([
+            "log",
+            "cat",
+            "--json",
+            log.to_str().unwrap(),
+            "--channels",
+            "/rtdeploy/events",
+        ])
+        .output()
+        .unwrap();
+    let cat: serde_json::Value = serde_json::from_slice(&cat.stdout).unwrap();
+    let events: Vec<(String, u64)> = cat["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["value"]["process"] == "crasher")
+        .map(|m| {
+            (
+                m["value"]["kind"].as_str().unwrap().to_string(),
+                m["value"]["monotonic_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("start".to_string(), 1_000_000_000),
+            ("exit".to_string(), 1_300_000_000),
+            ("restart".to_string(), 1_400_000_000),
+            ("exit".to_string(), 1_700_000_000),
+            ("restart".to_string(), 1_900_000_000),
+            ("exit".to_string(), 2_200_000_000),
+        ]
+    );
+
+    // Never: it stays dead, the run goes on.
+    let robot = common::robot_with_examples(&crasher("never"));
+    let o = sim(&yaml_of(robot.path()), &["--json", "--for", "2s"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    let c = &v["processes"][2];
+    assert_eq!(c["state"], "dead", "{c}");
+    assert_eq!(
+        c["detail"], "it died in its turn at virtual time 1.300000000: exit 3",
+        "{c}"
+    );
+    assert_eq!(v["processes"][1]["state"], "running");
+}

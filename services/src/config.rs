@@ -80,6 +80,17 @@ pub enum RestartPolicy {
     Never,
 }
 
+impl RestartPolicy {
+    /// As robot.yaml spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RestartPolicy::Always => "always",
+            RestartPolicy::OnFailure => "on-failure",
+            RestartPolicy::Never => "never",
+        }
+    }
+}
+
 /// `processes[].restart`
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

@@ -145,6 +145,13 @@ pub struct SimProcess {
     pub exit: Option<String>,
     /// Its standard output and error.
     pub output: Option<PathBuf>,
+    /// Times it was started again (robot.yaml's `restart:`).
+    pub restarts: u32,
+    /// Times it ended with a failure (an exit status other than 0, a
+    /// signal) during the run.
+    pub failed_exits: u32,
+    /// Its deaths and restarts, at their virtual times.
+    pub history: Vec<String>,
 }
 
 /// A simulation that ran.
@@ -236,7 +243,14 @@ pub enum SimError {
 
 enum State {
     Running,
+    /// Its loop ended (a handler asked, or nothing was left) at this
+    /// virtual time, and the restart policy leaves it so.
     Ended(TurnEnd, u64),
+    /// It died, and the restart policy starts it again at this virtual
+    /// time.
+    Restarting(u64),
+    /// It died and the restart policy leaves it dead (why).
+    Dead(String),
     LeftOut,
     NotSimulated(String),
     Failed(String),
@@ -244,6 +258,15 @@ enum State {
 
 struct Proc {
     name: String,
+    /// robot.yaml's `restart:`, and the restarts so far.
+    restart: crate::config::Restart,
+    tracker: crate::restart::Tracker,
+    restarts: u32,
+    failed_exits: u32,
+    /// When its current run started (virtual ns).
+    started_ns: u64,
+    /// What happened to it, in order (deaths, restarts).
+    history: Vec<String>,
     child: Option<Child>,
     link: Option<OwnedFd>,
     next: Option<u64>,
@@ -256,6 +279,17 @@ struct Proc {
 
 /// Why a turn did not come back: the run stops with it.
 struct TurnFailure(String);
+
+/// How a turn ended.
+enum Turned {
+    /// The process waits for its next event; it published in the turn.
+    Waiting { published: bool },
+    /// Its loop ended or it died: the restart policy decides.
+    Ended {
+        why: String,
+        status: Option<std::process::ExitStatus>,
+    },
+}
 
 /// Runs `robot`'s processes on one virtual clock (see the module's
 /// documentation). The processes are stopped (and killed if they do not
@@ -410,6 +444,9 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
     };
     let mut coord = Coordinator {
         procs: Vec::new(),
+        configs: robot.processes.clone(),
+        robot_name: robot.robot.name.clone(),
+        opts: opts.clone(),
         order: TurnOrder::new(opts.seed),
         turn_timeout: opts.turn_timeout,
         log,
@@ -431,7 +468,7 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
         }
     }
     if let Some(log) = coord.log.take() {
-        match coord.log_end(log, outcome.end_ns) {
+        match Coordinator::log_end(log) {
             Ok(summary) => outcome.log = Some(summary),
             Err(e) => {
                 outcome.failure.get_or_insert(format!("the log: {e}"));
@@ -443,6 +480,10 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
 
 struct Coordinator {
     procs: Vec<Proc>,
+    /// robot.yaml's processes, in the order of `procs`.
+    configs: Vec<crate::config::ProcessConfig>,
+    robot_name: String,
+    opts: SimOptions,
     order: TurnOrder,
     turn_timeout: Duration,
     log: Option<logbook::sim::SimLog>,
@@ -492,70 +533,17 @@ impl Coordinator {
                 self.procs.push(Proc::new(&p.name, State::LeftOut, None));
                 continue;
             }
-            let path = match &opts.bin_dir {
-                Some(dir) if !p.exec.starts_with('/') => {
-                    dir.join(p.exec.strip_prefix("bin/").unwrap_or(&p.exec))
-                }
-                _ => crate::spawn::resolve_exec(&opts.prefix, &p.exec),
-            };
-            let link_err = |source| SimError::Link {
-                name: p.name.clone(),
-                source,
-            };
-            let (mine, theirs) = rustix::net::socketpair(
-                AddressFamily::UNIX,
-                SocketType::SEQPACKET,
-                SocketFlags::CLOEXEC,
-                None,
-            )
-            .map_err(|e| link_err(e.into()))?;
-            // The child's end is inherited by this child alone: it is made
-            // inheritable just before the spawn and closed here right after
-            // (processes are started one at a time).
-            rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())
-                .map_err(|e| link_err(e.into()))?;
             let output = opts.out_dir.join(format!("{}.out", p.name));
-            let out = File::create(&output).map_err(|source| SimError::Dir {
+            // A new run's output (a kept directory may hold an old one);
+            // a restart's is appended.
+            File::create(&output).map_err(|source| SimError::Dir {
                 dir: output.clone(),
                 source,
             })?;
-            let err = out.try_clone().map_err(|source| SimError::Dir {
-                dir: output.clone(),
-                source,
-            })?;
-            let env = ProcessEnv {
-                shm_dir: Some(opts.shm_dir.clone()),
-                process: Some(p.name.clone()),
-                robot: Some(robot.robot.name.clone()),
-                sim_fd: Some(theirs.as_raw_fd()),
-                ..ProcessEnv::default()
-            };
-            let cwd = p
-                .working_dir
-                .as_deref()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| opts.out_dir.clone());
-            let child = Command::new(&path)
-                .args(&p.args)
-                .env_clear()
-                .env(
-                    "PATH",
-                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                )
-                .envs(env.to_env())
-                .envs(&p.env)
-                .current_dir(cwd)
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .spawn()
-                .map_err(|source| SimError::Spawn {
-                    name: p.name.clone(),
-                    path: path.clone(),
-                    source,
-                })?;
-            drop(theirs);
-            let mut proc = Proc::new(&p.name, State::Running, Some(output));
+            let mut proc = Proc::new(&p.name, State::Running, Some(output.clone()));
+            proc.restart = p.restart.clone();
+            let (child, mine) =
+                spawn_process(p, &robot.robot.name, opts, START.as_nanos(), &output)?;
             proc.child = Some(child);
             match hello(&mine, opts.hello_timeout) {
                 Ok(()) => {
@@ -612,12 +600,18 @@ impl Coordinator {
         let mut queued = vec![false; n];
         let mut others = Vec::with_capacity(n);
         loop {
-            let running = self.procs.iter().any(|p| matches!(p.state, State::Running));
+            let running = self
+                .procs
+                .iter()
+                .any(|p| matches!(p.state, State::Running | State::Restarting(_)));
             let next = self
                 .procs
                 .iter()
-                .filter(|p| matches!(p.state, State::Running))
-                .filter_map(|p| p.next)
+                .filter_map(|p| match p.state {
+                    State::Running => p.next,
+                    State::Restarting(at) => Some(at),
+                    _ => None,
+                })
                 .chain(
                     self.replay
                         .as_mut()
@@ -638,6 +632,12 @@ impl Coordinator {
             };
             out.end_ns = now;
             out.instants += 1;
+            // Restarts due now, in robot.yaml's order.
+            for i in 0..n {
+                if matches!(self.procs[i].state, State::Restarting(at) if at == now) {
+                    self.restart(i, now);
+                }
+            }
             // The log's messages of this instant first: every process may
             // have something to read.
             let replayed = self.replay.as_mut().map_or(0, |r| r.publish_due(now));
@@ -653,6 +653,10 @@ impl Coordinator {
             let mut rounds = 0u64;
             while let Some(i) = queue.pop_front() {
                 queued[i] = false;
+                // Queued before it ended in an earlier turn of this instant.
+                if !matches!(self.procs[i].state, State::Running) {
+                    continue;
+                }
                 rounds += 1;
                 if rounds > MAX_ROUNDS_PER_INSTANT {
                     out.failure = Some(format!(
@@ -663,8 +667,22 @@ impl Coordinator {
                 }
                 out.turns += 1;
                 let published = match self.turn(i, now) {
-                    Ok(p) => p,
+                    Ok(Turned::Waiting { published }) => published,
+                    Ok(Turned::Ended { why, status }) => {
+                        self.ended(i, now, why, status);
+                        // What it published before it ended is read by
+                        // the others at this instant.
+                        true
+                    }
                     Err(TurnFailure(why)) => {
+                        if let Some(log) = &mut self.log {
+                            // The failure's first line: the rest is the
+                            // process's own output, which may hold anything.
+                            let first = why.lines().next().unwrap_or_default();
+                            let name = self.procs[i].name.clone();
+                            let _ =
+                                log.event(now, "exit", Some(&name), &format!("failed: {first}"));
+                        }
                         self.procs[i].state = State::Failed(why.clone());
                         out.failure = Some(why);
                         return out;
@@ -720,44 +738,24 @@ impl Coordinator {
                 State::Running => ("start", "started on the virtual clock".to_string()),
                 State::LeftOut => ("exit", "left out (--leave-out)".to_string()),
                 State::NotSimulated(why) => ("exit", format!("not simulated: {why}")),
-                State::Ended(..) | State::Failed(_) => continue,
+                _ => continue,
             };
             log.event(at, kind, Some(&p.name), &message)?;
         }
         Ok(())
     }
 
-    /// The log's end: what the last instant published, an event per
-    /// process that ended or failed, the file finished.
-    fn log_end(
-        &mut self,
-        mut log: logbook::sim::SimLog,
-        end_ns: u64,
-    ) -> std::io::Result<logbook::sim::SimLogSummary> {
+    /// The log's end: what the last instant published, the file
+    /// finished.
+    /// (Ends and restarts were recorded as they happened.)
+    fn log_end(mut log: logbook::sim::SimLog) -> std::io::Result<logbook::sim::SimLogSummary> {
         log.record()?;
-        for p in &self.procs {
-            match &p.state {
-                State::Ended(end, t) => {
-                    let why = match end {
-                        TurnEnd::Exited => "its loop exited (a handler asked)",
-                        _ => "its loop had nothing left to wait for",
-                    };
-                    log.event(*t, "exit", Some(&p.name), why)?;
-                }
-                State::Failed(why) => {
-                    // The failure's first line: the rest is the process's
-                    // own output, which may hold anything.
-                    let first = why.lines().next().unwrap_or_default();
-                    log.event(end_ns, "exit", Some(&p.name), &format!("failed: {first}"))?;
-                }
-                _ => {}
-            }
-        }
         log.finish()
     }
 
-    /// Gives process `i` a turn at `now`: whether it published.
-    fn turn(&mut self, i: usize, now: u64) -> Result<bool, TurnFailure> {
+    /// Gives process `i` a turn at `now`: whether it published, or that
+    /// it ended (its process exited, or is exiting: its status).
+    fn turn(&mut self, i: usize, now: u64) -> Result<Turned, TurnFailure> {
         let timeout = self.turn_timeout;
         let p = &mut self.procs[i];
         let at = Monotonic::from_nanos(now);
@@ -791,9 +789,14 @@ impl Coordinator {
             }
         };
         if n == 0 {
-            let status = p.wait_exit(EXIT_GRACE);
-            let why = format!("it ended during its turn at virtual time {at} ({status})");
-            return Err(fail(p, why));
+            // It died in its turn: the restart policy decides.
+            p.turns += 1;
+            p.link = None;
+            let status = p.wait_status(EXIT_GRACE);
+            return Ok(Turned::Ended {
+                why: format!("it died in its turn at virtual time {at}"),
+                status,
+            });
         }
         let (end, next, published) = match FromLoop::decode(&buf[..n]) {
             Ok(FromLoop::Turned {
@@ -822,10 +825,120 @@ impl Coordinator {
         p.published = published;
         p.next = next;
         if end != TurnEnd::Waiting {
+            // Its loop ended: the process exits (run returned), and the
+            // restart policy decides, as for any exit.
             p.state = State::Ended(end, now);
             p.next = None;
+            p.link = None;
+            let status = p.wait_status(EXIT_GRACE);
+            let why = match end {
+                TurnEnd::Exited => {
+                    format!("its loop exited at virtual time {at} (a handler asked)")
+                }
+                _ => format!("its loop had nothing left to wait for at virtual time {at}"),
+            };
+            return Ok(Turned::Ended { why, status });
         }
-        Ok(changed)
+        Ok(Turned::Waiting { published: changed })
+    }
+
+    /// Process `i` ended at `now` (`why`, its exit status): robot.yaml's
+    /// restart policy for it decides, as the supervisor's would, on the
+    /// virtual clock: started again after its backoff, left as it is, or
+    /// failed (a crash loop). The run goes on.
+    fn ended(&mut self, i: usize, now: u64, why: String, status: Option<std::process::ExitStatus>) {
+        use std::os::unix::process::ExitStatusExt;
+        let p = &mut self.procs[i];
+        let exit = match status {
+            Some(s) => match (s.code(), s.signal()) {
+                (Some(c), _) => crate::restart::ExitKind::Code(c),
+                (None, Some(sig)) => crate::restart::ExitKind::Signal(sig),
+                _ => crate::restart::ExitKind::Signal(0),
+            },
+            // Not reaped (killed after the grace): as a kill.
+            None => crate::restart::ExitKind::Signal(9),
+        };
+        let ran = Duration::from_nanos(now.saturating_sub(p.started_ns));
+        let decision = p
+            .tracker
+            .on_exit(&p.restart, exit, ran, Duration::from_nanos(now));
+        let what = format!("{why}: {}", exit.describe());
+        p.history.push(what.clone());
+        if !exit.success() {
+            p.failed_exits += 1;
+        }
+        let event = match decision {
+            crate::restart::Decision::Restart(delay) => {
+                let at = now.saturating_add(delay.as_nanos() as u64);
+                p.state = State::Restarting(at);
+                format!(
+                    "{what}; restarts at virtual time {} (restart: {})",
+                    Monotonic::from_nanos(at),
+                    p.restart.policy.name()
+                )
+            }
+            crate::restart::Decision::Stay => {
+                if !matches!(p.state, State::Ended(..)) || !exit.success() {
+                    p.state = State::Dead(what.clone());
+                }
+                format!(
+                    "{what}; not restarted (restart: {})",
+                    p.restart.policy.name()
+                )
+            }
+            crate::restart::Decision::Fail(reason) => {
+                p.state = State::Failed(format!("{what}; {reason}"));
+                format!("{what}; failed: {reason}")
+            }
+        };
+        if let Some(log) = &mut self.log {
+            let name = self.procs[i].name.clone();
+            let _ = log.event(now, "exit", Some(&name), &event);
+        }
+    }
+
+    /// Starts process `i` again at `now` (its restart came): its first
+    /// turn is at `now`. A start that fails leaves it failed.
+    fn restart(&mut self, i: usize, now: u64) {
+        let output = self.procs[i].output.clone().unwrap_or_else(|| {
+            self.opts
+                .out_dir
+                .join(format!("{}.out", self.procs[i].name))
+        });
+        let started = spawn_process(&self.configs[i], &self.robot_name, &self.opts, now, &output)
+            .map_err(|e| units::error::Chain(&e).to_string())
+            .and_then(|(child, link)| {
+                let pid = child.id();
+                self.procs[i].child = Some(child);
+                hello(&link, self.opts.hello_timeout).map(|()| (link, pid))
+            });
+        let at = Monotonic::from_nanos(now);
+        let p = &mut self.procs[i];
+        match started {
+            Ok((link, pid)) => {
+                p.link = Some(link);
+                p.state = State::Running;
+                p.next = Some(now);
+                p.started_ns = now;
+                p.restarts += 1;
+                p.exit = None;
+                p.history
+                    .push(format!("started again at virtual time {at}"));
+                if let Some(log) = &mut self.log {
+                    log.name_pid(pid, i as u32 + 1);
+                    let _ = log.event(
+                        now,
+                        "restart",
+                        Some(&self.procs[i].name),
+                        "started again on the virtual clock",
+                    );
+                }
+            }
+            Err(why) => {
+                p.kill();
+                p.state = State::Failed(format!("starting it again at virtual time {at}: {why}"));
+            }
+        }
     }
 
     /// Ends the run: every running process is told to stop and has
@@ -865,6 +978,14 @@ impl Coordinator {
                             Monotonic::from_nanos(*t)
                         )),
                     ),
+                    State::Restarting(t) => (
+                        "restarting",
+                        Some(format!(
+                            "to start again at virtual time {}",
+                            Monotonic::from_nanos(*t)
+                        )),
+                    ),
+                    State::Dead(why) => ("dead", Some(why.clone())),
                     State::LeftOut => ("left out", Some("--leave-out".to_string())),
                     State::NotSimulated(why) => ("not simulated", Some(why.clone())),
                     State::Failed(why) => ("failed", Some(why.clone())),
@@ -877,6 +998,9 @@ impl Coordinator {
                     published: p.published,
                     exit: p.exit.clone(),
                     output: p.output.clone(),
+                    restarts: p.restarts,
+                    failed_exits: p.failed_exits,
+                    history: p.history.clone(),
                 }
             })
             .collect()
@@ -887,6 +1011,12 @@ impl Proc {
     fn new(name: &str, state: State, output: Option<PathBuf>) -> Proc {
         Proc {
             name: name.into(),
+            restart: crate::config::Restart::default(),
+            tracker: crate::restart::Tracker::default(),
+            restarts: 0,
+            failed_exits: 0,
+            started_ns: START.as_nanos(),
+            history: Vec::new(),
             child: None,
             link: None,
             next: None,
@@ -937,6 +1067,33 @@ impl Proc {
         status
     }
 
+    /// Waits up to `grace` for the child to exit (then kills it): its
+    /// status, `None` when it had to be killed or cannot be waited for.
+    fn wait_status(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        let c = self.child.as_mut()?;
+        let deadline = Instant::now() + grace;
+        let status = loop {
+            match c.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(None) => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break None;
+                }
+                Err(_) => break None,
+            }
+        };
+        self.exit = Some(status.map_or_else(
+            || format!("killed after {}", units::duration::Dur(grace)),
+            |s| s.to_string(),
+        ));
+        self.child = None;
+        status
+    }
+
     /// The last [`OUTPUT_TAIL`] bytes of the process's output.
     fn output_tail(&self) -> String {
         self.output
@@ -958,6 +1115,84 @@ pub fn tail(path: &std::path::Path, max: u64) -> String {
         Ok(String::from_utf8_lossy(&bytes).trim_end().to_string())
     };
     read().unwrap_or_default()
+}
+
+/// Starts process `p` of robot `robot` at virtual time `at_ns`, its
+/// output appended to `output`: the child, and the coordinator's end of
+/// its link.
+fn spawn_process(
+    p: &crate::config::ProcessConfig,
+    robot: &str,
+    opts: &SimOptions,
+    at_ns: u64,
+    output: &std::path::Path,
+) -> Result<(Child, OwnedFd), SimError> {
+    let path = match &opts.bin_dir {
+        Some(dir) if !p.exec.starts_with('/') => {
+            dir.join(p.exec.strip_prefix("bin/").unwrap_or(&p.exec))
+        }
+        _ => crate::spawn::resolve_exec(&opts.prefix, &p.exec),
+    };
+    let link_err = |source| SimError::Link {
+        name: p.name.clone(),
+        source,
+    };
+    let (mine, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| link_err(e.into()))?;
+    // The child's end is inherited by this child alone: it is made
+    // inheritable just before the spawn and closed here right after
+    // (processes are started one at a time, from this thread).
+    rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())
+        .map_err(|e| link_err(e.into()))?;
+    let file_err = |source| SimError::Dir {
+        dir: output.to_path_buf(),
+        source,
+    };
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(output)
+        .map_err(file_err)?;
+    let err = out.try_clone().map_err(file_err)?;
+    let env = ProcessEnv {
+        shm_dir: Some(opts.shm_dir.clone()),
+        process: Some(p.name.clone()),
+        robot: Some(robot.to_string()),
+        sim_fd: Some(theirs.as_raw_fd()),
+        sim_start_ns: Some(at_ns),
+        ..ProcessEnv::default()
+    };
+    let cwd = p
+        .working_dir
+        .as_deref()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| opts.out_dir.clone());
+    let child = Command::new(&path)
+        .args(&p.args)
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .envs(env.to_env())
+        .envs(&p.env)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|source| SimError::Spawn {
+            name: p.name.clone(),
+            path: path.clone(),
+            source,
+        })?;
+    drop(theirs);
+    Ok((child, mine))
 }
 
 fn send(link: &OwnedFd, m: ToLoop) -> std::io::Result<()> {

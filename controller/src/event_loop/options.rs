@@ -137,7 +137,10 @@ impl LoopOptions {
         // and the coordinator's link.
         if let Some(fd) = env.sim_fd {
             o.sim_fd = Some(fd);
-            o.clock = Clock::Virtual(crate::time::VirtualClock::new(crate::sim::START));
+            let start = env
+                .sim_start_ns
+                .map_or(crate::sim::START, crate::time::Monotonic::from_nanos);
+            o.clock = Clock::Virtual(crate::time::VirtualClock::new(start));
         }
         if let Some(us) = env.wake_check_us {
             o.wake_check = (us > 0).then(|| Duration::from_micros(us));

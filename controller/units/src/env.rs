@@ -58,6 +58,10 @@ pub const TRACE_MISS_NS: &str = "RTDEPLOY_TRACE_MISS_NS";
 /// [`crate::sim_link`]). The process's event loop then runs on a virtual
 /// clock and takes its turns from the coordinator.
 pub const SIM: &str = "RTDEPLOY_SIM";
+/// With [`SIM`]: the virtual time the process starts at, in nanoseconds
+/// (a process the simulation restarts starts later than the first), which
+/// its loop's clock reads until its first turn.
+pub const SIM_START_NS: &str = "RTDEPLOY_SIM_START_NS";
 
 // Of the CLI and the supervisor.
 
@@ -169,6 +173,8 @@ pub struct ProcessEnv {
     pub trace_miss_ns: Option<u64>,
     /// [`SIM`]: a descriptor number (3 or more).
     pub sim_fd: Option<i32>,
+    /// [`SIM_START_NS`].
+    pub sim_start_ns: Option<u64>,
 }
 
 /// The environment holds a value the runtime does not read.
@@ -202,6 +208,7 @@ impl ProcessEnv {
             (TRACE, self.trace.as_ref().map(path)),
             (TRACE_MISS_NS, self.trace_miss_ns.map(|ns| ns.to_string())),
             (SIM, self.sim_fd.map(|fd| fd.to_string())),
+            (SIM_START_NS, self.sim_start_ns.map(|ns| ns.to_string())),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k, v?)))
@@ -249,6 +256,7 @@ impl ProcessEnv {
                     _ => Err(ProcessEnvError::SimFd { value }),
                 })
                 .transpose()?,
+            sim_start_ns: number(SIM_START_NS)?,
         })
     }
 }
@@ -282,9 +290,10 @@ mod tests {
             trace: Some("/sys/kernel/tracing/instances/rtdeploy-7".into()),
             trace_miss_ns: Some(200_000),
             sim_fd: Some(5),
+            sim_start_ns: Some(1_400_000_000),
         };
         let vars = env.to_env();
-        assert_eq!(vars.len(), 10);
+        assert_eq!(vars.len(), 11);
         assert!(vars.iter().all(|(k, _)| k.starts_with("RTDEPLOY_")));
         assert!(vars.contains(&(SCHED, "fifo:80".into())));
         let map: HashMap<&str, String> = vars.into_iter().collect();

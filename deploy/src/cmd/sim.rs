@@ -160,11 +160,14 @@ pub fn run(ctx: &Ctx, args: SimArgs) -> anyhow::Result<Exit> {
     let outcome = services::sim::run(robot, &opts)?;
     let wall = wall.elapsed();
     // A process that ran (not one left out or not simulated, which were
-    // stopped) and then exited with a failure fails the run.
+    // stopped) and failed, or exited with a failure at any time, fails the
+    // run.
     let failed = outcome.failure.is_some()
         || outcome.processes.iter().any(|p| {
-            matches!(p.state.as_str(), "running" | "exited" | "done")
-                && p.exit.as_deref().is_some_and(|e| !exited_well(e))
+            p.state == "failed"
+                || p.failed_exits > 0
+                || (matches!(p.state.as_str(), "running" | "exited" | "done")
+                    && p.exit.as_deref().is_some_and(|e| !exited_well(e)))
         });
     let report = Report {
         robot: &robot.robot.name,
@@ -212,22 +215,26 @@ fn render(r: &Report, wall: Duration) -> String {
         if o.idle { "; nothing was left to do" } else { "" }
     );
     s.push_str(&format!(
-        "{:<20} {:<14} {:>10} {:>10}  {}\n",
-        "process", "state", "turns", "published", "exit"
+        "{:<20} {:<14} {:>10} {:>10} {:>8}  {}\n",
+        "process", "state", "turns", "published", "restarts", "exit"
     ));
     for p in &o.processes {
         s.push_str(&format!(
-            "{:<20} {:<14} {:>10} {:>10}  {}\n",
+            "{:<20} {:<14} {:>10} {:>10} {:>8}  {}\n",
             p.name,
             p.state,
             p.turns,
             p.published,
+            p.restarts,
             p.exit.as_deref().unwrap_or("-")
         ));
     }
     for p in &o.processes {
+        for h in &p.history {
+            s.push_str(&format!("{}: {h}\n", p.name));
+        }
         if let Some(d) = &p.detail {
-            if p.state != "failed" {
+            if p.state != "failed" || o.failure.is_none() {
                 s.push_str(&format!("{}: {} ({d})\n", p.name, p.state));
             }
         }
