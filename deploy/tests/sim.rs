@@ -80,7 +80,9 @@ fn the_robot_runs_on_a_virtual_clock_and_the_same_seed_gives_the_same_run() {
         v.as_object_mut().unwrap().remove("wall_seconds");
         v.as_object_mut().unwrap().remove("dir");
         for p in v["processes"].as_array_mut().unwrap() {
+            // CPU time is measured, not simulated.
             p.as_object_mut().unwrap().remove("output");
+            p.as_object_mut().unwrap().remove("cpu_ns");
         }
         (v, listener)
     };
@@ -135,12 +137,12 @@ fn a_process_that_does_not_run_our_loop_is_refused_or_left_out_as_asked() {
     let extra = "  - name: plain\n    exec: /bin/sleep\n    args: [\"60\"]\n  - name: quitter\n    exec: /bin/true\n";
     let robot = common::robot_with_examples(extra);
     let yaml = yaml_of(robot.path());
-    let o = sim(&yaml, &["--for", "1s", "--hello-timeout", "1s"]);
+    let o = sim(&yaml, &["--for", "1s", "--hello-timeout", "3s"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     for want in [
         "plain, quitter cannot be simulated",
-        "plain: no hello within 1s of wall time",
+        "plain: no hello within 3s of wall time",
         "quitter: it closed the simulation's link (or exited) without connecting",
         "--unsimulated leave-out",
     ] {
@@ -154,7 +156,7 @@ fn a_process_that_does_not_run_our_loop_is_refused_or_left_out_as_asked() {
             "--for",
             "1s",
             "--hello-timeout",
-            "1s",
+            "3s",
             "--unsimulated",
             "leave-out",
         ],
@@ -223,7 +225,7 @@ fn a_turn_that_never_ends_is_killed_and_the_process_and_time_named() {
     );
     let robot = common::robot_with_examples(&extra);
     let yaml = yaml_of(robot.path());
-    let o = sim(&yaml, &["--json", "--for", "5s", "--turn-timeout", "2s"]);
+    let o = sim(&yaml, &["--json", "--for", "5s", "--turn-timeout", "3s"]);
     assert_eq!(
         o.status.code(),
         Some(1),
@@ -233,7 +235,7 @@ fn a_turn_that_never_ends_is_killed_and_the_process_and_time_named() {
     let v = json(&o);
     let failure = v["failure"].as_str().unwrap();
     assert!(
-        failure.starts_with("stuck: its turn at virtual time 1.500000000 did not end within 2s of wall time (a handler that never returns?): killed"),
+        failure.starts_with("stuck: its turn at virtual time 1.500000000 did not end within 3s of wall time (a handler that never returns?): killed"),
         "{failure}"
     );
     assert_eq!(v["end_ns"], 1_500_000_000u64);
@@ -875,4 +877,132 @@ fn a_process_that_dies_is_restarted_on_the_virtual_clock_as_its_policy_says() {
         "{c}"
     );
     assert_eq!(v["processes"][1]["state"], "running");
+}
+
+/// Run by `charged_cpu_time_makes_a_busy_process_late_and_says_the_run_is_not_deterministic`
+/// under `deploy sim`: a 10 ms phased loop whose handler uses 20 ms of
+/// its thread's CPU time. On its own (`--include-ignored`) it does nothing.
+#[test]
+#[ignore = "helper process: run by charged_cpu_time_makes_a_busy_process_late_and_says_the_run_is_not_deterministic"]
+fn busy_helper() {
+    if std::env::var(units::env::SIM).is_err() {
+        return;
+    }
+    let cpu = || {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    };
+    let opts = controller::event_loop::LoopOptions::from_env();
+    let mut lp = controller::event_loop::EventLoop::new(opts).unwrap();
+    lp.add_phased_loop(
+        "busy",
+        Duration::from_millis(10),
+        Duration::ZERO,
+        move |_| {
+            let until = cpu() + Duration::from_millis(20);
+            while cpu() < until {
+                std::hint::spin_loop();
+            }
+        },
+    );
+    lp.run().unwrap();
+}
+
+#[test]
+fn charged_cpu_time_makes_a_busy_process_late_and_says_the_run_is_not_deterministic() {
+    let exe = std::env::current_exe().unwrap();
+    let robot = common::robot_with_examples(&format!(
+        "  - name: busy\n    exec: {}\n    args: [--exact, busy_helper, --ignored, --nocapture, --test-threads=1]\n",
+        exe.display()
+    ));
+    let yaml = yaml_of(robot.path());
+    let turns = |charge: bool| {
+        let mut args = vec![
+            "--json",
+            "--for",
+            "300ms",
+            "--leave-out",
+            "talker",
+            "--leave-out",
+            "listener",
+        ];
+        if charge {
+            args.push("--charge-cpu");
+        }
+        let o = sim(&yaml, &args);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v = json(&o);
+        assert_eq!(v["charge_cpu"], charge);
+        let busy = &v["processes"][2];
+        assert!(busy["cpu_ns"].as_u64().unwrap() >= 20_000_000, "{busy}");
+        busy["turns"].as_u64().unwrap()
+    };
+    // Uncharged: a turn every 10 ms of virtual time, whatever the handler
+    // costs (31 from 1.00 s to 1.30 s).
+    let free = turns(false);
+    assert!((30..=32).contains(&free), "{free}");
+    // Charged: each turn keeps the process busy at least 20 ms, so the
+    // loop runs every 20 ms at best (its phased loop skips what it
+    // missed): 16 turns at most.
+    let charged = turns(true);
+    assert!(charged <= 16, "{charged} turns charged against {free}");
+    let o = sim(
+        &yaml,
+        &[
+            "--for",
+            "100ms",
+            "--leave-out",
+            "talker",
+            "--leave-out",
+            "listener",
+            "--charge-cpu",
+        ],
+    );
+    assert!(String::from_utf8_lossy(&o.stdout)
+        .contains("CPU time charged to the clock (--charge-cpu): this run is not deterministic"));
+}
+
+/// The README's first command gives `--bin-dir` relative to where it is
+/// run, and the processes run in the run's own directory: relative paths
+/// (`--bin-dir`, `--keep`) are resolved where `deploy` was started.
+#[test]
+fn relative_bin_dir_and_keep_are_resolved_where_deploy_runs() {
+    let (talker, listener) = common::examples().unwrap_or_else(|why| panic!("{why}"));
+    let robot = common::robot_with_examples("");
+    let yaml = yaml_of(robot.path());
+    let text = std::fs::read_to_string(&yaml)
+        .unwrap()
+        .replace(&talker.display().to_string(), "bin/talker")
+        .replace(&listener.display().to_string(), "bin/listener");
+    std::fs::write(&yaml, text).unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::create_dir(cwd.path().join("bins")).unwrap();
+    std::os::unix::fs::symlink(&talker, cwd.path().join("bins/talker")).unwrap();
+    std::os::unix::fs::symlink(&listener, cwd.path().join("bins/listener")).unwrap();
+    let o = Command::new("timeout")
+        .args(["-s", "KILL", "120", DEPLOY, "-c"])
+        .arg(&yaml)
+        .args(["sim", "--json", "--for", "100ms", "--bin-dir", "bins"])
+        .args(["--keep", "run"])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&o);
+    assert_eq!(v["processes"][0]["state"], "running", "{v}");
+    assert!(
+        v["processes"][0]["published"].as_u64().unwrap() >= 100,
+        "{v}"
+    );
+    assert!(cwd.path().join("run/shm").is_dir());
 }

@@ -94,6 +94,10 @@ pub struct SimOptions {
     pub log: Option<SimLogOptions>,
     /// Replay a recorded log into the run (`deploy sim --replay`).
     pub replay: Option<SimReplayOptions>,
+    /// Charge each turn's CPU time to the clock: a process is busy for as
+    /// long as its turn took on its thread, and its next turn is not
+    /// before then. Not deterministic (CPU times vary from run to run).
+    pub charge_cpu: bool,
     /// Run the coordinator and every process on this CPU: one runs at a
     /// time, and a turn handed over on one CPU is a switch between two
     /// tasks rather than a wakeup on another CPU (about three times
@@ -150,6 +154,9 @@ pub struct SimProcess {
     /// Times it ended with a failure (an exit status other than 0, a
     /// signal) during the run.
     pub failed_exits: u32,
+    /// CPU time its turns took on its loop's thread (measured; not
+    /// deterministic), nanoseconds.
+    pub cpu_ns: u64,
     /// Its deaths and restarts, at their virtual times.
     pub history: Vec<String>,
 }
@@ -175,6 +182,9 @@ pub struct SimOutcome {
     pub log: Option<logbook::sim::SimLogSummary>,
     /// What was replayed (`--replay`).
     pub replay: Option<logbook::replay::ReplayDone>,
+    /// Turns' CPU time was charged to the clock (`--charge-cpu`): the run
+    /// is not deterministic.
+    pub charge_cpu: bool,
 }
 
 /// A simulation that could not start.
@@ -263,6 +273,8 @@ struct Proc {
     tracker: crate::restart::Tracker,
     restarts: u32,
     failed_exits: u32,
+    /// CPU time its turns took, in all.
+    cpu_ns: u64,
     /// When its current run started (virtual ns).
     started_ns: u64,
     /// What happened to it, in order (deaths, restarts).
@@ -589,6 +601,7 @@ impl Coordinator {
             failure: None,
             log: None,
             replay: None,
+            charge_cpu: opts.charge_cpu,
         };
         if let Err(e) = self.log_start() {
             out.failure = Some(format!("the log: {e}"));
@@ -757,6 +770,7 @@ impl Coordinator {
     /// it ended (its process exited, or is exiting: its status).
     fn turn(&mut self, i: usize, now: u64) -> Result<Turned, TurnFailure> {
         let timeout = self.turn_timeout;
+        let charge_cpu = self.opts.charge_cpu;
         let p = &mut self.procs[i];
         let at = Monotonic::from_nanos(now);
         let link = p.link.as_ref().expect("a running process has its link");
@@ -798,12 +812,13 @@ impl Coordinator {
                 status,
             });
         }
-        let (end, next, published) = match FromLoop::decode(&buf[..n]) {
+        let (end, next, published, cpu_ns) = match FromLoop::decode(&buf[..n]) {
             Ok(FromLoop::Turned {
                 end,
                 next_ns,
                 published,
-            }) => (end, next_ns, published),
+                cpu_ns,
+            }) => (end, next_ns, published, cpu_ns),
             Ok(FromLoop::Hello { .. }) => {
                 let why = format!("a second hello in its turn at virtual time {at}");
                 return Err(fail(p, why));
@@ -824,6 +839,13 @@ impl Coordinator {
         let changed = published != p.published;
         p.published = published;
         p.next = next;
+        p.cpu_ns = p.cpu_ns.saturating_add(cpu_ns);
+        if charge_cpu {
+            // Busy until its turn's CPU time has passed: what was due
+            // meanwhile runs late, and its reports say so.
+            let busy = now.saturating_add(cpu_ns);
+            p.next = next.map(|t| t.max(busy));
+        }
         if end != TurnEnd::Waiting {
             // Its loop ended: the process exits (run returned), and the
             // restart policy decides, as for any exit.
@@ -1000,6 +1022,7 @@ impl Coordinator {
                     output: p.output.clone(),
                     restarts: p.restarts,
                     failed_exits: p.failed_exits,
+                    cpu_ns: p.cpu_ns,
                     history: p.history.clone(),
                 }
             })
@@ -1015,6 +1038,7 @@ impl Proc {
             tracker: crate::restart::Tracker::default(),
             restarts: 0,
             failed_exits: 0,
+            cpu_ns: 0,
             started_ns: START.as_nanos(),
             history: Vec::new(),
             child: None,

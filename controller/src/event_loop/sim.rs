@@ -183,7 +183,9 @@ impl EventLoop {
                 )));
             }
             clock.advance_to(Monotonic::from_nanos(now_ns));
+            let cpu = crate::sys::thread_cpu_ns();
             let end = self.sim_turn()?;
+            let cpu_ns = crate::sys::thread_cpu_ns().saturating_sub(cpu);
             let next_ns = match end {
                 TurnEnd::Waiting => self.sim_next_event(),
                 TurnEnd::Exited | TurnEnd::Done => None,
@@ -193,6 +195,7 @@ impl EventLoop {
                     end,
                     next_ns,
                     published: self.published_total(),
+                    cpu_ns,
                 }
                 .encode(),
             )?;

@@ -67,6 +67,9 @@ pub enum FromLoop {
         /// timing reports): a change means other loops may have something
         /// to read at the same instant.
         published: u64,
+        /// CPU time the turn took on the loop's thread, nanoseconds (what
+        /// `deploy sim --charge-cpu` charges to the clock).
+        cpu_ns: u64,
     },
 }
 
@@ -134,13 +137,14 @@ impl FromLoop {
                 end,
                 next_ns,
                 published,
+                cpu_ns,
             } => {
                 let end = match end {
                     TurnEnd::Waiting => 0,
                     TurnEnd::Exited => 1,
                     TurnEnd::Done => 2,
                 };
-                frame(TURNED, end, next_ns.unwrap_or(NOTHING), published, 0)
+                frame(TURNED, end, next_ns.unwrap_or(NOTHING), published, cpu_ns)
             }
         }
     }
@@ -156,7 +160,7 @@ impl FromLoop {
                 }
                 Ok(FromLoop::Hello { version })
             }
-            (TURNED, end, next, published, _) => Ok(FromLoop::Turned {
+            (TURNED, end, next, published, cpu_ns) => Ok(FromLoop::Turned {
                 end: match end {
                     0 => TurnEnd::Waiting,
                     1 => TurnEnd::Exited,
@@ -165,6 +169,7 @@ impl FromLoop {
                 },
                 next_ns: (next != NOTHING).then_some(next),
                 published,
+                cpu_ns,
             }),
             (kind, ..) => Err(FrameError::Kind(kind)),
         }
@@ -186,11 +191,13 @@ mod tests {
                 end: TurnEnd::Exited,
                 next_ns: None,
                 published: 3,
+                cpu_ns: 0,
             },
             FromLoop::Turned {
                 end: TurnEnd::Waiting,
                 next_ns: Some(1_000_000_001),
                 published: u64::MAX,
+                cpu_ns: 12_345,
             },
         ] {
             assert_eq!(FromLoop::decode(&m.encode()), Ok(m));
@@ -214,6 +221,7 @@ mod tests {
             end: TurnEnd::Done,
             next_ns: None,
             published: 0,
+            cpu_ns: 0,
         }
         .encode();
         f[4] = 3;

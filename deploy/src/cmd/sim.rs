@@ -74,6 +74,12 @@ pub struct SimArgs {
     /// /original<channel> instead, so that --log holds both.
     #[arg(long, value_name = "GLOB", requires = "replay")]
     pub remap: Vec<String>,
+    /// Charge each turn's CPU time (on the loop's thread) to the clock: a
+    /// process is busy that long, and what falls due meanwhile runs late,
+    /// as its timing reports then say. Not deterministic: the output says
+    /// so.
+    #[arg(long)]
+    pub charge_cpu: bool,
     /// The CPU the coordinator and every process run on (one runs at a
     /// time; handing a turn over on one CPU is a task switch, not a
     /// wakeup on another) [default: the lowest CPU this process may run
@@ -99,8 +105,13 @@ pub fn run(ctx: &Ctx, args: SimArgs) -> anyhow::Result<Exit> {
     let loaded = super::load_robot(ctx)?;
     let robot = &loaded.robot;
     let temp;
+    // The processes run in the run's directory: paths given relative to
+    // this one are made absolute before they are handed to them.
+    let abs = |p: &std::path::Path| {
+        std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))
+    };
     let dir = match &args.keep {
-        Some(d) => d.clone(),
+        Some(d) => abs(d)?,
         None => {
             temp = tempfile::Builder::new()
                 .prefix("rtdeploy-sim-")
@@ -118,6 +129,7 @@ pub fn run(ctx: &Ctx, args: SimArgs) -> anyhow::Result<Exit> {
     };
     let opts = SimOptions {
         cpu: Some(cpu),
+        charge_cpu: args.charge_cpu,
         seed: args.seed,
         run_for: args.run_for.0,
         turn_timeout: args.turn_timeout.0,
@@ -127,8 +139,8 @@ pub fn run(ctx: &Ctx, args: SimArgs) -> anyhow::Result<Exit> {
             UnsimulatedArg::Refuse => Unsimulated::Refuse,
             UnsimulatedArg::LeaveOut => Unsimulated::LeaveOut,
         },
-        bin_dir: args.bin_dir.clone(),
-        prefix: ctx.prefix.clone(),
+        bin_dir: args.bin_dir.as_deref().map(abs).transpose()?,
+        prefix: abs(&ctx.prefix)?,
         shm_dir: dir.join("shm"),
         out_dir: dir.join("out"),
         proc_root: ctx.sys("/proc"),
@@ -214,13 +226,24 @@ fn render(r: &Report, wall: Duration) -> String {
         wall.as_secs_f64(),
         if o.idle { "; nothing was left to do" } else { "" }
     );
+    if o.charge_cpu {
+        s.push_str("CPU time charged to the clock (--charge-cpu): this run is not deterministic (CPU times vary from run to run)\n\n");
+    }
+    // The turns' CPU time is shown only when it was charged: otherwise
+    // the report is the same from run to run.
+    let cpu_head = if o.charge_cpu { " cpu (ms)" } else { "" };
     s.push_str(&format!(
-        "{:<20} {:<14} {:>10} {:>10} {:>8}  {}\n",
+        "{:<20} {:<14} {:>10} {:>10} {:>8}{cpu_head}  {}\n",
         "process", "state", "turns", "published", "restarts", "exit"
     ));
     for p in &o.processes {
+        let cpu = if o.charge_cpu {
+            format!(" {:>8.1}", p.cpu_ns as f64 / 1e6)
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
-            "{:<20} {:<14} {:>10} {:>10} {:>8}  {}\n",
+            "{:<20} {:<14} {:>10} {:>10} {:>8}{cpu}  {}\n",
             p.name,
             p.state,
             p.turns,
