@@ -19,6 +19,8 @@ pub enum ReleaseError {
     RebootPending { release: String },
     #[error("release {release} changes the system, and {why}")]
     System { release: String, why: String },
+    #[error("boot attempts: {why}")]
+    BootAttempts { why: String },
     #[error("no release is in trial (state: {state})")]
     NotInTrial { state: String },
     #[error("nothing to roll back to: {why}")]

@@ -23,10 +23,16 @@ pub const FAULT_STEPS: &[&str] = &[
 ];
 
 /// The steps only a system update has (see [`crate::system`]): the boot
-/// loader's new file written to its temporary name, and renamed into
-/// place.
+/// attempts armed ([`crate::boot_attempts`]: its first copy written, then
+/// both), the boot loader's new file written to its temporary name, and
+/// renamed into place.
 #[cfg(feature = "fault-injection")]
-pub const SYSTEM_FAULT_STEPS: &[&str] = &["boot-staged", "boot-written"];
+pub const SYSTEM_FAULT_STEPS: &[&str] = &[
+    "attempts-first-copy",
+    "attempts-armed",
+    "boot-staged",
+    "boot-written",
+];
 
 /// Test hook: when the environment variable [`units::env::FAULT`] names
 /// `step`, the process aborts right there.

@@ -36,12 +36,14 @@
 //! directory; [`switch`] trial, commit, rollback, recovery; [`prune`]
 //! listing and pruning; [`serve`] the robot's end of `deploy update`;
 //! [`fleet`] the sender's end: ssh to each robot, with retries;
+//! [`boot_attempts`] a system update's boots counted by U-Boot;
 //! [`system`] releases that change the kernel command line or the CPU
 //! plan, whose trial spans a reboot, and [`system_plan`] what makes one
 //! (the system part compared, the extlinux.conf entry); [`mender`] our
 //! Mender update module; [`programs`] the one check that a release holds
 //! the programs its robot.yaml runs.
 
+pub mod boot_attempts;
 pub mod bundle;
 mod error;
 mod fault;
