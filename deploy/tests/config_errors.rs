@@ -176,6 +176,10 @@ fn cases() -> Vec<Case> {
         c("nested partition on 6.6", edit("  isolated: 2-3\n", "  isolated: 2-3\n  partition: root  #!\n") + "kernel:\n  version: 6.6.70-rt\n", "cpus.partition", "needs cpuset.cpus.exclusive (Linux 6.7 or later)"),
         c("forced backend the kernel lacks", edit("    publishes: [/a]\n", "    publishes: [/a]\n    env:\n      RTDEPLOY_BACKEND: io_uring-futex  #!\n") + "kernel:\n  version: 5.15.148-tegra\n", "processes[0].env.RTDEPLOY_BACKEND", "backend `io_uring-futex` needs Linux 6.7 or later; the board runs 5.15"),
         c("unknown backend", edit("    publishes: [/a]\n", "    publishes: [/a]\n    env:\n      RTDEPLOY_BACKEND: epoll  #!\n"), "processes[0].env.RTDEPLOY_BACKEND", "unknown wake backend `epoll` (expected one of: io_uring-futex, futex_waitv, doorbell)"),
+        c("boot attempt limit out of range", add("update:\n  boot_attempts:\n    limit: 12  #!\n"), "update.boot_attempts.limit", "12 (expected 1 to 8: the boot script counts in one digit)"),
+        c("boot partition not absolute", add("update:\n  boot_attempts:\n    partition: boot/../rtboot  #!\n"), "update.boot_attempts.partition", "is not a mount point"),
+        c("boot attempts on a Jetson", jetson(&add("update:\n  boot_attempts:\n    limit: 3  #!\n")), "update.boot_attempts", "Jetson boards boot through UEFI (L4TLauncher)"),
+        c("boot attempts without extlinux.conf", add("update:\n  boot_attempts:\n    limit: 3  #!\n"), "update.boot_attempts", "board `generic`: this board's boot loader is not one rtdeploy writes extlinux.conf for"),
         // Limits: aliases and nesting.
         c("too many aliases", add(&format!("sysctl:\n  kernel.x: &a 1\n  kernel.y: [{}]  #!\n", vec!["*a"; 1025].join(", "))), "", "more than 1024 aliases (the limit for robot.yaml)"),
         c("aliases of aliases", add(&format!("sysctl:\n  a0: &a0 [{}]\n  a1: &a1 [{}]\n  a2: &a2 [{}]  #!\n", vec!["x"; 100].join(","), vec!["*a0"; 100].join(","), vec!["*a1"; 100].join(","))), "", "aliases expand to more than 100000 values (the limit for robot.yaml)"),

@@ -422,3 +422,85 @@ fn image_refuses_an_output_inside_the_base_even_with_force() {
     assert!(members.lines().any(|l| l == "images"), "{members}");
     assert!(!members.contains("y.tar"), "{members}");
 }
+
+/// With `update.boot_attempts`, the image holds the boot partition's files
+/// under its mount point: U-Boot's script image and an unarmed state,
+/// from which whoever makes the disk makes the FAT partition.
+#[test]
+fn image_holds_the_boot_partition_of_a_board_that_counts_boot_attempts() {
+    let t = tempfile::tempdir().unwrap();
+    inputs(t.path());
+    for p in ["talker", "listener"] {
+        write(
+            &t.path().join("release/bin").join(p),
+            &elf_aarch64(p),
+            0o755,
+        );
+    }
+    let yaml = fs::read_to_string(example("qemu-aarch64.yaml"))
+        .unwrap()
+        .replace(
+            "update:\n",
+            "update:\n  boot_attempts:\n    limit: 3\n    partition: /boot/rtboot\n",
+        );
+    fs::write(t.path().join("robot.yaml"), yaml).unwrap();
+    let o = deploy(
+        t.path(),
+        &[
+            "-q",
+            "-c",
+            "robot.yaml",
+            "image",
+            "--base",
+            "base",
+            "--release",
+            "release",
+            "--deploy-binary",
+            "deploy-aarch64",
+            "--source-date-epoch",
+            "1700000000",
+            "--out",
+            "a.tar",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // The tar's regular files under boot/rtboot (ustar headers: the
+    // paths here are short).
+    let tar = fs::read(t.path().join("a.tar")).unwrap();
+    let mut files = std::collections::BTreeMap::new();
+    let mut at = 0;
+    while at + 512 <= tar.len() && tar[at] != 0 {
+        let h = &tar[at..at + 512];
+        let field = |r: std::ops::Range<usize>| {
+            String::from_utf8_lossy(&h[r])
+                .trim_end_matches('\0')
+                .trim()
+                .to_string()
+        };
+        let size = usize::from_str_radix(&field(124..136), 8).unwrap();
+        let (prefix, name) = (field(345..500), field(0..100));
+        let path = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let path = path.trim_start_matches("./").to_string();
+        if path.starts_with("boot/rtboot/") && matches!(h[156], b'0' | 0) {
+            files.insert(path, tar[at + 512..at + 512 + size].to_vec());
+        }
+        at += 512 + size.div_ceil(512) * 512;
+    }
+    let want: std::collections::BTreeMap<String, Vec<u8>> =
+        releases::boot_attempts::partition_files()
+            .into_iter()
+            .map(|(rel, b)| (format!("boot/rtboot/{}", rel.display()), b))
+            .collect();
+    assert_eq!(files, want);
+    // The state as Linux reads it: whole, no trial.
+    let dir = t.path().join("rtboot");
+    for (rel, b) in &files {
+        write(&dir.join(rel.trim_start_matches("boot/rtboot/")), b, 0o644);
+    }
+    let s = releases::boot_attempts::read_state(&dir).unwrap();
+    assert_eq!((s.trial, s.notes.len()), (None, 0));
+}

@@ -436,6 +436,36 @@ pub struct UpdateSection {
     /// `deploy bundle --mender-artifact` wraps bundles for this device type.
     /// None: no Mender.
     pub mender: Option<MenderSection>,
+    /// A system update's new boot label counted by the boot loader:
+    /// `None`, no count below the kernel (the supervisor's own boot
+    /// counter still rolls back a trial it starts into twice).
+    pub boot_attempts: Option<BootAttemptsSection>,
+}
+
+/// `update.boot_attempts`: on a board that boots through U-Boot, a system
+/// update's new extlinux.conf label is booted at most `limit` times
+/// without a verdict; the boot after that boots the previous label.
+/// U-Boot counts, running the script that `deploy image` puts in the boot
+/// partition (`releases::boot_attempts`), which Linux mounts at
+/// `partition`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootAttemptsSection {
+    /// Boots of the new label without a verdict (1 to 8).
+    #[serde(default = "default_boot_attempts")]
+    pub limit: u8,
+    /// Where the boot partition (FAT, the first partition U-Boot scans)
+    /// is mounted.
+    #[serde(default = "default_boot_partition")]
+    pub partition: String,
+}
+
+fn default_boot_attempts() -> u8 {
+    3
+}
+
+fn default_boot_partition() -> String {
+    "/boot/rtboot".into()
 }
 
 /// `update.mender`: releases delivered by a Mender server, through our
@@ -466,6 +496,7 @@ impl Default for UpdateSection {
             lock_timeout: Dur::from_secs(60),
             public_keys: Vec::new(),
             mender: None,
+            boot_attempts: None,
         }
     }
 }
@@ -497,6 +528,36 @@ impl UpdateSection {
                 out.push((
                     format!("update.public_keys[{i}]"),
                     "not an ed25519 public key (expected 44 characters of base64, as in KEY.pub from `deploy keygen`)".into(),
+                ));
+            }
+        }
+        if let Some(b) = &self.boot_attempts {
+            if !(1..=releases::boot_attempts::MAX_LIMIT).contains(&b.limit) {
+                out.push((
+                    "update.boot_attempts.limit".into(),
+                    format!(
+                        "{} (expected 1 to {}: the boot script counts in one digit)",
+                        b.limit,
+                        releases::boot_attempts::MAX_LIMIT
+                    ),
+                ));
+            }
+            let p = std::path::Path::new(&b.partition);
+            if !p.is_absolute()
+                || p.components().any(|c| {
+                    !matches!(
+                        c,
+                        std::path::Component::RootDir | std::path::Component::Normal(_)
+                    )
+                })
+                || p.parent().is_none()
+            {
+                out.push((
+                    "update.boot_attempts.partition".into(),
+                    format!(
+                        "`{}` is not a mount point (expected an absolute path without `.` or `..`, like `/boot/rtboot`)",
+                        b.partition.escape_debug()
+                    ),
                 ));
             }
         }

@@ -150,6 +150,8 @@ fn install_b_then_shut_down(src: &Path) -> (tempfile::TempDir, PathBuf, String) 
                     text: new_conf(),
                     previous_text: old_conf(),
                 }),
+                boot_attempts: None,
+                boot_loader: None,
                 install_boot: "boot-1".into(),
                 boots: 0,
                 judged_boot: None,

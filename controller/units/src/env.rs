@@ -89,6 +89,9 @@ pub const TEST_CUT_AFTER: &str = "RTDEPLOY_TEST_CUT_AFTER";
 pub const TEST_PREFIX: &str = "RTDEPLOY_TEST_PREFIX";
 /// The bundle a test's child process installs.
 pub const TEST_BUNDLE: &str = "RTDEPLOY_TEST_BUNDLE";
+/// What a test's child process does (`install`, `commit`), and with which
+/// options (`counted`: boot attempts counted by the boot loader).
+pub const TEST_ACTION: &str = "RTDEPLOY_TEST_ACTION";
 /// The control socket a test's child process connects to.
 pub const TEST_CLIENT_SOCKET: &str = "RTDEPLOY_TEST_CLIENT_SOCKET";
 /// How many processes a test's child process starts.

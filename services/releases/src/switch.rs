@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::boot_attempts::{self, BootLoaderSaw};
 use crate::bundle::MANIFEST_NAME;
 use crate::error::ReleaseError;
 use crate::fault::fault_point;
@@ -82,6 +83,20 @@ pub fn begin_system_trial(
         system: Some(sys), ..
     } = &state
     {
+        if let (Some(e), Some(a)) = (&sys.boot_entry, &sys.boot_attempts) {
+            // The count is armed before extlinux.conf names the new label
+            // DEFAULT: a cut in between leaves a count of a label the
+            // boot loader does not find (it boots DEFAULT, the previous
+            // one), never a new DEFAULT that nothing counts.
+            boot_attempts::write_state(
+                &prefix.join(&a.dir),
+                Some((&e.label, &e.previous_label, a.limit)),
+            )
+            .inspect_err(|_| {
+                let _ = rollback(prefix);
+            })?;
+            fault_point("attempts-armed");
+        }
         if let Some(e) = &sys.boot_entry {
             write_boot_file(
                 prefix,
@@ -116,7 +131,15 @@ pub fn commit(prefix: &Path, keep: u32) -> Result<String, ReleaseError> {
             system: Some(sys),
             ..
         }) if sys.judged_boot.is_none() => Err(ReleaseError::RebootPending { release }),
-        Some(ReleaseState::Trial { release, .. }) => {
+        Some(ReleaseState::Trial {
+            release, system, ..
+        }) => {
+            // The boot loader stops counting before the release is
+            // committed: committed first, a cut could leave a count that
+            // falls back from a committed release's label.
+            if let Some(a) = system.as_ref().and_then(|s| s.boot_attempts.as_ref()) {
+                boot_attempts::write_state(&prefix.join(&a.dir), None)?;
+            }
             write_state(
                 prefix,
                 &ReleaseState::Committed {
@@ -175,6 +198,13 @@ pub fn rollback(prefix: &Path) -> Result<Rollback, ReleaseError> {
             if let Some(e) = system.as_ref().and_then(|s| s.boot_entry.as_ref()) {
                 remove_stale_boot_file(prefix, &e.path);
                 write_boot_file(prefix, &e.path, &e.previous_text, None)?;
+            }
+            // Then the count: extlinux.conf no longer has the new label, so
+            // a count left behind (the boot partition not mounted, a cut)
+            // names a label the boot loader does not find, and it boots
+            // the restored DEFAULT. The next system update writes over it.
+            if let Some(a) = system.as_ref().and_then(|s| s.boot_attempts.as_ref()) {
+                let _ = boot_attempts::write_state(&prefix.join(&a.dir), None);
             }
             let reboot = system.as_ref().is_some_and(|s| s.judged_boot.is_some());
             // current first: a crash here leaves state `trial`, and the next
@@ -250,6 +280,9 @@ pub struct Recovery {
     /// A trial the supervisor stopped to start again with its robot.yaml
     /// ([`crate::system::ask_restart`], in this boot): kept, to be judged.
     pub restarted_trial: Option<String>,
+    /// A system update's trial counted by the boot loader: what it did
+    /// (`boot attempt 1 of 3 of label ...`, or the fallback).
+    pub boot_loader: Option<String>,
     /// `current` did not match the committed release and was put back.
     pub repaired: bool,
     /// Leftover temporary directories removed.
@@ -285,6 +318,7 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
         reason: None,
         system_trial: None,
         restarted_trial: None,
+        boot_loader: None,
         repaired: false,
         cleaned: Vec::new(),
     };
@@ -311,6 +345,19 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
                 remove_stale_boot_file(prefix, &e.path);
             }
             let boot = Boot::read(proc_root);
+            // What the boot loader counted, read once per boot (a second
+            // start in the same boot keeps what the first read).
+            let first_start = !boot.id.is_empty()
+                && boot.id != sys.install_boot
+                && sys.judged_boot.as_deref() != Some(boot.id.as_str());
+            if let (Some(e), Some(a), true) = (&sys.boot_entry, &sys.boot_attempts, first_start) {
+                sys.boot_loader =
+                    Some(BootLoaderSaw::read(&prefix.join(&a.dir), &e.label, a.limit));
+            }
+            let fell_back = match (&sys.boot_entry, &sys.boot_loader) {
+                (Some(e), Some(saw)) if saw.fell_back => Some(saw.describe(&e.label)),
+                _ => None,
+            };
             let why = if boot.id.is_empty() || boot.id == sys.install_boot {
                 Some(
                     "the supervisor started again before the reboot the system update needs"
@@ -320,6 +367,10 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
                 Some(format!(
                     "start {} of the system update's trial without a verdict (a reset, a power cut or a crash during the trial; the boot counter allows {MAX_TRIAL_BOOTS})",
                     sys.boots + 1
+                ))
+            } else if let (Some(t), Some(fell)) = (boot.missing(&sys.tokens), &fell_back) {
+                Some(format!(
+                    "{fell}: the kernel runs without `{t}` of the new command line (a boot that hangs before the supervisor starts: a wrong root=, a kernel or driver that does not come up, a panic)"
                 ))
             } else {
                 boot.missing(&sys.tokens).map(|t| {
@@ -332,6 +383,10 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
                         }
                     )
                 })
+            };
+            out.boot_loader = match (&sys.boot_entry, &sys.boot_loader) {
+                (Some(e), Some(saw)) => Some(saw.describe(&e.label)),
+                _ => None,
             };
             sys.boots += 1;
             match why {

@@ -79,6 +79,16 @@ pub struct SystemUpdate {
     /// and only the reboot is asked for).
     #[serde(default)]
     pub boot_entry: Option<BootEntry>,
+    /// The boot loader counts the new label's boots
+    /// ([`crate::boot_attempts`]): armed with the trial, cleared by its
+    /// verdict.
+    #[serde(default)]
+    pub boot_attempts: Option<crate::boot_attempts::BootAttempts>,
+    /// What the boot loader had counted when the trial's boot was judged
+    /// (the attempts used, a fallback): for status and the rollback's
+    /// reason.
+    #[serde(default)]
+    pub boot_loader: Option<crate::boot_attempts::BootLoaderSaw>,
     /// `/proc/sys/kernel/random/boot_id` of the kernel the install ran on.
     pub install_boot: String,
     /// The boot counter: supervisor starts since the install.

@@ -16,6 +16,7 @@ use cpusets::board::BootLoader;
 use cpusets::cmdline::Token;
 use units::cpu::CpuSet;
 
+use crate::boot_attempts::BootAttempts;
 use crate::system::{BootEntry, SystemUpdate};
 
 /// extlinux.conf, relative to the prefix.
@@ -31,6 +32,9 @@ pub struct SystemPart<'a> {
     pub all_cpus: &'a CpuSet,
     /// Each process's name and the CPUs it runs on, in robot.yaml's order.
     pub processes: &'a [(String, CpuSet)],
+    /// `update.boot_attempts`: the boot partition's mount point (absolute)
+    /// and the limit ([`crate::boot_attempts`]).
+    pub boot_attempts: Option<(&'a str, u8)>,
 }
 
 impl SystemPart<'_> {
@@ -171,11 +175,22 @@ pub fn plan(
             err: e.into_io(),
         })?;
     let names = |t: &[Token]| t.iter().map(|t| t.token.clone()).collect();
+    // Counted by the boot loader only when there is a new label to count
+    // (the new robot.yaml says how).
+    let boot_attempts = match (&boot_entry, new.boot_attempts) {
+        (Some(_), Some((dir, limit))) => Some(BootAttempts {
+            dir: dir.trim_start_matches('/').to_string(),
+            limit,
+        }),
+        _ => None,
+    };
     Ok(Some(SystemUpdate {
         changes,
         tokens: names(&new_t),
         previous_tokens: names(&old_t),
         boot_entry,
+        boot_attempts,
+        boot_loader: None,
         install_boot,
         boots: 0,
         judged_boot: None,

@@ -6,7 +6,11 @@
 //! labels before, during and after the trial (commit and rollback), the
 //! boot counter, and an install killed after every step: each time the
 //! robot boots the old or the new plan and runs the release that goes
-//! with it.
+//! with it. With boot attempts counted below the kernel, the boot loader
+//! is U-Boot's script as [`uboot_boot`] models it (the script itself runs
+//! under U-Boot in tests/uboot.rs): boots that never reach the
+//! supervisor use up the attempts, the previous label boots, and the
+//! recovery says why.
 
 mod util;
 
@@ -15,6 +19,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use releases::boot_attempts::{read_state as boot_state, BootAttempts, STATE_FILES};
 use releases::system::{BootEntry, REBOOT_MARKER};
 use releases::{
     install_bundle, read_state, recover_at_boot, InstallOptions, ReleaseError, ReleaseState,
@@ -47,6 +52,12 @@ fn default_append(text: &str) -> (String, String) {
         .find_map(|l| l.trim().strip_prefix("DEFAULT "))
         .unwrap()
         .to_string();
+    label_append(text, &default)
+}
+
+/// A label's APPEND line, as the kernel sees it.
+fn label_append(text: &str, default: &str) -> (String, String) {
+    let default = default.to_string();
     let mut in_label = false;
     for l in text.lines().map(str::trim) {
         if let Some(n) = l.strip_prefix("LABEL ") {
@@ -89,11 +100,80 @@ fn boot(prefix: &Path, id: &str) -> String {
     label
 }
 
+/// Where the boot partition is mounted, relative to the prefix.
+const RTBOOT: &str = "boot/rtboot";
+const LIMIT: u8 = 2;
+
+/// Boots the robot through U-Boot's boot-attempts script, as
+/// `releases::boot_attempts::script` does it: a trial's label while
+/// attempts remain (counted first), the fallback after; a label that
+/// extlinux.conf lacks gives way to DEFAULT. Returns the label booted.
+fn uboot_boot(prefix: &Path, id: &str) -> String {
+    let dir = prefix.join(RTBOOT);
+    let text = conf(prefix);
+    let default = default_append(&text).0;
+    let want = match boot_state(&dir) {
+        Ok(s) => match s.trial {
+            Some(t) => {
+                let (pick, next) = if t.attempts >= t.limit {
+                    (t.fallback.clone(), t.limit + 1)
+                } else {
+                    (t.label.clone(), t.attempts + 1)
+                };
+                if next != t.attempts {
+                    // U-Boot's `env export -t`, written over both copies.
+                    for name in STATE_FILES {
+                        let p = dir.join(name);
+                        let old = fs::read_to_string(&p).unwrap_or_default();
+                        let old = old.trim_end_matches('\0');
+                        let new: String = old
+                            .lines()
+                            .map(|l| {
+                                if l.starts_with("rtd_attempts=") {
+                                    format!("rtd_attempts={next}\n")
+                                } else {
+                                    format!("{l}\n")
+                                }
+                            })
+                            .collect();
+                        fs::write(&p, format!("{new}\0")).unwrap();
+                    }
+                }
+                pick
+            }
+            None => default.clone(),
+        },
+        Err(_) => default.clone(),
+    };
+    let label = if labels(&text).contains(&want) {
+        want
+    } else {
+        default
+    };
+    let (_, line) = label_append(&text, &label);
+    let p = proc_root(prefix);
+    fs::create_dir_all(p.join("sys/kernel/random")).unwrap();
+    fs::write(p.join("sys/kernel/random/boot_id"), format!("{id}\n")).unwrap();
+    fs::write(p.join("cmdline"), format!("{line}\n")).unwrap();
+    let _ = fs::remove_file(prefix.join(REBOOT_MARKER));
+    label
+}
+
 fn proc_root(prefix: &Path) -> PathBuf {
     prefix.parent().unwrap().join("proc")
 }
 
 fn system_opts(prefix: &Path) -> InstallOptions<'static> {
+    opts_with(prefix, false)
+}
+
+/// [`system_opts`], the boot attempts counted by the boot loader.
+fn counted_opts(prefix: &Path) -> InstallOptions<'static> {
+    fs::create_dir_all(prefix.join(RTBOOT)).unwrap();
+    opts_with(prefix, true)
+}
+
+fn opts_with(prefix: &Path, counted: bool) -> InstallOptions<'static> {
     let boot_id = fs::read_to_string(proc_root(prefix).join("sys/kernel/random/boot_id"))
         .unwrap()
         .trim()
@@ -111,6 +191,11 @@ fn system_opts(prefix: &Path) -> InstallOptions<'static> {
                     text: new_conf(),
                     previous_text: old_conf(),
                 }),
+                boot_attempts: counted.then(|| BootAttempts {
+                    dir: RTBOOT.into(),
+                    limit: LIMIT,
+                }),
+                boot_loader: None,
                 install_boot: boot_id.clone(),
                 boots: 0,
                 judged_boot: None,
@@ -256,75 +341,247 @@ fn a_supervisor_restart_before_the_reboot_undoes_the_system_update() {
 }
 
 /// Not a test on its own: the child half of
-/// `system_update_killed_at_every_step` (on its own it does nothing).
+/// `system_update_killed_at_every_step` and
+/// `marking_a_counted_boot_good_killed_at_every_step` (on its own it does
+/// nothing): installs the bundle, with the boot attempts counted when
+/// asked, or commits.
 #[test]
 #[ignore = "helper process: run by system_update_killed_at_every_step"]
 fn system_fault_child() {
-    let (Some(prefix), Some(bundle)) = (
+    let (Some(prefix), Some(action)) = (
         std::env::var_os(units::env::TEST_PREFIX),
-        std::env::var_os(units::env::TEST_BUNDLE),
+        std::env::var(units::env::TEST_ACTION).ok(),
     ) else {
         return;
     };
     let prefix = PathBuf::from(prefix);
-    install_bundle(&prefix, &PathBuf::from(bundle), &system_opts(&prefix)).unwrap();
+    match action.as_str() {
+        "commit" => {
+            releases::commit(&prefix, 3).unwrap();
+        }
+        "install" | "install-counted" => {
+            let bundle = PathBuf::from(std::env::var_os(units::env::TEST_BUNDLE).unwrap());
+            let opts = opts_with(&prefix, action == "install-counted");
+            install_bundle(&prefix, &bundle, &opts).unwrap();
+        }
+        other => panic!("unknown action {other}"),
+    }
+}
+
+/// Runs [`system_fault_child`] with `action`, killed after `step`.
+fn killed_at(step: &str, action: &str, prefix: &Path, bundle: &Path) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "system_fault_child",
+            "--exact",
+            "--ignored",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(units::env::FAULT, step)
+        .env(units::env::TEST_ACTION, action)
+        .env(units::env::TEST_PREFIX, prefix)
+        .env(units::env::TEST_BUNDLE, bundle)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "{action}, step {step}: it did not stop there: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A power cut after every step of a system update's install (the
-/// installer's steps and the boot file's): extlinux.conf is whole, old or
-/// new; the board boots what it says; the recovery then runs the release
-/// that goes with the line booted, or restores the old label and asks for
-/// the reboot back, after which the old line runs. Never neither.
+/// installer's steps and the boot file's; with the boot attempts counted,
+/// theirs too): extlinux.conf is whole, old or new; the board boots what
+/// it says (or what the boot loader's count says); the recovery then runs
+/// the release that goes with the line booted, or restores the old label
+/// and asks for the reboot back, after which the old line runs. Never
+/// neither.
 #[test]
 fn system_update_killed_at_every_step() {
     let d = tempfile::tempdir().unwrap();
     let (b1, b2) = bundles(d.path());
-    let exe = std::env::current_exe().unwrap();
-    for step in FAULT_STEPS.iter().chain(SYSTEM_FAULT_STEPS) {
+    for counted in [false, true] {
+        for step in FAULT_STEPS.iter().chain(SYSTEM_FAULT_STEPS) {
+            if !counted && step.starts_with("attempts-") {
+                continue;
+            }
+            let step = &format!("{step}{}", if counted { " (counted)" } else { "" });
+            let case = tempfile::tempdir().unwrap();
+            let prefix = robot_with_boot(case.path(), &b1);
+            fs::create_dir_all(prefix.join(RTBOOT)).unwrap();
+            killed_at(
+                step.trim_end_matches(" (counted)"),
+                if counted {
+                    "install-counted"
+                } else {
+                    "install"
+                },
+                &prefix,
+                &b2,
+            );
+            let text = conf(&prefix);
+            assert!(
+                text == old_conf() || text == new_conf(),
+                "step {step}: extlinux.conf is neither the old nor the new file:\n{text}"
+            );
+            // The power comes back.
+            let label = uboot_boot(&prefix, "boot-2");
+            let rec = recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
+            let v = current_version(&prefix);
+            if v == "2" {
+                assert_eq!(label, NEW_LABEL, "step {step}");
+                assert!(rec.system_trial.is_some(), "step {step}: {rec:?}");
+            } else {
+                assert_eq!(v, "1", "step {step}");
+                assert_eq!(conf(&prefix), old_conf(), "step {step}");
+                if prefix.join(REBOOT_MARKER).exists() {
+                    assert_eq!(label, NEW_LABEL, "step {step}");
+                    assert_eq!(uboot_boot(&prefix, "boot-3"), "primary", "step {step}");
+                    let again = recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
+                    assert_eq!(again.rolled_back, None, "step {step}");
+                }
+                // Nothing left counting once the old release is back.
+                if counted {
+                    assert_eq!(
+                        boot_state(&prefix.join(RTBOOT)).unwrap().trial,
+                        None,
+                        "step {step}"
+                    );
+                }
+            }
+            // Whatever happened, the line running is the current release's.
+            let want = if current_version(&prefix) == "2" {
+                NEW_TOKEN
+            } else {
+                OLD_TOKEN
+            };
+            assert!(
+                running_line(&prefix).split_whitespace().any(|t| t == want),
+                "step {step}: running {} with release {}",
+                running_line(&prefix),
+                current_version(&prefix)
+            );
+            let leftovers: Vec<String> = fs::read_dir(prefix.join("boot/extlinux"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with('.'))
+                .collect();
+            assert!(leftovers.is_empty(), "step {step}: {leftovers:?}");
+        }
+    }
+}
+
+/// Boot attempts counted: the new label boots (attempt 1 of 2), the
+/// recovery says so, and the commit stops the count.
+#[test]
+fn a_counted_system_update_commits_and_the_count_stops() {
+    let d = tempfile::tempdir().unwrap();
+    let (b1, b2) = bundles(d.path());
+    let prefix = robot_with_boot(d.path(), &b1);
+    let rep = install_bundle(&prefix, &b2, &counted_opts(&prefix)).unwrap();
+    assert!(rep.reboot);
+    let t = boot_state(&prefix.join(RTBOOT)).unwrap().trial.unwrap();
+    assert_eq!(
+        (t.label.as_str(), t.fallback.as_str(), t.attempts, t.limit),
+        (NEW_LABEL, "primary", 0, LIMIT)
+    );
+    assert_eq!(uboot_boot(&prefix, "boot-2"), NEW_LABEL);
+    let rec = recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
+    assert!(rec.system_trial.is_some(), "{rec:?}");
+    assert_eq!(
+        rec.boot_loader.as_deref(),
+        Some(format!("boot attempt 1 of {LIMIT} of label {NEW_LABEL}").as_str())
+    );
+    match read_state(&prefix).unwrap() {
+        Some(ReleaseState::Trial {
+            system: Some(s), ..
+        }) => {
+            let saw = s.boot_loader.unwrap();
+            assert_eq!((saw.attempts, saw.fell_back), (1, false));
+        }
+        other => panic!("{other:?}"),
+    }
+    releases::commit(&prefix, 3).unwrap();
+    assert_eq!(boot_state(&prefix.join(RTBOOT)).unwrap().trial, None);
+    // Later boots: DEFAULT, the new label, uncounted.
+    assert_eq!(uboot_boot(&prefix, "boot-3"), NEW_LABEL);
+    assert_eq!(uboot_boot(&prefix, "boot-4"), NEW_LABEL);
+    let rec = recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
+    assert_eq!((rec.rolled_back, rec.boot_loader), (None, None));
+    assert_eq!(current_version(&prefix), "2");
+}
+
+/// The new line hangs every boot before the supervisor starts (nothing
+/// runs the recovery): after `LIMIT` boots of the new label the boot
+/// loader boots the previous one, whose supervisor rolls the release back
+/// and says why; no reboot is needed, the old line runs already.
+#[test]
+fn boots_that_never_reach_the_supervisor_fall_back_to_the_previous_label() {
+    let d = tempfile::tempdir().unwrap();
+    let (b1, b2) = bundles(d.path());
+    let prefix = robot_with_boot(d.path(), &b1);
+    install_bundle(&prefix, &b2, &counted_opts(&prefix)).unwrap();
+    for i in 0..LIMIT {
+        // Hangs: the watchdog resets the board, no start of the supervisor.
+        assert_eq!(uboot_boot(&prefix, &format!("hung-{i}")), NEW_LABEL);
+    }
+    assert_eq!(uboot_boot(&prefix, "boot-fallback"), "primary");
+    let rec = recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
+    let rb = rec.rolled_back.clone().expect("rolled back");
+    assert!(!rb.reboot, "{rec:?}");
+    let why = rec.reason.unwrap();
+    assert!(
+        why.starts_with(&format!(
+            "the boot loader gave up on label {NEW_LABEL} after {LIMIT} boots without a verdict and booted the previous label: the kernel runs without `{NEW_TOKEN}`"
+        )),
+        "{why}"
+    );
+    assert_eq!(current_version(&prefix), "1");
+    assert_eq!(conf(&prefix), old_conf());
+    assert!(!prefix.join(REBOOT_MARKER).exists());
+    assert_eq!(boot_state(&prefix.join(RTBOOT)).unwrap().trial, None);
+    assert_eq!(uboot_boot(&prefix, "boot-after"), "primary");
+}
+
+/// A power cut while a counted boot is marked good (the count cleared,
+/// copy by copy, then the release committed): the robot boots a line and
+/// runs the release that goes with it, every time: the new one committed,
+/// or (the verdict lost with the cut) the Linux boot counter rolls the
+/// trial back and the old line boots after. Never neither.
+#[test]
+fn marking_a_counted_boot_good_killed_at_every_step() {
+    let d = tempfile::tempdir().unwrap();
+    let (b1, b2) = bundles(d.path());
+    for step in ["attempts-first-copy", "state-trial"] {
         let case = tempfile::tempdir().unwrap();
         let prefix = robot_with_boot(case.path(), &b1);
-        let out = Command::new(&exe)
-            .args([
-                "system_fault_child",
-                "--exact",
-                "--ignored",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env(units::env::FAULT, step)
-            .env(units::env::TEST_PREFIX, &prefix)
-            .env(units::env::TEST_BUNDLE, &b2)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGABRT),
-            "step {step}: the installer did not stop there: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = conf(&prefix);
-        assert!(
-            text == old_conf() || text == new_conf(),
-            "step {step}: extlinux.conf is neither the old nor the new file:\n{text}"
-        );
-        // The power comes back.
-        let label = boot(&prefix, "boot-2");
-        let rec = recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
-        let v = current_version(&prefix);
-        if v == "2" {
-            assert_eq!(label, NEW_LABEL, "step {step}");
-            assert!(rec.system_trial.is_some(), "step {step}: {rec:?}");
+        install_bundle(&prefix, &b2, &counted_opts(&prefix)).unwrap();
+        assert_eq!(uboot_boot(&prefix, "boot-2"), NEW_LABEL);
+        recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
+        if step == "state-trial" {
+            // A cut after the commit itself: the commit has no later step.
+            releases::commit(&prefix, 3).unwrap();
         } else {
-            assert_eq!(v, "1", "step {step}");
-            assert_eq!(conf(&prefix), old_conf(), "step {step}");
-            if prefix.join(REBOOT_MARKER).exists() {
-                assert_eq!(label, NEW_LABEL, "step {step}");
-                assert_eq!(boot(&prefix, "boot-3"), "primary", "step {step}");
-                let again = recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
-                assert_eq!(again.rolled_back, None, "step {step}");
-            }
+            killed_at(step, "commit", &prefix, &b2);
         }
-        // Whatever happened, the line running is the current release's.
+        for boot_id in ["boot-3", "boot-4", "boot-5"] {
+            uboot_boot(&prefix, boot_id);
+            recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
+            let want = if current_version(&prefix) == "2" {
+                NEW_TOKEN
+            } else {
+                OLD_TOKEN
+            };
+            if running_line(&prefix).split_whitespace().any(|t| t == want) {
+                continue;
+            }
+            // Rolled back after the new line booted: the reboot back.
+            assert!(prefix.join(REBOOT_MARKER).exists(), "step {step} {boot_id}");
+        }
         let want = if current_version(&prefix) == "2" {
             NEW_TOKEN
         } else {
@@ -336,13 +593,15 @@ fn system_update_killed_at_every_step() {
             running_line(&prefix),
             current_version(&prefix)
         );
-        let leftovers: Vec<String> = fs::read_dir(prefix.join("boot/extlinux"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with('.'))
-            .collect();
-        assert!(leftovers.is_empty(), "step {step}: {leftovers:?}");
+        assert!(matches!(
+            read_state(&prefix).unwrap(),
+            Some(ReleaseState::Committed { .. })
+        ));
+        assert_eq!(
+            boot_state(&prefix.join(RTBOOT)).unwrap().trial,
+            None,
+            "step {step}"
+        );
     }
 }
 

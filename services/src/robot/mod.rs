@@ -217,6 +217,11 @@ impl Robot {
             isolation: self.isolation(),
             all_cpus,
             processes,
+            boot_attempts: self
+                .update
+                .boot_attempts
+                .as_ref()
+                .map(|b| (b.partition.as_str(), b.limit)),
         }
     }
 

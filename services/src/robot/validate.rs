@@ -443,6 +443,25 @@ fn index_name<'r>(
 
 /// The rules that span sections.
 fn cross_check(c: &mut Checker, r: &Robot) {
+    // Boot attempts are counted by a U-Boot script: a board that boots
+    // extlinux.conf through U-Boot.
+    if r.update.boot_attempts.is_some() {
+        if let Some(board) = r.board.board() {
+            let why = if board.flash_config.is_some() {
+                Some("Jetson boards boot through UEFI (L4TLauncher), which runs no U-Boot script; their boot attempts are the rootfs A/B slots' retry count, which rtdeploy does not manage yet (remove it)")
+            } else if board.boot != cpusets::board::BootLoader::Extlinux {
+                Some("this board's boot loader is not one rtdeploy writes extlinux.conf for, so a system update has no label to count (remove it)")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                c.error(
+                    "update.boot_attempts",
+                    format!("board `{}`: {why}", board.model),
+                );
+            }
+        }
+    }
     // Command line tokens of another architecture: the kernel ignores them.
     if let Some(board) = r.board.board() {
         for (i, tok) in r.kernel.cmdline.iter().enumerate() {

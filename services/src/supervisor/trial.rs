@@ -718,6 +718,9 @@ pub fn recover(prefix: &Path, proc_root: &Path) -> (StepStatus, ReleaseStatus) {
                     "system update {t}: booted with its kernel command line; its trial is judged once the CPU plan applied"
                 ));
             }
+            if let Some(b) = &r.boot_loader {
+                done.push(format!("boot loader: {b}"));
+            }
             if let Some(t) = &r.restarted_trial {
                 done.push(format!(
                     "trial of {t} taken up again: the supervisor started again to load its robot.yaml"
@@ -751,7 +754,12 @@ pub fn recover(prefix: &Path, proc_root: &Path) -> (StepStatus, ReleaseStatus) {
                     state: "trial".into(),
                     current: Some(t.clone()),
                     phase: Some("restarting".into()),
-                    detail: Some("system update: booted with its kernel command line".into()),
+                    detail: Some(match &r.boot_loader {
+                        Some(b) => {
+                            format!("system update: booted with its kernel command line ({b})")
+                        }
+                        None => "system update: booted with its kernel command line".into(),
+                    }),
                     ..Default::default()
                 },
                 (None, None) if r.restarted_trial.is_some() => ReleaseStatus {
