@@ -424,8 +424,9 @@ fn image_refuses_an_output_inside_the_base_even_with_force() {
 }
 
 /// With `update.boot_attempts`, the image holds the boot partition's files
-/// under its mount point: U-Boot's script image and an unarmed state,
-/// from which whoever makes the disk makes the FAT partition.
+/// (U-Boot's script image and an unarmed state) in
+/// /usr/lib/rtdeploy/boot-partition, from which whoever makes the disk
+/// makes the FAT partition; nothing at the mount point itself.
 #[test]
 fn image_holds_the_boot_partition_of_a_board_that_counts_boot_attempts() {
     let t = tempfile::tempdir().unwrap();
@@ -485,7 +486,8 @@ fn image_holds_the_boot_partition_of_a_board_that_counts_boot_attempts() {
             format!("{prefix}/{name}")
         };
         let path = path.trim_start_matches("./").to_string();
-        if path.starts_with("boot/rtboot/") && matches!(h[156], b'0' | 0) {
+        assert!(!path.starts_with("boot/rtboot/"), "{path}");
+        if path.starts_with("usr/lib/rtdeploy/boot-partition/") && matches!(h[156], b'0' | 0) {
             files.insert(path, tar[at + 512..at + 512 + size].to_vec());
         }
         at += 512 + size.div_ceil(512) * 512;
@@ -493,13 +495,22 @@ fn image_holds_the_boot_partition_of_a_board_that_counts_boot_attempts() {
     let want: std::collections::BTreeMap<String, Vec<u8>> =
         releases::boot_attempts::partition_files()
             .into_iter()
-            .map(|(rel, b)| (format!("boot/rtboot/{}", rel.display()), b))
+            .map(|(rel, b)| {
+                (
+                    format!("usr/lib/rtdeploy/boot-partition/{}", rel.display()),
+                    b,
+                )
+            })
             .collect();
     assert_eq!(files, want);
     // The state as Linux reads it: whole, no trial.
     let dir = t.path().join("rtboot");
     for (rel, b) in &files {
-        write(&dir.join(rel.trim_start_matches("boot/rtboot/")), b, 0o644);
+        write(
+            &dir.join(rel.trim_start_matches("usr/lib/rtdeploy/boot-partition/")),
+            b,
+            0o644,
+        );
     }
     let s = releases::boot_attempts::read_state(&dir).unwrap();
     assert_eq!((s.trial, s.notes.len()), (None, 0));

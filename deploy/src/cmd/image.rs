@@ -183,17 +183,21 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
                     0o755,
                 )
             })
-            // With `update.boot_attempts`, the boot partition's files under
-            // its mount point: U-Boot's boot script and an unarmed state.
-            // Whoever makes the board's disk makes that partition (FAT, the
-            // first one U-Boot scans, the root file system right after it)
-            // from this directory; mounted there, it hides them.
-            .chain(robot.update.boot_attempts.iter().flat_map(|b| {
+            // With `update.boot_attempts`, the boot partition's files:
+            // U-Boot's boot script and an unarmed state. Whoever makes the
+            // board's disk makes that partition (FAT, the first one U-Boot
+            // scans, the root file system right after it) from this
+            // directory and mounts it at `update.boot_attempts.partition`.
+            .chain(robot.update.boot_attempts.iter().flat_map(|_| {
                 releases::boot_attempts::partition_files()
                     .into_iter()
                     .map(|(rel, bytes)| {
                         (
-                            format!("{}/{}", b.partition.trim_matches('/'), rel.display()),
+                            format!(
+                                "{}/{}",
+                                releases::boot_attempts::PARTITION_TEMPLATE,
+                                rel.display()
+                            ),
                             bytes,
                             0o644,
                         )

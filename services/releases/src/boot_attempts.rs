@@ -58,6 +58,13 @@ use crate::fault::fault_point;
 /// script boot (`bootmeth script`, or `distro_bootcmd` before it) finds it.
 pub const SCRIPT_FILE: &str = "boot.scr";
 
+/// Where an image holds the boot partition's files
+/// ([`partition_files`]), for whoever makes the board's disk: not the
+/// mount point, which stays empty until the partition is mounted there (a
+/// state written into the bare directory would be one U-Boot never
+/// reads, so [`write_state`] refuses a directory without the script).
+pub const PARTITION_TEMPLATE: &str = "usr/lib/rtdeploy/boot-partition";
+
 /// The two copies of the state, relative to the boot partition, in the
 /// order they are read and written.
 pub const STATE_FILES: [&str; 2] = ["rtdeploy/state-a.txt", "rtdeploy/state-b.txt"];
@@ -103,6 +110,14 @@ pub struct BootLoaderSaw {
 impl BootLoaderSaw {
     /// What [`read_state`] under `dir` says of the trial of `label`.
     pub fn read(dir: &Path, label: &str, limit: u8) -> BootLoaderSaw {
+        if let Some(why) = not_the_boot_partition(dir) {
+            return BootLoaderSaw {
+                attempts: 0,
+                limit,
+                fell_back: false,
+                notes: vec![why],
+            };
+        }
         match read_state(dir) {
             Ok(BootState {
                 trial: Some(t),
@@ -379,13 +394,8 @@ pub fn write_state(dir: &Path, trial: Option<(&str, &str, u8)>) -> Result<u64, R
         }
         None => None,
     };
-    if !dir.is_dir() {
-        return Err(ReleaseError::BootAttempts {
-            why: format!(
-                "{} is not a directory: the boot partition is not mounted there",
-                dir.display()
-            ),
-        });
+    if let Some(why) = not_the_boot_partition(dir) {
+        return Err(ReleaseError::BootAttempts { why });
     }
     let generation = match read_state(dir) {
         Ok(s) => s.generation,
@@ -418,6 +428,18 @@ pub fn write_state(dir: &Path, trial: Option<(&str, &str, u8)>) -> Result<u64, R
         }
     }
     Ok(generation)
+}
+
+/// Why `dir` is not the boot partition as mounted: it holds no
+/// [`SCRIPT_FILE`] (a state written there would be one U-Boot never
+/// reads).
+fn not_the_boot_partition(dir: &Path) -> Option<String> {
+    (!dir.join(SCRIPT_FILE).is_file()).then(|| {
+        format!(
+            "{} holds no {SCRIPT_FILE}: the boot partition is not mounted there",
+            dir.display()
+        )
+    })
 }
 
 /// The largest `rtd_gen=` either copy names, whole or not, so that a
@@ -550,7 +572,8 @@ pub fn script_image(text: &str) -> Vec<u8> {
 }
 
 /// The boot partition's files for a board counting attempts: the script
-/// and an unarmed state (relative path, contents).
+/// and an unarmed state (relative path, contents). `deploy image` puts
+/// them in [`PARTITION_TEMPLATE`].
 pub fn partition_files() -> Vec<(PathBuf, Vec<u8>)> {
     let idle = render(1, None).into_bytes();
     vec![
@@ -564,8 +587,11 @@ pub fn partition_files() -> Vec<(PathBuf, Vec<u8>)> {
 mod tests {
     use super::*;
 
+    /// A boot partition: its script, no state yet.
     fn dir() -> tempfile::TempDir {
-        tempfile::tempdir().unwrap()
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join(SCRIPT_FILE), script_image(&script())).unwrap();
+        d
     }
 
     #[test]
@@ -701,6 +727,17 @@ mod tests {
             );
         }
         assert!(write_state(&d.path().join("absent"), None).is_err());
+        // A directory without the script (the mount point, the partition
+        // not mounted): refused, nothing written.
+        let bare = tempfile::tempdir().unwrap();
+        let e = write_state(bare.path(), None).unwrap_err().to_string();
+        assert!(
+            e.contains("holds no boot.scr: the boot partition is not mounted there"),
+            "{e}"
+        );
+        assert!(!bare.path().join("rtdeploy").exists());
+        let saw = BootLoaderSaw::read(bare.path(), "new", 3);
+        assert!(saw.notes[0].contains("not mounted"), "{saw:?}");
     }
 
     #[test]

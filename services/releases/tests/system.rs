@@ -169,8 +169,17 @@ fn system_opts(prefix: &Path) -> InstallOptions<'static> {
 
 /// [`system_opts`], the boot attempts counted by the boot loader.
 fn counted_opts(prefix: &Path) -> InstallOptions<'static> {
-    fs::create_dir_all(prefix.join(RTBOOT)).unwrap();
+    boot_partition(prefix);
     opts_with(prefix, true)
+}
+
+/// The boot partition, as mounted: its files as the image holds them.
+fn boot_partition(prefix: &Path) {
+    for (rel, bytes) in releases::boot_attempts::partition_files() {
+        let p = prefix.join(RTBOOT).join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, bytes).unwrap();
+    }
 }
 
 fn opts_with(prefix: &Path, counted: bool) -> InstallOptions<'static> {
@@ -411,7 +420,7 @@ fn system_update_killed_at_every_step() {
             let step = &format!("{step}{}", if counted { " (counted)" } else { "" });
             let case = tempfile::tempdir().unwrap();
             let prefix = robot_with_boot(case.path(), &b1);
-            fs::create_dir_all(prefix.join(RTBOOT)).unwrap();
+            boot_partition(&prefix);
             killed_at(
                 step.trim_end_matches(" (counted)"),
                 if counted {

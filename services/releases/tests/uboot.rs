@@ -223,6 +223,11 @@ fn u_boot_counts_the_attempts_and_boots_the_fallback_label_after_the_limit() {
         let work = tempfile::tempdir().unwrap();
         let state = work.path().join("state");
         std::fs::create_dir_all(&state).unwrap();
+        std::fs::write(
+            state.join(boot_attempts::SCRIPT_FILE),
+            boot_attempts::script_image(&boot_attempts::script()),
+        )
+        .unwrap();
         let console = work.path().join("console.log");
         let say = |b: &Boot| b.said.join(" | ");
 
