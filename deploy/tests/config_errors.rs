@@ -330,6 +330,37 @@ fn warnings_do_not_fail() {
     );
 }
 
+/// Boot attempts on the QEMU aarch64 board (U-Boot, extlinux.conf): valid;
+/// without `panic=` in kernel.cmdline a warning says a panic counts no
+/// attempt, and with it there is none.
+#[test]
+fn boot_attempts_without_panic_on_the_command_line_is_a_warning() {
+    let qemu = BASE.replacen(
+        "  model: generic\n  cpus: 4\n",
+        "  model: qemu-aarch64\n",
+        1,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("robot.yaml");
+    for (extra, warned) in [("", true), ("kernel:\n  cmdline: [panic=10]\n", false)] {
+        std::fs::write(
+            &path,
+            format!("{qemu}update:\n  boot_attempts:\n    limit: 2\n{extra}"),
+        )
+        .unwrap();
+        let out = deploy(&path);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(
+            stderr.contains(
+                ": warning: update.boot_attempts: a kernel panic does not reboot without `panic=N`"
+            ),
+            warned,
+            "{extra:?}: {stderr}"
+        );
+    }
+}
+
 /// `tsc=reliable` on a Jetson: an x86 parameter the arm64 kernel ignores.
 #[test]
 fn a_command_line_token_of_another_architecture_is_a_warning() {

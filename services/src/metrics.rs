@@ -356,6 +356,31 @@ pub fn exposition(s: &SupervisorStatus) -> String {
             0.0
         },
     );
+    // A system update counted by the boot loader (`update.boot_attempts`):
+    // the attempt this boot was, the limit, and whether it fell back.
+    if let Some(b) = s.release.as_ref().and_then(|r| r.boot_loader.as_ref()) {
+        let labels = [("robot", robot), ("label", b.label.as_str())];
+        for (name, help, v) in [
+            (
+                "rtdeploy_boot_attempts",
+                "Boots of a system update's new label the boot loader started, this one included (the limit + 1 once it booted the previous label).",
+                f64::from(b.attempts),
+            ),
+            (
+                "rtdeploy_boot_attempt_limit",
+                "Boots of a system update's new label without a verdict before the boot loader boots the previous one (update.boot_attempts.limit).",
+                f64::from(b.limit),
+            ),
+            (
+                "rtdeploy_boot_fell_back",
+                "1 when the boot loader gave up on a system update's new label and booted the previous one.",
+                if b.fell_back { 1.0 } else { 0.0 },
+            ),
+        ] {
+            f.family(name, "gauge", help);
+            f.sample(name, &labels, v);
+        }
+    }
     let procs = &s.processes;
     let per = |f: &mut Families,
                name: &str,

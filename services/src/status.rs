@@ -86,6 +86,11 @@ pub struct ReleaseStatus {
     /// Rolled back: why. Error: what failed. At start: what recovery did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// This boot of a system update counted by the boot loader
+    /// (`update.boot_attempts`): the attempt it was, or the fallback it
+    /// booted. Kept for the whole boot, through the trial's verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_loader: Option<releases::boot_attempts::BootLoaderSaw>,
 }
 
 impl ReleaseStatus {
@@ -120,6 +125,9 @@ impl ReleaseStatus {
         };
         if let Some(d) = &self.detail {
             s.push_str(&format!(" ({d})"));
+        }
+        if let Some(b) = &self.boot_loader {
+            s.push_str(&format!("; boot loader: {}", b.describe()));
         }
         s
     }
@@ -414,6 +422,7 @@ mod tests {
                 phase: Some("watching".into()),
                 window_left_s: Some(12.4),
                 detail: None,
+                boot_loader: None,
             }),
             ..Default::default()
         };

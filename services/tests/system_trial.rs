@@ -124,8 +124,24 @@ fn release_of(s: &SupervisorStatus) -> (String, Option<String>, Option<String>) 
 /// as a system update while the supervisor runs: nothing restarts before
 /// the reboot. Returns the stopped robot, the fake /proc and B's name.
 fn install_b_then_shut_down(src: &Path) -> (tempfile::TempDir, PathBuf, String) {
+    install_b(src, false)
+}
+
+/// Where the boot partition is mounted in the counted tests.
+const RTBOOT: &str = "boot/rtboot";
+
+/// [`install_b_then_shut_down`], with `counted`: the boot attempts
+/// counted by the boot loader (a boot partition at [`RTBOOT`], limit 3).
+fn install_b(src: &Path, counted: bool) -> (tempfile::TempDir, PathBuf, String) {
     let prefix = common::prefix_trusting(&key().public_base64());
     fs::create_dir_all(prefix.path().join("boot/extlinux")).unwrap();
+    if counted {
+        for (rel, bytes) in releases::boot_attempts::partition_files() {
+            let p = prefix.path().join(RTBOOT).join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, bytes).unwrap();
+        }
+    }
     fs::write(prefix.path().join(CONF), old_conf()).unwrap();
     let proc_root = src.join("proc");
     boot(&proc_root, "boot-1", OLD);
@@ -138,7 +154,7 @@ fn install_b_then_shut_down(src: &Path) -> (tempfile::TempDir, PathBuf, String) 
     });
     let b = bundle(&ctl_release(src, "B"), "2", &src.join("b.bundle"));
     let system = InstallOptions {
-        plan_system: Some(Box::new(|_release: &str, _yaml: &str| {
+        plan_system: Some(Box::new(move |_release: &str, _yaml: &str| {
             Ok(Some(SystemUpdate {
                 changes: vec!["isolated CPUs 2-3 -> 3".into()],
                 tokens: vec![NEW.into()],
@@ -150,7 +166,10 @@ fn install_b_then_shut_down(src: &Path) -> (tempfile::TempDir, PathBuf, String) 
                     text: new_conf(),
                     previous_text: old_conf(),
                 }),
-                boot_attempts: None,
+                boot_attempts: counted.then(|| releases::boot_attempts::BootAttempts {
+                    dir: RTBOOT.into(),
+                    limit: 3,
+                }),
                 boot_loader: None,
                 install_boot: "boot-1".into(),
                 boots: 0,
@@ -220,6 +239,67 @@ fn a_system_update_is_judged_after_its_reboot_and_committed() {
     );
     let prefix = sup.stop_all();
     assert_eq!(current_version(prefix.path()), "2");
+}
+
+/// Counted by the boot loader: the boot is its first attempt (U-Boot's
+/// script wrote 1 into both copies of the state), which the status and
+/// the metrics show through the trial and after the commit, and the
+/// commit stops the count.
+#[test]
+fn a_counted_system_updates_attempt_is_shown_and_its_commit_stops_the_count() {
+    let src = tempfile::tempdir().unwrap();
+    let (prefix, proc_root, b) = install_b(src.path(), true);
+    let dir = prefix.path().join(RTBOOT);
+    let armed = releases::boot_attempts::read_state(&dir).unwrap();
+    assert_eq!(armed.trial.as_ref().unwrap().attempts, 0);
+    // The reboot, through U-Boot's script: attempt 1 recorded, then the
+    // new label's line.
+    for name in releases::boot_attempts::STATE_FILES {
+        let p = dir.join(name);
+        let t = fs::read_to_string(&p).unwrap();
+        fs::write(&p, t.replace("rtd_attempts=0", "rtd_attempts=1") + "\0").unwrap();
+    }
+    boot(&proc_root, "boot-2", NEW);
+    let sup = supervise(prefix, &proc_root, "ok");
+    let s = sup.wait_for("commit", |s| {
+        release_of(s).0 == "committed" && release_of(s).2.as_deref() == Some(b.as_str())
+    });
+    let r = s.release.clone().unwrap();
+    let saw = r
+        .boot_loader
+        .clone()
+        .expect("the boot loader's count in the status");
+    assert_eq!(
+        (saw.label.as_str(), saw.attempts, saw.limit, saw.fell_back),
+        ("rtdeploy-release-2", 1, 3, false)
+    );
+    assert!(
+        r.describe()
+            .ends_with("; boot loader: boot attempt 1 of 3 of label rtdeploy-release-2"),
+        "{}",
+        r.describe()
+    );
+    let m = services::metrics::exposition(&s);
+    for line in [
+        "rtdeploy_boot_attempts{robot=\"",
+        "rtdeploy_boot_attempt_limit{robot=\"",
+        "rtdeploy_boot_fell_back{robot=\"",
+    ] {
+        assert!(m.contains(line), "{line}: {m}");
+    }
+    assert!(
+        m.lines().any(|l| l.starts_with("rtdeploy_boot_attempts{")
+            && l.contains("label=\"rtdeploy-release-2\"")
+            && l.ends_with(" 1")),
+        "{m}"
+    );
+    assert_eq!(
+        releases::boot_attempts::read_state(&sup.prefix.path().join(RTBOOT))
+            .unwrap()
+            .trial,
+        None
+    );
+    sup.stop_all();
 }
 
 #[test]

@@ -95,6 +95,8 @@ pub struct BootAttempts {
 /// boot: kept with the trial (status, the rollback's reason).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootLoaderSaw {
+    /// The trial's label (the new one).
+    pub label: String,
     /// Boots of the new label it started, this one included (when it
     /// booted the new label); `limit + 1` once it gave up.
     pub attempts: u8,
@@ -112,6 +114,7 @@ impl BootLoaderSaw {
     pub fn read(dir: &Path, label: &str, limit: u8) -> BootLoaderSaw {
         if let Some(why) = not_the_boot_partition(dir) {
             return BootLoaderSaw {
+                label: label.to_string(),
                 attempts: 0,
                 limit,
                 fell_back: false,
@@ -124,12 +127,14 @@ impl BootLoaderSaw {
                 notes,
                 ..
             }) if t.label == label => BootLoaderSaw {
+                fell_back: t.fell_back(),
+                label: t.label,
                 attempts: t.attempts,
                 limit: t.limit,
-                fell_back: t.fell_back(),
                 notes,
             },
             Ok(s) => BootLoaderSaw {
+                label: label.to_string(),
                 attempts: 0,
                 limit,
                 fell_back: false,
@@ -150,6 +155,7 @@ impl BootLoaderSaw {
             Err(mut notes) => {
                 notes.push("neither copy of the boot state is whole: the boot loader booted the default label without counting".into());
                 BootLoaderSaw {
+                    label: label.to_string(),
                     attempts: 0,
                     limit,
                     fell_back: false,
@@ -159,8 +165,9 @@ impl BootLoaderSaw {
         }
     }
 
-    /// One line: `boot attempt 2 of 3`, or the fallback.
-    pub fn describe(&self, label: &str) -> String {
+    /// One line: `boot attempt 2 of 3 of label ...`, or the fallback.
+    pub fn describe(&self) -> String {
+        let label = &self.label;
         let mut s = if self.fell_back {
             format!(
                 "the boot loader gave up on label {label} after {} boots without a verdict and booted the previous label",
@@ -737,6 +744,7 @@ mod tests {
         );
         assert!(!bare.path().join("rtdeploy").exists());
         let saw = BootLoaderSaw::read(bare.path(), "new", 3);
+        assert_eq!(saw.label, "new");
         assert!(saw.notes[0].contains("not mounted"), "{saw:?}");
     }
 

@@ -281,8 +281,8 @@ pub struct Recovery {
     /// ([`crate::system::ask_restart`], in this boot): kept, to be judged.
     pub restarted_trial: Option<String>,
     /// A system update's trial counted by the boot loader: what it did
-    /// (`boot attempt 1 of 3 of label ...`, or the fallback).
-    pub boot_loader: Option<String>,
+    /// (the attempt, or the fallback).
+    pub boot_loader: Option<BootLoaderSaw>,
     /// `current` did not match the committed release and was put back.
     pub repaired: bool,
     /// Leftover temporary directories removed.
@@ -354,8 +354,8 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
                 sys.boot_loader =
                     Some(BootLoaderSaw::read(&prefix.join(&a.dir), &e.label, a.limit));
             }
-            let fell_back = match (&sys.boot_entry, &sys.boot_loader) {
-                (Some(e), Some(saw)) if saw.fell_back => Some(saw.describe(&e.label)),
+            let fell_back = match &sys.boot_loader {
+                Some(saw) if saw.fell_back => Some(saw.describe()),
                 _ => None,
             };
             let why = if boot.id.is_empty() || boot.id == sys.install_boot {
@@ -384,10 +384,7 @@ pub fn recover_at_boot(prefix: &Path, proc_root: &Path) -> Result<Recovery, Rele
                     )
                 })
             };
-            out.boot_loader = match (&sys.boot_entry, &sys.boot_loader) {
-                (Some(e), Some(saw)) => Some(saw.describe(&e.label)),
-                _ => None,
-            };
+            out.boot_loader = sys.boot_loader.clone();
             sys.boots += 1;
             match why {
                 None => {

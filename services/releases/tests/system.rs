@@ -502,8 +502,8 @@ fn a_counted_system_update_commits_and_the_count_stops() {
     let rec = recover_at_boot(&prefix, &proc_root(&prefix)).unwrap();
     assert!(rec.system_trial.is_some(), "{rec:?}");
     assert_eq!(
-        rec.boot_loader.as_deref(),
-        Some(format!("boot attempt 1 of {LIMIT} of label {NEW_LABEL}").as_str())
+        rec.boot_loader.as_ref().map(|b| b.describe()),
+        Some(format!("boot attempt 1 of {LIMIT} of label {NEW_LABEL}"))
     );
     match read_state(&prefix).unwrap() {
         Some(ReleaseState::Trial {

@@ -461,6 +461,12 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                 );
             }
         }
+        if !r.kernel.cmdline.iter().any(|t| t.starts_with("panic=")) {
+            c.warn(
+                "update.boot_attempts",
+                "a kernel panic does not reboot without `panic=N` on the command line, so a panicking boot counts no attempt until a watchdog resets the board (add `panic=10` to kernel.cmdline, unless the base's command line has one)".into(),
+            );
+        }
     }
     // Command line tokens of another architecture: the kernel ignores them.
     if let Some(board) = r.board.board() {

@@ -706,7 +706,7 @@ impl Supervisor {
             .into(),
             boot_check: self.table.boot_check().to_string(),
             startup: self.startup.clone(),
-            release: Some(self.releases.status().clone()),
+            release: Some(self.releases.status()),
             irq_scan: self.last_irq_scan.clone(),
             logger: self.logger.as_ref().map(|l| l.status()),
             event_loop: Some(self.counts),

@@ -118,6 +118,8 @@ pub(super) struct ReleaseWatch {
     /// up again; the next start's recovery deals with it.
     abandoned: Option<(String, u64)>,
     status: ReleaseStatus,
+    /// What the boot loader counted at this boot (from the recovery).
+    boot_loader: Option<releases::boot_attempts::BootLoaderSaw>,
     next_check: Instant,
     stderr: Stderr,
     /// Whether the CPU plan applied at start (`Err`: why not): a system
@@ -194,6 +196,7 @@ impl ReleaseWatch {
             running_release: status.current.clone(),
             trial,
             abandoned: None,
+            boot_loader: status.boot_loader.clone(),
             status,
             next_check: now,
             stderr,
@@ -278,9 +281,13 @@ impl ReleaseWatch {
         Some(note)
     }
 
-    /// The release line of the status.
-    pub(super) fn status(&self) -> &ReleaseStatus {
-        &self.status
+    /// The release line of the status, with what the boot loader counted
+    /// at this boot (from the start-up recovery) whatever happened since.
+    pub(super) fn status(&self) -> ReleaseStatus {
+        ReleaseStatus {
+            boot_loader: self.boot_loader.clone(),
+            ..self.status.clone()
+        }
     }
 
     /// When to look again: the next poll, or the next health judgement.
@@ -659,6 +666,7 @@ impl ReleaseWatch {
             phase: Some(phase.into()),
             window_left_s: left,
             detail: t.config_note.clone(),
+            boot_loader: None,
         };
     }
 }
@@ -719,7 +727,7 @@ pub fn recover(prefix: &Path, proc_root: &Path) -> (StepStatus, ReleaseStatus) {
                 ));
             }
             if let Some(b) = &r.boot_loader {
-                done.push(format!("boot loader: {b}"));
+                done.push(format!("boot loader: {}", b.describe()));
             }
             if let Some(t) = &r.restarted_trial {
                 done.push(format!(
@@ -754,12 +762,7 @@ pub fn recover(prefix: &Path, proc_root: &Path) -> (StepStatus, ReleaseStatus) {
                     state: "trial".into(),
                     current: Some(t.clone()),
                     phase: Some("restarting".into()),
-                    detail: Some(match &r.boot_loader {
-                        Some(b) => {
-                            format!("system update: booted with its kernel command line ({b})")
-                        }
-                        None => "system update: booted with its kernel command line".into(),
-                    }),
+                    detail: Some("system update: booted with its kernel command line".into()),
                     ..Default::default()
                 },
                 (None, None) if r.restarted_trial.is_some() => ReleaseStatus {
@@ -779,6 +782,10 @@ pub fn recover(prefix: &Path, proc_root: &Path) -> (StepStatus, ReleaseStatus) {
                     current: r.current.clone(),
                     ..Default::default()
                 },
+            };
+            let status = ReleaseStatus {
+                boot_loader: r.boot_loader.clone(),
+                ..status
             };
             (step("release recovery", "ok", detail), status)
         }
