@@ -37,6 +37,7 @@
 //! listing and pruning; [`serve`] the robot's end of `deploy update`;
 //! [`fleet`] the sender's end: ssh to each robot, with retries;
 //! [`boot_attempts`] a system update's boots counted by U-Boot;
+//! [`l4t_slots`] a Jetson's rootfs A/B slots as its firmware left them;
 //! [`system`] releases that change the kernel command line or the CPU
 //! plan, whose trial spans a reboot, and [`system_plan`] what makes one
 //! (the system part compared, the extlinux.conf entry); [`mender`] our
@@ -49,6 +50,7 @@ mod error;
 mod fault;
 pub mod fleet;
 pub mod install;
+pub mod l4t_slots;
 pub mod layout;
 pub mod lock;
 pub mod mender;
