@@ -318,11 +318,14 @@ fn a_failed_system_trial_boots_back_into_the_previous_label() {
 
 #[test]
 fn a_cut_at_every_step_boots_the_old_or_the_new_plan() {
-    // Every step of the installer, and the boot file's.
+    // Every step of the installer, and the boot file's. This robot's
+    // boot attempts are not counted by the boot loader: the steps of
+    // arming the count are cut in services/releases/tests/system.rs.
     let steps = releases::FAULT_STEPS
         .iter()
         .chain(releases::SYSTEM_FAULT_STEPS)
-        .copied();
+        .copied()
+        .filter(|s| !s.starts_with("attempts-"));
     for step in steps {
         let r = robot();
         let o = r.install(Some(step));
