@@ -17,6 +17,15 @@ use std::time::Duration;
 
 use releases::l4t_slots::{Nvbootctrl, SlotOutcome, SlotsInfo, Variables, EFIVARS, NVIDIA_GUID};
 
+/// One test at a time: a script written while another test's thread
+/// forks stays open for writing in that child until it execs, and
+/// running the script then fails with ETXTBSY.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// L4TLauncher's part, as NVIDIA's `ValidateRootfsStatus` does it.
 struct Firmware {
     root: PathBuf,
@@ -153,6 +162,7 @@ fn outcome(root: &Path, tool: &Nvbootctrl, target: usize) -> SlotOutcome {
 
 #[test]
 fn a_slot_whose_boots_hang_is_given_up_and_the_other_slot_boots() {
+    let _one = one_at_a_time();
     let d = tempfile::tempdir().unwrap();
     let mut fw = Firmware::new(d.path(), 3);
     let tool = fake_nvbootctrl(d.path());
@@ -185,6 +195,7 @@ fn a_slot_whose_boots_hang_is_given_up_and_the_other_slot_boots() {
 
 #[test]
 fn a_good_boot_is_marked_and_keeps_its_retries() {
+    let _one = one_at_a_time();
     let d = tempfile::tempdir().unwrap();
     let mut fw = Firmware::new(d.path(), 3);
     let tool = fake_nvbootctrl(d.path());
@@ -223,6 +234,7 @@ fn a_good_boot_is_marked_and_keeps_its_retries() {
 
 #[test]
 fn a_tool_that_hangs_fails_or_lies_is_refused_in_bounded_time() {
+    let _one = one_at_a_time();
     let d = tempfile::tempdir().unwrap();
     let script = |name: &str, body: &str| {
         let p = d.path().join(name);
