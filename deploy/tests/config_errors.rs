@@ -179,6 +179,11 @@ fn cases() -> Vec<Case> {
         c("boot attempt limit out of range", add("update:\n  boot_attempts:\n    limit: 12  #!\n"), "update.boot_attempts.limit", "12 (expected 1 to 8: the boot script counts in one digit)"),
         c("boot partition not absolute", add("update:\n  boot_attempts:\n    partition: boot/../rtboot  #!\n"), "update.boot_attempts.partition", "is not a mount point"),
         c("boot attempts on a Jetson", jetson(&add("update:\n  boot_attempts:\n    limit: 3  #!\n")), "update.boot_attempts", "Jetson boards boot through UEFI (L4TLauncher)"),
+        c("watchdog device out of /dev", add("watchdog:\n  device: /dev/../tmp/wd  #!\n"), "watchdog.device", "`/dev/../tmp/wd` (expected a device node under /dev without `.` or `..`, like `/dev/watchdog0`)"),
+        c("watchdog device not a path", add("watchdog:\n  device: watchdog0  #!\n"), "watchdog.device", "`watchdog0` (expected a device node under /dev"),
+        c("watchdog timeout in milliseconds", add("watchdog:\n  timeout: 1500ms  #!\n"), "watchdog.timeout", "1500ms (expected whole seconds from 4s to 3600s: the kernel sets a watchdog's timeout in seconds)"),
+        c("watchdog timeout too long", add("watchdog:\n  timeout: 2h  #!\n"), "watchdog.timeout", "(expected whole seconds from 4s to 3600s"),
+        c("watchdog unknown key", add("watchdog:\n  heartbeat: 10s  #!\n"), "watchdog.heartbeat", "unknown"),
         c("boot attempts without extlinux.conf", add("update:\n  boot_attempts:\n    limit: 3  #!\n"), "update.boot_attempts", "board `generic`: this board's boot loader is not one rtdeploy writes extlinux.conf for"),
         // Limits: aliases and nesting.
         c("too many aliases", add(&format!("sysctl:\n  kernel.x: &a 1\n  kernel.y: [{}]  #!\n", vec!["*a"; 1025].join(", "))), "", "more than 1024 aliases (the limit for robot.yaml)"),

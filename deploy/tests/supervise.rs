@@ -553,3 +553,84 @@ fn a_check_as_a_user_under_roots_shm_directory_says_what_to_do() {
     );
     assert!(err.contains("--prefix"), "{err}");
 }
+
+/// A watchdog device that is missing, or is not a watchdog, does not stop
+/// the supervisor: it runs its processes, says so at start, and the status
+/// (table, JSON, metrics) keeps saying the board does not reset.
+#[test]
+fn a_missing_watchdog_is_said_and_the_processes_run() {
+    for (device, why) in [
+        ("/dev/rtdeploy-no-such-watchdog", "not there"),
+        ("/dev/null", "not a watchdog (WDIOC_GETSUPPORT"),
+    ] {
+        let prefix = prefix_with_boot_check(
+            "  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n",
+            &format!(
+                "boot_check:\n  enabled: false\nmetrics:\n  textfile: /var/lib/rtdeploy/metrics.prom\n  every: 1s\nwatchdog:\n  device: {device}\n  timeout: 20s\n"
+            ),
+        );
+        let p = prefix.path().to_str().unwrap();
+        let err = prefix.path().join("supervise.err");
+        let mut sup = Command::new(DEPLOY)
+            .args(["--prefix", p, "supervise", "--skip-cpu-plan"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .map(Guard)
+            .unwrap();
+        let s = wait_status(prefix.path(), "a running", |s| {
+            s.processes.iter().all(|p| p.state == "running")
+        });
+        let w = s.watchdog.as_ref().expect("the status has the watchdog");
+        assert_eq!((w.device.as_str(), w.state.as_str()), (device, "missing"));
+        assert!(w.detail.contains(why), "{}", w.detail);
+        assert!(w.detail.contains("does not reset"), "{}", w.detail);
+        assert_eq!((w.fed, w.timeout_s), (0, None));
+        let step = s.startup.iter().find(|s| s.step == "watchdog").unwrap();
+        assert_eq!(step.result, "failed");
+        let table = Command::new(DEPLOY)
+            .args(["--prefix", p, "status"])
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&table.stdout);
+        let line = table
+            .lines()
+            .find(|l| l.starts_with("watchdog: "))
+            .unwrap_or_else(|| panic!("no watchdog line in:\n{table}"));
+        assert!(
+            line.starts_with(&format!("watchdog: {device} missing: ")),
+            "{line}"
+        );
+        assert_eq!(
+            table.matches("watchdog").count(),
+            line.matches("watchdog").count(),
+            "said once:\n{table}"
+        );
+        let prom = prefix.path().join("var/lib/rtdeploy/metrics.prom");
+        let until = Instant::now() + Duration::from_secs(20);
+        let sample = format!("rtdeploy_watchdog_armed{{robot=\"clibot\",device=\"{device}\"}} 0");
+        while !std::fs::read_to_string(&prom)
+            .unwrap_or_default()
+            .contains(&sample)
+        {
+            assert!(
+                Instant::now() < until,
+                "no `{sample}` in {}",
+                prom.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let kill = Command::new("kill")
+            .args(["-TERM", &sup.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        assert_eq!(wait_exit(&mut sup.0).code(), Some(0));
+        let said = std::fs::read_to_string(&err).unwrap();
+        assert!(
+            said.lines()
+                .any(|l| l.contains("watchdog: failed") && l.contains(why)),
+            "the start does not say it:\n{said}"
+        );
+    }
+}

@@ -105,6 +105,7 @@ impl RobotBoot {
                 r.irqs.rescan_every()
             },
             metrics_textfile,
+            watchdog: r.watchdog.clone(),
             ..base
         })
     }

@@ -419,6 +419,79 @@ impl MetricsSection {
     }
 }
 
+/// `watchdog:`: the board's hardware watchdog, which the supervisor opens
+/// at start, sets to `timeout` and feeds from its event loop
+/// ([`crate::watchdog`]). A supervisor that stops turning (frozen, hung in
+/// the kernel, SIGSTOP) stops feeding it, and the board resets; a boot
+/// that never reaches the supervisor resets too when the watchdog was
+/// started before user space (the base's initramfs, or the firmware), and
+/// a system update counted by the boot loader (`update.boot_attempts`)
+/// then falls back.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchdogSection {
+    /// The watchdog's device node (`/dev/watchdog`, the first one the
+    /// kernel registered, or `/dev/watchdogN`).
+    #[serde(default = "default_watchdog_device")]
+    pub device: String,
+    /// How long the board may go unfed before it resets, in whole seconds
+    /// (the driver may round it; the supervisor feeds at a quarter of what
+    /// the driver took).
+    #[serde(default = "default_watchdog_timeout")]
+    pub timeout: Dur,
+}
+
+impl Default for WatchdogSection {
+    fn default() -> Self {
+        WatchdogSection {
+            device: default_watchdog_device(),
+            timeout: default_watchdog_timeout(),
+        }
+    }
+}
+
+fn default_watchdog_device() -> String {
+    "/dev/watchdog".into()
+}
+
+fn default_watchdog_timeout() -> Dur {
+    Dur::from_secs(60)
+}
+
+impl WatchdogSection {
+    pub fn validate(&self, out: &mut Vec<Problem>) {
+        let d = std::path::Path::new(&self.device);
+        let plain = d.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        });
+        if !plain || !self.device.starts_with("/dev/") || self.device.len() > 256 {
+            out.push((
+                "watchdog.device".into(),
+                format!(
+                    "`{}` (expected a device node under /dev without `.` or `..`, like `/dev/watchdog0`)",
+                    self.device.escape_debug()
+                ),
+            ));
+        }
+        let t = self.timeout.0;
+        let secs = crate::watchdog::MIN_TIMEOUT_S..=crate::watchdog::MAX_TIMEOUT_S;
+        if t.subsec_nanos() != 0 || !secs.contains(&t.as_secs()) {
+            out.push((
+                "watchdog.timeout".into(),
+                format!(
+                    "{} (expected whole seconds from {}s to {}s: the kernel sets a watchdog's timeout in seconds)",
+                    self.timeout,
+                    secs.start(),
+                    secs.end()
+                ),
+            ));
+        }
+    }
+}
+
 /// `update:`
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

@@ -66,3 +66,4 @@ pub mod top;
 pub mod trial;
 pub mod unit;
 pub mod wake_class;
+pub mod watchdog;

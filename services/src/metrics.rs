@@ -381,6 +381,29 @@ pub fn exposition(s: &SupervisorStatus) -> String {
             f.sample(name, &labels, v);
         }
     }
+    // The hardware watchdog (robot.yaml `watchdog:`).
+    if let Some(w) = &s.watchdog {
+        let labels = [("robot", robot), ("device", w.device.as_str())];
+        let fed = w.state == "armed" || w.state == "refused";
+        f.family(
+            "rtdeploy_watchdog_armed",
+            "gauge",
+            "1 when the supervisor holds the hardware watchdog open and feeds it (the board resets if the supervisor stops), 0 when it is missing or was released.",
+        );
+        f.sample(
+            "rtdeploy_watchdog_armed",
+            &labels,
+            if fed { 1.0 } else { 0.0 },
+        );
+        if let Some(t) = w.timeout_s {
+            f.family(
+                "rtdeploy_watchdog_timeout_seconds",
+                "gauge",
+                "The hardware watchdog's timeout in force, as its driver set it.",
+            );
+            f.sample("rtdeploy_watchdog_timeout_seconds", &labels, t as f64);
+        }
+    }
     let procs = &s.processes;
     let per = |f: &mut Families,
                name: &str,

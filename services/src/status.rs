@@ -34,6 +34,10 @@ pub struct SupervisorStatus {
     /// (absent until one appeared).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irq_scan: Option<StepStatus>,
+    /// The hardware watchdog (robot.yaml `watchdog:`): armed and fed, or
+    /// why the board does not reset if the supervisor stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog: Option<crate::watchdog::WatchdogStatus>,
     /// The logger (robot.yaml `log:`), when it runs or ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logger: Option<logbook::LogStatus>,
@@ -207,11 +211,15 @@ pub fn render_table(s: &SupervisorStatus) -> String {
     if let Some(st) = &s.irq_scan {
         out.push_str(&format!("{}: {} ({})\n", st.step, st.result, st.detail));
     }
+    if let Some(w) = &s.watchdog {
+        out.push_str(&format!("watchdog: {}\n", w.describe()));
+    }
     if let Some(l) = &s.logger {
         out.push_str(&describe_logger(l));
     }
     for st in &s.startup {
-        if st.result != "ok" {
+        // The watchdog's own line above is the live one.
+        if st.result != "ok" && !(st.step == "watchdog" && s.watchdog.is_some()) {
             out.push_str(&format!("{}: {} ({})\n", st.step, st.result, st.detail));
         }
     }

@@ -59,6 +59,9 @@ pub struct Robot {
     pub metrics: crate::config::MetricsSection,
     /// `log:`: the supervisor's logger (absent: none).
     pub log: Option<logbook::LogSection>,
+    /// `watchdog:`: the hardware watchdog the supervisor feeds (absent:
+    /// none).
+    pub watchdog: Option<crate::config::WatchdogSection>,
 }
 
 impl Robot {

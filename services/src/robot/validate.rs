@@ -89,6 +89,7 @@ pub const SECTIONS: &[&str] = &[
     "update",
     "metrics",
     "log",
+    "watchdog",
 ];
 
 /// Channel names under this prefix are the runtime's own.
@@ -331,6 +332,12 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     } else {
         Some(None)
     };
+    let watchdog: Option<Option<crate::config::WatchdogSection>> =
+        if c.root.get("watchdog").is_some() {
+            c.section("watchdog").map(Some)
+        } else {
+            Some(None)
+        };
 
     // Each section's own rules, on every section that parsed.
     let mut p = Vec::new();
@@ -382,6 +389,9 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     if let Some(metrics) = &metrics {
         metrics.validate(&mut p);
     }
+    if let Some(Some(w)) = &watchdog {
+        w.validate(&mut p);
+    }
     if let Some(Some(log)) = &log {
         let names: Vec<(&str, u64)> = channels
             .iter()
@@ -408,6 +418,7 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
             update: update?,
             metrics: metrics?,
             log: log?,
+            watchdog: watchdog?,
         })
     })();
     let r = parsed?;

@@ -206,6 +206,8 @@ pub struct Supervisor {
     sigfd: Option<OwnedFd>,
     notifier: Option<Notifier>,
     next_watchdog: Option<Instant>,
+    /// The hardware watchdog (robot.yaml `watchdog:`).
+    hw_watchdog: Option<crate::watchdog::Held>,
     handle_signals: bool,
     pid1: bool,
     at_exit: AtExit,
@@ -271,6 +273,20 @@ impl Supervisor {
             }
         }
         let mut s = startup::start_up(&cfg, &roots, &opts, boot.as_deref_mut())?;
+        // The hardware watchdog after the start-up's long steps (the CPU
+        // plan, the boot check), which run before the loop that feeds it:
+        // until here a watchdog started before user space counts with the
+        // timeout it was started with.
+        let hw_watchdog = opts.watchdog.as_ref().map(|w| {
+            let held = crate::watchdog::Held::open(
+                &crate::watchdog::device_path(&roots.dev_root, &w.device),
+                &w.device,
+                w.timeout.0,
+                Instant::now(),
+            );
+            s.steps.push(held.step(Instant::now()));
+            held
+        });
         let plan_outcome = trial::CpuPlanNotApplied::of_steps(&s.steps);
         let logger = start_logger(&cfg, &roots, &s.shm_dir, &mut s.steps);
         let stderr = Stderr {
@@ -321,6 +337,7 @@ impl Supervisor {
                 .and_then(|n| n.watchdog)
                 .map(|w| Instant::now() + w),
             notifier,
+            hw_watchdog,
             handle_signals: opts.handle_signals,
             pid1: opts.pid1,
             at_exit: opts.at_exit,
@@ -446,6 +463,9 @@ impl Supervisor {
                     .and_then(|n| n.watchdog)
                     .map(|w| now + w);
             }
+        }
+        if let Some(e) = self.hw_watchdog.as_mut().and_then(|w| w.feed_if_due(now)) {
+            self.stderr.say(e);
         }
         self.table.tick(now, &mut self.conns);
         self.table.poll_reports_if_due(now, &mut self.conns);
@@ -671,6 +691,7 @@ impl Supervisor {
         let now = Instant::now();
         let mut next = [
             self.next_watchdog,
+            self.hw_watchdog.as_ref().and_then(|w| w.next_feed()),
             self.table.next_timer(),
             self.conns.next_deadline(),
             (!self.table.shutting_down()).then(|| self.releases.next_deadline()),
@@ -708,6 +729,7 @@ impl Supervisor {
             startup: self.startup.clone(),
             release: Some(self.releases.status()),
             irq_scan: self.last_irq_scan.clone(),
+            watchdog: self.hw_watchdog.as_ref().map(|w| w.status(Instant::now())),
             logger: self.logger.as_ref().map(|l| l.status()),
             event_loop: Some(self.counts),
             processes: self.table.status(&self.proc_root),
@@ -735,6 +757,14 @@ impl Supervisor {
             while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
         }
         self.stderr.say("stopped");
+        // An orderly stop releases the hardware watchdog; a stop to start
+        // again leaves it counting (the descriptor closes without the
+        // magic character at the exec), and the new start opens it.
+        if self.restart.is_none() {
+            if let Some(crate::watchdog::Held::Open(w)) = self.hw_watchdog.take() {
+                self.stderr.say(w.release());
+            }
+        }
         if let Some(l) = self.logger.take() {
             let st = l.stop();
             if st.state != "stopped" {

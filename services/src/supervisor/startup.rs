@@ -115,6 +115,10 @@ pub struct Options {
     /// trial goes on across that start. Off: the processes keep the
     /// configuration of the start, and the status says so.
     pub restart_to_reload: bool,
+    /// robot.yaml `watchdog:`: the hardware watchdog the supervisor opens
+    /// after start-up and feeds ([`crate::watchdog`]); its device is found
+    /// under [`Roots::dev_root`].
+    pub watchdog: Option<crate::config::WatchdogSection>,
 }
 
 impl Default for Options {
@@ -134,6 +138,7 @@ impl Default for Options {
             metrics_textfile: None,
             recovered: None,
             restart_to_reload: false,
+            watchdog: None,
         }
     }
 }
