@@ -71,7 +71,8 @@ pub struct WatchdogStatus {
     pub device: String,
     /// `armed` (open and fed), `refused` (open and fed, but at another
     /// timeout than asked), `missing` (not there, or not a watchdog: the
-    /// board does not reset), `released` (an orderly stop).
+    /// board does not reset), `skipped` (not opened: a robot under a
+    /// prefix on this machine's own /dev).
     pub state: String,
     /// The driver's identity (`i6300ESB timer`, `Tegra WDT`), when it
     /// answered.
@@ -144,6 +145,17 @@ impl Held {
         }
     }
 
+    /// robot.yaml's watchdog, not opened, and why.
+    pub fn skipped(shown: &str, timeout: Duration, why: &str) -> Held {
+        Held::Missing(WatchdogStatus {
+            device: shown.to_string(),
+            state: "skipped".into(),
+            asked_s: timeout.as_secs(),
+            detail: why.to_string(),
+            ..Default::default()
+        })
+    }
+
     pub fn status(&self, now: Instant) -> WatchdogStatus {
         match self {
             Held::Open(w) => w.status(now),
@@ -174,6 +186,7 @@ impl Held {
             step: "watchdog".into(),
             result: match s.state.as_str() {
                 "armed" => "ok",
+                "skipped" => "skipped",
                 _ => "failed",
             }
             .into(),

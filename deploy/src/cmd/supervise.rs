@@ -102,7 +102,20 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         std::process::id(),
     )
     .context("systemd notification socket")?;
+    // A robot under --prefix on this machine's own /dev is a development
+    // or test robot: the machine's watchdog is not its to arm (a stop
+    // that is not orderly would reset the machine). With --sysroot the
+    // device is the one under it.
+    let watchdog_skip = (ctx.prefix != std::path::Path::new("/")
+        && ctx.sysroot == std::path::Path::new("/"))
+    .then(|| {
+        format!(
+            "not opened: a robot under --prefix {} does not hold this machine's watchdog (give --sysroot for a device tree of its own)",
+            ctx.prefix.display()
+        )
+    });
     let opts = boot.options(Options {
+        watchdog_skip,
         handle_signals: true,
         pid1,
         at_exit,

@@ -278,12 +278,15 @@ impl Supervisor {
         // until here a watchdog started before user space counts with the
         // timeout it was started with.
         let hw_watchdog = opts.watchdog.as_ref().map(|w| {
-            let held = crate::watchdog::Held::open(
-                &crate::watchdog::device_path(&roots.dev_root, &w.device),
-                &w.device,
-                w.timeout.0,
-                Instant::now(),
-            );
+            let held = match &opts.watchdog_skip {
+                Some(why) => crate::watchdog::Held::skipped(&w.device, w.timeout.0, why),
+                None => crate::watchdog::Held::open(
+                    &crate::watchdog::device_path(&roots.dev_root, &w.device),
+                    &w.device,
+                    w.timeout.0,
+                    Instant::now(),
+                ),
+            };
             s.steps.push(held.step(Instant::now()));
             held
         });

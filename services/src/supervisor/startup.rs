@@ -119,6 +119,10 @@ pub struct Options {
     /// after start-up and feeds ([`crate::watchdog`]); its device is found
     /// under [`Roots::dev_root`].
     pub watchdog: Option<crate::config::WatchdogSection>,
+    /// Why the watchdog is not opened although robot.yaml has one (a
+    /// robot under a prefix on this machine's own /dev), said in the
+    /// status instead.
+    pub watchdog_skip: Option<String>,
 }
 
 impl Default for Options {
@@ -139,6 +143,7 @@ impl Default for Options {
             recovered: None,
             restart_to_reload: false,
             watchdog: None,
+            watchdog_skip: None,
         }
     }
 }
