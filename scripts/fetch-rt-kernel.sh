@@ -19,6 +19,9 @@
 #                 virtio-console, tmpfs, gzip initramfs, cgroups/cpusets and
 #                 io_uring are all built into Debian's kernel, so an initramfs
 #                 boot needs no module)
+#   watchdog/     the hardware watchdog's driver for QEMU (i6300esb) and the
+#                 modules it needs, uncompressed (busybox's insmod loads
+#                 them), and `order`: their file names in loading order
 #   release       the kernel release string (uname -r)
 #   package       the package file name it came from
 #
@@ -71,6 +74,8 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v cpio >/dev/null || need+=(cpio)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
 command -v strip >/dev/null || need+=(binutils)
+command -v depmod >/dev/null || need+=(kmod)
+command -v xz >/dev/null || need+=(xz-utils)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -c 'ok installed' >/dev/null || need+=(busybox-static)
 if [ "${#need[@]}" -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
@@ -82,7 +87,7 @@ if [ "${#need[@]}" -gt 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2; } || exit 2
 fi
 
-if [ -s "$DIR/vmlinuz" ] && [ -s "$DIR/release" ] && [ -d "$DIR/modules" ]; then
+if [ -s "$DIR/vmlinuz" ] && [ -s "$DIR/release" ] && [ -d "$DIR/modules" ] && [ -s "$DIR/watchdog/order" ]; then
     log "cached: $(cat "$DIR/package") in $DIR"
     [ "${1:-}" = --print-dir ] && echo "$DIR"
     exit 0
@@ -148,6 +153,43 @@ if [ -n "$MODSRC" ]; then
         cp "$f" "$WORK/out/modules/${f#"$MODSRC"/}"
     done
 fi
+# The watchdog's driver, after the modules it depends on (modules.dep
+# lists a module's dependencies, the one to load first last).
+mkdir "$WORK/out/watchdog"
+# The package ships no modules.dep (depmod makes it at install): made
+# here, on the unpacked tree (/lib is /usr/lib there).
+[ -n "$MODSRC" ] || {
+    log "$PKG has no modules: cannot find the watchdog's driver"
+    exit 2
+}
+command -v depmod >/dev/null || {
+    log "no depmod (apt-get install kmod)"
+    exit 2
+}
+[ -e "$WORK/x/lib" ] || ln -s usr/lib "$WORK/x/lib"
+depmod -b "$WORK/x" "$REL" || {
+    log "depmod failed on $PKG"
+    exit 2
+}
+line=$(grep -E '(^|/)i6300esb\.ko(\.xz|\.zst|\.gz)?:' "$MODSRC/modules.dep" | head -n1)
+if [ -z "$line" ]; then
+    log "$PKG has no i6300esb module (QEMU's watchdog)"
+    exit 2
+fi
+deps=$(echo "${line#*:}" | tr ' ' '\n' | sed '/^$/d' | tac)
+for rel in $deps "${line%%:*}"; do
+    b=${rel##*/}
+    b=${b%.xz}
+    b=${b%.zst}
+    b=${b%.gz}
+    case $rel in
+    *.xz) xz -dc "$MODSRC/$rel" >"$WORK/out/watchdog/$b" ;;
+    *.zst) zstd -qdc "$MODSRC/$rel" >"$WORK/out/watchdog/$b" ;;
+    *.gz) gzip -dc "$MODSRC/$rel" >"$WORK/out/watchdog/$b" ;;
+    *) cp "$MODSRC/$rel" "$WORK/out/watchdog/$b" ;;
+    esac
+    echo "$b" >>"$WORK/out/watchdog/order"
+done
 echo "$REL" >"$WORK/out/release"
 basename "$DEB" >"$WORK/out/package"
 sha256sum "$DEB" | sed 's,  .*/,  ,' >"$WORK/out/package.sha256"

@@ -257,7 +257,20 @@ YAML
     ;;
 esac
 
+block status-end-json deploy status --json
 say "driver-done $(now_ms)"
+case " $(cat /proc/cmdline) " in
+*" e2e.freeze=1 "*)
+    # The supervisor (a child of /init on this boot) frozen: it stops
+    # feeding the watchdog, which resets the machine after its timeout.
+    sup=$(cat /run/e2e-supervisor.pid)
+    block watchdog-before-freeze deploy status
+    say "freezing $sup $(now_ms)"
+    kill -STOP "$sup"
+    say "frozen $(sed -n 's/^State:[[:space:]]*//p' "/proc/$sup/status") $(now_ms)"
+    sleep 1000
+    ;;
+esac
 # Orderly shutdown: SIGTERM to the supervisor, which is PID 1.
 kill -TERM 1
 sleep 1000

@@ -95,6 +95,7 @@ fn capture(env: &Env, o: &Options) -> Result<usize, String> {
         initrd: cpio,
         append,
         flood_tty1: false,
+        reboots: false,
     };
     let outcome = machine
         .run(&log, Duration::from_secs(o.boot_limit), || {})

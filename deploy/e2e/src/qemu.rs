@@ -19,10 +19,12 @@ pub enum Machine {
     /// `qemu-system-x86_64`: 4 CPUs, 1 GiB, single-threaded TCG (with one
     /// host thread per vCPU the guest kernel's live code patching, int3
     /// on static keys, sometimes oopsed on a busy host, and two host cores
-    /// gain little from four threads), `-no-reboot` so that the guest's
-    /// power-off or panic ends the run. The guest's test lines go to a
-    /// virtio console (`<log>.hvc`), so nothing interleaves with them; the
-    /// virtio-serial PCI device also gives the guest MSI interrupts.
+    /// gain little from four threads), `-no-reboot` (unless `reboots`) so
+    /// that the guest's power-off or panic ends the run, and QEMU's
+    /// i6300esb watchdog resetting the machine when it runs out. The
+    /// guest's test lines go to a virtio console (`<log>.hvc`), so nothing
+    /// interleaves with them; the virtio-serial PCI device also gives the
+    /// guest MSI interrupts.
     X86 {
         kernel: PathBuf,
         initrd: PathBuf,
@@ -30,10 +32,15 @@ pub enum Machine {
         /// The second serial port fed input without a pause (a port whose
         /// receive interrupts never stop while the guest has it open).
         flood_tty1: bool,
+        /// A reset boots the guest again (no `-no-reboot`): the run that
+        /// sees the watchdog reset the machine, and stops QEMU itself.
+        reboots: bool,
     },
     /// `qemu-system-aarch64 -M virt`: 4 CPUs, 2 GiB, multi-threaded TCG,
     /// U-Boot as `-bios` finding everything on the disk (no `-kernel`,
-    /// no `-append`), with an ssh port forwarded when `ssh_port` is given.
+    /// no `-append`), with an ssh port forwarded when `ssh_port` is given,
+    /// and QEMU's i6300esb watchdog resetting the machine when it runs
+    /// out (a reset boots U-Boot again).
     Arm64 {
         bios: PathBuf,
         disk: PathBuf,
@@ -85,6 +92,7 @@ impl Machine {
                 initrd,
                 append,
                 flood_tty1,
+                reboots,
             } => {
                 let mut c = Command::new("qemu-system-x86_64");
                 c.args([
@@ -97,7 +105,14 @@ impl Machine {
                     "-m",
                     "1G",
                 ]);
-                c.args(["-nographic", "-no-reboot", "-nic", "none"]);
+                c.args(["-nographic", "-nic", "none"]);
+                if !*reboots {
+                    c.arg("-no-reboot");
+                }
+                // The hardware watchdog (Intel 6300ESB, a PCI device; its
+                // driver is a module of Debian's kernel, which the image's
+                // /init loads): when it runs out, QEMU resets the machine.
+                c.args(["-device", "i6300esb", "-action", "watchdog=reset"]);
                 c.arg("-monitor").arg(format!(
                     "unix:{},server=on,wait=off",
                     side(log, "mon").display()
@@ -140,6 +155,10 @@ impl Machine {
                 c.arg("-drive")
                     .arg(format!("if=none,id=hd0,file={},format=raw", disk.display()));
                 c.args(["-device", "virtio-blk-pci,drive=hd0"]);
+                // The hardware watchdog the base's initrd starts and the
+                // supervisor feeds: when it runs out, QEMU resets the
+                // machine and U-Boot boots again.
+                c.args(["-device", "i6300esb", "-action", "watchdog=reset"]);
                 match ssh_port {
                     Some(p) => {
                         c.arg("-netdev")

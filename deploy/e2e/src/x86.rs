@@ -11,7 +11,10 @@
 //!    hot-added through the monitor, traced checks with planted
 //!    interferers, a controller killed, an orderly shutdown.
 //! 3. the same image with `RTDEPLOY_DENY_SYSCALLS=io_uring,futex_waitv`
-//!    (a seccomp filter answering ENOSYS): the doorbell backend.
+//!    (a seccomp filter answering ENOSYS): the doorbell backend; the
+//!    supervisor runs as a child of /init there, and the driver freezes it
+//!    with SIGSTOP at the end: the hardware watchdog it fed (QEMU's
+//!    i6300esb) resets the machine, which boots again.
 //! 4. the same image on Debian bullseye's 5.10 PREEMPT_RT kernel (the
 //!    JetPack 5 series): the runtime picks the doorbell by itself.
 
@@ -141,7 +144,7 @@ impl X86<'_> {
         self.probe_boot(&kernel, &probe_cpio)?;
 
         self.r.phase("deploy image --format cpio.gz");
-        let Some(image) = self.image(&deploy, &base)? else {
+        let Some(image) = self.image(&deploy, &base, &kernel)? else {
             self.r.end_phase();
             for a in SUPERVISED_ASSERTIONS {
                 self.r.skip(a, "the image did not build");
@@ -150,18 +153,27 @@ impl X86<'_> {
         };
         self.image_boot(&kernel, &image)?;
 
-        self.r.phase("boot 3: image, io_uring + futex_waitv denied");
-        let b = self.boot(
+        self.r
+            .phase("boot 3: image, io_uring + futex_waitv denied; supervisor frozen");
+        let mut reset = WatchdogReset::default();
+        let b = self.boot_with(
             &kernel,
             &image,
             "serial-deny.log",
-            &format!("{}=io_uring,futex_waitv", units::env::DENY_SYSCALLS),
+            &format!(
+                "{}=io_uring,futex_waitv e2e.freeze=1",
+                units::env::DENY_SYSCALLS
+            ),
             false,
-            |_| {},
+            true,
+            |log| reset.watch(log),
         )?;
         self.r.end_phase();
         let what = "io_uring and futex_waitv denied";
-        if let Some(st) = self.backend_boot(&b, what, "doorbell") {
+        let deny_status = self.backend_boot(&b, what, "doorbell");
+        self.watchdog_armed(&b, deny_status.as_ref(), "boot 3");
+        self.watchdog_reset(&b, &reset);
+        if let Some(st) = deny_status {
             match st.startup.iter().find(|s| s.step == "syscall filter") {
                 Some(s) if s.result == "ok" => self
                     .r
@@ -200,6 +212,16 @@ impl X86<'_> {
             Some(&b.log),
         );
         if let Some(st) = self.backend_boot(&b, "5.10 kernel", "doorbell") {
+            // The image's watchdog driver is built for 6.12: 5.10 refuses
+            // it, and the supervisor runs without a watchdog, saying so.
+            let w = st.watchdog.as_ref();
+            self.r.assert(
+                w.is_some_and(|w| w.state == "missing" && w.detail.contains("does not reset"))
+                    && st.startup.iter().any(|s| s.step == "watchdog" && s.result == "failed"),
+                "5.10 kernel: without a watchdog driver the supervisor runs and says the watchdog is missing",
+                format!("{:?}", w),
+                Some(&b.log),
+            );
             // What the supervisor made of the plan on a kernel without
             // isolated partitions (said, not asserted: robot.yaml's
             // kernel: makes it an error before flashing).
@@ -321,6 +343,22 @@ impl X86<'_> {
         name: &str,
         extra: &str,
         flood: bool,
+        during: impl FnMut(&Path),
+    ) -> Result<Boot, String> {
+        self.boot_with(kernel, initrd, name, extra, flood, false, during)
+    }
+
+    /// [`X86::boot`]; with `reboots`, a reset boots the guest again
+    /// (`during` then stops QEMU).
+    #[allow(clippy::too_many_arguments)]
+    fn boot_with(
+        &mut self,
+        kernel: &Path,
+        initrd: &Path,
+        name: &str,
+        extra: &str,
+        flood: bool,
+        reboots: bool,
         mut during: impl FnMut(&Path),
     ) -> Result<Boot, String> {
         let log = self.work.join(name);
@@ -335,6 +373,7 @@ impl X86<'_> {
             initrd: initrd.to_path_buf(),
             append,
             flood_tty1: flood,
+            reboots,
         };
         let outcome = m
             .run(&log, self.limit, || during(&log))
@@ -426,7 +465,12 @@ impl X86<'_> {
     /// `deploy image --format cpio.gz`: the release (bin/talker,
     /// bin/listener, stripped), the test's own files in the base (/init
     /// execs the supervisor, the driver runs beside it).
-    fn image(&mut self, deploy: &Path, base: &Path) -> Result<Option<PathBuf>, String> {
+    fn image(
+        &mut self,
+        deploy: &Path,
+        base: &Path,
+        kernel: &Path,
+    ) -> Result<Option<PathBuf>, String> {
         let out = self.out_bin();
         let rel = self.work.join("release");
         let bin = self.work.join("bin");
@@ -444,6 +488,18 @@ impl X86<'_> {
         };
         copy("scripts/e2e/supervised-init.sh", &base.join("init"))?;
         copy("scripts/e2e/driver.sh", &tools.join("driver.sh"))?;
+        // The watchdog's driver and what it needs, built for the kernel
+        // boots 2 and 3 run (scripts/fetch-rt-kernel.sh keeps them);
+        // /init loads them.
+        let wd = kernel.with_file_name("watchdog");
+        let mods = tools.join("modules");
+        std::fs::create_dir_all(&mods).map_err(|e| format!("{}: {e}", mods.display()))?;
+        let order = std::fs::read_to_string(wd.join("order"))
+            .map_err(|e| format!("{}: {e}", wd.join("order").display()))?;
+        for m in order.split_whitespace().chain(["order"]) {
+            std::fs::copy(wd.join(m), mods.join(m))
+                .map_err(|e| format!("{}: {e}", wd.join(m).display()))?;
+        }
         host::strip_copy(
             &out.join("examples/planted-spin"),
             &tools.join("planted-spin"),
@@ -573,9 +629,125 @@ impl X86<'_> {
                 log,
             );
         }
+        self.watchdog_armed(&b, status.as_ref().ok(), "boot 2");
+        // Fed all along: at the end of the driver's work (after the
+        // traced checks, well past the timeout) it was fed more, and the
+        // machine never reset (the orderly shutdown below).
+        let later = b
+            .out
+            .block_json::<SupervisorStatus>("status-end-json")
+            .ok()
+            .and_then(|s| s.watchdog);
+        let first = status.as_ref().ok().and_then(|s| s.watchdog.as_ref());
+        self.r.assert(
+            matches!((first, &later), (Some(a), Some(b)) if b.fed > a.fed && b.state == "armed"),
+            format!(
+                "boot 2: the supervisor kept feeding the watchdog (fed {} times, then {})",
+                first.map_or(0, |w| w.fed),
+                later.as_ref().map_or(0, |w| w.fed)
+            ),
+            format!("{first:?} then {later:?}"),
+            Some(&b.log),
+        );
         self.restart(&b);
         self.shutdown(&b);
         Ok(())
+    }
+
+    /// The supervisor opened the watchdog, set robot.yaml's timeout and
+    /// feeds it.
+    fn watchdog_armed(&mut self, b: &Boot, st: Option<&SupervisorStatus>, boot: &str) {
+        let want = self.plan_watchdog_timeout();
+        let w = st.and_then(|s| s.watchdog.as_ref());
+        self.r.assert(
+            w.is_some_and(|w| {
+                w.state == "armed"
+                    && w.timeout_s == Some(want)
+                    && w.identity.as_deref().is_some_and(|i| i.contains("6300ESB"))
+                    && w.fed >= 1
+                    && w.last_fed_s_ago.is_some_and(|a| a < want as f64)
+            }),
+            format!(
+                "{boot}: the supervisor holds the i6300ESB watchdog at robot.yaml's {want}s and feeds it ({})",
+                w.map(|w| w.describe()).unwrap_or_default()
+            ),
+            format!("{w:?}"),
+            Some(&b.log),
+        );
+    }
+
+    /// robot.yaml's `watchdog.timeout`, in seconds.
+    fn plan_watchdog_timeout(&self) -> u64 {
+        let text = std::fs::read_to_string(self.src.join(CONFIG)).unwrap_or_default();
+        text.lines()
+            .skip_while(|l| !l.starts_with("watchdog:"))
+            .find_map(|l| l.trim().strip_prefix("timeout:"))
+            .and_then(|v| v.split('#').next())
+            .and_then(|v| v.trim().trim_end_matches('s').parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Frozen with SIGSTOP, the supervisor stops feeding the watchdog and
+    /// the machine resets: the kernel starts again, with no panic, power
+    /// off or reboot of the kernel's own between the freeze and the new
+    /// start, no sooner than the timeout less a feeding period after the
+    /// freeze.
+    fn watchdog_reset(&mut self, b: &Boot, reset: &WatchdogReset) {
+        let log = Some(b.log.as_path());
+        let timeout = self.plan_watchdog_timeout();
+        let what = "a supervisor frozen with SIGSTOP gets the machine reset by the watchdog";
+        let Some(frozen) = reset.frozen else {
+            self.r.fail(
+                what,
+                format!(
+                    "the driver did not freeze the supervisor: {}",
+                    tail_lines(b.out.text(), 5)
+                ),
+                log,
+            );
+            return;
+        };
+        let serial = Console::read(&b.log);
+        let text = serial.text();
+        let starts: Vec<usize> = text
+            .match_indices("Linux version")
+            .map(|(i, _)| i)
+            .collect();
+        let Some(&again) = starts.get(1) else {
+            self.r.fail(what, "the kernel did not start again", log);
+            return;
+        };
+        let before = &text[..again];
+        let kernel_did = [
+            "Kernel panic",
+            "reboot: ",
+            "Attempted to kill init",
+            "sysrq: ",
+        ]
+        .into_iter()
+        .find(|m| before.contains(m));
+        let after = reset.reset.map(|r| r.saturating_duration_since(frozen));
+        // The last feed was at most a quarter of the timeout before the
+        // freeze.
+        let least = Duration::from_secs(timeout) * 3 / 4;
+        match (kernel_did, after) {
+            (Some(m), _) => self.r.fail(
+                what,
+                format!("the kernel itself ended the boot (`{m}`) before it started again"),
+                log,
+            ),
+            (None, Some(a)) if a + Duration::from_secs(2) >= least => self.r.pass(format!(
+                "{what} ({:.0} s after the freeze, timeout {timeout} s; the kernel started again)",
+                a.as_secs_f64()
+            )),
+            (None, a) => self.r.fail(
+                what,
+                format!(
+                    "the machine reset {a:?} after the freeze, sooner than {least:?}: not the watchdog of a supervisor that fed it"
+                ),
+                log,
+            ),
+        }
     }
 
     /// Each process runs with the planned policy, priority and CPUs, as
@@ -1060,6 +1232,36 @@ impl X86<'_> {
                 );
                 None
             }
+        }
+    }
+}
+
+/// What the host sees of the freeze boot while it runs: when the driver
+/// froze the supervisor, and when the kernel started a second time (QEMU
+/// is then stopped through its monitor).
+#[derive(Default)]
+struct WatchdogReset {
+    frozen: Option<std::time::Instant>,
+    reset: Option<std::time::Instant>,
+    ticks: u32,
+}
+
+impl WatchdogReset {
+    fn watch(&mut self, log: &Path) {
+        self.ticks += 1;
+        if self.reset.is_some() || self.ticks % 3 != 0 {
+            return;
+        }
+        if self.frozen.is_none() {
+            if Console::read(&side(log, "hvc")).has_line_starting("E2E frozen") {
+                self.frozen = Some(std::time::Instant::now());
+            }
+            return;
+        }
+        let serial = Console::read(log);
+        if serial.text().matches("Linux version").count() >= 2 {
+            self.reset = Some(std::time::Instant::now());
+            let _ = qemu::monitor(log, "quit");
         }
     }
 }
