@@ -20,6 +20,10 @@
 //!   margin, so an orderly shutdown is never cut short;
 //! - `Restart=always`: a supervisor that dies comes back (its children died
 //!   with it through PR_SET_PDEATHSIG).
+//! - `Wants=` and `After=` the mounts the start reads (the boot partition
+//!   of `update.boot_attempts`, where the boot loader left its count):
+//!   wanted, not required, so that a partition that does not mount leaves
+//!   the supervisor running and saying so rather than not started.
 
 use std::time::Duration;
 
@@ -32,8 +36,13 @@ pub const EXEC_START: &str = "/usr/bin/deploy supervise";
 /// The watchdog interval systemd enforces.
 pub const WATCHDOG: Duration = Duration::from_secs(10);
 
-/// The unit file text.
-pub fn render(robot: &RobotSection, housekeeping: &CpuSet, processes: &[ProcessConfig]) -> String {
+/// The unit file text; `mounts` are the mount points its start reads.
+pub fn render(
+    robot: &RobotSection,
+    housekeeping: &CpuSet,
+    processes: &[ProcessConfig],
+    mounts: &[&str],
+) -> String {
     let stop: Duration =
         processes.iter().map(|p| p.stop_timeout.0).sum::<Duration>() + Duration::from_secs(5);
     let mut u = String::new();
@@ -51,6 +60,10 @@ pub fn render(robot: &RobotSection, housekeeping: &CpuSet, processes: &[ProcessC
     // mode and its clocks at boot and would undo the CPU clocks the plan
     // pins if it ran after the supervisor's apply.
     u.push_str("After=local-fs.target network-pre.target nvpmodel.service\n");
+    for m in mounts {
+        let unit = mount_unit(m);
+        u.push_str(&format!("Wants={unit}\nAfter={unit}\n"));
+    }
     u.push_str("StartLimitIntervalSec=0\n");
     u.push_str("\n[Service]\n");
     u.push_str("Type=notify\n");
@@ -80,6 +93,34 @@ pub fn render(robot: &RobotSection, housekeeping: &CpuSet, processes: &[ProcessC
     u
 }
 
+/// The name of the mount unit systemd makes for the absolute path `path`
+/// (`systemd-escape --path --suffix=mount`): `/` between components
+/// becomes `-`, and every byte but ASCII letters, digits, `_` and a `.`
+/// that does not start the name becomes `\xNN` (checked against
+/// `systemd-escape`).
+pub fn mount_unit(path: &str) -> String {
+    let trimmed = path.trim_matches('/');
+    if trimmed.is_empty() {
+        return "-.mount".into();
+    }
+    let mut out = String::new();
+    for (i, part) in trimmed.split('/').filter(|p| !p.is_empty()).enumerate() {
+        if i > 0 {
+            out.push('-');
+        }
+        for (j, b) in part.bytes().enumerate() {
+            let keep = b.is_ascii_alphanumeric() || b == b'_' || (b == b'.' && !(i == 0 && j == 0));
+            if keep {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        }
+    }
+    out.push_str(".mount");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,7 +139,12 @@ mod tests {
             group: Some("robot".into()),
         };
         let hk = CpuSet::parse_list("0-1").unwrap();
-        let text = render(&robot, &hk, &[proc_("a", "5s"), proc_("b", "2500ms")]);
+        let text = render(
+            &robot,
+            &hk,
+            &[proc_("a", "5s"), proc_("b", "2500ms")],
+            &["/boot/rtboot"],
+        );
         let lines: Vec<&str> = text.lines().collect();
         for want in [
             "Type=notify",
@@ -111,6 +157,8 @@ mod tests {
             "KillMode=mixed",
             "TimeoutStopSec=12500ms",
             "WantedBy=multi-user.target",
+            "Wants=boot-rtboot.mount",
+            "After=boot-rtboot.mount",
         ] {
             assert!(lines.contains(&want), "missing `{want}` in\n{text}");
         }
@@ -118,5 +166,21 @@ mod tests {
         // Sections in order, each once.
         let sections: Vec<&&str> = lines.iter().filter(|l| l.starts_with('[')).collect();
         assert_eq!(sections, [&"[Unit]", &"[Service]", &"[Install]"]);
+    }
+
+    #[test]
+    fn mount_units_are_named_as_systemd_escape_names_them() {
+        // systemd-escape --path --suffix=mount
+        for (path, unit) in [
+            ("/boot/rtboot", "boot-rtboot.mount"),
+            ("/boot/rtboot/", "boot-rtboot.mount"),
+            ("/", "-.mount"),
+            ("/mnt/boot-a", "mnt-boot\\x2da.mount"),
+            ("/mnt/.hidden/x.y", "mnt-.hidden-x.y.mount"),
+            ("/.b", "\\x2eb.mount"),
+            ("/media/a b", "media-a\\x20b.mount"),
+        ] {
+            assert_eq!(mount_unit(path), unit, "{path}");
+        }
     }
 }

@@ -152,10 +152,7 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
     let boot = board.map_or(BootLoader::External, |b| b.boot);
     let cmdline = cpusets::cmdline::plan(&robot.cpus, &robot.kernel, &robot.all_cpus());
     // The supervisor's systemd unit, enabled in multi-user.target.
-    let unit = Some((
-        "rtdeploy.service".to_string(),
-        services::unit::render(&robot.robot, &robot.housekeeping(), &robot.processes),
-    ));
+    let unit = Some(("rtdeploy.service".to_string(), robot.unit()));
     let spec = ImageSpec {
         base: Base::from_arg(&args.base),
         release: args.release.clone(),

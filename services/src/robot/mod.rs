@@ -200,6 +200,18 @@ impl Robot {
 }
 
 impl Robot {
+    /// The supervisor's systemd unit ([`crate::unit`]), started after the
+    /// boot partition it reads the boot loader's count from.
+    pub fn unit(&self) -> String {
+        let mounts: Vec<&str> = self
+            .update
+            .boot_attempts
+            .iter()
+            .map(|b| b.partition.as_str())
+            .collect();
+        crate::unit::render(&self.robot, &self.housekeeping(), &self.processes, &mounts)
+    }
+
     /// Each process's name and CPUs, for [`Robot::system_part`].
     pub fn process_cpu_list(&self) -> Vec<(String, CpuSet)> {
         self.processes
