@@ -24,6 +24,21 @@
 #   initrd is ours instead, a busybox that loads the modules the root
 #   device needs (virtio-blk, ext4: modules in Debian's kernel) and
 #   switches to the root filesystem, as Jetson Linux's own initrd does;
+#   it honours `init=`, and reboots when the root cannot be mounted (a
+#   wrong `root=` is then one boot attempt, never a shell nobody sees);
+# - the initrd starts the hardware watchdog before user space, as a
+#   board's firmware or initramfs does: QEMU's i6300esb (`-device
+#   i6300esb`), its driver loaded with nowayout and a heartbeat of
+#   WATCHDOG_S seconds, opened once and left running. A boot has that
+#   long until the supervisor opens it, sets robot.yaml's timeout and
+#   feeds it; one that hangs before (an `init=` that never starts user
+#   space, a driver) is reset. WATCHDOG_S covers the boot here (systemd
+#   under TCG: the supervisor's start-up done and the login prompt about
+#   40 s after the kernel started, 63 s at the slowest seen) with about
+#   twice that as the margin;
+# - the disk is a FAT boot partition (1: the boot-attempts script and its
+#   state, which `deploy image` puts in /usr/lib/rtdeploy/boot-partition;
+#   mounted at /boot/rtboot) before the root file system (2: /dev/vda2);
 # - the network is configured by a unit of the base with a fixed address
 #   (QEMU's user network: 10.0.2.15/24, gateway 10.0.2.2), no DHCP wait.
 set -euo pipefail
@@ -33,6 +48,7 @@ CACHE=${RTDEPLOY_CACHE:-/var/cache/rtdeploy}
 SUITE=trixie
 MIRROR=${RTDEPLOY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PACKAGES=(systemd-sysv udev openssh-server kmod iproute2 procps)
+WATCHDOG_S=120
 
 log() { printf '[arm64-base %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -40,7 +56,7 @@ die() {
     exit 2
 }
 
-KEY=$( (cat "${BASH_SOURCE[0]}"; printf '%s\n' "$SUITE" "${PACKAGES[@]}") | sha256sum | cut -c1-16)
+KEY=$( (cat "${BASH_SOURCE[0]}"; printf '%s\n' "$SUITE" "${PACKAGES[@]}" "$WATCHDOG_S") | sha256sum | cut -c1-16)
 OUT=$CACHE/arm64-base-$KEY
 if [ -e "$OUT/.complete" ]; then
     log "cached: $OUT ($(cat "$OUT/kernel-release"))"
@@ -83,7 +99,7 @@ ssh-keygen -q -t ed25519 -N '' -C rtdeploy-e2e -f "$TMP/out/ssh/id_ed25519"
 cat >"$TMP/hook.sh" <<'HOOK'
 #!/bin/sh
 set -eu
-root=$1 tmp=$2
+root=$1 tmp=$2 watchdog_s=$3
 # 1. the kernel: the rt flavour's unsigned image, unpacked, depmod on the host
 meta=$(chroot "$root" apt-cache depends linux-image-rt-arm64 | sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*-rt-arm64\)$/\1/p' | head -n1)
 [ -n "$meta" ] || { echo "hook: no linux-image-*-rt-arm64 in linux-image-rt-arm64's dependencies" >&2; exit 1; }
@@ -121,6 +137,24 @@ while read -r m; do
     esac
     echo "$b" >>"$ird/modules"
 done <"$tmp/mods"
+# The watchdog's driver and what it needs, loaded apart (with its
+# parameters).
+modprobe -a -d "$root" -S "$kver" --show-depends i6300esb |
+    awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' >"$tmp/wmods"
+[ -s "$tmp/wmods" ] || { echo "hook: no i6300esb module in $kver" >&2; exit 1; }
+: >"$ird/watchdog"
+while read -r m; do
+    b=${m##*/}
+    b=${b%.xz}
+    b=${b%.zst}
+    case $m in
+    *.xz) xz -dc "$m" >"$ird/lib/modules/$b" ;;
+    *.zst) zstd -qdc "$m" >"$ird/lib/modules/$b" ;;
+    *) cp "$m" "$ird/lib/modules/$b" ;;
+    esac
+    echo "$b" >>"$ird/watchdog"
+done <"$tmp/wmods"
+echo "$watchdog_s" >"$ird/watchdog-seconds"
 cat >"$ird/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -130,9 +164,31 @@ mount -t devtmpfs devtmpfs /dev
 for m in $(cat /modules); do
     insmod "/lib/modules/$m" 2>/dev/null || echo "initrd: insmod $m failed"
 done
+# The watchdog, started here and left running (nowayout: only a reset
+# stops it): user space has its heartbeat to open and feed it.
+hb=$(cat /watchdog-seconds)
+for m in $(cat /watchdog); do
+    case $m in i6300esb.ko) arg="nowayout=1 heartbeat=$hb" ;; *) arg= ;; esac
+    # shellcheck disable=SC2086
+    insmod "/lib/modules/$m" $arg 2>/dev/null || echo "initrd: insmod $m failed"
+done
+i=0
+while [ ! -c /dev/watchdog ] && [ $i -lt 50 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+if [ -c /dev/watchdog ] && : >/dev/watchdog; then
+    echo "initrd: watchdog started: ${hb}s until user space feeds it"
+else
+    echo "initrd: no watchdog (no i6300esb device): a boot that hangs is not reset"
+fi
 root=
+init=/sbin/init
 for t in $(cat /proc/cmdline); do
-    case $t in root=*) root=${t#root=} ;; esac
+    case $t in
+    root=*) root=${t#root=} ;;
+    init=*) init=${t#init=} ;;
+    esac
 done
 i=0
 while [ -n "$root" ] && [ ! -b "$root" ] && [ $i -lt 200 ]; do
@@ -140,12 +196,15 @@ while [ -n "$root" ] && [ ! -b "$root" ] && [ $i -lt 200 ]; do
     i=$((i + 1))
 done
 if ! mount -t ext4 -o rw,noatime "$root" /newroot; then
-    echo "initrd: cannot mount root=$root; powering off"
-    poweroff -f
+    # A boot attempt that failed: the boot loader counts it.
+    echo "initrd: cannot mount root=$root; rebooting"
+    sleep 5
+    reboot -f
 fi
 umount /proc /sys
 mount --move /dev /newroot/dev
-exec switch_root /newroot /sbin/init
+echo "initrd: starting $init"
+exec switch_root /newroot "$init"
 INIT
 chmod 755 "$ird/init" "$ird/bin/busybox"
 (cd "$ird" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) | gzip -n -6 >"$root/boot/initrd"
@@ -161,11 +220,21 @@ LABEL primary
       MENU LABEL primary kernel
       LINUX /boot/Image
       INITRD /boot/initrd
-      APPEND root=/dev/vda1 rw rootwait console=ttyAMA0 net.ifnames=0
+      APPEND root=/dev/vda2 rw rootwait console=ttyAMA0 net.ifnames=0
 EXT
 # 5. the system around it
 echo rtdeploy-arm64 >"$root/etc/hostname"
-printf '/dev/vda1 / ext4 rw,noatime 0 0\n' >"$root/etc/fstab"
+printf '/dev/vda2 / ext4 rw,noatime 0 0\n/dev/vda1 /boot/rtboot vfat rw,noatime,nofail,x-systemd.device-timeout=30s 0 0\n' >"$root/etc/fstab"
+mkdir -p "$root/boot/rtboot"
+# An init that never starts user space: a system update whose command
+# line names it (init=) hangs its boot until the watchdog resets it.
+mkdir -p "$root/usr/lib/rtdeploy-e2e"
+cat >"$root/usr/lib/rtdeploy-e2e/hang" <<'HANG'
+#!/bin/sh
+echo "hang: an init that never starts user space (the watchdog resets the machine)"
+exec sleep infinity
+HANG
+chmod 755 "$root/usr/lib/rtdeploy-e2e/hang"
 mkdir -p "$root/root/.ssh"
 chmod 700 "$root/root/.ssh"
 cp "$tmp/out/ssh/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
@@ -196,7 +265,7 @@ chmod 755 "$TMP/hook.sh"
 log "mmdebstrap $SUITE arm64 (${PACKAGES[*]}): several minutes, the packages' scripts run under qemu-user"
 inc=$(IFS=,; echo "${PACKAGES[*]}")
 timeout 2400 mmdebstrap --quiet --variant=minbase --architectures=arm64 --include="$inc" \
-    --customize-hook="$TMP/hook.sh \"\$1\" $TMP" \
+    --customize-hook="$TMP/hook.sh \"\$1\" $TMP $WATCHDOG_S" \
     "$SUITE" "$TMP/out/rootfs.tar" "$MIRROR" || die "mmdebstrap failed"
 for f in rootfs.tar u-boot.bin kernel-release; do
     [ -s "$TMP/out/$f" ] || die "the base has no $f"

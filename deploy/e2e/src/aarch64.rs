@@ -1,6 +1,8 @@
-//! The aarch64 end-to-end test, along the real boot path: U-Boot reads the
-//! extlinux.conf `deploy image` wrote into an ext4 root filesystem on a GPT
-//! disk, boots Debian's arm64 PREEMPT_RT kernel with its APPEND line,
+//! The aarch64 end-to-end test, along the real boot path: U-Boot runs the
+//! boot-attempts script from the disk's FAT boot partition, which boots
+//! the extlinux.conf `deploy image` wrote into the ext4 root filesystem
+//! after it on a GPT disk: Debian's arm64 PREEMPT_RT kernel with its
+//! APPEND line, the base's initrd starting QEMU's i6300esb watchdog;
 //! systemd starts rtdeploy.service, and the host talks to the guest over
 //! ssh as it would to a robot.
 //!
@@ -12,15 +14,21 @@
 //!    a crashing release that rolls back by itself; then a system update:
 //!    release 4 isolates CPUs 1-3 and moves the talker from CPU 2 to CPU 1,
 //!    `deploy update --reboot` installs it (a new extlinux.conf label made
-//!    DEFAULT) and reboots the guest,
+//!    DEFAULT, its boots counted by U-Boot) and reboots the guest,
 //! 2. which comes up with the new command line, the new plan applied and
-//!    verified, and the trial committed; the runtime's unit, channel and
-//!    event-loop suites, built for aarch64, run in the guest; the wake
-//!    census on PREEMPT_RT;
-//! 3. the fallback labels: autoboot interrupted at U-Boot's prompt, a
+//!    verified, the attempt counted, the watchdog held by the supervisor,
+//!    and the trial committed; the runtime's unit, channel and event-loop
+//!    suites, built for aarch64, run in the guest; then a system update
+//!    that hangs its boot: release 5's command line names an `init=` that
+//!    never starts user space, and `deploy update --reboot` installs it;
+//! 3. U-Boot's script counts the attempt, the boot hangs, the watchdog the
+//!    initrd started resets the machine, the script boots release 4's
+//!    label, and the supervisor there rolls release 5 back, naming the
+//!    attempt; the wake census on PREEMPT_RT runs in this boot;
+//! 4. the fallback labels: autoboot interrupted at U-Boot's prompt, a
 //!    label named: the base's original command line, and the image's own
 //!    label kept by the system update: release 1's plan's line;
-//! 4. bad input: a disk whose extlinux.conf names a kernel that is not
+//! 5. bad input: a disk whose extlinux.conf names a kernel that is not
 //!    there: the boot fails within its time limit with the console shown.
 
 use std::path::{Path, PathBuf};
@@ -150,6 +158,8 @@ impl Arm64<'_> {
             ("ssh", "openssh-client"),
             ("debugfs", "e2fsprogs"),
             ("mke2fs", "e2fsprogs"),
+            ("mkfs.vfat", "dosfstools"),
+            ("mcopy", "mtools"),
         ] {
             if host::output(
                 Command::new("sh")
@@ -170,7 +180,9 @@ impl Arm64<'_> {
         let rebooted = self.system_update(&m);
         if rebooted {
             self.boot2(&m);
-            self.census();
+            if self.hanging_update(&m) {
+                self.census();
+            }
         }
         self.power_off();
         self.fallback_labels(&m);
@@ -320,8 +332,27 @@ impl Arm64<'_> {
         }
         let config4 = w.join("robot4.yaml");
         write(&config4, &text4)?;
-        for v in [2, 3, 4] {
-            let c = if v == 4 { &config4 } else { &config };
+        // Release 5: release 4 with a command line whose `init=` never
+        // starts user space.
+        let panic = "  cmdline: [panic=10]\n";
+        if !text4.contains(panic) {
+            return Err((
+                "release 5's robot.yaml".into(),
+                format!("the example changed shape: no `{}`", panic.trim()),
+            ));
+        }
+        let config5 = w.join("robot5.yaml");
+        write(
+            &config5,
+            &text4.replace(panic, &format!("  cmdline: [panic=10, init={HANG}]\n")),
+        )?;
+        setup("release 5", host::copy_tree(&w.join("r4"), &w.join("r5")))?;
+        for v in [2, 3, 4, 5] {
+            let c = match v {
+                4 => &config4,
+                5 => &config5,
+                _ => &config,
+            };
             let dir = w.join(format!("r{v}"));
             setup(
                 "a release's robot.yaml",
@@ -405,10 +436,14 @@ impl Arm64<'_> {
             None,
         );
         let disk = w.join("disk.img");
-        setup("GPT disk", gpt_disk(&img, &disk, true))?;
+        setup(
+            "GPT disk",
+            boot_disk(&img, &w.join("boot-partition"), &disk),
+        )?;
         let _ = std::fs::remove_file(&img);
         self.r.pass(format!(
-            "GPT disk with the image as partition 1 ({})",
+            "GPT disk: the boot partition made from the image's {}, the image as partition 2 ({})",
+            releases::boot_attempts::PARTITION_TEMPLATE,
             host::size(&disk)
         ));
         let ssh_key = base.join("ssh/id_ed25519");
@@ -436,7 +471,11 @@ impl Arm64<'_> {
     /// Until the guest answers over ssh (and, with `old`, has booted
     /// again: another boot id), QEMU exits, or the boot limit passes.
     fn wait_ssh(&mut self, old: Option<&str>) -> Result<String, String> {
-        let deadline = Instant::now() + Duration::from_secs(self.o.boot_limit);
+        self.wait_ssh_within(old, self.o.boot_limit)
+    }
+
+    fn wait_ssh_within(&mut self, old: Option<&str>, limit: u64) -> Result<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(limit);
         while Instant::now() < deadline {
             if let Some(s) = self.qemu.as_mut().and_then(|q| q.exited()) {
                 return Err(format!("QEMU exited ({s})"));
@@ -455,7 +494,7 @@ impl Arm64<'_> {
             }
             std::thread::sleep(Duration::from_secs(3));
         }
-        Err(format!("no ssh within {} s", self.o.boot_limit))
+        Err(format!("no ssh within {limit} s"))
     }
 
     fn boot1(&mut self, m: &Made) -> Setup<()> {
@@ -1009,6 +1048,27 @@ impl Arm64<'_> {
         }
         if let Some(st) = &status {
             self.plan_in_force(&m.plan4, st, "release 4's");
+            // U-Boot's script counted the new label's boot, and the
+            // supervisor holds the watchdog the initrd started.
+            let b = st.release.as_ref().and_then(|r| r.boot_loader.as_ref());
+            self.r.assert(
+                b.is_some_and(|b| {
+                    b.label.starts_with("rtdeploy-release-4-")
+                        && b.attempts == 1
+                        && b.limit == 1
+                        && !b.fell_back
+                }),
+                format!(
+                    "the boot loader counted release 4's label: boot attempt 1 of 1 ({})",
+                    st.release
+                        .as_ref()
+                        .map(|r| r.describe())
+                        .unwrap_or_default()
+                ),
+                format!("{b:?}"),
+                log,
+            );
+            self.watchdog_armed(st, "boot 2");
         }
         let reboot = self
             .ssh()
@@ -1032,6 +1092,196 @@ impl Arm64<'_> {
             log,
         );
         self.guest_tests();
+    }
+
+    /// The supervisor opened the watchdog the initrd started, set
+    /// robot.yaml's timeout and feeds it.
+    fn watchdog_armed(&mut self, st: &SupervisorStatus, boot: &str) {
+        let w = st.watchdog.as_ref();
+        self.r.assert(
+            w.is_some_and(|w| {
+                w.state == "armed"
+                    && w.timeout_s == Some(WATCHDOG_S)
+                    && w.identity.as_deref().is_some_and(|i| i.contains("6300ESB"))
+                    && w.fed >= 1
+            }),
+            format!(
+                "{boot}: the supervisor holds the i6300ESB watchdog at robot.yaml's {WATCHDOG_S}s and feeds it ({})",
+                w.map(|w| w.describe()).unwrap_or_default()
+            ),
+            format!("{w:?}"),
+            Some(&self.log1.clone()),
+        );
+    }
+
+    /// Release 5 through `deploy update --reboot`: its command line's
+    /// `init=` never starts user space. U-Boot's script counts the attempt
+    /// (limit 1), the watchdog the initrd started resets the hung boot,
+    /// the script then boots release 4's label, and the supervisor's start
+    /// there rolls release 5 back, saying why. Whether the guest came back.
+    fn hanging_update(&mut self, m: &Made) -> bool {
+        let log1 = self.log1.clone();
+        let log = Some(log1.as_path());
+        self.r.phase(
+            "boot 2: a system update that hangs its boot: release 5, deploy update --reboot",
+        );
+        let what = format!("deploy update --reboot: release 5 (init={HANG}, which never starts user space) installed in trial as a system update, the guest asked to reboot");
+        let from = std::fs::metadata(&self.log1).map(|m| m.len()).unwrap_or(0);
+        let t = Instant::now();
+        let release5 = match self.update(&m.deploy, &self.work.join("v5.bundle"), true) {
+            Ok(u) if u.ok && u.state.as_deref() == Some("trial") && u.reboot && u.rebooted => {
+                let r = u.release.unwrap_or_default();
+                self.r.pass(format!("{what} ({r})"));
+                r
+            }
+            Ok(u) => {
+                self.r.fail(what, format!("{u:?}"), log);
+                return false;
+            }
+            Err(e) => {
+                self.r.fail(what, e, log);
+                return false;
+            }
+        };
+        self.r
+            .phase("boot 3: the hang, the watchdog's reset, release 4's label");
+        let old = self.boot_id.clone();
+        // The hung boot lasts the initrd's watchdog heartbeat; then a
+        // whole boot.
+        let limit = self.o.boot_limit + EARLY_WATCHDOG_S + 120;
+        let back = self.wait_ssh_within(Some(&old), limit);
+        let console = std::fs::read(&self.log1)
+            .map(|b| String::from_utf8_lossy(b.get(from as usize..).unwrap_or(&[])).into_owned())
+            .unwrap_or_default();
+        match back {
+            Ok(id) => {
+                self.r.pass(format!(
+                    "after the hung boot the guest comes back and answers over ssh ({:.0} s after the update began)",
+                    t.elapsed().as_secs_f64()
+                ));
+                self.boot_id = id;
+            }
+            Err(e) => {
+                self.r
+                    .fail("after the hung boot the guest comes back", e, log);
+                return false;
+            }
+        }
+        // The console, in order: the attempt counted, the watchdog
+        // started, the init that hangs, then (no panic, no reboot of the
+        // kernel's) the script giving up and booting release 4's label.
+        let label5 = format!("rtdeploy-release-{release5}");
+        let steps = [
+            format!("rtdeploy: boot attempt 1 of 1 of label {label5}"),
+            "initrd: watchdog started".to_string(),
+            format!("initrd: starting {HANG}"),
+            "hang: an init that never starts user space".to_string(),
+            format!("rtdeploy: label {label5} failed 1 boot attempts: booting label rtdeploy-release-4-"),
+        ];
+        let mut at = 0;
+        let mut missing = None;
+        let mut hang_at = 0;
+        for (i, step) in steps.iter().enumerate() {
+            match console[at..].find(step.as_str()) {
+                Some(j) => {
+                    at += j + step.len();
+                    if i == 3 {
+                        hang_at = at;
+                    }
+                }
+                None => {
+                    missing = Some(step.clone());
+                    break;
+                }
+            }
+        }
+        let ended = console
+            .get(hang_at..at)
+            .unwrap_or("")
+            .lines()
+            .find(|l| l.contains("Kernel panic") || l.contains("reboot: Restarting"))
+            .map(str::to_string);
+        match (missing, ended) {
+            (None, None) => self.r.pass(format!(
+                "U-Boot counted release 5's attempt, its init hung, the watchdog reset the machine (no panic or reboot of the kernel's) and U-Boot booted release 4's label (timeout {EARLY_WATCHDOG_S} s from the initrd)"
+            )),
+            (Some(step), _) => self.r.fail(
+                "the hung boot: attempt counted, watchdog reset, previous label",
+                format!("the console never says `{step}`"),
+                log,
+            ),
+            (None, Some(l)) => self.r.fail(
+                "the hung boot: attempt counted, watchdog reset, previous label",
+                format!("the kernel itself ended the hung boot: {l}"),
+                log,
+            ),
+        }
+        // The supervisor on release 4's label: release 5 rolled back, the
+        // attempts named; release 4 committed and running.
+        let r = self.release_verdict(300, 5);
+        let want =
+            format!("the boot loader gave up on label {label5} after 1 boot without a verdict");
+        let ok = r.as_ref().is_some_and(|r| {
+            r.state == "rolled-back"
+                && r.current.as_deref().is_some_and(|c| c.starts_with("4-"))
+                && r.other.as_deref() == Some(release5.as_str())
+                && r.detail.as_deref().is_some_and(|d| d.contains(&want))
+                && r.boot_loader.as_ref().is_some_and(|b| {
+                    b.fell_back && b.attempts == 2 && b.limit == 1 && b.label == label5
+                })
+        });
+        self.r.assert(
+            ok,
+            format!(
+                "the supervisor rolls release 5 back, naming the failed attempt ({})",
+                r.as_ref().map(|r| r.describe()).unwrap_or_default()
+            ),
+            format!("the supervisor says: {r:?}"),
+            log,
+        );
+        let conf = self
+            .ssh()
+            .query(60, "cat /boot/extlinux/extlinux.conf")
+            .stdout;
+        let default = extlinux::default_of(&conf).unwrap_or_default();
+        match (self.releases(), self.wait_running(240)) {
+            (Ok(rel), Ok(st)) => {
+                let cur = current_release(&rel);
+                let committed = matches!(
+                    rel.state,
+                    Some(releases::state::ReleaseState::Committed { .. })
+                );
+                self.r.assert(
+                    cur.starts_with("4-")
+                        && committed
+                        && default.starts_with("rtdeploy-release-4-")
+                        && st.processes.iter().all(|p| p.state == "running"),
+                    format!("release 4 is committed, DEFAULT again ({default}) and running"),
+                    format!(
+                        "deploy releases: current {cur}, {:?}; DEFAULT {default}",
+                        rel.state
+                    ),
+                    log,
+                );
+                let table = self.ssh().query(60, "deploy status").stdout;
+                self.r.assert(
+                    table.lines().any(|l| {
+                        l.starts_with("release: rolled back")
+                            && l.contains(&format!("; boot loader: {want}"))
+                    }),
+                    "deploy status names the failed attempts on its release line",
+                    tail_lines(&table, 20),
+                    log,
+                );
+                self.watchdog_armed(&st, "boot 3");
+            }
+            (rel, st) => self.r.fail(
+                "release 4 is committed, DEFAULT again and running",
+                format!("{:?} {:?}", rel.err(), st.err()),
+                log,
+            ),
+        }
+        true
     }
 
     /// The runtime's suites, cross-built, run in the guest.
@@ -1120,7 +1370,7 @@ impl Arm64<'_> {
     /// letter's scenario per mechanism, two best-effort threads hammering
     /// the best-effort word, the kprobe on futex_hash.
     fn census(&mut self) {
-        self.r.phase("boot 2: the wake census on PREEMPT_RT");
+        self.r.phase("boot 3: the wake census on PREEMPT_RT");
         self.ssh().query(60, "deploy stop --all");
         let out = self.ssh().run(
             900,
@@ -1192,12 +1442,20 @@ impl Arm64<'_> {
                 v => v.to_string(),
             };
             let got = format!("{} {} {shared}", p["counted_waits"], p["shared_words"]);
-            self.r.check(
-                &format!("{m}: no counted wait, no word and no bucket shared with a best-effort task for the same word"),
-                "0 0 0",
-                &got,
-                None,
-            );
+            let what = format!("{m}: no counted wait, no word and no bucket shared with a best-effort task for the same word");
+            if got == "0 0 0" {
+                self.r.pass(format!("{what} ({got})"));
+            } else {
+                // The phase whole: which waits were counted, on what.
+                self.r.fail(
+                    what,
+                    format!(
+                        "expected '0 0 0', got '{got}': {}",
+                        cut(&p.to_string(), 4000)
+                    ),
+                    None,
+                );
+            }
         }
     }
 
@@ -1227,7 +1485,7 @@ impl Arm64<'_> {
     /// Autoboot interrupted at U-Boot's prompt, a label named: the kernel
     /// gets that label's line.
     fn fallback_labels(&mut self, m: &Made) {
-        self.r.phase("boot 3: the fallback labels");
+        self.r.phase("boot 4: the fallback labels");
         let mut cases = vec![(
             "rtdeploy-original".to_string(),
             m.orig_append.clone(),
@@ -1258,7 +1516,11 @@ impl Arm64<'_> {
                 Step::Expect("=> "),
                 Step::Send(&set),
                 Step::Expect("=> "),
-                Step::Send("boot\r"),
+                // The extlinux boot itself, as the boot-attempts script
+                // runs it (`boot` runs the script first, which sets the
+                // override of its own; trixie's U-Boot has bootstd and no
+                // `sysboot`).
+                Step::Send("bootmeth order extlinux; bootflow scan -lb\r"),
                 Step::Until("Kernel command line: "),
             ];
             match machine.console(
@@ -1356,24 +1618,87 @@ impl Arm64<'_> {
     }
 }
 
-/// A GPT disk with one Linux partition at 1 MiB holding the file system
-/// `fs` (as the BIOS-bootable one when `bootable`).
-fn gpt_disk(fs: &Path, disk: &Path, bootable: bool) -> Result<(), String> {
+/// Where the base puts an init that never starts user space
+/// (scripts/e2e/arm64-base.sh).
+const HANG: &str = "/usr/lib/rtdeploy-e2e/hang";
+/// The heartbeat the base's initrd starts the watchdog with
+/// (scripts/e2e/arm64-base.sh, WATCHDOG_S).
+const EARLY_WATCHDOG_S: u64 = 120;
+/// examples/qemu-aarch64.yaml's `watchdog.timeout`.
+const WATCHDOG_S: u64 = 120;
+
+/// The board's disk: the boot partition (FAT, 32 MiB at 1 MiB), made from
+/// the files `deploy image` put in the image's
+/// `/usr/lib/rtdeploy/boot-partition` (read out with debugfs into
+/// `files`), then the image (ext4) as the root partition; both bootable,
+/// so that U-Boot scans the boot partition first and runs its script.
+fn boot_disk(fs: &Path, files: &Path, disk: &Path) -> Result<(), String> {
+    const FAT_START: u64 = 2048;
+    const FAT_SECTORS: u64 = 65536;
+    const ROOT_START: u64 = FAT_START + FAT_SECTORS;
+    let _ = std::fs::remove_dir_all(files);
+    std::fs::create_dir_all(files).map_err(|e| format!("{}: {e}", files.display()))?;
+    host::output(
+        Command::new("debugfs")
+            .arg("-R")
+            .arg(format!(
+                "rdump /{} {}",
+                releases::boot_attempts::PARTITION_TEMPLATE,
+                files.display()
+            ))
+            .arg(fs),
+    )?;
+    let part = files.join("boot-partition");
+    if !part.join(releases::boot_attempts::SCRIPT_FILE).is_file() {
+        return Err(format!(
+            "the image has no {}/{}",
+            releases::boot_attempts::PARTITION_TEMPLATE,
+            releases::boot_attempts::SCRIPT_FILE
+        ));
+    }
+    let fat = files.join("fat.img");
+    host::output(
+        Command::new("mkfs.vfat")
+            .args(["-C", "-n", "RTBOOT"])
+            .arg(&fat)
+            .arg((FAT_SECTORS / 2).to_string()),
+    )?;
+    let mut c = Command::new("mcopy");
+    c.args(["-s", "-i"]).arg(&fat);
+    for e in std::fs::read_dir(&part).map_err(|e| format!("{}: {e}", part.display()))? {
+        c.arg(e.map_err(|e| e.to_string())?.path());
+    }
+    c.arg("::/");
+    host::output(&mut c)?;
     let bytes = std::fs::metadata(fs)
         .map_err(|e| format!("{}: {e}", fs.display()))?
         .len();
     std::fs::File::create(disk)
-        .and_then(|f| f.set_len(bytes + 2 * 1048576))
+        .and_then(|f| f.set_len(ROOT_START * 512 + bytes + 1048576))
         .map_err(|e| format!("{}: {e}", disk.display()))?;
-    let attrs = if bootable {
-        ", attrs=LegacyBIOSBootable"
-    } else {
-        ""
-    };
     let table = format!(
-        "label: gpt\nstart=2048, size={}, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootfs{attrs}\n",
+        "label: gpt\nstart={FAT_START}, size={FAT_SECTORS}, type=EBD0A0A2-B9E5-4433-87C0-68B6B72699C7, name=rtboot, attrs=LegacyBIOSBootable\nstart={ROOT_START}, size={}, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootfs, attrs=LegacyBIOSBootable\n",
         bytes / 512
     );
+    sfdisk(disk, &table)?;
+    for (img, start) in [(&fat, FAT_START), (&fs.to_path_buf(), ROOT_START)] {
+        host::output(
+            Command::new("dd")
+                .arg(format!("if={}", img.display()))
+                .arg(format!("of={}", disk.display()))
+                .args([
+                    "bs=4M",
+                    "oflag=seek_bytes",
+                    "conv=notrunc,sparse",
+                    "status=none",
+                ])
+                .arg(format!("seek={}", start * 512)),
+        )?;
+    }
+    Ok(())
+}
+
+fn sfdisk(disk: &Path, table: &str) -> Result<(), String> {
     let mut c = Command::new("sfdisk");
     c.arg("-q")
         .arg(disk)
@@ -1393,6 +1718,28 @@ fn gpt_disk(fs: &Path, disk: &Path, bootable: bool) -> Result<(), String> {
     if !out.status.success() {
         return Err(format!("sfdisk: {}", String::from_utf8_lossy(&out.stderr)));
     }
+    Ok(())
+}
+
+/// A GPT disk with one Linux partition at 1 MiB holding the file system
+/// `fs` (as the BIOS-bootable one when `bootable`).
+fn gpt_disk(fs: &Path, disk: &Path, bootable: bool) -> Result<(), String> {
+    let bytes = std::fs::metadata(fs)
+        .map_err(|e| format!("{}: {e}", fs.display()))?
+        .len();
+    std::fs::File::create(disk)
+        .and_then(|f| f.set_len(bytes + 2 * 1048576))
+        .map_err(|e| format!("{}: {e}", disk.display()))?;
+    let attrs = if bootable {
+        ", attrs=LegacyBIOSBootable"
+    } else {
+        ""
+    };
+    let table = format!(
+        "label: gpt\nstart=2048, size={}, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootfs{attrs}\n",
+        bytes / 512
+    );
+    sfdisk(disk, &table)?;
     host::output(
         Command::new("dd")
             .arg(format!("if={}", fs.display()))

@@ -170,8 +170,9 @@ impl BootLoaderSaw {
         let label = &self.label;
         let mut s = if self.fell_back {
             format!(
-                "the boot loader gave up on label {label} after {} boots without a verdict and booted the previous label",
-                self.limit
+                "the boot loader gave up on label {label} after {} boot{} without a verdict and booted the previous label",
+                self.limit,
+                if self.limit == 1 { "" } else { "s" }
             )
         } else if self.attempts > 0 {
             format!(
