@@ -1068,7 +1068,13 @@ impl Arm64<'_> {
                 format!("{b:?}"),
                 log,
             );
-            self.watchdog_armed(st, "boot 2");
+            crate::checks::watchdog_armed(
+                &mut self.r,
+                &self.work.join("robot.yaml"),
+                Some(st),
+                "boot 2",
+                log,
+            );
         }
         let reboot = self
             .ssh()
@@ -1092,26 +1098,6 @@ impl Arm64<'_> {
             log,
         );
         self.guest_tests();
-    }
-
-    /// The supervisor opened the watchdog the initrd started, set
-    /// robot.yaml's timeout and feeds it.
-    fn watchdog_armed(&mut self, st: &SupervisorStatus, boot: &str) {
-        let w = st.watchdog.as_ref();
-        self.r.assert(
-            w.is_some_and(|w| {
-                w.state == "armed"
-                    && w.timeout_s == Some(WATCHDOG_S)
-                    && w.identity.as_deref().is_some_and(|i| i.contains("6300ESB"))
-                    && w.fed >= 1
-            }),
-            format!(
-                "{boot}: the supervisor holds the i6300ESB watchdog at robot.yaml's {WATCHDOG_S}s and feeds it ({})",
-                w.map(|w| w.describe()).unwrap_or_default()
-            ),
-            format!("{w:?}"),
-            Some(&self.log1.clone()),
-        );
     }
 
     /// Release 5 through `deploy update --reboot`: its command line's
@@ -1273,7 +1259,13 @@ impl Arm64<'_> {
                     tail_lines(&table, 20),
                     log,
                 );
-                self.watchdog_armed(&st, "boot 3");
+                crate::checks::watchdog_armed(
+                    &mut self.r,
+                    &self.work.join("robot.yaml"),
+                    Some(&st),
+                    "boot 3",
+                    log,
+                );
             }
             (rel, st) => self.r.fail(
                 "release 4 is committed, DEFAULT again and running",
@@ -1564,7 +1556,16 @@ impl Arm64<'_> {
                     .arg(&fs),
             )?;
             let disk = self.work.join("bad.img");
-            gpt_disk(&fs, &disk, false)?;
+            gpt_disk(
+                &[Part {
+                    img: &fs,
+                    start: 2048,
+                    kind: LINUX_TYPE,
+                    name: "rootfs",
+                }],
+                &disk,
+                false,
+            )?;
             Ok(disk)
         })();
         let disk = match made {
@@ -1624,8 +1625,6 @@ const HANG: &str = "/usr/lib/rtdeploy-e2e/hang";
 /// The heartbeat the base's initrd starts the watchdog with
 /// (scripts/e2e/arm64-base.sh, WATCHDOG_S).
 const EARLY_WATCHDOG_S: u64 = 120;
-/// examples/qemu-aarch64.yaml's `watchdog.timeout`.
-const WATCHDOG_S: u64 = 120;
 
 /// The board's disk: the boot partition (FAT, 32 MiB at 1 MiB), made from
 /// the files `deploy image` put in the image's
@@ -1670,32 +1669,24 @@ fn boot_disk(fs: &Path, files: &Path, disk: &Path) -> Result<(), String> {
     }
     c.arg("::/");
     host::output(&mut c)?;
-    let bytes = std::fs::metadata(fs)
-        .map_err(|e| format!("{}: {e}", fs.display()))?
-        .len();
-    std::fs::File::create(disk)
-        .and_then(|f| f.set_len(ROOT_START * 512 + bytes + 1048576))
-        .map_err(|e| format!("{}: {e}", disk.display()))?;
-    let table = format!(
-        "label: gpt\nstart={FAT_START}, size={FAT_SECTORS}, type=EBD0A0A2-B9E5-4433-87C0-68B6B72699C7, name=rtboot, attrs=LegacyBIOSBootable\nstart={ROOT_START}, size={}, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootfs, attrs=LegacyBIOSBootable\n",
-        bytes / 512
-    );
-    sfdisk(disk, &table)?;
-    for (img, start) in [(&fat, FAT_START), (&fs.to_path_buf(), ROOT_START)] {
-        host::output(
-            Command::new("dd")
-                .arg(format!("if={}", img.display()))
-                .arg(format!("of={}", disk.display()))
-                .args([
-                    "bs=4M",
-                    "oflag=seek_bytes",
-                    "conv=notrunc,sparse",
-                    "status=none",
-                ])
-                .arg(format!("seek={}", start * 512)),
-        )?;
-    }
-    Ok(())
+    gpt_disk(
+        &[
+            Part {
+                img: &fat,
+                start: FAT_START,
+                kind: FAT_TYPE,
+                name: "rtboot",
+            },
+            Part {
+                img: fs,
+                start: ROOT_START,
+                kind: LINUX_TYPE,
+                name: "rootfs",
+            },
+        ],
+        disk,
+        true,
+    )
 }
 
 fn sfdisk(disk: &Path, table: &str) -> Result<(), String> {
@@ -1721,38 +1712,62 @@ fn sfdisk(disk: &Path, table: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A GPT disk with one Linux partition at 1 MiB holding the file system
-/// `fs` (as the BIOS-bootable one when `bootable`).
-fn gpt_disk(fs: &Path, disk: &Path, bootable: bool) -> Result<(), String> {
-    let bytes = std::fs::metadata(fs)
-        .map_err(|e| format!("{}: {e}", fs.display()))?
-        .len();
-    std::fs::File::create(disk)
-        .and_then(|f| f.set_len(bytes + 2 * 1048576))
-        .map_err(|e| format!("{}: {e}", disk.display()))?;
+/// GPT partition types: Microsoft basic data (FAT), Linux file system.
+const FAT_TYPE: &str = "EBD0A0A2-B9E5-4433-87C0-68B6B72699C7";
+const LINUX_TYPE: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+
+/// One partition of a test disk: the file system image it holds, its
+/// first sector, GPT type and name.
+struct Part<'a> {
+    img: &'a Path,
+    start: u64,
+    kind: &'a str,
+    name: &'a str,
+}
+
+/// A GPT disk holding `parts` (in order, each as large as its image; all
+/// BIOS-bootable when `bootable`, so that U-Boot scans them in order).
+fn gpt_disk(parts: &[Part], disk: &Path, bootable: bool) -> Result<(), String> {
     let attrs = if bootable {
         ", attrs=LegacyBIOSBootable"
     } else {
         ""
     };
-    let table = format!(
-        "label: gpt\nstart=2048, size={}, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootfs{attrs}\n",
-        bytes / 512
-    );
+    let mut table = String::from("label: gpt\n");
+    let mut end = 0;
+    for p in parts {
+        let bytes = std::fs::metadata(p.img)
+            .map_err(|e| format!("{}: {e}", p.img.display()))?
+            .len();
+        table.push_str(&format!(
+            "start={}, size={}, type={}, name={}{attrs}\n",
+            p.start,
+            bytes / 512,
+            p.kind,
+            p.name
+        ));
+        end = end.max(p.start * 512 + bytes);
+    }
+    // A megabyte after the last partition: GPT's backup table.
+    std::fs::File::create(disk)
+        .and_then(|f| f.set_len(end + 1048576))
+        .map_err(|e| format!("{}: {e}", disk.display()))?;
     sfdisk(disk, &table)?;
-    host::output(
-        Command::new("dd")
-            .arg(format!("if={}", fs.display()))
-            .arg(format!("of={}", disk.display()))
-            .args([
-                "bs=4M",
-                "seek=1M",
-                "oflag=seek_bytes",
-                "conv=notrunc,sparse",
-                "status=none",
-            ]),
-    )
-    .map(|_| ())
+    for p in parts {
+        host::output(
+            Command::new("dd")
+                .arg(format!("if={}", p.img.display()))
+                .arg(format!("of={}", disk.display()))
+                .args([
+                    "bs=4M",
+                    "oflag=seek_bytes",
+                    "conv=notrunc,sparse",
+                    "status=none",
+                ])
+                .arg(format!("seek={}", p.start * 512)),
+        )?;
+    }
+    Ok(())
 }
 
 fn read(p: &Path) -> Setup<String> {

@@ -74,3 +74,41 @@ pub fn cpu_plan_applied(r: &mut Report, status: &SupervisorStatus, log: Option<&
         ),
     }
 }
+
+/// robot.yaml's `watchdog.timeout` in whole seconds (0 without one, or
+/// when the file does not load: the assertion below then says so).
+pub fn watchdog_timeout_s(config: &Path) -> u64 {
+    services::robot::load(config)
+        .ok()
+        .and_then(|l| l.robot.watchdog)
+        .map_or(0, |w| w.timeout.0.as_secs())
+}
+
+/// The supervisor holds QEMU's i6300ESB watchdog at `config`'s timeout
+/// and feeds it (`status` read in boot `boot`).
+pub fn watchdog_armed(
+    r: &mut Report,
+    config: &Path,
+    status: Option<&SupervisorStatus>,
+    boot: &str,
+    log: Option<&Path>,
+) {
+    let want = watchdog_timeout_s(config);
+    let w = status.and_then(|s| s.watchdog.as_ref());
+    r.assert(
+        want > 0
+            && w.is_some_and(|w| {
+                w.state == "armed"
+                    && w.timeout_s == Some(want)
+                    && w.identity.as_deref().is_some_and(|i| i.contains("6300ESB"))
+                    && w.fed >= 1
+                    && w.last_fed_s_ago.is_some_and(|a| a < want as f64)
+            }),
+        format!(
+            "{boot}: the supervisor holds the i6300ESB watchdog at robot.yaml's {want}s and feeds it ({})",
+            w.map(|w| w.describe()).unwrap_or_default()
+        ),
+        format!("{w:?}"),
+        log,
+    );
+}

@@ -171,7 +171,13 @@ impl X86<'_> {
         self.r.end_phase();
         let what = "io_uring and futex_waitv denied";
         let deny_status = self.backend_boot(&b, what, "doorbell");
-        self.watchdog_armed(&b, deny_status.as_ref(), "boot 3");
+        crate::checks::watchdog_armed(
+            &mut self.r,
+            &self.src.join(CONFIG),
+            deny_status.as_ref(),
+            "boot 3",
+            Some(&b.log),
+        );
         self.watchdog_reset(&b, &reset);
         if let Some(st) = deny_status {
             match st.startup.iter().find(|s| s.step == "syscall filter") {
@@ -629,7 +635,13 @@ impl X86<'_> {
                 log,
             );
         }
-        self.watchdog_armed(&b, status.as_ref().ok(), "boot 2");
+        crate::checks::watchdog_armed(
+            &mut self.r,
+            &self.src.join(CONFIG),
+            status.as_ref().ok(),
+            "boot 2",
+            Some(&b.log),
+        );
         // Fed all along: at the end of the driver's work (after the
         // traced checks, well past the timeout) it was fed more, and the
         // machine never reset (the orderly shutdown below).
@@ -654,39 +666,6 @@ impl X86<'_> {
         Ok(())
     }
 
-    /// The supervisor opened the watchdog, set robot.yaml's timeout and
-    /// feeds it.
-    fn watchdog_armed(&mut self, b: &Boot, st: Option<&SupervisorStatus>, boot: &str) {
-        let want = self.plan_watchdog_timeout();
-        let w = st.and_then(|s| s.watchdog.as_ref());
-        self.r.assert(
-            w.is_some_and(|w| {
-                w.state == "armed"
-                    && w.timeout_s == Some(want)
-                    && w.identity.as_deref().is_some_and(|i| i.contains("6300ESB"))
-                    && w.fed >= 1
-                    && w.last_fed_s_ago.is_some_and(|a| a < want as f64)
-            }),
-            format!(
-                "{boot}: the supervisor holds the i6300ESB watchdog at robot.yaml's {want}s and feeds it ({})",
-                w.map(|w| w.describe()).unwrap_or_default()
-            ),
-            format!("{w:?}"),
-            Some(&b.log),
-        );
-    }
-
-    /// robot.yaml's `watchdog.timeout`, in seconds.
-    fn plan_watchdog_timeout(&self) -> u64 {
-        let text = std::fs::read_to_string(self.src.join(CONFIG)).unwrap_or_default();
-        text.lines()
-            .skip_while(|l| !l.starts_with("watchdog:"))
-            .find_map(|l| l.trim().strip_prefix("timeout:"))
-            .and_then(|v| v.split('#').next())
-            .and_then(|v| v.trim().trim_end_matches('s').parse().ok())
-            .unwrap_or(0)
-    }
-
     /// Frozen with SIGSTOP, the supervisor stops feeding the watchdog and
     /// the machine resets: the kernel starts again, with no panic, power
     /// off or reboot of the kernel's own between the freeze and the new
@@ -694,7 +673,7 @@ impl X86<'_> {
     /// freeze.
     fn watchdog_reset(&mut self, b: &Boot, reset: &WatchdogReset) {
         let log = Some(b.log.as_path());
-        let timeout = self.plan_watchdog_timeout();
+        let timeout = crate::checks::watchdog_timeout_s(&self.src.join(CONFIG));
         let what = "a supervisor frozen with SIGSTOP gets the machine reset by the watchdog";
         let Some(frozen) = reset.frozen else {
             self.r.fail(
