@@ -123,37 +123,32 @@ ird=$tmp/initrd
 mkdir -p "$ird/bin" "$ird/proc" "$ird/sys" "$ird/dev" "$ird/newroot" "$ird/lib/modules" "$tmp/bb"
 dpkg-deb -x "$tmp/debs/"busybox-static_*.deb "$tmp/bb"
 cp "$tmp/bb/usr/bin/busybox" "$ird/bin/busybox"
-modprobe -a -d "$root" -S "$kver" --show-depends virtio_mmio virtio_pci virtio_blk ext4 |
-    awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' >"$tmp/mods"
-: >"$ird/modules"
-while read -r m; do
-    b=${m##*/}
-    b=${b%.xz}
-    b=${b%.zst}
-    case $m in
-    *.xz) xz -dc "$m" >"$ird/lib/modules/$b" ;;
-    *.zst) zstd -qdc "$m" >"$ird/lib/modules/$b" ;;
-    *) cp "$m" "$ird/lib/modules/$b" ;;
-    esac
-    echo "$b" >>"$ird/modules"
-done <"$tmp/mods"
+# initrd_modules LIST MODULE...: MODULE and what it needs, in loading
+# order, into the initrd's lib/modules (uncompressed), their names into
+# the file LIST.
+initrd_modules() {
+    list=$1
+    shift
+    modprobe -a -d "$root" -S "$kver" --show-depends "$@" |
+        awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' >"$tmp/mods"
+    [ -s "$tmp/mods" ] || { echo "hook: no module $* in $kver" >&2; exit 1; }
+    : >"$list"
+    while read -r m; do
+        b=${m##*/}
+        b=${b%.xz}
+        b=${b%.zst}
+        case $m in
+        *.xz) xz -dc "$m" >"$ird/lib/modules/$b" ;;
+        *.zst) zstd -qdc "$m" >"$ird/lib/modules/$b" ;;
+        *) cp "$m" "$ird/lib/modules/$b" ;;
+        esac
+        echo "$b" >>"$list"
+    done <"$tmp/mods"
+}
+initrd_modules "$ird/modules" virtio_mmio virtio_pci virtio_blk ext4
 # The watchdog's driver and what it needs, loaded apart (with its
 # parameters).
-modprobe -a -d "$root" -S "$kver" --show-depends i6300esb |
-    awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' >"$tmp/wmods"
-[ -s "$tmp/wmods" ] || { echo "hook: no i6300esb module in $kver" >&2; exit 1; }
-: >"$ird/watchdog"
-while read -r m; do
-    b=${m##*/}
-    b=${b%.xz}
-    b=${b%.zst}
-    case $m in
-    *.xz) xz -dc "$m" >"$ird/lib/modules/$b" ;;
-    *.zst) zstd -qdc "$m" >"$ird/lib/modules/$b" ;;
-    *) cp "$m" "$ird/lib/modules/$b" ;;
-    esac
-    echo "$b" >>"$ird/watchdog"
-done <"$tmp/wmods"
+initrd_modules "$ird/watchdog" i6300esb
 echo "$watchdog_s" >"$ird/watchdog-seconds"
 cat >"$ird/init" <<'INIT'
 #!/bin/busybox sh
