@@ -38,7 +38,21 @@ pub struct ChannelConfig {
     /// reverse; see [`crate::wake`]). Default 2ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_class_latency: Option<Dur>,
+    /// Messages each subscribing process may hold in place at once (read
+    /// in their slots, never copied; see [`crate::channel`]'s `hold`). Each
+    /// costs a slot of `max_size`. Default: 1 for messages of
+    /// [`HOLD_BY_DEFAULT_FROM`] and more, 0 below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holds: Option<u32>,
 }
+
+/// From this `max_size` on a channel gives each subscriber a hold unless
+/// robot.yaml says otherwise: below it a copy into the subscriber's
+/// buffer costs less than a publish's look at the hold records, and a
+/// small message is copied whole by the seqlock read anyway.
+pub const HOLD_BY_DEFAULT_FROM: u64 = 64 << 10;
+/// The most holds one subscriber may have on a channel.
+pub const MAX_HOLDS: u32 = 64;
 
 fn default_retention() -> Dur {
     Dur::from_millis(100)
@@ -75,17 +89,33 @@ impl ChannelConfig {
             .map_or(crate::channel::DEFAULT_CROSS_CLASS_LATENCY, |d| d.0)
     }
 
+    /// Holds per subscribing process: `holds`, or the default.
+    pub fn holds_per_subscriber(&self) -> u32 {
+        self.holds
+            .unwrap_or(u32::from(self.max_size.0 >= HOLD_BY_DEFAULT_FROM))
+    }
+
+    /// Hold records of the channel file when `subscribers` processes
+    /// subscribe (at least one is counted: a tool may read in place).
+    pub fn hold_records(&self, subscribers: u32) -> u32 {
+        let n = u64::from(self.holds_per_subscriber()) * u64::from(subscribers.max(1));
+        n.min(u64::from(crate::channel::MAX_ENTRIES)) as u32
+    }
+
     /// Bytes of one slot: header plus payload, rounded to a cache line.
     pub fn slot_bytes(&self) -> u64 {
         (SLOT_HEADER_BYTES + self.max_size.0).div_ceil(64) * 64
     }
 
-    /// Bytes of the channel file with `publishers` publisher entries: the
-    /// header, the ring and entry tables, the slots and one scratch slot
-    /// per publisher, exactly as [`crate::channel`] lays it out.
-    pub fn shm_bytes(&self, publishers: u64) -> u64 {
+    /// Bytes of the channel file with `publishers` publisher entries and
+    /// `subscribers` subscribing processes: the header, the entry tables,
+    /// the ring, the hold records, the slots, a scratch slot per publisher
+    /// and a reserve slot per hold record, exactly as [`crate::channel`]
+    /// lays it out.
+    pub fn shm_bytes(&self, publishers: u64, subscribers: u64) -> u64 {
         let publishers = publishers.clamp(1, u32::MAX as u64) as u32;
-        crate::channel::ChannelGeometry::from_config(self, publishers).total_bytes()
+        let subscribers = subscribers.min(u32::MAX as u64) as u32;
+        crate::channel::ChannelGeometry::from_config(self, publishers, subscribers).total_bytes()
     }
 
     pub fn validate(&self, path: &str, out: &mut Vec<Problem>) {
@@ -135,6 +165,14 @@ impl ChannelConfig {
                 ));
             }
         }
+        if let Some(h) = self.holds {
+            if h > MAX_HOLDS {
+                out.push((
+                    format!("{path}.holds"),
+                    format!("{h} holds per subscriber (expected 0 to {MAX_HOLDS})"),
+                ));
+            }
+        }
         if self.rate > 0 && !self.retention.is_zero() {
             let len = self.checked_queue_len();
             if len.is_none_or(|len| len > MAX_QUEUE_LEN) {
@@ -149,7 +187,9 @@ impl ChannelConfig {
                         self.rate, self.retention
                     ),
                 ));
-            } else if self.max_size.0 <= MAX_MESSAGE_SIZE && self.shm_bytes(1) > MAX_CHANNEL_BYTES {
+            } else if self.max_size.0 <= MAX_MESSAGE_SIZE
+                && self.shm_bytes(1, 1) > MAX_CHANNEL_BYTES
+            {
                 out.push((
                     format!("{path}.retention"),
                     format!(
@@ -157,7 +197,7 @@ impl ChannelConfig {
                         self.rate,
                         self.retention,
                         self.max_size,
-                        ByteSize(self.shm_bytes(1)),
+                        ByteSize(self.shm_bytes(1, 1)),
                         ByteSize(MAX_CHANNEL_BYTES)
                     ),
                 ));
@@ -209,6 +249,7 @@ mod tests {
             retention: Dur::from_millis(100),
             budget: None,
             cross_class_latency: None,
+            holds: None,
         };
         assert_eq!(c.queue_len(), 128);
         assert_eq!(c.slot_bytes(), 128);
@@ -228,6 +269,7 @@ mod tests {
             retention: Dur(Duration::from_nanos(1 << 63)),
             budget: None,
             cross_class_latency: None,
+            holds: None,
         };
         assert_eq!(c.checked_queue_len(), None);
         assert!(c.queue_len() > MAX_QUEUE_LEN);
@@ -269,11 +311,13 @@ mod tests {
             retention: Dur::from_millis(40),
             budget: None,
             cross_class_latency: None,
+            holds: Some(2),
         };
         let (ch, _) = crate::channel::Channel::create_from_config(
             dir.path(),
             &c,
             3,
+            5,
             None,
             std::path::Path::new("/proc"),
         )
@@ -281,8 +325,10 @@ mod tests {
         let len = std::fs::metadata(crate::channel::channel_path(dir.path(), &c.name))
             .unwrap()
             .len();
+        assert_eq!(ch.geometry().holds, 10, "two holds for each of five");
+        assert_eq!(ch.geometry().slots(), 32 + 3 + 10);
         drop(ch);
-        assert_eq!(c.shm_bytes(3), len);
+        assert_eq!(c.shm_bytes(3, 5), len);
     }
 
     #[test]

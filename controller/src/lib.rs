@@ -96,8 +96,8 @@ pub mod supervise {
 
 pub use channel::{
     Channel, ChannelAttachError, ChannelCreateError, ChannelFault, ChannelGeometry,
-    ChannelOpenError, CreateOutcome, Message, PublishError, Published, Publisher, SlotView,
-    Subscriber,
+    ChannelOpenError, CreateOutcome, Held, HoldError, Message, PublishError, Published, Publisher,
+    SlotView, Subscriber,
 };
 pub use event_loop::{
     Backend, Ctx, EventLoop, EventLoopCreateError, EventLoopRunError, FetchError, LoopChannelError,

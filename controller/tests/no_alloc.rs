@@ -53,6 +53,31 @@ fn publish_allocates_nothing() {
 }
 
 #[test]
+fn holding_and_releasing_allocates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(1 << 16, 4, 1).with_holds(2);
+    let (ch, _) = Channel::create(dir.path(), "/na/hold", &geom, None, Path::new(PROC)).unwrap();
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    let mut s = ch.subscriber(Path::new(PROC)).unwrap();
+    assert_eq!(s.claim_holds(2, Path::new(PROC)).unwrap(), 2);
+    let payload = vec![7u8; 1 << 16];
+    let _g = AllocTrapGuard::new(AllocTrap::Count);
+    let before = allocations();
+    let mut kept = None;
+    for i in 0..2_000u64 {
+        p.publish(&payload).unwrap();
+        let h = s.hold_next().unwrap().unwrap();
+        assert_eq!(h.bytes()[100], 7);
+        // Every tenth is kept across the next publishes (its slot traded).
+        if i % 10 == 0 {
+            kept = Some(h);
+        }
+    }
+    drop(kept);
+    assert_eq!(allocations() - before, 0, "allocations holding messages");
+}
+
+#[test]
 fn event_loop_handle_path_allocates_nothing() {
     let p = probe();
     let mut backends = Vec::new();

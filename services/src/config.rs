@@ -226,6 +226,31 @@ fn other() -> Policy {
     Policy::Other
 }
 
+/// Who of `processes` uses a channel: the publisher entries and the
+/// subscribing processes its file is sized for (at least one publisher:
+/// a channel nobody publishes on still takes a tool's message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelUsers {
+    pub publishers: u32,
+    pub subscribers: u32,
+}
+
+impl ChannelUsers {
+    pub fn of(processes: &[ProcessConfig], channel: &str) -> ChannelUsers {
+        let count = |f: fn(&ProcessConfig) -> &Vec<String>| {
+            processes
+                .iter()
+                .filter(|p| f(p).iter().any(|c| c == channel))
+                .count()
+                .min(u32::MAX as usize) as u32
+        };
+        ChannelUsers {
+            publishers: count(|p| &p.publishes).max(1),
+            subscribers: count(|p| &p.subscribes),
+        }
+    }
+}
+
 fn default_stop_timeout() -> Dur {
     Dur::from_secs(5)
 }

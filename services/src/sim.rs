@@ -325,16 +325,12 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
         })?;
     }
     for c in &robot.channels {
-        let publishers = robot
-            .processes
-            .iter()
-            .filter(|p| p.publishes.contains(&c.name))
-            .count()
-            .max(1) as u32;
+        let users = crate::config::ChannelUsers::of(&robot.processes, &c.name);
         controller::Channel::create_from_config(
             &opts.shm_dir,
             c,
-            publishers,
+            users.publishers,
+            users.subscribers,
             None,
             &opts.proc_root,
         )
@@ -364,11 +360,18 @@ pub fn run(robot: &Robot, opts: &SimOptions) -> Result<SimOutcome, SimError> {
                 name: format!("{ORIGINAL}{}", c.name),
                 ..c.clone()
             };
-            controller::Channel::create_from_config(&opts.shm_dir, &copy, 1, None, &opts.proc_root)
-                .map_err(|source| SimError::Channel {
-                    name: copy.name.clone(),
-                    source,
-                })?;
+            controller::Channel::create_from_config(
+                &opts.shm_dir,
+                &copy,
+                1,
+                1,
+                None,
+                &opts.proc_root,
+            )
+            .map_err(|source| SimError::Channel {
+                name: copy.name.clone(),
+                source,
+            })?;
             originals.push(copy.name);
         }
     }

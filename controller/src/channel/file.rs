@@ -24,8 +24,8 @@ use crate::shm::{Mapping, ShmSafe, TypeName};
 use crate::sys;
 
 use super::layout::{
-    pack, ChannelGeometry, ChannelGeometryError, Header, PubEntry, SlotHeader, HEADER_BYTES,
-    INVALID, LAYOUT_VERSION, MAGIC, NONE,
+    pack, ChannelGeometry, ChannelGeometryError, Header, HoldRecord, PubEntry, SlotHeader,
+    HEADER_BYTES, INVALID, LAYOUT_VERSION, MAGIC, NONE,
 };
 use super::owner::{owner_word, ChannelAttachError, RecoveryReport};
 use super::{Channel, Inner};
@@ -241,18 +241,20 @@ impl Channel {
         Ok((ch, outcome))
     }
 
-    /// [`Channel::create`] with the geometry of a robot.yaml channel.
+    /// [`Channel::create`] with the geometry of a robot.yaml channel that
+    /// `publishers` processes publish and `subscribers` subscribe to.
     pub fn create_from_config(
         shm_dir: &Path,
         cfg: &ChannelConfig,
         publishers: u32,
+        subscribers: u32,
         gid: Option<u32>,
         proc_root: &Path,
     ) -> Result<(Channel, CreateOutcome), ChannelCreateError> {
         Channel::create(
             shm_dir,
             &cfg.name,
-            &ChannelGeometry::from_config(cfg, publishers),
+            &ChannelGeometry::from_config(cfg, publishers, subscribers),
             gid,
             proc_root,
         )
@@ -272,6 +274,7 @@ impl Channel {
         h.cross_class_ns
             .store(geom.cross_class.as_nanos().min(u64::MAX as u128) as u64, r);
         h.total_bytes.store(geom.total_bytes(), r);
+        h.holds.store(geom.holds as u64, r);
         let pid = sys::getpid();
         h.creator.store(
             owner_word(pid, sys::process_start_time(proc_root, pid).unwrap_or(0)),
@@ -295,6 +298,12 @@ impl Channel {
             let pe: &PubEntry = map.at((geom.pub_table_offset() + 64 * i) as usize);
             pe.scratch.store(len + i, r);
             pe.swapping.store(NONE, r);
+            pe.trading.store(NONE, r);
+        }
+        for k in 0..geom.holds as u64 {
+            let hr: &HoldRecord = map.at((geom.hold_offset() + 64 * k) as usize);
+            hr.held.store(NONE, r);
+            hr.reserve.store(len + geom.publishers as u64 + k, r);
         }
         // The magic goes last; the file only becomes visible under its name
         // after this and an fsync, so no reader sees a half-built header.
@@ -411,6 +420,7 @@ impl Channel {
             subscribers: h.subscribers.load(a).min(u32::MAX as u64) as u32,
             retention: Duration::from_nanos(h.retention_ns.load(a)),
             cross_class: Duration::from_nanos(h.cross_class_ns.load(a)),
+            holds: h.holds.load(a).min(u32::MAX as u64) as u32,
         };
         let total = h.total_bytes.load(a);
         let truncated = head.is_broken();
@@ -467,6 +477,7 @@ impl Channel {
                     geom.retention.as_nanos() as u64,
                     expect.retention.as_nanos() as u64,
                 ),
+                ("hold records", geom.holds as u64, expect.holds as u64),
                 (
                     "cross-class latency (ns)",
                     geom.cross_class.as_nanos() as u64,
@@ -518,6 +529,7 @@ impl Channel {
                 pubs: geom.pub_table_offset() as usize,
                 subs: geom.sub_table_offset() as usize,
                 ring: geom.ring_offset() as usize,
+                holds: geom.hold_offset() as usize,
                 slots: geom.slots_offset() as usize,
                 map,
                 geom,

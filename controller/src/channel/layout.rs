@@ -12,8 +12,11 @@
 //!                        slot, the ring entry being swapped out, counters
 //! subscriber table       per subscriber: owner, how many waits it has armed
 //! ring                   queue_len entries: (queue index tag, slot id)
-//! slots                  queue_len + publishers slots of slot_bytes each:
-//!                        64-byte slot header then the payload
+//! hold records           per record: owner, the ring entry it holds, its
+//!                        reserve slot (see `super::hold`)
+//! slots                  queue_len + publishers + hold records slots of
+//!                        slot_bytes each: 64-byte slot header then the
+//!                        payload
 //! ```
 //!
 //! Ring entries pack a 40-bit tag of the queue index with a 24-bit slot id,
@@ -31,7 +34,7 @@ use crate::wake::WakeClass;
 use super::Inner;
 
 /// Version of the file layout; part of the file name and the header.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// `RTDCHAN1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RTDCHAN1");
 /// Bytes of the header page.
@@ -41,7 +44,8 @@ pub const DEFAULT_SUBSCRIBERS: u32 = 32;
 /// Event loops on the doorbell backend one channel lists (see
 /// [`crate::doorbell`]).
 pub const BELL_ENTRIES: usize = 32;
-/// Most publisher (and subscriber) entries one channel may have.
+/// Most publisher (and subscriber, and hold record) entries one channel
+/// may have.
 pub const MAX_ENTRIES: u32 = 4096;
 /// How late a message may reach a subscriber of the other wake class
 /// unless robot.yaml says otherwise (`channels[].cross_class_latency`;
@@ -60,7 +64,8 @@ pub(super) const SLOT_BITS: u32 = 24;
 pub(super) const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 /// A stamp no queue index ever has.
 pub(super) const INVALID: u64 = u64::MAX;
-/// `swapping` when the publisher is not between CAS and bookkeeping.
+/// `swapping` when the publisher is not between CAS and bookkeeping; a
+/// hold record's `held` when it holds nothing.
 pub(super) const NONE: u64 = u64::MAX;
 
 #[inline]
@@ -102,7 +107,9 @@ pub(super) struct Header {
     /// How late a message may cross wake classes, nanoseconds (see
     /// [`crate::wake`]); read once, at open, and range-checked.
     pub(super) cross_class_ns: AtomicU64,
-    pub(super) _pad0: [AtomicU64; 4],
+    /// Hold records (see `super::hold`).
+    pub(super) holds: AtomicU64,
+    pub(super) _pad0: [AtomicU64; 3],
     /// The channel name, NUL padded.
     pub(super) name: [AtomicU64; 16],
     /// The next queue index to publish. Its low 32 bits are the
@@ -187,7 +194,10 @@ pub(super) struct PubEntry {
     /// The owner's wake class, counted in `class_publishers`: 1 + its
     /// index (0: none counted).
     pub(super) class: AtomicU64,
-    pub(super) _pad: [AtomicU64; 2],
+    /// The hold record whose reserve this publisher is trading its held
+    /// scratch slot for, and that reserve, or NONE (see `super::hold`).
+    pub(super) trading: AtomicU64,
+    pub(super) _pad: [AtomicU64; 1],
 }
 // SAFETY: as for Header.
 unsafe impl ShmAtomic for PubEntry {}
@@ -203,6 +213,22 @@ pub(super) struct SubEntry {
 }
 // SAFETY: as for Header.
 unsafe impl ShmAtomic for SubEntry {}
+
+/// A hold record (see `super::hold`): owned like an entry, by the
+/// subscriber's process.
+#[repr(C)]
+pub(super) struct HoldRecord {
+    pub(super) owner: AtomicU64,
+    /// The ring entry (queue index tag and slot) of the message held, or
+    /// NONE. Written by the owner only.
+    pub(super) held: AtomicU64,
+    /// The record's reserve slot: free, or the slot it holds once a
+    /// publisher has swapped that out of its hands.
+    pub(super) reserve: AtomicU64,
+    pub(super) _pad: [AtomicU64; 5],
+}
+// SAFETY: as for Header.
+unsafe impl ShmAtomic for HoldRecord {}
 
 #[repr(C)]
 pub(super) struct SlotHeader {
@@ -228,6 +254,7 @@ const _: () = assert!(std::mem::offset_of!(Header, bell_count) == 512);
 const _: () = assert!(std::mem::offset_of!(Header, rt_bell_count) == 520);
 const _: () = assert!(std::mem::size_of::<PubEntry>() == 64);
 const _: () = assert!(std::mem::size_of::<SubEntry>() == 64);
+const _: () = assert!(std::mem::size_of::<HoldRecord>() == 64);
 const _: () = assert!(std::mem::size_of::<SlotHeader>() as u64 == SLOT_HEADER_BYTES);
 
 /// The sizes of a channel file.
@@ -247,6 +274,9 @@ pub struct ChannelGeometry {
     /// ([`crate::wake`]), from [`MIN_CROSS_CLASS_LATENCY`] to
     /// [`MAX_CROSS_CLASS_LATENCY`].
     pub cross_class: Duration,
+    /// Hold records: messages subscribers together may hold in place at
+    /// once (each with a reserve slot; see `super::hold`).
+    pub holds: u32,
 }
 
 impl ChannelGeometry {
@@ -261,12 +291,14 @@ impl ChannelGeometry {
             subscribers: DEFAULT_SUBSCRIBERS,
             retention: Duration::ZERO,
             cross_class: DEFAULT_CROSS_CLASS_LATENCY,
+            holds: 0,
         }
     }
 
     /// Geometry of a `channels:` entry of robot.yaml with `publishers`
-    /// publisher entries.
-    pub fn from_config(cfg: &ChannelConfig, publishers: u32) -> Self {
+    /// publisher entries and `subscribers` subscribing processes (each
+    /// gets the entry's `holds` hold records).
+    pub fn from_config(cfg: &ChannelConfig, publishers: u32, subscribers: u32) -> Self {
         ChannelGeometry {
             queue_len: cfg.queue_len(),
             slot_bytes: cfg.slot_bytes(),
@@ -274,6 +306,7 @@ impl ChannelGeometry {
             subscribers: DEFAULT_SUBSCRIBERS,
             retention: cfg.retention.0,
             cross_class: cfg.cross_class_latency(),
+            holds: cfg.hold_records(subscribers),
         }
     }
 
@@ -292,13 +325,20 @@ impl ChannelGeometry {
         self
     }
 
+    pub fn with_holds(mut self, holds: u32) -> Self {
+        self.holds = holds;
+        self
+    }
+
     /// The largest payload a slot holds.
     pub fn max_payload(&self) -> u64 {
         self.slot_bytes - SLOT_HEADER_BYTES
     }
 
-    pub(super) fn slots(&self) -> u64 {
-        self.queue_len + self.publishers as u64
+    /// Slots of the file: one per ring position, a scratch slot per
+    /// publisher, a reserve slot per hold record.
+    pub fn slots(&self) -> u64 {
+        self.queue_len + self.publishers as u64 + self.holds as u64
     }
     pub(super) fn pub_table_offset(&self) -> u64 {
         HEADER_BYTES
@@ -309,8 +349,21 @@ impl ChannelGeometry {
     pub(super) fn ring_offset(&self) -> u64 {
         self.sub_table_offset() + 64 * self.subscribers as u64
     }
-    pub(super) fn slots_offset(&self) -> u64 {
+    pub(super) fn hold_offset(&self) -> u64 {
         (self.ring_offset() + 8 * self.queue_len).div_ceil(64) * 64
+    }
+    pub(super) fn slots_offset(&self) -> u64 {
+        self.hold_offset() + 64 * self.holds as u64
+    }
+
+    /// Bytes of slots the messages cycle through while every subscriber
+    /// keeps up: a publish writes the slot its previous one evicted from
+    /// the ring, which held the message `queue_len` back, so every ring
+    /// slot and every scratch slot is written in turn (reserve slots only
+    /// while a hold keeps one out). What a core's caches must hold for a
+    /// publish and its reads to hit them.
+    pub fn working_set_bytes(&self) -> u64 {
+        (self.queue_len + self.publishers as u64) * self.slot_bytes
     }
 
     /// Bytes of the channel file.
@@ -343,6 +396,9 @@ impl ChannelGeometry {
                 subscribers: self.subscribers,
             });
         }
+        if self.holds > MAX_ENTRIES {
+            return Err(ChannelGeometryError::Holds { holds: self.holds });
+        }
         if self.slots() > SLOT_MASK {
             return Err(ChannelGeometryError::Slots {
                 slots: self.slots(),
@@ -373,6 +429,8 @@ pub enum ChannelGeometryError {
     Publishers { publishers: u32 },
     #[error("{subscribers} subscribers (expected at most {MAX_ENTRIES})")]
     Subscribers { subscribers: u32 },
+    #[error("{holds} hold records (expected at most {MAX_ENTRIES})")]
+    Holds { holds: u32 },
     #[error("{slots} slots (at most {SLOT_MASK})")]
     Slots { slots: u64 },
     #[error("channel of {bytes} bytes is larger than 4GiB")]
@@ -412,6 +470,12 @@ impl Inner {
         // SAFETY: pos < queue_len; the ring of queue_len u64s at `ring`
         // (8-aligned) lies inside the mapping (checked at open).
         unsafe { &*(self.map.base().add(self.ring + 8 * pos) as *const AtomicU64) }
+    }
+    #[inline]
+    pub(super) fn hold_record(&self, i: u32) -> &HoldRecord {
+        assert!(i < self.geom.holds);
+        // SAFETY: as for pub_entry, for the table of hold records.
+        unsafe { &*(self.map.base().add(self.holds + 64 * i as usize) as *const HoldRecord) }
     }
     #[inline]
     pub(super) fn slot(&self, id: u64) -> &SlotHeader {

@@ -1,7 +1,7 @@
 //! Shared-memory publish/subscribe channels.
 //!
 //! One file per channel, `<shm_dir>/<name without its leading />.v<LAYOUT_VERSION>`
-//! (so `/imu/raw` is `<shm_dir>/imu/raw.v4`), mode 0660 and an optional
+//! (so `/imu/raw` is `<shm_dir>/imu/raw.v5`), mode 0660 and an optional
 //! group. The layers, each a module that opens with what it is for:
 //!
 //! - `layout`: the shared-memory structs, their offsets and the
@@ -16,7 +16,9 @@
 //! - `wake`: the waking step a publish ends with, and a subscriber's
 //!   arming of its wait (the two halves of one ordering argument);
 //! - `hazard`: the slots this process's readers copy, so that a loan never
-//!   writes under them; `fault`: the publish path's one test hook.
+//!   writes under them; `hold`: messages subscribers read in place for as
+//!   long as they like, which no publisher recycles meanwhile; `fault`: the
+//!   publish path's one test hook.
 //!
 //! # Untrusted contents
 //!
@@ -38,6 +40,7 @@ use crate::wake::{ClassWords, WakeClass};
 mod fault;
 mod file;
 mod hazard;
+mod hold;
 mod layout;
 pub(crate) mod owner;
 mod publish;
@@ -46,6 +49,7 @@ mod wake;
 
 pub use crate::doorbell::BellError;
 pub use file::{channel_path, file_mode, ChannelCreateError, ChannelOpenError, CreateOutcome};
+pub use hold::{Held, HoldError};
 pub use layout::{
     ChannelGeometry, ChannelGeometryError, BELL_ENTRIES, DEFAULT_CROSS_CLASS_LATENCY,
     DEFAULT_SUBSCRIBERS, HEADER_BYTES, LAYOUT_VERSION, MAGIC, MAX_CROSS_CLASS_LATENCY, MAX_ENTRIES,
@@ -95,6 +99,7 @@ struct Inner {
     pubs: usize,
     subs: usize,
     ring: usize,
+    holds: usize,
     slots: usize,
 }
 

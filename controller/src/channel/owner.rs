@@ -78,7 +78,9 @@ pub enum SlotOwnershipError {
         slot: u64,
         slots: u64,
     },
-    #[error("publisher entry {entry} is mid-swap")]
+    #[error("hold record {record} holds reserve slot {slot} of {slots}")]
+    ReserveSlot { record: u32, slot: u64, slots: u64 },
+    #[error("publisher entry {entry} is mid-swap or mid-trade")]
     MidSwap { entry: u32 },
     #[error("publisher entry {entry} holds scratch slot {slot} of {slots}")]
     ScratchSlot { entry: u32, slot: u64, slots: u64 },
@@ -95,6 +97,8 @@ pub struct RecoveryReport {
     pub helped_along: bool,
     /// Doorbell listings of loops that are gone, removed.
     pub bells_unlisted: u64,
+    /// Hold records of dead subscribers, their holds cleared.
+    pub holds: u32,
 }
 
 pub(super) fn owner_word(pid: u32, start: u64) -> u64 {
@@ -126,8 +130,9 @@ impl Channel {
     }
 
     /// Test instrumentation: checks, at a quiescent moment, that every slot
-    /// is in exactly one place (the ring or one publisher's scratch) and
-    /// that no publisher entry is mid-swap.
+    /// is in exactly one place (the ring, one publisher's scratch or one
+    /// hold record's reserve) and that no publisher entry is mid-swap or
+    /// mid-trade.
     #[cfg(feature = "fault-injection")]
     pub fn check_slot_ownership(&self) -> Result<(), SlotOwnershipError> {
         let inner = &self.inner;
@@ -147,13 +152,26 @@ impl Channel {
         }
         for i in 0..inner.geom.publishers {
             let pe = inner.pub_entry(i);
-            if pe.swapping.load(Ordering::SeqCst) != NONE {
+            if pe.swapping.load(Ordering::SeqCst) != NONE
+                || pe.trading.load(Ordering::SeqCst) != NONE
+            {
                 return Err(SlotOwnershipError::MidSwap { entry: i });
             }
             let s = pe.scratch.load(Ordering::SeqCst);
             if s >= slots {
                 return Err(SlotOwnershipError::ScratchSlot {
                     entry: i,
+                    slot: s,
+                    slots,
+                });
+            }
+            seen[s as usize] += 1;
+        }
+        for k in 0..inner.geom.holds {
+            let s = inner.hold_record(k).reserve.load(Ordering::SeqCst);
+            if s >= slots {
+                return Err(SlotOwnershipError::ReserveSlot {
+                    record: k,
                     slot: s,
                     slots,
                 });
@@ -365,6 +383,7 @@ impl Channel {
                 rep.subscribers += 1;
             }
         }
+        rep.holds = self.recover_hold_records(proc_root);
         rep.helped_along = self.help_along();
         if let Ok(table) = BellTable::open(&inner.shm_dir, None, false) {
             rep.bells_unlisted = self.unlist_stale(&table, proc_root);
@@ -447,6 +466,7 @@ impl Channel {
             }
             e.swapping.store(NONE, Ordering::SeqCst);
         }
+        self.recover_trade(i);
         inner.header().recovered.fetch_add(1, Ordering::Relaxed); // a statistic
         self.help_along();
     }

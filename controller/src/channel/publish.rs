@@ -84,7 +84,7 @@ pub struct Publisher {
     pub(super) ch: Channel,
     pub(super) entry: u32,
     pub(super) class: WakeClass,
-    scratch: u64,
+    pub(super) scratch: u64,
     /// The pid and class stamped into each message's slot.
     pid_word: u64,
     wakes: u64,
@@ -384,6 +384,10 @@ impl Publisher {
                 .fetch_add(1, Ordering::Relaxed); // a statistic
             return Err(PublishError::TooLarge { len: size, max });
         }
+        if let Err(f) = self.free_scratch() {
+            return Err(self.fault(f));
+        }
+        let inner = &*self.ch.inner;
         let s = self.scratch;
         let sh = inner.slot(s);
         // SeqCst, then the scan (SeqCst): see `hazard`.
@@ -472,6 +476,14 @@ impl Publisher {
                 .fetch_add(1, Ordering::Relaxed); // a statistic
             return Err(PublishError::TooLarge { len, max });
         }
+        if let Payload::Copy(_) = payload {
+            // A loan traded before it handed out the slot (and no hold can
+            // be taken on a slot outside the ring since).
+            if let Err(f) = self.free_scratch() {
+                return Err(self.fault(f));
+            }
+        }
+        let inner = &*self.ch.inner;
         let s = self.scratch;
         let sh = inner.slot(s);
         if let Payload::Copy(payload) = payload {

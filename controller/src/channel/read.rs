@@ -83,7 +83,7 @@ pub struct MessageMeta {
 
 /// Outcome of one read attempt; `value` is what the body made of the
 /// payload (nothing for a copy into the subscriber's buffer).
-enum ReadOne<R = ()> {
+pub(super) enum ReadOne<R = ()> {
     Ok {
         time: u64,
         pid: u64,
@@ -221,6 +221,8 @@ pub struct Subscriber {
     pub(super) lost: u64,
     pub(super) armed: u64,
     pub(super) faults: u64,
+    /// The hold records this subscriber claimed (see `super::hold`).
+    pub(super) holds: Option<std::sync::Arc<super::hold::HoldSet>>,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -266,6 +268,7 @@ impl Channel {
             lost: 0,
             armed: 0,
             faults: 0,
+            holds: None,
         }
     }
 }
@@ -395,7 +398,7 @@ impl Subscriber {
     }
 
     /// [`Subscriber::next_meta`]'s loop, each message read by `read`.
-    fn next_by<R>(
+    pub(super) fn next_by<R>(
         &mut self,
         mut read: impl FnMut(&mut Self, u64) -> ReadOne<R>,
     ) -> Result<Option<(MessageMeta, R)>, ChannelFault> {

@@ -168,7 +168,15 @@ pub struct ChannelPlan {
     pub slot_bytes: u64,
     pub publishers: usize,
     pub subscribers: usize,
+    /// Messages each subscribing process may hold in place at once.
+    pub holds_per_subscriber: u32,
+    /// Slots of the file: ring, a scratch per publisher entry, a reserve
+    /// per hold.
+    pub slots: u64,
     pub shm_bytes: u64,
+    /// Bytes of slots messages cycle through (see
+    /// `ChannelGeometry::working_set_bytes`).
+    pub working_set_bytes: u64,
     /// Publishers and subscribers by wake class.
     pub classes: services::wake_class::ChannelClasses,
     /// How late a message may reach a subscriber of the other class.
@@ -228,6 +236,9 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
         .iter()
         .map(|c| {
             let publishers = r.publishers_of(&c.name);
+            let users = services::config::ChannelUsers::of(&r.processes, &c.name);
+            let geom =
+                controller::ChannelGeometry::from_config(c, users.publishers, users.subscribers);
             let on = services::wake_class::ChannelClasses::of(&c.name, &r.processes, &classes);
             ChannelPlan {
                 name: c.name.clone(),
@@ -237,12 +248,11 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 queue_len: c.queue_len(),
                 slot_bytes: c.slot_bytes(),
                 publishers,
-                subscribers: r
-                    .processes
-                    .iter()
-                    .filter(|p| p.subscribes.contains(&c.name))
-                    .count(),
-                shm_bytes: c.shm_bytes(publishers as u64),
+                subscribers: users.subscribers as usize,
+                holds_per_subscriber: c.holds_per_subscriber(),
+                slots: geom.slots(),
+                shm_bytes: geom.total_bytes(),
+                working_set_bytes: geom.working_set_bytes(),
                 crosses_classes: on.crosses(),
                 classes: on,
                 cross_class_latency: units::duration::Dur(c.cross_class_latency()),
@@ -478,6 +488,16 @@ pub fn render(p: &Plan) -> String {
             human_bytes(c.shm_bytes),
             c.publishers,
             c.subscribers
+        );
+        let holds = c.slots - c.queue_len - c.publishers.max(1) as u64;
+        let _ = writeln!(
+            o,
+            "    {} slots: {} ring + {} scratch + {holds} hold ({} per subscriber); working set {}",
+            c.slots,
+            c.queue_len,
+            c.publishers.max(1),
+            c.holds_per_subscriber,
+            human_bytes(c.working_set_bytes)
         );
         let side = |m: &std::collections::BTreeMap<controller::WakeClass, Vec<String>>| {
             let parts: Vec<String> = m

@@ -496,13 +496,15 @@ fn create_channels(
     let (mut created, mut reused, mut replaced) = (0, 0, Vec::new());
     let mut errors = Vec::new();
     for c in &cfg.channels {
-        let publishers = cfg
-            .processes
-            .iter()
-            .filter(|p| p.publishes.contains(&c.name))
-            .count()
-            .max(1) as u32;
-        match Channel::create_from_config(shm_dir, c, publishers, gid, proc_root) {
+        let users = crate::config::ChannelUsers::of(&cfg.processes, &c.name);
+        match Channel::create_from_config(
+            shm_dir,
+            c,
+            users.publishers,
+            users.subscribers,
+            gid,
+            proc_root,
+        ) {
             Ok((_, CreateOutcome::Created)) => created += 1,
             Ok((_, CreateOutcome::Reused { .. })) => reused += 1,
             Ok((_, CreateOutcome::Replaced { reason })) => {
