@@ -27,9 +27,18 @@ pub struct ChannelConfig {
     pub max_size: ByteSize,
     /// The most messages per second all publishers together send.
     pub rate: u32,
-    /// How long a message must stay readable after it is sent.
-    #[serde(default = "default_retention")]
-    pub retention: Dur,
+    /// How long a message must stay readable after it is sent (default
+    /// 100ms): the ring holds rate x retention messages, and a publisher
+    /// that would overwrite a younger one is refused. Or `depth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Dur>,
+    /// How many of the newest messages stay readable, instead of a
+    /// `retention`: the ring holds that many (rounded up to a power of
+    /// two) and publishers never wait for readers. `depth: 1` keeps the
+    /// newest only: publishers and subscribers cycle through two slots
+    /// (with holds: a slot per hold more), which stay in the caches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
     /// Send -> handler-start latency budget for subscribers.
     #[serde(default)]
     pub budget: Option<Dur>,
@@ -54,24 +63,46 @@ pub const HOLD_BY_DEFAULT_FROM: u64 = 64 << 10;
 /// The most holds one subscriber may have on a channel.
 pub const MAX_HOLDS: u32 = 64;
 
-fn default_retention() -> Dur {
-    Dur::from_millis(100)
-}
+/// `retention` unless robot.yaml gives it or a `depth`.
+pub const DEFAULT_RETENTION: Dur = Dur(std::time::Duration::from_millis(100));
 
 /// Per-slot bookkeeping a queue slot carries in front of the payload.
 pub const SLOT_HEADER_BYTES: u64 = 64;
 
 impl ChannelConfig {
-    /// Queue length: rate x retention, plus headroom for one period of
-    /// jitter and a reader mid-copy, rounded up to a power of two; `None`
-    /// when that length does not fit in 64 bits.
+    /// The time a message stays readable: `retention`, nothing with a
+    /// `depth`, else the default.
+    pub fn retention(&self) -> Dur {
+        match (self.retention, self.depth) {
+            (Some(r), _) => r,
+            (None, Some(_)) => Dur(std::time::Duration::ZERO),
+            (None, None) => DEFAULT_RETENTION,
+        }
+    }
+
+    /// What the channel keeps readable, in words: `100ms` or `depth 2`.
+    pub fn keeps(&self) -> String {
+        match self.depth {
+            Some(d) if self.retention.is_none() => format!("depth {d}"),
+            _ => self.retention().to_string(),
+        }
+    }
+
+    /// Queue length: with a `depth`, that rounded up to a power of two;
+    /// else rate x retention, plus headroom for one period of jitter and a
+    /// reader mid-copy, rounded up to a power of two; `None` when that
+    /// length does not fit in 64 bits.
     ///
     /// The product is taken in 128 bits (a u32 rate times a retention of
     /// at most 2^64 ns cannot overflow them) and every later step is
     /// checked: a length that wraps would come out as a small queue that
     /// validates.
     pub fn checked_queue_len(&self) -> Option<u64> {
-        let needed = (u128::from(self.rate) * self.retention.0.as_nanos()).div_ceil(1_000_000_000);
+        if let (Some(d), None) = (self.depth, self.retention) {
+            return Some(u64::from(d.max(1)).next_power_of_two());
+        }
+        let needed =
+            (u128::from(self.rate) * self.retention().0.as_nanos()).div_ceil(1_000_000_000);
         let len = needed.checked_add(2)?.checked_next_power_of_two()?.max(4);
         u64::try_from(len).ok()
     }
@@ -138,11 +169,24 @@ impl ChannelConfig {
                 "rate 0 (expected messages per second, 1 or more)".into(),
             ));
         }
-        if self.retention.is_zero() {
+        if self.retention.is_some_and(|r| r.is_zero()) {
             out.push((
                 format!("{path}.retention"),
                 "retention 0 (expected a positive duration like `100ms`)".into(),
             ));
+        }
+        if let Some(d) = self.depth {
+            if self.retention.is_some() {
+                out.push((
+                    format!("{path}.depth"),
+                    "both `depth` and `retention` (a channel keeps the newest `depth` messages, or every message for `retention`: give one)".into(),
+                ));
+            } else if d == 0 || u64::from(d) > MAX_QUEUE_LEN {
+                out.push((
+                    format!("{path}.depth"),
+                    format!("depth {d} is out of range (expected 1 to {MAX_QUEUE_LEN})"),
+                ));
+            }
         }
         if let Some(b) = self.budget {
             if b.is_zero() {
@@ -173,7 +217,7 @@ impl ChannelConfig {
                 ));
             }
         }
-        if self.rate > 0 && !self.retention.is_zero() {
+        if self.rate > 0 && (self.depth.is_some() || !self.retention().is_zero()) {
             let len = self.checked_queue_len();
             if len.is_none_or(|len| len > MAX_QUEUE_LEN) {
                 let needs = match len {
@@ -184,18 +228,22 @@ impl ChannelConfig {
                     format!("{path}.retention"),
                     format!(
                         "rate {} x retention {} needs {needs} (at most {MAX_QUEUE_LEN}; lower the rate or the retention)",
-                        self.rate, self.retention
+                        self.rate, self.retention()
                     ),
                 ));
             } else if self.max_size.0 <= MAX_MESSAGE_SIZE
                 && self.shm_bytes(1, 1) > MAX_CHANNEL_BYTES
             {
+                let field = if self.depth.is_some() && self.retention.is_none() {
+                    "depth"
+                } else {
+                    "retention"
+                };
                 out.push((
-                    format!("{path}.retention"),
+                    format!("{path}.{field}"),
                     format!(
-                        "rate {} x retention {} x {} per message needs {} of shared memory (at most {})",
-                        self.rate,
-                        self.retention,
+                        "{} slots of {} need {} of shared memory (at most {})",
+                        self.queue_len(),
                         self.max_size,
                         ByteSize(self.shm_bytes(1, 1)),
                         ByteSize(MAX_CHANNEL_BYTES)
@@ -246,7 +294,8 @@ mod tests {
             name: "/imu".into(),
             max_size: ByteSize(64),
             rate: 1000,
-            retention: Dur::from_millis(100),
+            retention: Some(Dur::from_millis(100)),
+            depth: None,
             budget: None,
             cross_class_latency: None,
             holds: None,
@@ -266,7 +315,8 @@ mod tests {
             name: "/imu".into(),
             max_size: ByteSize(64),
             rate: 2_000_000_000,
-            retention: Dur(Duration::from_nanos(1 << 63)),
+            retention: Some(Dur(Duration::from_nanos(1 << 63))),
+            depth: None,
             budget: None,
             cross_class_latency: None,
             holds: None,
@@ -285,14 +335,16 @@ mod tests {
         // The largest rate and retention there are: still no overflow.
         let c = ChannelConfig {
             rate: u32::MAX,
-            retention: Dur(Duration::from_nanos(u64::MAX)),
+            retention: Some(Dur(Duration::from_nanos(u64::MAX))),
+            depth: None,
             ..c
         };
         assert_eq!(c.checked_queue_len(), None);
         // Just within 64 bits: a length, refused as too long.
         let c = ChannelConfig {
             rate: 1,
-            retention: Dur::from_secs(1 << 33),
+            retention: Some(Dur::from_secs(1 << 33)),
+            depth: None,
             ..c
         };
         assert_eq!(c.checked_queue_len(), Some(1 << 34));
@@ -302,13 +354,62 @@ mod tests {
     }
 
     #[test]
+    fn a_depth_sizes_the_ring_instead_of_the_retention() {
+        // A channel entry as robot.yaml's loader hands it over.
+        let parse = |extra: &str| -> ChannelConfig {
+            serde_json::from_str(&format!(
+                r#"{{"name": "/c", "max_size": "4MiB", "rate": 30{extra}}}"#
+            ))
+            .unwrap()
+        };
+        let c = parse(r#", "depth": 1"#);
+        assert_eq!(c.queue_len(), 1);
+        assert_eq!(c.retention().0, Duration::ZERO, "no time promise");
+        assert_eq!(c.keeps(), "depth 1");
+        assert_eq!(
+            c.holds_per_subscriber(),
+            1,
+            "4 MiB messages hold by default"
+        );
+        let mut out = vec![];
+        c.validate("channels[0]", &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(parse(r#", "depth": 3"#).queue_len(), 4);
+        let c = ChannelConfig {
+            max_size: ByteSize(8),
+            ..parse("")
+        };
+        assert_eq!(c.retention(), DEFAULT_RETENTION);
+        assert_eq!(c.keeps(), "100ms");
+        assert_eq!(c.holds_per_subscriber(), 0);
+        for (extra, field, says) in [
+            (
+                r#", "depth": 2, "retention": "10ms""#,
+                "channels[0].depth",
+                "give one",
+            ),
+            (r#", "depth": 0"#, "channels[0].depth", "out of range"),
+            (r#", "depth": 2000000"#, "channels[0].depth", "out of range"),
+            (r#", "holds": 65"#, "channels[0].holds", "expected 0 to 64"),
+        ] {
+            let mut out = vec![];
+            parse(extra).validate("channels[0]", &mut out);
+            assert!(
+                out.iter().any(|(f, m)| f == field && m.contains(says)),
+                "{extra}: {out:?}"
+            );
+        }
+    }
+
+    #[test]
     fn shm_bytes_is_the_size_of_the_channel_file() {
         let dir = tempfile::tempdir().unwrap();
         let c = ChannelConfig {
             name: "/sizes/check".into(),
             max_size: ByteSize(200),
             rate: 500,
-            retention: Dur::from_millis(40),
+            retention: Some(Dur::from_millis(40)),
+            depth: None,
             budget: None,
             cross_class_latency: None,
             holds: Some(2),

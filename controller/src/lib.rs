@@ -95,13 +95,13 @@ pub mod supervise {
 }
 
 pub use channel::{
-    Channel, ChannelAttachError, ChannelCreateError, ChannelFault, ChannelGeometry,
-    ChannelOpenError, CreateOutcome, Held, HoldError, Message, PublishError, Published, Publisher,
-    SlotView, Subscriber,
+    ByteLoan, Channel, ChannelAttachError, ChannelCreateError, ChannelFault, ChannelGeometry,
+    ChannelOpenError, CreateOutcome, FrameLoan, Held, HoldError, Message, PublishError, Published,
+    Publisher, SlotView, Subscriber,
 };
 pub use event_loop::{
-    Backend, Ctx, EventLoop, EventLoopCreateError, EventLoopRunError, FetchError, LoopChannelError,
-    LoopOptions, TimerHandle, TypedFetcher, TypedSender,
+    Backend, Ctx, EventLoop, EventLoopCreateError, EventLoopRunError, FetchError, FrameSender,
+    LoopChannelError, LoopOptions, TimerHandle, TypedFetcher, TypedSender,
 };
 pub use shm::ShmSafe;
 pub use time::{Clock, Monotonic, VirtualClock};

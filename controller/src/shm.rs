@@ -135,6 +135,17 @@ impl TypeName {
         t.push(b"]")
     }
 
+    /// `frame<header>` (see [`crate::channel::frame_offset`]).
+    pub const fn frame(header: TypeName) -> TypeName {
+        let mut t = TypeName::new("frame<");
+        let mut i = 0;
+        while i < header.len {
+            t = t.push(&[header.bytes[i]]);
+            i += 1;
+        }
+        t.push(b">")
+    }
+
     /// The bytes of a name read from a channel header (NUL padded).
     pub fn from_bytes(b: &[u8]) -> TypeName {
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());

@@ -340,3 +340,88 @@ fn timing_reports_are_published_and_read_back() {
     println!("{}", serde_json::to_string_pretty(&rep).unwrap());
     assert!(controller::timing_report::read_latest(dir.path(), "nobody").is_err());
 }
+
+controller::shm_struct! {
+    #[derive(Debug)]
+    pub struct Frame {
+        pub seq: u64,
+        pub len: u64,
+    }
+}
+
+#[test]
+fn held_frames_reach_a_loop_whole_and_never_torn() {
+    for b in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        const N: u64 = 400;
+        const MAX: usize = 256 << 10;
+        // The newest two kept, one hold for the loop: four slots cycle.
+        let geom = ChannelGeometry::new(64 + MAX as u64, 2, 1).with_holds(1);
+        let (_ch, _) = Channel::create(dir.path(), "/cam", &geom, None, Path::new(PROC)).unwrap();
+        let mut lp = EventLoop::new(LoopOptions {
+            backend: Some(b),
+            shm_dir: dir.path().to_path_buf(),
+            ..LoopOptions::default()
+        })
+        .unwrap();
+        watchdog(&mut lp, 30);
+        // The sender runs up to three frames ahead of the handler: with
+        // the two the channel keeps and its scratch, the third is written
+        // into the slot of the frame being handled, unless that slot is
+        // traded away (a frame that falls out meanwhile is counted lost).
+        let handled = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let h = handled.clone();
+        lp.watch_frames::<Frame>("/cam", move |ctx, head, pixels| {
+            assert_eq!(pixels.len() as u64, head.len, "frame {}", head.seq);
+            let want = head.seq as u8;
+            assert!(
+                pixels.iter().all(|&p| p == want),
+                "frame {} changed under its handler",
+                head.seq
+            );
+            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if head.seq == N - 1 {
+                ctx.exit();
+            }
+        })
+        .unwrap();
+        // A second held watcher of the same loop finds the one record taken.
+        let err = lp.watch_frames::<Frame>("/cam", |_, _, _| {}).unwrap_err();
+        assert!(err.to_string().contains("hold records is free"), "{err}");
+        let shm = dir.path().to_path_buf();
+        let h = handled.clone();
+        let t = std::thread::spawn(move || {
+            let mut sender = EventLoop::new(LoopOptions {
+                shm_dir: shm,
+                ..LoopOptions::default()
+            })
+            .unwrap();
+            let mut s = sender.make_frame_sender::<Frame>("/cam").unwrap();
+            for seq in 0..N {
+                let len = MAX - (seq as usize % 7) * 4096;
+                let mut loan = s.loan(len).unwrap();
+                let (head, pixels) = loan.parts();
+                *head = Frame {
+                    seq,
+                    len: len as u64,
+                };
+                pixels.fill(seq as u8);
+                loan.send().unwrap();
+                let until = Instant::now() + Duration::from_secs(2);
+                while h.load(std::sync::atomic::Ordering::SeqCst) + 3 <= seq
+                    && Instant::now() < until
+                {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        });
+        lp.run().unwrap();
+        t.join().unwrap();
+        let rep = lp.report_now();
+        let w = &rep.entries[0];
+        let handled = handled.load(std::sync::atomic::Ordering::SeqCst);
+        println!("{b}: {handled} handled, {} lost", w.lost);
+        assert_eq!(handled + w.lost, N, "backend {b}");
+        assert!(handled >= N / 4, "backend {b}: {handled} frames handled");
+    }
+}

@@ -285,7 +285,7 @@ impl ChannelGeometry {
     /// [`DEFAULT_SUBSCRIBERS`] subscribers.
     pub fn new(max_payload: u64, queue_len: u64, publishers: u32) -> Self {
         ChannelGeometry {
-            queue_len: queue_len.max(2).next_power_of_two(),
+            queue_len: queue_len.max(1).next_power_of_two(),
             slot_bytes: (SLOT_HEADER_BYTES + max_payload.max(1)).div_ceil(64) * 64,
             publishers,
             subscribers: DEFAULT_SUBSCRIBERS,
@@ -304,7 +304,7 @@ impl ChannelGeometry {
             slot_bytes: cfg.slot_bytes(),
             publishers,
             subscribers: DEFAULT_SUBSCRIBERS,
-            retention: cfg.retention.0,
+            retention: cfg.retention().0,
             cross_class: cfg.cross_class_latency(),
             holds: cfg.hold_records(subscribers),
         }
@@ -373,7 +373,7 @@ impl ChannelGeometry {
 
     /// Why this geometry cannot be laid out, if it cannot.
     pub fn check(&self) -> Result<(), ChannelGeometryError> {
-        if !self.queue_len.is_power_of_two() || self.queue_len < 2 || self.queue_len > 1 << 20 {
+        if !self.queue_len.is_power_of_two() || self.queue_len > 1 << 20 {
             return Err(ChannelGeometryError::QueueLength {
                 queue_len: self.queue_len,
             });
@@ -421,7 +421,7 @@ impl ChannelGeometry {
 /// Why a channel geometry cannot be laid out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChannelGeometryError {
-    #[error("queue length {queue_len} is not a power of two from 2 to 1048576")]
+    #[error("queue length {queue_len} is not a power of two from 1 to 1048576")]
     QueueLength { queue_len: u64 },
     #[error("slot size {slot_bytes} is not a multiple of 64 from 72 to 16MiB+64")]
     SlotSize { slot_bytes: u64 },

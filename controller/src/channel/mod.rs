@@ -39,6 +39,7 @@ use crate::wake::{ClassWords, WakeClass};
 
 mod fault;
 mod file;
+mod frame;
 mod hazard;
 mod hold;
 mod layout;
@@ -49,6 +50,7 @@ mod wake;
 
 pub use crate::doorbell::BellError;
 pub use file::{channel_path, file_mode, ChannelCreateError, ChannelOpenError, CreateOutcome};
+pub use frame::{frame_offset, FrameLoan};
 pub use hold::{Held, HoldError};
 pub use layout::{
     ChannelGeometry, ChannelGeometryError, BELL_ENTRIES, DEFAULT_CROSS_CLASS_LATENCY,
@@ -60,7 +62,7 @@ pub use owner::SlotOwnershipError;
 pub use owner::{ChannelAttachError, RecoveryReport};
 #[cfg(feature = "fault-injection")]
 pub use publish::PublishStep;
-pub use publish::{Loan, PublishError, Published, Publisher};
+pub use publish::{ByteLoan, Loan, PublishError, Published, Publisher};
 pub(crate) use publish::{PublisherCounts, PublisherTap, Tapped};
 pub(crate) use read::InPlace;
 pub use read::{Message, MessageMeta, SlotView, Subscriber};

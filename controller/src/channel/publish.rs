@@ -168,6 +168,58 @@ impl<T: ShmSafe> Loan<'_, T> {
     }
 }
 
+/// A message of a size decided at run time being written in place in a
+/// publisher's scratch slot ([`Publisher::loan_bytes`]): a `&mut [u8]`.
+/// [`ByteLoan::send`] publishes it; dropping it publishes nothing.
+pub struct ByteLoan<'a> {
+    publisher: &'a mut Publisher,
+    /// Into the slot (64-byte aligned), or into the staging buffer.
+    ptr: *mut u8,
+    len: usize,
+    in_place: bool,
+}
+
+impl std::ops::Deref for ByteLoan<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points at `len` bytes (the scratch slot's payload,
+        // at least `len` bytes as checked by `lend`, or the staging
+        // buffer, sized to `len`) that only this loan accesses in this
+        // process (see `hazard` and `hold`).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for ByteLoan<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `deref`; the loan borrows the publisher mutably,
+        // so there is one `&mut` at a time.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl ByteLoan<'_> {
+    /// Whether the bytes are written in place (see [`Loan::in_place`]).
+    pub fn in_place(&self) -> bool {
+        self.in_place
+    }
+
+    /// Publishes the message (see [`Publisher::publish`]).
+    pub fn send(self) -> Result<Published, PublishError> {
+        let ByteLoan {
+            publisher,
+            len,
+            in_place,
+            ..
+        } = self;
+        if in_place {
+            publisher.publish_inner(Payload::InPlace(len), Stop::NEVER)
+        } else {
+            publisher.publish_staged(len)
+        }
+    }
+}
+
 /// What a publisher counted, read from its entry in the channel file (its
 /// `published` and `errors`, which every publish writes there anyway):
 /// an event loop reports its senders through taps, so that the counts are
@@ -373,12 +425,50 @@ impl Publisher {
                 "loaned types are at most 8-aligned"
             )
         };
-        let inner = &*self.ch.inner;
         let size = std::mem::size_of::<T>();
-        let max = inner.geom.max_payload();
+        let (ptr, in_place) = self.lend(size)?;
+        Ok(Loan {
+            publisher: self,
+            ptr: ptr as *mut T,
+            in_place,
+        })
+    }
+
+    /// Lends the scratch slot for a message of `len` bytes decided at run
+    /// time (an image, a point cloud), written in place as a `&mut [u8]`
+    /// (64-byte aligned): [`ByteLoan::send`] publishes it. As
+    /// [`Publisher::loan`]: staged when a reader of this process still
+    /// copies the slot (size the staging buffer at setup with
+    /// [`Publisher::reserve_byte_loans`], or the staged loan allocates);
+    /// the bytes start as whatever the slot held.
+    pub fn loan_bytes(&mut self, len: usize) -> Result<ByteLoan<'_>, PublishError> {
+        let (ptr, in_place) = self.lend(len)?;
+        Ok(ByteLoan {
+            publisher: self,
+            ptr,
+            len,
+            in_place,
+        })
+    }
+
+    /// Sizes the staging buffer for byte loans of up to `len` bytes.
+    pub fn reserve_byte_loans(&mut self, len: usize) {
+        let words = len.div_ceil(8);
+        if self.staging.len() < words {
+            self.staging = vec![0u64; words];
+        }
+    }
+
+    /// Readies the scratch slot for `size` bytes written in place: traded
+    /// away from a hold, its stamp made INVALID, and checked against this
+    /// process's readers (see `hazard`). The pointer is into the slot
+    /// (`true`) or into the staging buffer (`false`).
+    fn lend(&mut self, size: usize) -> Result<(*mut u8, bool), PublishError> {
+        let max = self.ch.inner.geom.max_payload();
         if size as u64 > max {
             self.errors += 1;
-            inner
+            self.ch
+                .inner
                 .pub_entry(self.entry)
                 .errors
                 .fetch_add(1, Ordering::Relaxed); // a statistic
@@ -394,20 +484,10 @@ impl Publisher {
         sh.qi.store(INVALID, Ordering::SeqCst);
         let slot_addr = sh as *const SlotHeader as usize;
         if !hazard::in_use(slot_addr) {
-            let ptr = inner.payload(s).as_ptr() as *mut T;
-            return Ok(Loan {
-                publisher: self,
-                ptr,
-                in_place: true,
-            });
+            return Ok((inner.payload(s).as_ptr() as *mut u8, true));
         }
-        self.reserve_loans::<T>();
-        let ptr = self.staging.as_mut_ptr() as *mut T;
-        Ok(Loan {
-            publisher: self,
-            ptr,
-            in_place: false,
-        })
+        self.reserve_byte_loans(size);
+        Ok((self.staging.as_mut_ptr() as *mut u8, false))
     }
 
     /// Publishes the first `size` bytes of the staging buffer.

@@ -62,7 +62,7 @@ pub use backend::hide_backends_from_probe;
 pub use backend::{probe, Backend, ProbeReport};
 pub use ctx::Ctx;
 pub use options::{LoopOptions, TimingOptions, DEFAULT_WAKE_CHECK};
-pub use send::{FetchError, TypedFetcher, TypedSender};
+pub use send::{FetchError, FrameSender, TypedFetcher, TypedSender};
 pub use sim::TurnEnd;
 pub use timer::TimerHandle;
 
@@ -138,6 +138,8 @@ pub enum LoopChannelError {
     Attach(#[from] ChannelAttachError),
     #[error(transparent)]
     Sched(#[from] AttachMismatchError),
+    #[error("channel {channel}: none of its {records} hold records is free (robot.yaml `channels[].holds` gives each subscribing process its own)")]
+    NoHold { channel: String, records: u32 },
 }
 
 type HookFn = Box<dyn FnMut(&mut Ctx)>;

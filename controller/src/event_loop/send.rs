@@ -9,8 +9,8 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 
 use crate::channel::{
-    Channel, ChannelFault, Loan, PublishError, Published, Publisher, PublisherCounts, PublisherTap,
-    Subscriber, Tapped,
+    Channel, ChannelFault, FrameLoan, Loan, PublishError, Published, Publisher, PublisherCounts,
+    PublisherTap, Subscriber, Tapped,
 };
 use crate::shm::ShmSafe;
 
@@ -33,6 +33,26 @@ impl<T: ShmSafe> TypedSender<T> {
     /// on send (see [`Publisher::loan`]).
     pub fn loan(&mut self) -> Result<Loan<'_, T>, PublishError> {
         self.publisher.loan::<T>()
+    }
+
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+}
+
+/// A sender of frames of header `H` made by a loop
+/// ([`EventLoop::make_frame_sender`]): each frame is loaned, written in
+/// place and sent.
+pub struct FrameSender<H: ShmSafe> {
+    publisher: Publisher,
+    _header: PhantomData<fn(&H)>,
+}
+
+impl<H: ShmSafe> FrameSender<H> {
+    /// Lends the channel's next slot for a frame of `len` payload bytes
+    /// (see [`Publisher::loan_frame`]).
+    pub fn loan(&mut self, len: usize) -> Result<FrameLoan<'_, H>, PublishError> {
+        self.publisher.loan_frame::<H>(len)
     }
 
     pub fn publisher(&self) -> &Publisher {
@@ -183,6 +203,22 @@ impl EventLoop {
         Ok(TypedSender {
             publisher,
             _type: PhantomData,
+        })
+    }
+
+    /// A sender of frames of header `H` on channel `name` (bound like
+    /// [`EventLoop::watch_frames`]); its counts appear in this loop's
+    /// reports.
+    pub fn make_frame_sender<H: ShmSafe>(
+        &mut self,
+        name: &str,
+    ) -> Result<FrameSender<H>, LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_frames::<H>()?;
+        let publisher = self.attach_publisher(&ch, None)?;
+        Ok(FrameSender {
+            publisher,
+            _header: PhantomData,
         })
     }
 

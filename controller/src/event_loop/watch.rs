@@ -4,7 +4,7 @@
 //! [`EventLoop::watch_raw`]).
 
 use crate::channel::{
-    BellListing, Channel, ChannelFault, InPlace, Message, MessageMeta, SlotView, Subscriber,
+    BellListing, Channel, ChannelFault, Held, InPlace, Message, MessageMeta, SlotView, Subscriber,
 };
 use crate::shm::ShmSafe;
 use crate::timing_report::EntryStats;
@@ -167,6 +167,78 @@ impl EventLoop {
         self.push_watcher(&ch, Handler::InPlace(Box::new(handle)))?;
         if let Some(w) = self.watchers.last_mut() {
             w.expect_size = Some(std::mem::size_of::<T>());
+        }
+        Ok(())
+    }
+
+    /// Like [`EventLoop::watch`] with no copy at all: `handler` gets the
+    /// `T` in its slot, held there while it runs (see
+    /// [`crate::channel::Held`]): no publisher writes the slot meanwhile,
+    /// so the handler reads all of a large message at memory speed and
+    /// never a torn one. Takes one of the channel's hold records
+    /// (robot.yaml `channels[].holds`); refused when none is free.
+    pub fn watch_held<T: ShmSafe>(
+        &mut self,
+        name: &str,
+        mut handler: impl FnMut(&mut Ctx, &T) + 'static,
+    ) -> Result<(), LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_type::<T>()?;
+        self.push_held_watcher(&ch, move |ctx, held| {
+            if let Some(v) = held.get::<T>() {
+                handler(ctx, v)
+            }
+        })?;
+        if let Some(w) = self.watchers.last_mut() {
+            w.expect_size = Some(std::mem::size_of::<T>());
+        }
+        Ok(())
+    }
+
+    /// [`EventLoop::watch_held`] for frames of header `H` (see
+    /// [`crate::channel::frame_offset`]): `handler` gets the header and
+    /// the payload, both in the slot. A message shorter than a header (a
+    /// byte publisher's) is not handled.
+    pub fn watch_frames<H: ShmSafe>(
+        &mut self,
+        name: &str,
+        mut handler: impl FnMut(&mut Ctx, &H, &[u8]) + 'static,
+    ) -> Result<(), LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_frames::<H>()?;
+        self.push_held_watcher(&ch, move |ctx, held| {
+            if let Some((h, payload)) = held.frame::<H>() {
+                handler(ctx, h, payload)
+            }
+        })
+    }
+
+    fn push_held_watcher(
+        &mut self,
+        channel: &Channel,
+        mut handler: impl FnMut(&mut Ctx, &Held) + 'static,
+    ) -> Result<(), LoopChannelError> {
+        let handle = move |ctx: &mut Ctx, sub: &mut Subscriber, meta: &MessageMeta| match sub
+            .hold_staged(meta)
+        {
+            InPlace::Read(held) => {
+                handler(ctx, &held);
+                InPlace::Read(())
+            }
+            InPlace::Overwritten => InPlace::Overwritten,
+            InPlace::Truncated => InPlace::Truncated,
+        };
+        self.push_watcher(channel, Handler::InPlace(Box::new(handle)))?;
+        let got = match self.watchers.last_mut() {
+            Some(w) => w.sub.claim_holds(1, &self.proc_root)?,
+            None => 0,
+        };
+        if got == 0 {
+            self.watchers.pop();
+            return Err(LoopChannelError::NoHold {
+                channel: channel.name().to_string(),
+                records: channel.hold_records(),
+            });
         }
         Ok(())
     }

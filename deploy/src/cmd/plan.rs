@@ -244,7 +244,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 name: c.name.clone(),
                 max_size: c.max_size.0,
                 rate: c.rate,
-                retention: c.retention.to_string(),
+                retention: c.keeps(),
                 queue_len: c.queue_len(),
                 slot_bytes: c.slot_bytes(),
                 publishers,
