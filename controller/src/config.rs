@@ -10,12 +10,15 @@ use units::duration::Dur;
 use units::problem::Problem;
 use units::size::ByteSize;
 
-/// The largest message a channel may carry.
-pub const MAX_MESSAGE_SIZE: u64 = 16 << 20;
+/// The largest message a channel may carry: a 4K RGBA frame is 32 MiB, a
+/// dense point cloud or a map tile tens of MiB.
+pub const MAX_MESSAGE_SIZE: u64 = 64 << 20;
 /// The most slots a channel queue may have.
 pub const MAX_QUEUE_LEN: u64 = 1 << 20;
-/// The most shared memory one channel may take.
-pub const MAX_CHANNEL_BYTES: u64 = 1 << 30;
+/// The most shared memory one channel may take (what the file layout's
+/// geometry allows; `config check` holds the channels against the board's
+/// memory and the processes' `memlock`).
+pub const MAX_CHANNEL_BYTES: u64 = 4 << 30;
 
 /// One entry of `channels:`.
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -160,6 +160,9 @@ pub struct Board {
     pub arch: &'static str,
     /// CPU count, or `None` when `board.cpus` must say it.
     pub cpus: Option<u32>,
+    /// Memory of the smallest module the model covers, bytes (`None`:
+    /// `board.memory` may say it).
+    pub memory: Option<u64>,
     /// Clusters as CPU lists; empty when unknown (one cluster of all CPUs).
     pub clusters: &'static [&'static str],
     pub boot: BootLoader,
@@ -185,6 +188,7 @@ pub struct Board {
 //   data sheets say so; quoted from NVIDIA's documentation in
 //   https://github.com/apache/tvm/pull/16231). The clusters are the Orin's
 //   4-core clusters, inferred from the count.
+// - Memory: the module names say it (Orin Nano 4GB/8GB: the smaller).
 // - Storage: the AGX Orin devkit configuration
 //   (`p3737-0000+p3701-0000.conf`, R35.3.1 and R36.2) writes the rootfs with
 //   `flash_t234_qspi_sdmmc.xml`, QSPI plus the module's eMMC
@@ -207,6 +211,7 @@ pub const BOARDS: &[Board] = &[
         description: "NVIDIA Jetson Orin Nano 4GB/8GB (6x Cortex-A78AE)",
         arch: "aarch64",
         cpus: Some(6),
+        memory: Some(4 << 30),
         clusters: &["0-3", "4-5"],
         boot: BootLoader::Extlinux,
         flash_config: Some(JetsonModule {
@@ -221,6 +226,7 @@ pub const BOARDS: &[Board] = &[
         description: "NVIDIA Jetson Orin NX 8GB (6x Cortex-A78AE)",
         arch: "aarch64",
         cpus: Some(6),
+        memory: Some(8 << 30),
         clusters: &["0-3", "4-5"],
         boot: BootLoader::Extlinux,
         flash_config: Some(JetsonModule {
@@ -234,6 +240,7 @@ pub const BOARDS: &[Board] = &[
         description: "NVIDIA Jetson Orin NX 16GB (8x Cortex-A78AE)",
         arch: "aarch64",
         cpus: Some(8),
+        memory: Some(16 << 30),
         clusters: &["0-3", "4-7"],
         boot: BootLoader::Extlinux,
         flash_config: Some(JetsonModule {
@@ -247,6 +254,7 @@ pub const BOARDS: &[Board] = &[
         description: "NVIDIA Jetson AGX Orin 32GB (8x Cortex-A78AE)",
         arch: "aarch64",
         cpus: Some(8),
+        memory: Some(32 << 30),
         clusters: &["0-3", "4-7"],
         boot: BootLoader::Extlinux,
         flash_config: Some(JetsonModule {
@@ -261,6 +269,7 @@ pub const BOARDS: &[Board] = &[
             "NVIDIA Jetson AGX Orin 64GB, or the AGX Orin developer kit's module (12x Cortex-A78AE)",
         arch: "aarch64",
         cpus: Some(12),
+        memory: Some(64 << 30),
         clusters: &["0-3", "4-7", "8-11"],
         boot: BootLoader::Extlinux,
         flash_config: Some(JetsonModule {
@@ -274,6 +283,7 @@ pub const BOARDS: &[Board] = &[
         description: "QEMU x86_64 virtual machine (-smp sets the CPU count, 4 by default)",
         arch: "x86_64",
         cpus: Some(4),
+        memory: None,
         clusters: &[],
         boot: BootLoader::External,
         flash_config: None,
@@ -283,6 +293,7 @@ pub const BOARDS: &[Board] = &[
         description: "QEMU aarch64 virt machine booted by U-Boot from /boot/extlinux/extlinux.conf (-smp sets the CPU count, 4 by default)",
         arch: "aarch64",
         cpus: Some(4),
+        memory: None,
         clusters: &[],
         boot: BootLoader::Extlinux,
         flash_config: None,
@@ -292,6 +303,7 @@ pub const BOARDS: &[Board] = &[
         description: "any Linux machine; board.cpus gives the CPU count",
         arch: "any",
         cpus: None,
+        memory: None,
         clusters: &[],
         boot: BootLoader::External,
         flash_config: None,

@@ -33,9 +33,22 @@ pub struct BoardSection {
     /// (`-smp`), refused for boards whose count is fixed.
     #[serde(default)]
     pub cpus: Option<u32>,
+    /// The board's memory, where the model does not fix it (`generic`,
+    /// the QEMU machines) or the module has more than the model's
+    /// smallest: channels are held against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<units::size::ByteSize>,
 }
 
 impl BoardSection {
+    /// The board's memory in bytes: `board.memory`, else the model's.
+    pub fn memory(&self) -> Option<u64> {
+        self.memory
+            .map(|m| m.0)
+            .or_else(|| self.board().and_then(|b| b.memory))
+            .filter(|&m| m > 0)
+    }
+
     /// The board's table entry, when the model is known.
     pub fn board(&self) -> Option<&'static Board> {
         board::find(&self.model)
@@ -937,6 +950,7 @@ mod tests {
         BoardSection {
             model: "generic".into(),
             cpus: Some(cpus),
+            memory: None,
         }
     }
 

@@ -134,6 +134,7 @@ fn board(model: &str) -> BoardSection {
     BoardSection {
         model: model.into(),
         cpus: None,
+        memory: None,
     }
 }
 
@@ -265,6 +266,7 @@ fn a_board_without_modes_and_unknown_modes_are_refused() {
         let b = BoardSection {
             model: model.into(),
             cpus: Some(4),
+            memory: None,
         };
         let mut out = Vec::new();
         p.validate_board(&b, &[], &mut out);

@@ -27,7 +27,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::config::{ChannelConfig, SLOT_HEADER_BYTES};
+use crate::config::{ChannelConfig, MAX_CHANNEL_BYTES, MAX_MESSAGE_SIZE, SLOT_HEADER_BYTES};
 use crate::shm::ShmAtomic;
 use crate::wake::WakeClass;
 
@@ -380,7 +380,7 @@ impl ChannelGeometry {
         }
         if self.slot_bytes % 64 != 0
             || self.slot_bytes < SLOT_HEADER_BYTES + 8
-            || self.slot_bytes > (16 << 20) + SLOT_HEADER_BYTES
+            || self.slot_bytes > MAX_MESSAGE_SIZE + SLOT_HEADER_BYTES
         {
             return Err(ChannelGeometryError::SlotSize {
                 slot_bytes: self.slot_bytes,
@@ -404,7 +404,7 @@ impl ChannelGeometry {
                 slots: self.slots(),
             });
         }
-        if self.total_bytes() > 1 << 32 {
+        if self.total_bytes() > MAX_CHANNEL_BYTES {
             return Err(ChannelGeometryError::TooLarge {
                 bytes: self.total_bytes(),
             });
@@ -423,7 +423,7 @@ impl ChannelGeometry {
 pub enum ChannelGeometryError {
     #[error("queue length {queue_len} is not a power of two from 1 to 1048576")]
     QueueLength { queue_len: u64 },
-    #[error("slot size {slot_bytes} is not a multiple of 64 from 72 to 16MiB+64")]
+    #[error("slot size {slot_bytes} is not a multiple of 64 from 72 to 64MiB+64")]
     SlotSize { slot_bytes: u64 },
     #[error("{publishers} publishers (expected 1 to {MAX_ENTRIES})")]
     Publishers { publishers: u32 },

@@ -99,6 +99,21 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// `b` bytes for people: `512B`, `74.2KiB`, `4.0MiB`, `1.1GiB`.
+pub fn human(b: u64) -> String {
+    if b < 1024 {
+        return format!("{b}B");
+    }
+    let mut v = b as f64 / 1024.0;
+    for unit in ["KiB", "MiB"] {
+        if v < 1024.0 {
+            return format!("{v:.1}{unit}");
+        }
+        v /= 1024.0;
+    }
+    format!("{v:.1}GiB")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +134,14 @@ mod tests {
             .to_string()
             .contains("too large"));
         assert_eq!(ByteSize(65536).to_string(), "64KiB");
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(super::human(512), "512B");
+        assert_eq!(super::human(76_000), "74.2KiB");
+        assert_eq!(super::human(4 << 20), "4.0MiB");
+        assert_eq!(super::human(1_207_967_104), "1.1GiB");
+        assert_eq!(super::human(u64::MAX), "17179869184.0GiB");
     }
 }

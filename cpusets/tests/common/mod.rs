@@ -178,6 +178,7 @@ pub fn orin() -> Sections {
         board: BoardSection {
             model: "jetson-orin-nano".into(),
             cpus: None,
+            memory: None,
         },
         cpus: CpusSection {
             housekeeping: Some(cpus("0-3")),
@@ -221,6 +222,7 @@ pub fn qemu() -> Sections {
         board: BoardSection {
             model: "qemu-x86_64".into(),
             cpus: Some(4),
+            memory: None,
         },
         cpus: CpusSection {
             housekeeping: Some(cpus("0-1")),
@@ -265,6 +267,7 @@ pub fn dev() -> Sections {
         board: BoardSection {
             model: "generic".into(),
             cpus: Some(2),
+            memory: None,
         },
         cpus: CpusSection {
             housekeeping: Some(cpus("0")),

@@ -484,8 +484,8 @@ pub fn render(p: &Plan) -> String {
             c.rate,
             c.retention,
             c.queue_len,
-            human_bytes(c.slot_bytes),
-            human_bytes(c.shm_bytes),
+            units::size::human(c.slot_bytes),
+            units::size::human(c.shm_bytes),
             c.publishers,
             c.subscribers
         );
@@ -497,7 +497,7 @@ pub fn render(p: &Plan) -> String {
             c.queue_len,
             c.publishers.max(1),
             c.holds_per_subscriber,
-            human_bytes(c.working_set_bytes)
+            units::size::human(c.working_set_bytes)
         );
         let side = |m: &std::collections::BTreeMap<controller::WakeClass, Vec<String>>| {
             let parts: Vec<String> = m
@@ -526,19 +526,4 @@ pub fn render(p: &Plan) -> String {
         }
     }
     o
-}
-
-/// `192B`, `44.3KiB`, `1.0MiB`.
-pub fn human_bytes(b: u64) -> String {
-    if b < 1024 {
-        return format!("{b}B");
-    }
-    let mut v = b as f64 / 1024.0;
-    for unit in ["KiB", "MiB", "GiB"] {
-        if v < 1024.0 || unit == "GiB" {
-            return format!("{v:.1}{unit}");
-        }
-        v /= 1024.0;
-    }
-    unreachable!()
 }

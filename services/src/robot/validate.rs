@@ -1,7 +1,7 @@
 //! Parses `robot.yaml` section by section and checks it, reporting every
 //! problem at once with its line, column and field path.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -454,6 +454,7 @@ fn index_name<'r>(
 
 /// The rules that span sections.
 fn cross_check(c: &mut Checker, r: &Robot) {
+    channel_memory(c, r);
     // Boot attempts are counted by a U-Boot script: a board that boots
     // extlinux.conf through U-Boot.
     if r.update.boot_attempts.is_some() {
@@ -819,6 +820,79 @@ fn cross_check(c: &mut Checker, r: &Robot) {
 
 /// The channel names a reference may use, for a message: the first few,
 /// each cut short, and how many more there are.
+/// Holds the channels' shared memory against each process's `memlock`
+/// (a process that locks its memory locks every channel it maps, and with
+/// `MCL_FUTURE` a mapping past the limit fails) and against the board's
+/// memory (channel files live in /dev/shm, a tmpfs of half the memory
+/// unless mounted otherwise).
+fn channel_memory(c: &mut Checker, r: &Robot) {
+    use controller::config::{MAX_CHANNEL_BYTES, MAX_MESSAGE_SIZE, MAX_QUEUE_LEN};
+    let bytes: BTreeMap<&str, u64> = r
+        .channels
+        .iter()
+        .filter(|ch| {
+            ch.max_size.0 <= MAX_MESSAGE_SIZE
+                && ch.checked_queue_len().is_some_and(|l| l <= MAX_QUEUE_LEN)
+        })
+        .map(|ch| {
+            let users = crate::config::ChannelUsers::of(&r.processes, &ch.name);
+            let b = ch.shm_bytes(users.publishers.into(), users.subscribers.into());
+            (ch.name.as_str(), b.min(MAX_CHANNEL_BYTES))
+        })
+        .collect();
+    for (i, p) in r.processes.iter().enumerate() {
+        let Some(crate::config::Memlock::Bytes(limit)) = p.memlock else {
+            continue;
+        };
+        let mapped: BTreeSet<&str> = p
+            .publishes
+            .iter()
+            .chain(&p.subscribes)
+            .map(String::as_str)
+            .filter(|n| bytes.contains_key(n))
+            .collect();
+        let total: u64 = mapped.iter().map(|n| bytes[n]).sum();
+        if total > limit.0 {
+            let each: Vec<String> = mapped
+                .iter()
+                .map(|n| format!("{} {}", echo::value(n), units::size::human(bytes[n])))
+                .collect();
+            c.error(
+                &format!("processes[{i}].memlock"),
+                format!(
+                    "process `{}` maps {} of channels ({}), more than its memlock {limit}: once it locks its memory, mapping them fails (raise `memlock`, or lower the channels' `max_size`, `depth`/`retention` or `holds`)",
+                    echo::value(&p.name),
+                    units::size::human(total),
+                    each.join(", ")
+                ),
+            );
+        }
+    }
+    if let Some(memory) = r.board.memory() {
+        let total: u64 = bytes.values().sum();
+        let mib = units::size::human;
+        if total > memory {
+            c.error(
+                "channels",
+                format!(
+                    "the channels take {} of shared memory, more than the board's {} (lower `max_size`, `depth`/`retention` or `holds`; `board.memory` if the module has more)",
+                    mib(total),
+                    mib(memory)
+                ),
+            );
+        } else if total > memory / 2 {
+            c.warn(
+                "channels",
+                format!(
+                    "the channels take {} of shared memory, more than half the board's {}: /dev/shm is a tmpfs of half the memory unless mounted larger",
+                    mib(total),
+                    mib(memory)
+                ),
+            );
+        }
+    }
+}
+
 fn channel_list(channels: &[controller::config::ChannelConfig]) -> String {
     const SHOWN: usize = 8;
     if channels.is_empty() {
