@@ -7,6 +7,11 @@
 //! sender writes every word of every message, in place in the slot it
 //! loaned; a receiver reads word 0 and the last word. [`STOP`] in word 0
 //! tells a receiver that the sender is done.
+//!
+//! No `[u64; W]` is ever a value here: a message of 4 MiB would not fit
+//! a thread's stack. Messages are written where they are sent from (a
+//! loan) and read where they arrived (a slot, a sample, a loop's buffer),
+//! always through a reference.
 #![allow(unsafe_code)]
 
 use std::mem::MaybeUninit;
@@ -16,10 +21,15 @@ pub const STOP: u64 = u64::MAX;
 
 /// The message sizes the benchmark is built for, in bytes (each one a
 /// monomorphised `[u64; size / 8]`).
-pub const SIZES: [usize; 5] = [8, 64, 1024, 4096, 65536];
+pub const SIZES: [usize; 7] = [8, 64, 1024, 4096, 65536, 1 << 20, 4 << 20];
 
 /// The sizes measured unless told otherwise.
-pub const DEFAULT_SIZES: [usize; 3] = [8, 1024, 65536];
+pub const DEFAULT_SIZES: [usize; 5] = [8, 1024, 65536, 1 << 20, 4 << 20];
+
+/// Messages above this many bytes are large: they get the shorter
+/// queues, longer periods and fewer messages of the `--large-*` flags (a
+/// queue of 64 slots of 4 MiB is 256 MiB per channel).
+pub const LARGE: usize = 65536;
 
 /// Writes a whole message of `W` words at `dst`: `stamp` into word 0,
 /// `seq` into every other word.
@@ -61,9 +71,11 @@ pub fn read<const W: usize>(m: &[u64; W]) -> (u64, u64) {
     (m[0], m[W - 1])
 }
 
-/// Bytes as the tables write them: `8 B`, `1 KiB`, `64 KiB`.
+/// Bytes as the tables write them: `8 B`, `1 KiB`, `64 KiB`, `4 MiB`.
 pub fn size_label(bytes: usize) -> String {
-    if bytes >= 1024 && bytes.is_multiple_of(1024) {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1024 && bytes.is_multiple_of(1024) {
         format!("{} KiB", bytes / 1024)
     } else {
         format!("{bytes} B")
@@ -96,6 +108,14 @@ macro_rules! with_words {
                 const $w: usize = 8192;
                 $body
             }
+            1048576 => {
+                const $w: usize = 131072;
+                $body
+            }
+            4194304 => {
+                const $w: usize = 524288;
+                $body
+            }
             other => ::anyhow::bail!(
                 "message size {other} is not one this benchmark is built for ({:?})",
                 $crate::message::SIZES
@@ -126,6 +146,29 @@ mod tests {
         assert_eq!(size_label(8), "8 B");
         assert_eq!(size_label(1024), "1 KiB");
         assert_eq!(size_label(65536), "64 KiB");
+        assert_eq!(size_label(1 << 20), "1 MiB");
+        assert_eq!(size_label(4 << 20), "4 MiB");
+        assert_eq!(size_label(1536 << 10), "1536 KiB");
+    }
+
+    #[test]
+    fn a_large_message_is_written_and_read_in_place_on_the_heap() {
+        // 4 MiB: a value of this type on a test thread's 2 MiB stack would
+        // overflow it; through references it never is one.
+        const W: usize = (4 << 20) / 8;
+        let mut words = vec![0u64; W].into_boxed_slice();
+        let m: &mut [u64; W] = (&mut *words).try_into().unwrap();
+        fill(m, 3, 4);
+        assert_eq!(read(m), (3, 4));
+        let mut raw = Box::<[u64]>::new_uninit_slice(W);
+        let m: &mut [MaybeUninit<u64>; W] = (&mut *raw).try_into().unwrap();
+        // SAFETY: [MaybeUninit<u64>; W] and MaybeUninit<[u64; W]> have the
+        // same layout.
+        let m = unsafe { &mut *(m as *mut [MaybeUninit<u64>; W]).cast::<MaybeUninit<[u64; W]>>() };
+        fill_uninit(m, 5, 6);
+        // SAFETY: fill_uninit initialised every word.
+        let m = unsafe { m.assume_init_ref() };
+        assert_eq!(read(m), (5, 6));
     }
 
     #[test]

@@ -1,14 +1,55 @@
 //! The order of the runs: for each benchmark and size (and subscriber
-//! count), rounds of ours then iceoryx2, so that drifts of the machine
-//! (another build starting, the clock ramping) hit both alike. Pure: the
-//! plan is a value the tests look at.
+//! count), rounds in which every arm runs once (ours, iceoryx2, ours
+//! again, and the floor with `--floor`), the order rotated round by round
+//! ([`check::harness::order`]), so that drifts of the machine (another
+//! build starting, the clock ramping) hit every arm alike and each runs
+//! first equally often. Pure: the plan is a value the tests look at.
 
+use check::harness;
 use serde::Serialize;
 
 use crate::role::Impl;
 use crate::settings::{Bench, Settings};
 
-/// One run: one process group measuring one side once.
+/// What one run of a round measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arm {
+    /// Our channels and event loop.
+    Ours,
+    /// iceoryx2.
+    Iceoryx2,
+    /// Ours measured a second time in the same round: the A/A control.
+    /// Its ratio to [`Arm::Ours`] is what two measurements of the same
+    /// thing differ by on this machine.
+    OursAgain,
+    /// Ping-pong with `--floor`: the bare futex ping-pong of the `floor`
+    /// binary, no channel and no event loop.
+    Floor,
+}
+
+impl Arm {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arm::Ours => "ours",
+            Arm::Iceoryx2 => "iceoryx2",
+            Arm::OursAgain => "ours again",
+            Arm::Floor => "floor",
+        }
+    }
+
+    /// The implementation whose role processes the arm runs (`None`: the
+    /// floor, a program of its own).
+    pub fn imp(self) -> Option<Impl> {
+        match self {
+            Arm::Ours | Arm::OursAgain => Some(Impl::Ours),
+            Arm::Iceoryx2 => Some(Impl::Iceoryx2),
+            Arm::Floor => None,
+        }
+    }
+}
+
+/// One run: one process group measuring one arm once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Run {
     pub bench: Bench,
@@ -16,11 +57,24 @@ pub struct Run {
     /// Throughput: subscribers; 1 otherwise.
     pub subscribers: u32,
     pub round: u32,
-    pub imp: Impl,
+    pub arm: Arm,
     /// Measured iterations of this run.
     pub count: u64,
     /// Unmeasured iterations before them.
     pub warmup: u64,
+    /// Ring length of our channels, subscriber buffer of iceoryx2's, ring
+    /// of the floor.
+    pub depth: u64,
+}
+
+/// The arms of every round of `bench`, in their canonical order (the
+/// order of round 0).
+pub fn arms(bench: Bench, s: &Settings) -> Vec<Arm> {
+    let mut v = vec![Arm::Ours, Arm::Iceoryx2, Arm::OursAgain];
+    if s.floor && bench == Bench::PingPong {
+        v.push(Arm::Floor);
+    }
+    v
 }
 
 /// Unmeasured round trips at the start of each ping-pong run.
@@ -45,13 +99,15 @@ pub fn plan(s: &Settings) -> Vec<Run> {
                 Bench::Throughput => s.subscribers.clone(),
                 _ => vec![1],
             };
+            let arms = arms(bench, s);
             for subscribers in groups {
                 let rounds = match bench {
                     Bench::Throughput => s.throughput_rounds,
                     _ => s.rounds,
                 };
                 for round in 0..rounds {
-                    for imp in [Impl::Ours, Impl::Iceoryx2] {
+                    for i in harness::order(arms.len(), round as usize) {
+                        let arm = arms[i];
                         let (count, warmup) = match bench {
                             Bench::PingPong => (share(s.pingpong, rounds, round), PINGPONG_WARMUP),
                             Bench::OneWay => (share(s.oneway, rounds, round), ONEWAY_WARMUP),
@@ -65,9 +121,10 @@ pub fn plan(s: &Settings) -> Vec<Run> {
                             size,
                             subscribers,
                             round,
-                            imp,
+                            arm,
                             count,
                             warmup,
+                            depth: s.depth_for(size),
                         });
                     }
                 }
@@ -90,7 +147,7 @@ mod tests {
     }
 
     #[test]
-    fn rounds_alternate_ours_and_iceoryx2() {
+    fn every_round_runs_each_arm_once_in_a_rotated_order() {
         let runs = plan(&settings(&[
             "--only",
             "ping-pong",
@@ -99,18 +156,56 @@ mod tests {
             "--rounds",
             "3",
         ]));
-        let order: Vec<(u32, Impl)> = runs.iter().map(|r| (r.round, r.imp)).collect();
+        let order: Vec<(u32, Arm)> = runs.iter().map(|r| (r.round, r.arm)).collect();
+        use Arm::*;
         assert_eq!(
             order,
             vec![
-                (0, Impl::Ours),
-                (0, Impl::Iceoryx2),
-                (1, Impl::Ours),
-                (1, Impl::Iceoryx2),
-                (2, Impl::Ours),
-                (2, Impl::Iceoryx2)
+                (0, Ours),
+                (0, Iceoryx2),
+                (0, OursAgain),
+                (1, Iceoryx2),
+                (1, OursAgain),
+                (1, Ours),
+                (2, OursAgain),
+                (2, Ours),
+                (2, Iceoryx2),
             ]
         );
+        assert_eq!(OursAgain.imp(), Some(Impl::Ours));
+        assert_eq!(Floor.imp(), None);
+    }
+
+    #[test]
+    fn the_floor_is_an_arm_of_ping_pong_rounds_only() {
+        let runs = plan(&settings(&[
+            "--only",
+            "ping-pong,one-way",
+            "--sizes",
+            "8,4194304",
+            "--rounds",
+            "4",
+            "--floor",
+        ]));
+        for bench in [Bench::PingPong, Bench::OneWay] {
+            for round in 0..4 {
+                let arms: Vec<Arm> = runs
+                    .iter()
+                    .filter(|r| r.bench == bench && r.size == 8 && r.round == round)
+                    .map(|r| r.arm)
+                    .collect();
+                let want = if bench == Bench::PingPong { 4 } else { 3 };
+                assert_eq!(arms.len(), want, "{bench:?} round {round}");
+                // Each arm leads one round of four.
+                if bench == Bench::PingPong {
+                    assert_eq!(arms[0], [Arm::Ours, Arm::Iceoryx2, Arm::OursAgain, Arm::Floor][round as usize]);
+                }
+            }
+        }
+        // Large messages run in the large depth, on every arm.
+        assert!(runs
+            .iter()
+            .all(|r| r.depth == if r.size == 8 { 64 } else { 2 }));
     }
 
     #[test]
@@ -124,11 +219,11 @@ mod tests {
             "10",
         ]));
         for bench in [Bench::PingPong, Bench::OneWay] {
-            for size in [8, 1024, 65536] {
-                for imp in [Impl::Ours, Impl::Iceoryx2] {
+            for size in [8, 1024, 65536, 1 << 20, 4 << 20] {
+                for arm in [Arm::Ours, Arm::Iceoryx2, Arm::OursAgain] {
                     let n: u64 = runs
                         .iter()
-                        .filter(|r| r.bench == bench && r.size == size && r.imp == imp)
+                        .filter(|r| r.bench == bench && r.size == size && r.arm == arm)
                         .map(|r| r.count)
                         .sum();
                     let want = if bench == Bench::PingPong {
@@ -136,7 +231,7 @@ mod tests {
                     } else {
                         20000
                     };
-                    assert_eq!(n, want, "{bench:?} {size} {imp:?}");
+                    assert_eq!(n, want, "{bench:?} {size} {arm:?}");
                 }
             }
         }
@@ -152,13 +247,15 @@ mod tests {
             "--throughput-rounds",
             "2",
         ]));
-        let groups: Vec<(u32, u32, Impl)> = runs
+        let groups: Vec<(u32, u32, Arm)> = runs
             .iter()
-            .map(|r| (r.subscribers, r.round, r.imp))
+            .map(|r| (r.subscribers, r.round, r.arm))
             .collect();
-        assert_eq!(groups.len(), 8);
-        assert_eq!(groups[0], (1, 0, Impl::Ours));
-        assert_eq!(groups[4], (4, 0, Impl::Ours));
+        assert_eq!(groups.len(), 3 * 2 * 3);
+        assert_eq!(groups[0], (1, 0, Arm::Ours));
+        assert_eq!(groups[3], (1, 1, Arm::Iceoryx2));
+        assert_eq!(groups[6], (2, 0, Arm::Ours));
+        assert_eq!(groups[12], (4, 0, Arm::Ours));
         assert!(runs.iter().all(|r| r.count == 100_000));
     }
 }

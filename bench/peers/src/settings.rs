@@ -6,13 +6,24 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use serde::Serialize;
 
-use crate::message::{DEFAULT_SIZES, SIZES};
+use crate::message::{DEFAULT_SIZES, LARGE, SIZES};
 
 /// Our runtime against iceoryx2 on this machine: ping-pong round trip,
 /// one-way wake at a fixed period, publish cost with no subscriber
-/// waiting, and throughput with one and four subscribers, for each
-/// message size, in one run whose rounds alternate between the two
-/// (ours, iceoryx2, ours, iceoryx2, ...).
+/// waiting, and throughput with 1, 2 and 4 subscribers, for each message
+/// size, in one run of interleaved rounds. Every round measures ours,
+/// iceoryx2 and ours a second time (the A/A control: how far two
+/// measurements of the same thing differ on this machine), in an order
+/// rotated round by round; each figure is given as the median over rounds
+/// of the per-round ratio ours / iceoryx2, beside the A/A ratio.
+///
+/// The defaults are the full run (about 20 to 30 minutes on a 2-core VM):
+/// sizes 8 B, 1 KiB, 64 KiB, 1 MiB, 4 MiB; 10 rounds; 200000 round trips,
+/// 20000 one-way wakes and 2000 publish batches per size and side; 5
+/// throughput rounds of 200000 (up to 64 B), 100000 (up to 4 KiB), 10000
+/// (up to 64 KiB) or 2000 (above) messages. Messages above 64 KiB are
+/// large: a queue of --large-depth, a one-way period of --large-period-us
+/// and publish batches of --large-batch.
 ///
 /// Exit status: 0 measured (whether or not a target was met), 2 the
 /// benchmark could not run or a side failed.
@@ -32,36 +43,47 @@ pub struct Flags {
         default_value = "ping-pong,one-way,publish,throughput"
     )]
     pub only: Vec<String>,
-    /// Message sizes in bytes (of 8, 64, 1024, 4096, 65536).
+    /// Message sizes in bytes (of 8, 64, 1024, 4096, 65536, 1048576,
+    /// 4194304).
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SIZES)]
     pub sizes: Vec<usize>,
-    /// Rounds per benchmark and size; each round runs ours, then iceoryx2.
+    /// Rounds per benchmark and size; each round runs ours, iceoryx2 and
+    /// ours again (and the floor, with --floor), in a rotated order.
     #[arg(long, default_value_t = 10)]
     pub rounds: u32,
     /// Measured round trips per size and side, split over the rounds.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 200_000)]
     pub pingpong: u64,
     /// Measured one-way wakes per size and side, split over the rounds.
     #[arg(long, default_value_t = 20_000)]
     pub oneway: u64,
-    /// The one-way sender's period, microseconds.
+    /// The one-way sender's period, microseconds (messages up to 64 KiB).
     #[arg(long, default_value_t = 200)]
     pub period_us: u64,
+    /// The one-way sender's period for messages above 64 KiB,
+    /// microseconds: longer than writing one (a 4 MiB write takes a few
+    /// hundred microseconds).
+    #[arg(long, default_value_t = 1000)]
+    pub large_period_us: u64,
     /// Timed publish batches per size and side, split over the rounds.
     #[arg(long, default_value_t = 2_000)]
     pub publish_batches: u64,
-    /// Publishes per timed batch.
+    /// Publishes per timed batch (messages up to 64 KiB).
     #[arg(long, default_value_t = 256)]
     pub batch: u64,
-    /// Throughput: messages per round (default by size: 200000 for up to
-    /// 64 B, 100000 up to 4 KiB, 10000 above).
+    /// Publishes per timed batch for messages above 64 KiB.
+    #[arg(long, default_value_t = 8)]
+    pub large_batch: u64,
+    /// Throughput: messages per round, every size (default by size:
+    /// 200000 up to 64 B, 100000 up to 4 KiB, 10000 up to 64 KiB, 2000
+    /// above).
     #[arg(long)]
     pub throughput_messages: Option<u64>,
     /// Throughput rounds per size, subscriber count and side.
     #[arg(long, default_value_t = 5)]
     pub throughput_rounds: u32,
     /// Subscriber counts for the throughput benchmark.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 2, 4])]
     pub subscribers: Vec<u32>,
     /// The sending side's CPU (ping side, sender, publisher).
     #[arg(long, default_value_t = 0)]
@@ -76,15 +98,29 @@ pub struct Flags {
     /// Run every side under SCHED_OTHER.
     #[arg(long)]
     pub no_fifo: bool,
-    /// Ring length of our channels and subscriber buffer of iceoryx2's.
+    /// Ring length of our channels and subscriber buffer of iceoryx2's,
+    /// for messages up to 64 KiB (a power of two).
     #[arg(long, default_value_t = 64)]
     pub depth: u64,
-    /// How our receivers read a message: `in-place` reads the two words
-    /// they use in the channel's slot (as iceoryx2's receivers read them
-    /// in its shared memory), `copy` takes the event loop's copy of the
-    /// whole message.
-    #[arg(long, value_enum, default_value_t = Receive::InPlace)]
+    /// Ring length of our channels and subscriber buffer of iceoryx2's,
+    /// for messages above 64 KiB (a power of two).
+    #[arg(long, default_value_t = 2)]
+    pub large_depth: u64,
+    /// How our receivers read a message: `held` holds it in its slot
+    /// while the handler reads the two words it uses (as iceoryx2's
+    /// receivers hold a sample; our channels get a hold record per
+    /// subscribing process), `in-place` reads the two words in the slot
+    /// and checks it was not recycled meanwhile, `copy` takes the event
+    /// loop's copy of the whole message.
+    #[arg(long, value_enum, default_value_t = Receive::Held)]
     pub receive: Receive,
+    /// Ping-pong: measure the floor too, as one more arm of every round:
+    /// two threads of one process taking turns writing the whole message
+    /// into a ring of the same depth and waking each other by a bare
+    /// futex (the `floor` binary, which must lie beside this one). The
+    /// table then gives our p50 and iceoryx2's over the floor's.
+    #[arg(long)]
+    pub floor: bool,
     /// Run as one side of a benchmark (the parent spawns these).
     #[command(subcommand)]
     pub role: Option<RoleCmd>,
@@ -101,8 +137,20 @@ pub enum RoleCmd {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Receive {
+    Held,
     InPlace,
     Copy,
+}
+
+impl Receive {
+    /// How the table says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Receive::Held => "held in the slot",
+            Receive::InPlace => "in place",
+            Receive::Copy => "the loop's copy",
+        }
+    }
 }
 
 /// A benchmark.
@@ -143,8 +191,11 @@ pub struct Settings {
     pub oneway: u64,
     #[serde(serialize_with = "as_micros")]
     pub period: Duration,
+    #[serde(serialize_with = "as_micros")]
+    pub large_period: Duration,
     pub publish_batches: u64,
     pub batch: u64,
+    pub large_batch: u64,
     pub throughput_messages: Option<u64>,
     pub throughput_rounds: u32,
     pub subscribers: Vec<u32>,
@@ -153,7 +204,9 @@ pub struct Settings {
     /// Requested SCHED_FIFO priority (`None`: SCHED_OTHER asked for).
     pub priority: Option<u32>,
     pub depth: u64,
+    pub large_depth: u64,
     pub receive: Receive,
+    pub floor: bool,
     #[serde(skip)]
     pub json: bool,
     #[serde(skip)]
@@ -204,11 +257,16 @@ impl Settings {
                 );
             }
         }
-        if f.batch == 0 {
-            bail!("--batch must be at least 1");
+        if f.batch == 0 || f.large_batch == 0 {
+            bail!("--batch and --large-batch must be at least 1");
         }
-        if f.period_us < 10 {
-            bail!("--period-us {} is below 10", f.period_us);
+        for (flag, us) in [
+            ("--period-us", f.period_us),
+            ("--large-period-us", f.large_period_us),
+        ] {
+            if us < 10 {
+                bail!("{flag} {us} is below 10");
+            }
         }
         if f.throughput_messages == Some(0) {
             bail!("--throughput-messages must be at least 1");
@@ -236,8 +294,10 @@ impl Settings {
                 f.priority
             );
         }
-        if !f.depth.is_power_of_two() || !(2..=4096).contains(&f.depth) {
-            bail!("--depth {} is not a power of two from 2 to 4096", f.depth);
+        for (flag, depth) in [("--depth", f.depth), ("--large-depth", f.large_depth)] {
+            if !depth.is_power_of_two() || !(1..=4096).contains(&depth) {
+                bail!("{flag} {depth} is not a power of two from 1 to 4096");
+            }
         }
         Ok(Settings {
             benches,
@@ -246,8 +306,10 @@ impl Settings {
             pingpong: f.pingpong,
             oneway: f.oneway,
             period: Duration::from_micros(f.period_us),
+            large_period: Duration::from_micros(f.large_period_us),
             publish_batches: f.publish_batches,
             batch: f.batch,
+            large_batch: f.large_batch,
             throughput_messages: f.throughput_messages,
             throughput_rounds: f.throughput_rounds,
             subscribers: f.subscribers.clone(),
@@ -255,7 +317,9 @@ impl Settings {
             receiver_cpu: f.receiver_cpu,
             priority: (!f.no_fifo).then_some(f.priority),
             depth: f.depth,
+            large_depth: f.large_depth,
             receive: f.receive,
+            floor: f.floor,
             json: f.json,
             quiet: f.quiet,
         })
@@ -266,8 +330,37 @@ impl Settings {
         self.throughput_messages.unwrap_or(match size {
             0..=64 => 200_000,
             65..=4096 => 100_000,
-            _ => 10_000,
+            4097..=LARGE => 10_000,
+            _ => 2_000,
         })
+    }
+
+    /// Ring length of our channels and subscriber buffer of iceoryx2's
+    /// for `size`.
+    pub fn depth_for(&self, size: usize) -> u64 {
+        if size > LARGE {
+            self.large_depth
+        } else {
+            self.depth
+        }
+    }
+
+    /// The one-way sender's period for `size`.
+    pub fn period_for(&self, size: usize) -> Duration {
+        if size > LARGE {
+            self.large_period
+        } else {
+            self.period
+        }
+    }
+
+    /// Publishes per timed batch for `size`.
+    pub fn batch_for(&self, size: usize) -> u64 {
+        if size > LARGE {
+            self.large_batch
+        } else {
+            self.batch
+        }
     }
 }
 
@@ -282,12 +375,33 @@ mod tests {
     #[test]
     fn defaults_are_the_issue_s_run() {
         let s = Settings::from_flags(&flags(&[]), &[0, 1]).unwrap();
-        assert_eq!(s.sizes, vec![8, 1024, 65536]);
+        assert_eq!(s.sizes, vec![8, 1024, 65536, 1 << 20, 4 << 20]);
         assert_eq!(s.benches, Bench::ALL.to_vec());
         assert_eq!((s.sender_cpu, s.receiver_cpu, s.priority), (0, 1, Some(80)));
-        assert_eq!(s.subscribers, vec![1, 4]);
+        assert_eq!((s.rounds, s.pingpong), (10, 200_000));
+        assert_eq!(s.subscribers, vec![1, 2, 4]);
+        assert_eq!(s.receive, Receive::Held);
+        assert!(!s.floor);
         assert_eq!(s.throughput_messages_for(8), 200_000);
         assert_eq!(s.throughput_messages_for(65536), 10_000);
+        assert_eq!(s.throughput_messages_for(1 << 20), 2_000);
+        assert_eq!(s.throughput_messages_for(4 << 20), 2_000);
+    }
+
+    #[test]
+    fn large_messages_get_the_large_depth_period_and_batch() {
+        let s = Settings::from_flags(
+            &flags(&["--depth", "32", "--large-depth", "4", "--large-batch", "3"]),
+            &[0, 1],
+        )
+        .unwrap();
+        assert_eq!((s.depth_for(8), s.depth_for(65536)), (32, 32));
+        assert_eq!((s.depth_for(65537), s.depth_for(4 << 20)), (4, 4));
+        assert_eq!(s.period_for(65536), Duration::from_micros(200));
+        assert_eq!(s.period_for(1 << 20), Duration::from_micros(1000));
+        assert_eq!((s.batch_for(65536), s.batch_for(1 << 20)), (256, 3));
+        let d = Settings::from_flags(&flags(&[]), &[0, 1]).unwrap();
+        assert_eq!((d.depth_for(65536), d.depth_for(1 << 20)), (64, 2));
     }
 
     #[test]
@@ -302,6 +416,8 @@ mod tests {
         assert!(e(&["--receiver-cpu", "5"]).contains("--receiver-cpu 5"));
         assert!(e(&["--only", "latency"]).contains("\"latency\""));
         assert!(e(&["--depth", "48"]).contains("--depth 48"));
+        assert!(e(&["--large-depth", "0"]).contains("--large-depth 0"));
+        assert!(e(&["--large-period-us", "5"]).contains("--large-period-us 5"));
         assert!(e(&["--pingpong", "3"]).contains("--pingpong 3"));
     }
 

@@ -124,3 +124,35 @@ fn copy_and_loan_send_and_receive_every_message_of_both_sizes() {
     assert!(json["sizes"][0]["loan_receive_per_memcpy"].is_number());
     println!("{table}");
 }
+
+#[test]
+fn a_held_fanout_delivers_every_message_whole_to_every_subscriber() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bench::FanoutOptions {
+        bytes: 256 << 10,
+        subscribers: 3,
+        messages: 20,
+        rounds: 2,
+        period: Duration::from_millis(5),
+    };
+    let r = bench::fanout(dir.path(), Path::new("/proc"), &o).unwrap();
+    assert_eq!(r.bad_lines, 0, "every line read as written");
+    assert_eq!(r.lost, 0, "a message per 5 ms: no subscriber falls behind");
+    for arm in [&r.channel, &r.reference, &r.reference_again] {
+        assert_eq!(arm.rounds.len(), 2);
+        assert!(
+            arm.rounds.iter().all(|c| c.is_some_and(|ns| ns > 0.0)),
+            "{arm:?}"
+        );
+    }
+    let ratio = r.ratio.as_ref().unwrap();
+    assert_eq!(ratio.per_round.len(), 2);
+    assert!(ratio.aa.is_some());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let table = r.table();
+    assert!(
+        table.contains("256 KiB message by loan to 3 subscribers"),
+        "{table}"
+    );
+    println!("{table}");
+}

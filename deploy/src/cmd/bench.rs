@@ -7,7 +7,9 @@
 //! - `publish`: the cost of one publish, without and with a waiting
 //!   subscriber, and the futex wake syscalls it made; then a 64 B and a
 //!   1 MiB message published by copy and by loan, send and receive timed
-//!   apart, against a memcpy and a plain write timed in the same run.
+//!   apart, against a memcpy and a plain write timed in the same run; then
+//!   a 4 MiB message by loan to four subscribers that hold it and read
+//!   every cache line, its CPU time against private buffers.
 //! - `throughput`: messages per second a publisher reaches.
 //!
 //! Channel files go to a temporary directory under
@@ -81,6 +83,19 @@ pub struct PublishArgs {
     /// Timed samples of each copy and loan case per round.
     #[arg(long, default_value_t = 100)]
     pub samples: u32,
+    /// Payload bytes of the message held by several subscribers (0: skip
+    /// that part).
+    #[arg(long, default_value_t = 4 << 20)]
+    pub fanout_bytes: usize,
+    /// Subscribers holding it.
+    #[arg(long, default_value_t = 4)]
+    pub fanout_subscribers: u32,
+    /// Messages per round of each of its arms (one per 10 ms).
+    #[arg(long, default_value_t = 100)]
+    pub fanout_messages: u32,
+    /// Interleaved rounds of its arms.
+    #[arg(long, default_value_t = 5)]
+    pub fanout_rounds: u32,
 }
 
 #[derive(Debug, Args)]
@@ -148,9 +163,23 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
                 rounds: a.rounds.max(1),
                 samples: a.samples.max(1),
             };
+            let copy_and_loan = bench::copy_and_loan(&shm, &proc_root, &opts)?;
+            let fanout = if a.fanout_bytes > 0 {
+                let o = bench::FanoutOptions {
+                    bytes: a.fanout_bytes,
+                    subscribers: a.fanout_subscribers.max(1),
+                    messages: a.fanout_messages.max(1),
+                    rounds: a.fanout_rounds.max(1),
+                    ..bench::FanoutOptions::default()
+                };
+                Some(bench::fanout(&shm, &proc_root, &o)?)
+            } else {
+                None
+            };
             let r = bench::PublishBenchReport {
                 cost,
-                copy_and_loan: bench::copy_and_loan(&shm, &proc_root, &opts)?,
+                copy_and_loan,
+                fanout,
             };
             if ctx.json {
                 ctx.print_json(&r)?;

@@ -216,6 +216,8 @@ impl CopyLoanReport {
 pub(super) fn size_text(bytes: usize) -> String {
     if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
         format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+        format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes} B")
     }

@@ -49,11 +49,13 @@ use units::sched::{self, Policy, SchedAttr};
 pub use crate::Mechanism;
 
 mod copy_loan;
+mod fanout;
 mod publish;
 mod throughput;
 mod wake;
 
 pub use copy_loan::*;
+pub use fanout::*;
 pub use publish::*;
 pub use throughput::*;
 pub use wake::*;

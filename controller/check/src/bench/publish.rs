@@ -323,15 +323,21 @@ pub struct PublishBenchReport {
     #[serde(flatten)]
     pub cost: PublishReport,
     pub copy_and_loan: CopyLoanReport,
+    /// A large message held by several subscribers (skipped: `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<FanoutReport>,
 }
 
 impl PublishBenchReport {
     pub fn table(&self) -> String {
         format!(
             "{}
-{}",
+{}{}",
             self.cost.table(),
-            self.copy_and_loan.table()
+            self.copy_and_loan.table(),
+            self.fanout
+                .as_ref()
+                .map_or(String::new(), |f| format!("\n{}", f.table()))
         )
     }
 }
