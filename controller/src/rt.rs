@@ -43,6 +43,23 @@ pub fn lock_and_prefault(stack_bytes: usize, heap_bytes: usize) -> Result<(), Rt
     Ok(())
 }
 
+/// This process's soft RLIMIT_MEMLOCK in bytes, `None` when unlimited
+/// (or unknown): what `lock_and_prefault` and every later mapping must fit
+/// in together.
+pub fn memlock_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for the call to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(lim.rlim_cur as u64)
+}
+
 /// Touches `bytes` of stack below the current frame.
 pub fn prefault_stack(bytes: usize) {
     #[inline(never)]

@@ -64,7 +64,22 @@ impl Example {
         );
         let process = std::env::var(units::env::PROCESS).unwrap_or_else(|_| role.into());
 
-        if let Err(e) = controller::rt::lock_and_prefault(256 << 10, 4 << 20) {
+        // 4 MiB of heap, or a quarter of a smaller locked-memory limit
+        // (8 MiB is the kernel's default): the channels, the loop's ring
+        // and the program itself are locked too, and a mapping past the
+        // limit is refused.
+        let mut heap: usize = 4 << 20;
+        if let Some(limit) = controller::rt::memlock_limit() {
+            let quarter = usize::try_from(limit / 4).unwrap_or(usize::MAX);
+            if quarter < heap {
+                heap = quarter;
+                eprintln!(
+                    "{role}: prefaulting {} KiB of heap, a quarter of the locked-memory limit",
+                    heap >> 10
+                );
+            }
+        }
+        if let Err(e) = controller::rt::lock_and_prefault(256 << 10, heap) {
             eprintln!("{role}: warning: {e}");
         }
         // The loop opens the channel by name; here it only has to exist.
