@@ -57,7 +57,7 @@ pub fn memlock_limit() -> Option<u64> {
     {
         return None;
     }
-    Some(lim.rlim_cur as u64)
+    Some(lim.rlim_cur)
 }
 
 /// Touches `bytes` of stack below the current frame.
