@@ -532,6 +532,27 @@ fn register(ptr: *mut u8, len: usize) -> Option<usize> {
     None
 }
 
+/// The soft RLIMIT_MEMLOCK of this process, for messages.
+fn memlock_limit_text() -> String {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for the call to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
+        return "unknown".into();
+    }
+    if lim.rlim_cur == libc::RLIM_INFINITY {
+        "unlimited".into()
+    } else {
+        format!("RLIMIT_MEMLOCK {} bytes", lim.rlim_cur)
+    }
+}
+
+/// Bytes of a huge page on the boards we run on (x86_64 and aarch64 with
+/// 4 KiB pages): mappings of this size or more ask for huge pages.
+pub const HUGE_PAGE: usize = 2 << 20;
+
 impl Mapping {
     /// Maps `len` bytes of `file` shared, read-write and prefaulted (no
     /// page fault later on the real-time path), protected against
@@ -569,7 +590,17 @@ impl Mapping {
             ));
         }
         install_sigbus_handler()?;
-        let flags = libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 };
+        // A file of huge-page size or more asks for huge pages before any
+        // page is faulted in (a tmpfs mounted `huge=advise` allocates them
+        // for such mappings; `huge=always`/`within_size` mounts do without
+        // asking, `huge=never` ones ignore it), then populates.
+        let huge = len >= HUGE_PAGE;
+        let flags = libc::MAP_SHARED
+            | if populate && !huge {
+                libc::MAP_POPULATE
+            } else {
+                0
+            };
         // SAFETY: a fresh mapping at an address the kernel chooses; the fd
         // is valid for the call; the result is checked for MAP_FAILED.
         let p = unsafe {
@@ -583,7 +614,21 @@ impl Mapping {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EAGAIN) {
+                // With mlockall(MCL_FUTURE) in force, a mapping that would
+                // take the process past RLIMIT_MEMLOCK is refused so.
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{e}: {len} bytes more of locked memory would pass this process's \
+                         locked-memory limit ({}); give the process `memlock:` in robot.yaml \
+                         (or lock less at start)",
+                        memlock_limit_text()
+                    ),
+                ));
+            }
+            return Err(e);
         }
         let ptr = p as *mut u8;
         let Some(guard) = register(ptr, len) else {
@@ -593,7 +638,19 @@ impl Mapping {
                 "more than {MAX_MAPPINGS} shared-memory mappings in one process"
             )));
         };
-        Ok(Mapping { ptr, len, guard })
+        let m = Mapping { ptr, len, guard };
+        if huge {
+            // SAFETY: advice on the mapping just made; it changes no
+            // contents. Refused advice (a kernel without THP) leaves small
+            // pages, which is what there was.
+            unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+            // SAFETY: as above; populating reads no byte into this process.
+            if populate && unsafe { libc::madvise(p, len, libc::MADV_POPULATE_READ) } != 0 {
+                // Before 5.14: fault each page in by reading it.
+                m.probe();
+            }
+        }
+        Ok(m)
     }
 
     pub fn len(&self) -> usize {

@@ -134,11 +134,15 @@ fn a_held_fanout_delivers_every_message_whole_to_every_subscriber() {
         messages: 20,
         rounds: 2,
         period: Duration::from_millis(5),
+        // The same tmpfs as a fourth arm: whatever it gives, the arm runs.
+        huge_shm: Some(dir.path().to_path_buf()),
     };
     let r = bench::fanout(dir.path(), Path::new("/proc"), &o).unwrap();
     assert_eq!(r.bad_lines, 0, "every line read as written");
     assert_eq!(r.lost, 0, "a message per 5 ms: no subscriber falls behind");
-    for arm in [&r.channel, &r.reference, &r.reference_again] {
+    let huge = r.huge.as_ref().unwrap();
+    assert!(r.huge_ratio.is_some() && r.huge_kib_seen.is_some());
+    for arm in [&r.channel, &r.reference, &r.reference_again, huge] {
         assert_eq!(arm.rounds.len(), 2);
         assert!(
             arm.rounds.iter().all(|c| c.is_some_and(|ns| ns > 0.0)),

@@ -96,6 +96,11 @@ pub struct PublishArgs {
     /// Interleaved rounds of its arms.
     #[arg(long, default_value_t = 5)]
     pub fanout_rounds: u32,
+    /// A directory on a tmpfs that gives huge pages (e.g. `mount -t tmpfs
+    /// -o huge=within_size tmpfs DIR`): the held message runs through a
+    /// channel there too, as a fourth arm.
+    #[arg(long, value_name = "DIR")]
+    pub fanout_huge_shm: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -170,6 +175,7 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
                     subscribers: a.fanout_subscribers.max(1),
                     messages: a.fanout_messages.max(1),
                     rounds: a.fanout_rounds.max(1),
+                    huge_shm: a.fanout_huge_shm.clone(),
                     ..bench::FanoutOptions::default()
                 };
                 Some(bench::fanout(&shm, &proc_root, &o)?)

@@ -26,6 +26,9 @@ pub struct FanoutOptions {
     pub rounds: u32,
     /// One message per period.
     pub period: Duration,
+    /// A directory on a tmpfs that gives huge pages (mounted `huge=always`,
+    /// `within_size` or `advise`): a fourth arm runs the channel there.
+    pub huge_shm: Option<PathBuf>,
 }
 
 impl Default for FanoutOptions {
@@ -36,6 +39,7 @@ impl Default for FanoutOptions {
             messages: 100,
             rounds: 5,
             period: Duration::from_millis(10),
+            huge_shm: None,
         }
     }
 }
@@ -57,6 +61,17 @@ pub struct FanoutReport {
     pub reference_again: Arm,
     /// Channel over reference, median over rounds with its spread.
     pub ratio: Option<Ratio>,
+    /// The channel on huge pages (with `huge_shm`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub huge: Option<Arm>,
+    /// Huge pages over small ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub huge_ratio: Option<Ratio>,
+    /// The most shared memory in huge pages the system had while the
+    /// huge-page arm's channel existed (`ShmemHugePages`, KiB): 0 means
+    /// the tmpfs gave none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub huge_kib_seen: Option<u64>,
     /// Messages some subscriber did not handle (lost to the channel's
     /// depth): 0 unless the readers fall a period behind.
     pub lost: u64,
@@ -92,6 +107,17 @@ impl FanoutReport {
         );
         if let Some(r) = &self.ratio {
             let _ = writeln!(out, "  {}", r.line());
+        }
+        if let Some(h) = &self.huge {
+            let _ = writeln!(
+                out,
+                "  through the channel on huge pages  {} ({} KiB of shared memory in huge pages seen)",
+                ms(h),
+                self.huge_kib_seen.unwrap_or(0)
+            );
+            if let Some(r) = &self.huge_ratio {
+                let _ = writeln!(out, "  {}", r.line());
+            }
         }
         let _ = writeln!(
             out,
@@ -130,12 +156,25 @@ fn wait_period(t0: Monotonic, period: Duration, seq: u32) {
     sleep_until(t0 + period * seq);
 }
 
+/// `ShmemHugePages` of /proc/meminfo, KiB.
+fn shmem_huge_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("ShmemHugePages:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// The channel arm: a writer thread (this one) and `subscribers` event
-/// loops.
+/// loops; `huge_kib` gets the most shared memory seen in huge pages.
 fn channel_round(
     o: &FanoutOptions,
     shm: &Path,
     proc_root: &Path,
+    huge_kib: &mut u64,
 ) -> Result<RoundResult, BenchRunError> {
     let dir = bench_dir(shm)?;
     let g = ChannelGeometry::new((64 + o.bytes) as u64, 2, 1).with_holds(o.subscribers);
@@ -225,6 +264,7 @@ fn channel_round(
         handled: 0,
         bad_lines: 0,
     };
+    *huge_kib = (*huge_kib).max(shmem_huge_kib());
     for r in readers {
         let r = r
             .join()
@@ -298,38 +338,46 @@ pub fn fanout(
     o: &FanoutOptions,
 ) -> Result<FanoutReport, BenchRunError> {
     let rounds = o.rounds.max(1) as usize;
-    let mut arms = [
-        Arm {
-            name: "channel".into(),
-            rounds: vec![None; rounds],
-        },
-        Arm {
-            name: "private buffers".into(),
-            rounds: vec![None; rounds],
-        },
-        Arm {
-            name: "private buffers again".into(),
-            rounds: vec![None; rounds],
-        },
+    let arm = |name: &str| Arm {
+        name: name.into(),
+        rounds: vec![None; rounds],
+    };
+    let mut arms = vec![
+        arm("channel"),
+        arm("private buffers"),
+        arm("private buffers again"),
     ];
-    let (mut lost, mut bad_lines) = (0u64, 0u64);
+    if o.huge_shm.is_some() {
+        arms.push(arm("channel on huge pages"));
+    }
+    let (mut lost, mut bad_lines, mut huge_kib) = (0u64, 0u64, 0u64);
     let per_message = |r: &RoundResult| r.cpu_ns as f64 / f64::from(o.messages.max(1));
     for round in 0..rounds {
-        for arm in harness::order(3, round) {
-            let r = if arm == 0 {
-                let r = channel_round(o, shm, proc_root)?;
+        for a in harness::order(arms.len(), round) {
+            let r = match (a, &o.huge_shm) {
+                (1 | 2, _) => reference_round(o)?,
+                (3, Some(dir)) => channel_round(o, dir, proc_root, &mut huge_kib)?,
+                _ => channel_round(o, shm, proc_root, &mut 0)?,
+            };
+            if a == 0 || a == 3 {
                 lost +=
                     (u64::from(o.messages) * u64::from(o.subscribers)).saturating_sub(r.handled);
-                r
-            } else {
-                reference_round(o)?
-            };
+            }
             bad_lines += r.bad_lines;
-            arms[arm].rounds[round] = Some(per_message(&r));
+            arms[a].rounds[round] = Some(per_message(&r));
         }
     }
     let ratio = Ratio::of("CPU per message", &arms[0], &arms[1], Some(&arms[2]));
-    let [channel, reference, reference_again] = arms;
+    let huge = (arms.len() > 3).then(|| arms.pop()).flatten();
+    let huge_ratio = huge
+        .as_ref()
+        .and_then(|h| Ratio::of("CPU per message, huge pages", h, &arms[0], None));
+    let mut arms = arms.into_iter();
+    let (channel, reference, reference_again) = (
+        arms.next().unwrap_or_default(),
+        arms.next().unwrap_or_default(),
+        arms.next().unwrap_or_default(),
+    );
     Ok(FanoutReport {
         bytes: o.bytes,
         subscribers: o.subscribers,
@@ -341,6 +389,9 @@ pub fn fanout(
         reference,
         reference_again,
         ratio,
+        huge_kib_seen: huge.as_ref().map(|_| huge_kib),
+        huge,
+        huge_ratio,
         lost,
         bad_lines,
     })
