@@ -1,6 +1,7 @@
 //! `peers`: our runtime against iceoryx2 on the same machine, CPUs,
-//! priority and message sizes, in one run whose rounds alternate between
-//! the two. `scripts/bench-peers.sh` builds and runs it.
+//! priority and message sizes, in one run of interleaved rounds (ours,
+//! iceoryx2 and ours again in each, the order rotated round by round).
+//! `scripts/bench-peers.sh` builds and runs it.
 //!
 //! Design rules:
 //! - both sides get the same process setup, the same message type and
@@ -10,11 +11,16 @@
 //!   and no wait of the parent is without a deadline;
 //! - a run's names are unique to it and removed after it (a later run
 //!   removes what a killed one left);
-//! - figures are pooled per benchmark, size and side and quoted with the
-//!   ratio ours / iceoryx2; nothing is tuned for either side.
+//! - each figure is measured per round and quoted as the median over
+//!   rounds of the per-round ratio ours / iceoryx2, with its spread and
+//!   the A/A ratio (ours again / ours: the noise of this machine) beside
+//!   it; pooled figures are kept too; nothing is tuned for either side;
+//! - no message is ever a value on a stack (4 MiB would not fit one):
+//!   each is written in a loan and read through a reference.
 //!
 //! Exit status: 0 measured, 2 could not run or a side failed.
 
+mod floor;
 mod host;
 mod iox;
 mod message;

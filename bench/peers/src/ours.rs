@@ -1,8 +1,9 @@
 //! The roles on our runtime, written as a controller would write them:
 //! receivers are an [`EventLoop`] watching the channel (one io_uring
 //! futex wait kept armed on it, or the backend the kernel offers) with a
-//! handler; senders loan the channel's next slot, write the message in
-//! place and send it ([`Publisher::loan`]).
+//! handler (by default one that gets the message held in its slot:
+//! [`EventLoop::watch_held`]); senders loan the channel's next slot, write
+//! the message in place and send it ([`Publisher::loan`]).
 //!
 //! The parent creates the channels (as the supervisor does on a robot);
 //! the roles only open them.
@@ -34,9 +35,11 @@ pub fn channels(role_pair: Role, base: &str) -> Vec<String> {
 }
 
 /// Creates channel `name` for messages of `size` bytes in a ring of
-/// `depth` (the parent's job, as the supervisor's on a robot).
-pub fn create_channel(dir: &Path, name: &str, size: usize, depth: u64) -> Result<()> {
-    let geom = ChannelGeometry::new(size as u64, depth, 1);
+/// `depth`, with `holds` hold records (one per subscribing process whose
+/// receivers hold messages; each costs a slot), the parent's job, as the
+/// supervisor's on a robot.
+pub fn create_channel(dir: &Path, name: &str, size: usize, depth: u64, holds: u32) -> Result<()> {
+    let geom = ChannelGeometry::new(size as u64, depth, 1).with_holds(holds);
     Channel::create(dir, name, &geom, None, Path::new(PROC))
         .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))
         .with_context(|| format!("creating channel {name} in {}", dir.display()))?;
@@ -115,9 +118,12 @@ fn send_typed<const W: usize>(tx: &mut TypedSender<[u64; W]>, stamp: u64, seq: u
 
 /// Watches `base/channel` for `[u64; W]` messages and calls `handler`
 /// with each one's stamp and sequence number (words 0 and `W - 1`), read
-/// as `--receive` says: in the channel's slot (nothing else of the
-/// message is touched, as iceoryx2's receivers touch nothing else), or
-/// from the loop's copy of the whole message.
+/// as `--receive` says: from the message held in its slot while the
+/// handler runs (as iceoryx2's receivers read a sample they hold), in the
+/// slot with a check that it was not recycled meanwhile (nothing else of
+/// the message is touched either way), or from the loop's copy of the
+/// whole message. The message is never a value on the stack: the loop
+/// hands out a reference.
 fn watch_words<const W: usize>(
     lp: &mut EventLoop,
     spec: &RoleSpec,
@@ -126,6 +132,7 @@ fn watch_words<const W: usize>(
 ) -> Result<()> {
     let name = format!("{}/{channel}", spec.base);
     match spec.receive {
+        Receive::Held => lp.watch_held::<[u64; W]>(&name, move |ctx, m| handler(ctx, read(m))),
         Receive::InPlace => lp.watch_in_place::<[u64; W], _>(
             &name,
             |v| (v.word(0).unwrap_or(STOP), v.word(W - 1).unwrap_or(0)),
@@ -384,8 +391,12 @@ fn idle_subscriber(spec: &RoleSpec, ready: &dyn Fn() -> Result<()>) -> Result<Ro
     Ok(RoleResult::default())
 }
 
+/// How long a burst sender waits, quiet, before it sends its stop
+/// message a second time: several copies of the largest message.
+const STOP_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Publishes `count` messages back to back (word 0: the sequence number),
-/// then the stop message.
+/// then the stop message (twice, see below).
 fn burst_sender<const W: usize>(
     spec: &RoleSpec,
     ready: &dyn Fn() -> Result<()>,
@@ -398,6 +409,15 @@ fn burst_sender<const W: usize>(
     }
     let end = now_ns();
     send::<W>(&mut p, STOP, spec.count)?;
+    // The stop again once the channel has been quiet a while. A receiver
+    // copying whole messages (`--receive copy`) that the burst lapped
+    // `2 * depth + 16` times in a row gives up on the message it was
+    // copying and goes on at the newest index, counting what it skipped
+    // as lost: a stop sent the moment before is skipped with it. With
+    // nothing written meanwhile its next copy succeeds, so it reads this
+    // one. A receiver that read the first stop has exited already.
+    std::thread::sleep(STOP_AGAIN_AFTER);
+    send::<W>(&mut p, STOP, spec.count + 1)?;
     Ok(RoleResult {
         received: spec.count,
         start_ns: start,

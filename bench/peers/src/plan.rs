@@ -198,7 +198,10 @@ mod tests {
                 assert_eq!(arms.len(), want, "{bench:?} round {round}");
                 // Each arm leads one round of four.
                 if bench == Bench::PingPong {
-                    assert_eq!(arms[0], [Arm::Ours, Arm::Iceoryx2, Arm::OursAgain, Arm::Floor][round as usize]);
+                    assert_eq!(
+                        arms[0],
+                        [Arm::Ours, Arm::Iceoryx2, Arm::OursAgain, Arm::Floor][round as usize]
+                    );
                 }
             }
         }

@@ -1,23 +1,36 @@
-//! The figures of a whole run: pooled per benchmark, size and side, the
-//! ratio ours / iceoryx2 beside each, the target checked, as a
-//! Markdown table for people and one JSON document for tools.
+//! The figures of a whole run, per benchmark, size (and subscriber
+//! count): each figure measured per round and arm, quoted as the median
+//! over rounds of the per-round ratio ours / iceoryx2 with its spread
+//! (the lowest and the highest round), beside the A/A ratio (ours again /
+//! ours: what two measurements of the same thing differ by on this
+//! machine) and the figures pooled over the rounds; the target
+//! checked; as a Markdown table for people and one JSON document for
+//! tools. The ratios are [`check::harness`]'s, as `deploy check --compare`
+//! and `deploy bench` report theirs.
 
 use std::fmt::Write as _;
 
+use check::harness::{self, Ratio};
 use serde::Serialize;
 
 use crate::host::Host;
 use crate::message::size_label;
-use crate::role::Impl;
+use crate::plan::Arm;
 use crate::runner::Outcome;
 use crate::settings::{Bench, Settings};
 use crate::stats::{median, ratio, Percentiles};
 
 /// Bumped when a field changes meaning or goes away.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
-/// The target for ping-pong: our p50 at most this times iceoryx2's.
+/// The target for ping-pong: our p50 at most this times iceoryx2's
+/// (the median of the per-round ratios) up to 64 KiB.
 pub const TARGET_P50_RATIO: f64 = 0.6;
+/// ... and above 64 KiB, where both sides write the payload on every hop
+/// and the round trip is bound by memory bandwidth.
+pub const TARGET_P50_RATIO_LARGE: f64 = 1.0;
+/// The largest size held to [`TARGET_P50_RATIO`].
+pub const TARGET_SMALL_UP_TO: usize = 64 << 10;
 /// ... and our p99.9 no worse than iceoryx2's.
 pub const TARGET_P999_RATIO: f64 = 1.0;
 
@@ -25,12 +38,12 @@ pub const TARGET_P999_RATIO: f64 = 1.0;
 pub const MEASURED: &[(&str, &str, &str)] = &[
     (
         "ping-pong",
-        "A stamps CLOCK_MONOTONIC, loans a slot, writes the whole message, sends; B's event loop (watching the channel: an io_uring futex wait kept armed; wake check every 50 ms, the default) runs its handler, which sends the pong the same way (stamp echoed); A's event loop runs its handler, which reads the clock: RTT",
-        "A stamps CLOCK_MONOTONIC, loan_uninit, writes the whole message, send, notify; B sleeps in its event listener's wait (timed_wait of 50 ms: the same safety net as our loop's 50 ms wake check, for a wake that never comes), receive()s the sample, sends the pong the same way (stamp echoed) and notifies; A wakes in its listener's wait the same way, receive()s, reads the clock: RTT",
+        "A stamps CLOCK_MONOTONIC, loans a slot, writes the whole message, sends; B's event loop (watching the channel: an io_uring futex wait kept armed; wake check every 50 ms, the default) runs its handler with the message as --receive says (held in its slot by default: the handler reads words 0 and W-1 there), which sends the pong the same way (stamp echoed); A's event loop runs its handler the same way, which reads the clock: RTT",
+        "A stamps CLOCK_MONOTONIC, loan_uninit, writes the whole message, send, notify; B sleeps in its event listener's wait (timed_wait of 50 ms: the same safety net as our loop's 50 ms wake check, for a wake that never comes), receive()s the sample and reads words 0 and W-1 in it, sends the pong the same way (stamp echoed) and notifies; A wakes in its listener's wait the same way, receive()s, reads the clock: RTT",
     ),
     (
         "one-way",
-        "a sender on absolute CLOCK_MONOTONIC sleeps one period apart stamps word 0 and sends as above; the receiver's event loop handler reads the clock first thing: latency = now - stamp",
+        "a sender on absolute CLOCK_MONOTONIC sleeps one period apart stamps word 0 and sends as above; the receiver's event loop handler reads the clock first thing: latency = now - stamp (the stamp is taken before the message is written: a large message's write is in it)",
         "the same sender with loan_uninit/send/notify; the receiver wakes in its listener's wait (timed, 50 ms), receive()s, reads the clock: latency = now - stamp",
     ),
     (
@@ -45,26 +58,118 @@ pub const MEASURED: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Percentiles of one side, or none when it measured nothing.
+/// One figure of both sides: what the table headlines.
 #[derive(Debug, Clone, Serialize)]
-pub struct LatencyFigures {
-    pub benchmark: &'static str,
-    pub size: usize,
-    pub unit: &'static str,
-    pub ours: Option<Percentiles>,
-    pub iceoryx2: Option<Percentiles>,
-    pub ratio_ours_over_iceoryx2: Option<Ratios>,
-    /// Messages overwritten before the receiver read them.
-    pub lost: SidePair<u64>,
-    /// Ping-pong echoes that did not carry the stamp sent.
-    pub mismatched: SidePair<u64>,
-    /// Messages a receiver found by its 50 ms timed look, not by a wake
-    /// (ours: our loop's wake check, counting lost and late wakes;
-    /// iceoryx2: its timed wait ran out with a sample there). Each cost up
-    /// to 50 ms of latency.
-    pub healed: SidePair<u64>,
+pub struct Compared {
+    /// `p50`, `p99`, `p99.9`, `sent/s`, `delivered/s`.
+    pub figure: &'static str,
+    /// Ours (the `ours` arm): pooled over the rounds for latencies and
+    /// publish costs, the median over rounds for rates.
+    pub ours: Option<f64>,
+    /// iceoryx2, likewise.
+    pub iceoryx2: Option<f64>,
+    /// ours / iceoryx2 per round, with the median and spread over rounds.
+    pub ratio: Option<Ratio>,
+    /// The A/A control: ours again / ours per round, likewise.
+    pub aa: Option<Ratio>,
+    /// The ratio's median lies outside the A/A ratio's spread: a
+    /// difference this run tells from its own noise.
+    pub beyond_aa: Option<bool>,
 }
 
+impl Compared {
+    /// `figure` of `cell`: `ours_f` of each run of the ours arms, `iox_f`
+    /// of each iceoryx2 run; `pooled` the (ours, iceoryx2) figures.
+    fn of(
+        figure: &'static str,
+        cell: &Cell,
+        pooled: (Option<f64>, Option<f64>),
+        ours_f: &dyn Fn(&Outcome) -> Option<f64>,
+        iox_f: &dyn Fn(&Outcome) -> Option<f64>,
+    ) -> Compared {
+        let ours = cell.series(Arm::Ours, ours_f);
+        let again = cell.series(Arm::OursAgain, ours_f);
+        let iox = cell.series(Arm::Iceoryx2, iox_f);
+        let ratio = Ratio::of(figure, &ours, &iox, None);
+        let aa = Ratio::of(figure, &again, &ours, None);
+        let beyond_aa = ratio
+            .as_ref()
+            .zip(aa.as_ref())
+            .map(|(r, a)| r.median < a.min || r.median > a.max);
+        Compared {
+            figure,
+            ours: pooled.0,
+            iceoryx2: pooled.1,
+            ratio,
+            aa,
+            beyond_aa,
+        }
+    }
+
+    /// The median of the per-round ratios.
+    fn median(&self) -> Option<f64> {
+        self.ratio.as_ref().map(|r| r.median)
+    }
+}
+
+/// The runs of one benchmark, size and subscriber count, every arm.
+struct Cell<'a> {
+    runs: Vec<&'a Outcome>,
+    rounds: usize,
+}
+
+impl<'a> Cell<'a> {
+    fn of(all: &'a [Outcome], bench: Bench, size: usize, subscribers: u32) -> Cell<'a> {
+        let runs: Vec<&Outcome> = all
+            .iter()
+            .filter(|o| {
+                o.run.bench == bench && o.run.size == size && o.run.subscribers == subscribers
+            })
+            .collect();
+        let rounds = runs
+            .iter()
+            .map(|o| o.run.round as usize + 1)
+            .max()
+            .unwrap_or(0);
+        Cell { runs, rounds }
+    }
+
+    fn arm(&self, arm: Arm) -> impl Iterator<Item = &'a Outcome> + '_ {
+        self.runs.iter().copied().filter(move |o| o.run.arm == arm)
+    }
+
+    /// `f` of `arm`'s run in each round (`None` where it has none).
+    fn series(&self, arm: Arm, f: &dyn Fn(&Outcome) -> Option<f64>) -> harness::Arm {
+        let mut rounds = vec![None; self.rounds];
+        for o in self.arm(arm) {
+            rounds[o.run.round as usize] = f(o);
+        }
+        harness::Arm {
+            name: arm.name().into(),
+            rounds,
+        }
+    }
+
+    /// The depth the runs used (the same for every arm).
+    fn depth(&self) -> u64 {
+        self.runs.first().map_or(0, |o| o.run.depth)
+    }
+
+    /// The sum of `f` over `arm`'s runs.
+    fn count(&self, arm: Arm, f: &dyn Fn(&Outcome) -> u64) -> u64 {
+        self.arm(arm).map(f).sum()
+    }
+
+    fn counts(&self, f: &dyn Fn(&Outcome) -> u64) -> Counts {
+        Counts {
+            ours: self.count(Arm::Ours, f),
+            ours_again: self.count(Arm::OursAgain, f),
+            iceoryx2: self.count(Arm::Iceoryx2, f),
+        }
+    }
+}
+
+/// Ratios of pooled percentiles (every round's samples together).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Ratios {
     pub p50: Option<f64>,
@@ -74,34 +179,89 @@ pub struct Ratios {
 }
 
 impl Ratios {
-    fn of(a: &Percentiles, b: &Percentiles) -> Ratios {
-        Ratios {
+    fn of(a: &Option<Percentiles>, b: &Option<Percentiles>) -> Option<Ratios> {
+        let (a, b) = (a.as_ref()?, b.as_ref()?);
+        Some(Ratios {
             p50: ratio(a.p50, b.p50),
             p99: ratio(a.p99, b.p99),
             p999: ratio(a.p999, b.p999),
             max: ratio(a.max, b.max),
-        }
+        })
     }
 }
 
+/// A count per arm, all rounds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct SidePair<T> {
-    pub ours: T,
-    pub iceoryx2: T,
+pub struct Counts {
+    pub ours: u64,
+    pub ours_again: u64,
+    pub iceoryx2: u64,
+}
+
+impl Counts {
+    fn any(&self) -> bool {
+        self.ours + self.ours_again + self.iceoryx2 > 0
+    }
+}
+
+/// Ping-pong with `--floor`: p50 over the floor's p50, per round.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverFloor {
+    pub ours: Option<Ratio>,
+    pub iceoryx2: Option<Ratio>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyFigures {
+    pub benchmark: &'static str,
+    pub size: usize,
+    /// Ring length of ours, subscriber buffer of iceoryx2.
+    pub depth: u64,
+    /// One-way: the sender's period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period_us: Option<u64>,
+    pub unit: &'static str,
+    pub rounds: usize,
+    /// p50, p99 and p99.9: each side pooled, the per-round ratios.
+    pub compared: Vec<Compared>,
+    /// Pooled over the rounds, per arm.
+    pub ours: Option<Percentiles>,
+    pub ours_again: Option<Percentiles>,
+    pub iceoryx2: Option<Percentiles>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<Percentiles>,
+    /// Ratios of the pooled percentiles (ours / iceoryx2).
+    pub pooled_ratio_ours_over_iceoryx2: Option<Ratios>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_floor: Option<OverFloor>,
+    /// Messages overwritten before the receiver read them.
+    pub lost: Counts,
+    /// Ping-pong echoes that did not carry the stamp sent.
+    pub mismatched: Counts,
+    /// Messages a receiver found by its 50 ms timed look, not by a wake
+    /// (ours: our loop's wake check, counting lost and late wakes;
+    /// iceoryx2: its timed wait ran out with a sample there). Each cost up
+    /// to 50 ms of latency.
+    pub healed: Counts,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PublishFigures {
     pub benchmark: &'static str,
     pub size: usize,
+    pub depth: u64,
     pub unit: &'static str,
     pub batch: u64,
-    /// Percentiles of the per-batch means.
+    pub rounds: usize,
+    /// p50 and p99 of the per-batch means, against iceoryx2 with notify.
+    pub compared: Vec<Compared>,
+    /// ... and against iceoryx2's batches without the notify.
+    pub compared_send_only: Vec<Compared>,
+    /// Percentiles of the per-batch means, pooled over the rounds.
     pub ours: Option<Percentiles>,
+    pub ours_again: Option<Percentiles>,
     pub iceoryx2: Option<Percentiles>,
     pub iceoryx2_send_only: Option<Percentiles>,
-    pub ratio_ours_over_iceoryx2: Option<Ratios>,
-    pub ratio_ours_over_iceoryx2_send_only: Option<Ratios>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -127,19 +287,19 @@ pub struct ThroughputSide {
 pub struct ThroughputFigures {
     pub benchmark: &'static str,
     pub size: usize,
+    pub depth: u64,
     pub subscribers: u32,
     pub unit: &'static str,
+    /// sent/s and delivered/s (the slowest subscriber): each side's
+    /// median over rounds, the per-round ratios (higher is faster).
+    pub compared: Vec<Compared>,
     pub ours: ThroughputSide,
+    pub ours_again: ThroughputSide,
     pub iceoryx2: ThroughputSide,
-    pub ratio_ours_over_iceoryx2: ThroughputRatios,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct ThroughputRatios {
-    pub sent_per_s: Option<f64>,
-    pub delivered_per_s: Option<f64>,
-}
-
+// A few dozen of these per run, built once: their sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Figures {
@@ -148,7 +308,8 @@ pub enum Figures {
     Throughput(ThroughputFigures),
 }
 
-/// The target for one size.
+/// The target for one size, on the medians of the per-round
+/// ratios.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetCheck {
     pub size: usize,
@@ -199,176 +360,264 @@ pub struct Measured {
 /// The iceoryx2 this crate is built against (Cargo.lock pins it).
 pub const ICEORYX2: &str = "iceoryx2 0.10.0, ipc service (publish-subscribe + event; its listener waits on a Unix datagram socket)";
 
-fn outcomes(
-    all: &[Outcome],
-    bench: Bench,
-    size: usize,
-    imp: Impl,
-) -> impl Iterator<Item = &Outcome> {
-    all.iter()
-        .filter(move |o| o.run.bench == bench && o.run.size == size && o.run.imp == imp)
+/// How the runs were ordered.
+pub const ORDER: &str = "for each benchmark and size: rounds of ours, iceoryx2 and ours again (the A/A control; and the floor with --floor), the order rotated each round";
+
+/// The latency samples of a run: the ping side's round trips (or the
+/// floor's), the receiver's wake latencies.
+fn latency_samples(o: &Outcome) -> &[u64] {
+    match o.run.bench {
+        Bench::PingPong => &o.sender.samples_ns,
+        _ => o.receivers.first().map_or(&[], |r| &r.samples_ns),
+    }
 }
 
-fn latency(all: &[Outcome], bench: Bench, size: usize) -> LatencyFigures {
-    let side = |imp: Impl| {
-        let samples = outcomes(all, bench, size, imp).flat_map(|o| {
-            let from = match bench {
-                Bench::PingPong => &o.sender,
-                _ => &o.receivers[0],
-            };
-            from.samples_ns.iter().map(|&v| v as f64)
-        });
-        Percentiles::of(samples)
-    };
-    let count = |imp: Impl, f: &dyn Fn(&Outcome) -> u64| -> u64 {
-        outcomes(all, bench, size, imp).map(f).sum()
-    };
+fn pooled_latency<'a>(runs: impl Iterator<Item = &'a Outcome>) -> Option<Percentiles> {
+    Percentiles::of(runs.flat_map(|o| latency_samples(o).iter().map(|&v| v as f64)))
+}
+
+/// The percentiles of one run's samples.
+fn run_latency(o: &Outcome) -> Option<Percentiles> {
+    Percentiles::of(latency_samples(o).iter().map(|&v| v as f64))
+}
+
+/// A figure the table headlines and how to take it from percentiles.
+type Figure = (&'static str, fn(&Percentiles) -> f64);
+
+/// The latency figures the table headlines.
+const LATENCY_FIGURES: [Figure; 3] = [
+    ("p50", |p| p.p50),
+    ("p99", |p| p.p99),
+    ("p99.9", |p| p.p999),
+];
+
+fn latency(all: &[Outcome], bench: Bench, size: usize, s: &Settings) -> LatencyFigures {
+    let cell = Cell::of(all, bench, size, 1);
+    let ours = pooled_latency(cell.arm(Arm::Ours));
+    let ours_again = pooled_latency(cell.arm(Arm::OursAgain));
+    let iox = pooled_latency(cell.arm(Arm::Iceoryx2));
+    let floor = pooled_latency(cell.arm(Arm::Floor));
+    let compared = LATENCY_FIGURES
+        .iter()
+        .map(|&(figure, get)| {
+            let per_run = move |o: &Outcome| run_latency(o).map(|p| get(&p));
+            Compared::of(
+                figure,
+                &cell,
+                (ours.as_ref().map(get), iox.as_ref().map(get)),
+                &per_run,
+                &per_run,
+            )
+        })
+        .collect();
+    let over_floor = floor.is_some().then(|| {
+        let p50 = |o: &Outcome| run_latency(o).map(|p| p.p50);
+        let f = cell.series(Arm::Floor, &p50);
+        OverFloor {
+            ours: Ratio::of("p50", &cell.series(Arm::Ours, &p50), &f, None),
+            iceoryx2: Ratio::of("p50", &cell.series(Arm::Iceoryx2, &p50), &f, None),
+        }
+    });
     let lost = |o: &Outcome| o.sender.lost + o.receivers.iter().map(|r| r.lost).sum::<u64>();
     let healed = |o: &Outcome| o.sender.healed + o.receivers.iter().map(|r| r.healed).sum::<u64>();
     let mism = |o: &Outcome| o.sender.mismatched;
-    let ours = side(Impl::Ours);
-    let iox = side(Impl::Iceoryx2);
     LatencyFigures {
         benchmark: bench.name(),
         size,
+        depth: cell.depth(),
+        period_us: (bench == Bench::OneWay).then(|| s.period_for(size).as_micros() as u64),
         unit: "ns",
-        ratio_ours_over_iceoryx2: match (&ours, &iox) {
-            (Some(a), Some(b)) => Some(Ratios::of(a, b)),
-            _ => None,
-        },
+        rounds: cell.rounds,
+        compared,
+        pooled_ratio_ours_over_iceoryx2: Ratios::of(&ours, &iox),
         ours,
+        ours_again,
         iceoryx2: iox,
-        lost: SidePair {
-            ours: count(Impl::Ours, &lost),
-            iceoryx2: count(Impl::Iceoryx2, &lost),
-        },
-        mismatched: SidePair {
-            ours: count(Impl::Ours, &mism),
-            iceoryx2: count(Impl::Iceoryx2, &mism),
-        },
-        healed: SidePair {
-            ours: count(Impl::Ours, &healed),
-            iceoryx2: count(Impl::Iceoryx2, &healed),
-        },
+        floor,
+        over_floor,
+        lost: cell.counts(&lost),
+        mismatched: cell.counts(&mism),
+        healed: cell.counts(&healed),
     }
 }
 
 fn publish(all: &[Outcome], size: usize, batch: u64) -> PublishFigures {
-    let per = |v: &[u64]| {
+    let cell = Cell::of(all, Bench::Publish, size, 1);
+    let per = move |v: &[u64]| {
         v.iter()
             .map(|&ns| ns as f64 / batch as f64)
             .collect::<Vec<_>>()
     };
-    let ours = Percentiles::of(
-        outcomes(all, Bench::Publish, size, Impl::Ours).flat_map(|o| per(&o.sender.batch_ns)),
-    );
-    let iox = Percentiles::of(
-        outcomes(all, Bench::Publish, size, Impl::Iceoryx2).flat_map(|o| per(&o.sender.batch_ns)),
-    );
-    let iox_send = Percentiles::of(
-        outcomes(all, Bench::Publish, size, Impl::Iceoryx2)
-            .flat_map(|o| per(&o.sender.batch_send_only_ns)),
-    );
-    let r = |a: &Option<Percentiles>, b: &Option<Percentiles>| match (a, b) {
-        (Some(a), Some(b)) => Some(Ratios::of(a, b)),
-        _ => None,
+    let pooled = |arm: Arm, send_only: bool| {
+        Percentiles::of(cell.arm(arm).flat_map(|o| {
+            per(if send_only {
+                &o.sender.batch_send_only_ns
+            } else {
+                &o.sender.batch_ns
+            })
+        }))
+    };
+    let ours = pooled(Arm::Ours, false);
+    let iox = pooled(Arm::Iceoryx2, false);
+    let iox_send = pooled(Arm::Iceoryx2, true);
+    let figures: [Figure; 2] = [("p50", |p| p.p50), ("p99", |p| p.p99)];
+    let compare = |send_only: bool| -> Vec<Compared> {
+        let theirs = if send_only { &iox_send } else { &iox };
+        figures
+            .iter()
+            .map(|&(figure, get)| {
+                let ours_f =
+                    move |o: &Outcome| Percentiles::of(per(&o.sender.batch_ns)).map(|p| get(&p));
+                let iox_f = move |o: &Outcome| {
+                    let v = if send_only {
+                        &o.sender.batch_send_only_ns
+                    } else {
+                        &o.sender.batch_ns
+                    };
+                    Percentiles::of(per(v)).map(|p| get(&p))
+                };
+                Compared::of(
+                    figure,
+                    &cell,
+                    (ours.as_ref().map(get), theirs.as_ref().map(get)),
+                    &ours_f,
+                    &iox_f,
+                )
+            })
+            .collect()
     };
     PublishFigures {
         benchmark: "publish",
         size,
+        depth: cell.depth(),
         unit: "ns per publish",
         batch,
-        ratio_ours_over_iceoryx2: r(&ours, &iox),
-        ratio_ours_over_iceoryx2_send_only: r(&ours, &iox_send),
+        rounds: cell.rounds,
+        compared: compare(false),
+        compared_send_only: compare(true),
         ours,
+        ours_again: pooled(Arm::OursAgain, false),
         iceoryx2: iox,
         iceoryx2_send_only: iox_send,
     }
 }
 
-fn throughput_side(all: &[Outcome], size: usize, subs: u32, imp: Impl) -> ThroughputSide {
-    let runs: Vec<&Outcome> = outcomes(all, Bench::Throughput, size, imp)
-        .filter(|o| o.run.subscribers == subs)
-        .collect();
-    let mut sent = Vec::new();
-    let mut delivered = Vec::new();
-    let mut lost = 0;
-    let mut expected = 0;
-    let mut healed = 0;
-    let mut messages = 0;
-    for o in &runs {
-        let s = &o.sender;
-        messages = o.run.count;
-        if s.end_ns > s.start_ns {
-            sent.push(o.run.count as f64 / ((s.end_ns - s.start_ns) as f64 / 1e9));
-        }
-        let slowest = o
-            .receivers
-            .iter()
-            .filter(|r| r.last_ns > s.start_ns)
-            .map(|r| r.received as f64 / ((r.last_ns - s.start_ns) as f64 / 1e9))
-            .min_by(f64::total_cmp);
-        if let Some(v) = slowest {
-            delivered.push(v);
-        }
-        lost += o.receivers.iter().map(|r| r.lost).sum::<u64>();
-        expected += o.run.count * o.receivers.len() as u64;
-        healed += o.receivers.iter().map(|r| r.healed).sum::<u64>();
-    }
+/// N / (last send - first send) of a throughput run.
+fn sent_rate(o: &Outcome) -> Option<f64> {
+    let s = &o.sender;
+    (s.end_ns > s.start_ns).then(|| o.run.count as f64 / ((s.end_ns - s.start_ns) as f64 / 1e9))
+}
+
+/// The slowest subscriber's handled messages / (its stop message - first
+/// send) of a throughput run.
+fn delivered_rate(o: &Outcome) -> Option<f64> {
+    let start = o.sender.start_ns;
+    o.receivers
+        .iter()
+        .filter(|r| r.last_ns > start)
+        .map(|r| r.received as f64 / ((r.last_ns - start) as f64 / 1e9))
+        .min_by(f64::total_cmp)
+}
+
+fn throughput_side(cell: &Cell, arm: Arm) -> ThroughputSide {
+    let runs: Vec<&Outcome> = cell.arm(arm).collect();
+    let sent: Vec<f64> = runs.iter().filter_map(|o| sent_rate(o)).collect();
+    let delivered: Vec<f64> = runs.iter().filter_map(|o| delivered_rate(o)).collect();
     ThroughputSide {
         rounds: runs.len(),
-        messages,
+        messages: runs.last().map_or(0, |o| o.run.count),
         sent_per_s: median(&sent),
         delivered_per_s: median(&delivered),
-        lost,
-        expected,
-        healed,
+        lost: runs
+            .iter()
+            .map(|o| o.receivers.iter().map(|r| r.lost).sum::<u64>())
+            .sum(),
+        expected: runs
+            .iter()
+            .map(|o| o.run.count * o.receivers.len() as u64)
+            .sum(),
+        healed: runs
+            .iter()
+            .map(|o| o.receivers.iter().map(|r| r.healed).sum::<u64>())
+            .sum(),
     }
 }
 
 fn throughput(all: &[Outcome], size: usize, subs: u32) -> ThroughputFigures {
-    let ours = throughput_side(all, size, subs, Impl::Ours);
-    let iox = throughput_side(all, size, subs, Impl::Iceoryx2);
-    let r = |a: Option<f64>, b: Option<f64>| a.zip(b).and_then(|(a, b)| ratio(a, b));
+    let cell = Cell::of(all, Bench::Throughput, size, subs);
+    let ours = throughput_side(&cell, Arm::Ours);
+    let iox = throughput_side(&cell, Arm::Iceoryx2);
+    let compared = vec![
+        Compared::of(
+            "sent/s",
+            &cell,
+            (ours.sent_per_s, iox.sent_per_s),
+            &sent_rate,
+            &sent_rate,
+        ),
+        Compared::of(
+            "delivered/s",
+            &cell,
+            (ours.delivered_per_s, iox.delivered_per_s),
+            &delivered_rate,
+            &delivered_rate,
+        ),
+    ];
     ThroughputFigures {
         benchmark: "throughput",
         size,
+        depth: cell.depth(),
         subscribers: subs,
         unit: "messages/s",
-        ratio_ours_over_iceoryx2: ThroughputRatios {
-            sent_per_s: r(ours.sent_per_s, iox.sent_per_s),
-            delivered_per_s: r(ours.delivered_per_s, iox.delivered_per_s),
-        },
+        compared,
+        ours_again: throughput_side(&cell, Arm::OursAgain),
         ours,
         iceoryx2: iox,
     }
 }
 
-/// Pools the outcomes into the report.
-pub fn build<'a>(command: String, s: &'a Settings, host: &'a Host, all: &[Outcome]) -> Report<'a> {
+/// The target for one size, from its ping-pong figures.
+fn target(l: &LatencyFigures) -> TargetCheck {
+    let of = |figure: &str| {
+        l.compared
+            .iter()
+            .find(|c| c.figure == figure)
+            .and_then(Compared::median)
+    };
+    let (p50, p999) = (of("p50"), of("p99.9"));
+    let p50_target = if l.size <= TARGET_SMALL_UP_TO {
+        TARGET_P50_RATIO
+    } else {
+        TARGET_P50_RATIO_LARGE
+    };
+    TargetCheck {
+        size: l.size,
+        p50_ratio: p50,
+        p50_target,
+        p999_ratio: p999,
+        p999_target: TARGET_P999_RATIO,
+        met: p50.is_some_and(|r| r <= p50_target)
+            && p999.is_some_and(|r| r <= TARGET_P999_RATIO),
+    }
+}
+
+/// Every benchmark's figures and the ping-pong targets.
+fn results(s: &Settings, all: &[Outcome]) -> (Vec<Figures>, Vec<TargetCheck>) {
     let mut results = Vec::new();
     let mut targets = Vec::new();
     for &bench in &s.benches {
         for &size in &s.sizes {
             match bench {
                 Bench::PingPong | Bench::OneWay => {
-                    let f = latency(all, bench, size);
+                    let f = latency(all, bench, size, s);
                     if bench == Bench::PingPong {
-                        let p50 = f.ratio_ours_over_iceoryx2.and_then(|r| r.p50);
-                        let p999 = f.ratio_ours_over_iceoryx2.and_then(|r| r.p999);
-                        targets.push(TargetCheck {
-                            size,
-                            p50_ratio: p50,
-                            p50_target: TARGET_P50_RATIO,
-                            p999_ratio: p999,
-                            p999_target: TARGET_P999_RATIO,
-                            met: p50.is_some_and(|r| r <= TARGET_P50_RATIO)
-                                && p999.is_some_and(|r| r <= TARGET_P999_RATIO),
-                        });
+                        targets.push(target(&f));
                     }
                     results.push(Figures::Latency(f));
                 }
-                Bench::Publish => results.push(Figures::Publish(publish(all, size, s.batch))),
+                Bench::Publish => {
+                    results.push(Figures::Publish(publish(all, size, s.batch_for(size))))
+                }
                 Bench::Throughput => {
                     for &subs in &s.subscribers {
                         results.push(Figures::Throughput(throughput(all, size, subs)));
@@ -377,6 +626,12 @@ pub fn build<'a>(command: String, s: &'a Settings, host: &'a Host, all: &[Outcom
             }
         }
     }
+    (results, targets)
+}
+
+/// Gathers the outcomes into the report.
+pub fn build<'a>(command: String, s: &'a Settings, host: &'a Host, all: &[Outcome]) -> Report<'a> {
+    let (results, targets) = results(s, all);
     let mut sides: Vec<(String, String)> = Vec::new();
     let mut backends: Vec<String> = Vec::new();
     for o in all {
@@ -410,7 +665,7 @@ pub fn build<'a>(command: String, s: &'a Settings, host: &'a Host, all: &[Outcom
             iceoryx2: ICEORYX2,
             notes: &host.notes,
         },
-        order: "for each benchmark and size: rounds of ours then iceoryx2, alternating",
+        order: ORDER,
         measured: MEASURED
             .iter()
             .filter(|(b, _, _)| s.benches.iter().any(|x| x.name() == *b))
@@ -452,8 +707,23 @@ fn rate(v: Option<f64>) -> String {
     match v {
         None => "-".into(),
         Some(v) if v >= 1e6 => format!("{:.2} M/s", v / 1e6),
-        Some(v) => format!("{:.0} k/s", v / 1e3),
+        Some(v) if v >= 1e4 => format!("{:.0} k/s", v / 1e3),
+        Some(v) => format!("{v:.0}/s"),
     }
+}
+
+/// A per-round ratio as the table writes it: `0.61x (0.58..0.66)`.
+fn spread(r: &Option<Ratio>) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) => format!("{:.2}x ({:.2}..{:.2})", r.median, r.min, r.max),
+    }
+}
+
+/// The ratio cell of `c`, marked `~` when it lies within the A/A spread.
+fn ratio_cell(c: &Compared) -> String {
+    let mark = if c.beyond_aa == Some(false) { " ~" } else { "" };
+    format!("{}{mark}", spread(&c.ratio))
 }
 
 /// The report as Markdown: a header of settings, one table per benchmark,
@@ -473,11 +743,12 @@ pub fn table(r: &Report) -> String {
         s.receiver_cpu,
         if e.cpu_dma_latency_held_at_0 { "held at 0" } else { "not held" },
         if e.ours_backend.is_empty() { "-".into() } else { e.ours_backend.join(", ") },
-        match s.receive {
-            crate::settings::Receive::InPlace => "in place",
-            crate::settings::Receive::Copy => "the loop's copy",
-        },
+        s.receive.describe(),
         r.order
+    );
+    let _ = writeln!(
+        t,
+        "ours and iceoryx2: pooled over the rounds (throughput: the median of rounds); ours/iceoryx2: the median of the per-round ratios (lowest..highest round); A/A: ours again / ours likewise, the noise of this machine; ~ marks a ratio within the A/A spread"
     );
     let _ = writeln!(
         t,
@@ -490,36 +761,42 @@ pub fn table(r: &Report) -> String {
     for f in &r.results {
         match f {
             Figures::Latency(l) => {
-                if l.lost.ours + l.lost.iceoryx2 + l.mismatched.ours + l.mismatched.iceoryx2 > 0 {
+                if l.lost.any() || l.mismatched.any() {
                     let _ = writeln!(
                         t,
-                        "note: {} {}: lost ours {} iceoryx2 {}, mismatched echoes ours {} iceoryx2 {}",
+                        "note: {} {}: lost ours {} (again {}) iceoryx2 {}, mismatched echoes ours {} (again {}) iceoryx2 {}",
                         l.benchmark,
                         size_label(l.size),
                         l.lost.ours,
+                        l.lost.ours_again,
                         l.lost.iceoryx2,
                         l.mismatched.ours,
+                        l.mismatched.ours_again,
                         l.mismatched.iceoryx2
                     );
                 }
-                if l.healed.ours + l.healed.iceoryx2 > 0 {
+                if l.healed.any() {
                     let _ = writeln!(
                         t,
-                        "note: {} {}: messages found by the receiver's 50 ms timed look, not by a wake (lost, or still on its way): ours {}, iceoryx2 {}",
+                        "note: {} {}: messages found by the receiver's 50 ms timed look, not by a wake (lost, or still on its way): ours {} (again {}), iceoryx2 {}",
                         l.benchmark,
                         size_label(l.size),
                         l.healed.ours,
+                        l.healed.ours_again,
                         l.healed.iceoryx2
                     );
                 }
             }
-            Figures::Throughput(p) if p.ours.healed + p.iceoryx2.healed > 0 => {
+            Figures::Throughput(p)
+                if p.ours.healed + p.ours_again.healed + p.iceoryx2.healed > 0 =>
+            {
                 let _ = writeln!(
                     t,
-                    "note: throughput {} x{}: messages found by a subscriber's 50 ms timed look, not by a wake (lost, or still on its way): ours {}, iceoryx2 {}",
+                    "note: throughput {} x{}: messages found by a subscriber's 50 ms timed look, not by a wake (lost, or still on its way): ours {} (again {}), iceoryx2 {}",
                     size_label(p.size),
                     p.subscribers,
                     p.ours.healed,
+                    p.ours_again.healed,
                     p.iceoryx2.healed
                 );
             }
@@ -529,132 +806,18 @@ pub fn table(r: &Report) -> String {
     for &bench in &s.benches {
         let _ = writeln!(t);
         match bench {
-            Bench::PingPong | Bench::OneWay => {
-                let title = if bench == Bench::PingPong {
-                    format!(
-                        "ping-pong round trip, us ({} per size and side)",
-                        s.pingpong
-                    )
-                } else {
-                    format!(
-                        "one-way wake at a {} us period, us ({} per size and side)",
-                        s.period.as_micros(),
-                        s.oneway
-                    )
-                };
-                let _ = writeln!(t, "| {title} | p50 | p99 | p99.9 | max |");
-                let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: |");
-                for f in &r.results {
-                    let Figures::Latency(l) = f else { continue };
-                    if l.benchmark != bench.name() {
-                        continue;
-                    }
-                    for (name, p) in [("ours", &l.ours), ("iceoryx2", &l.iceoryx2)] {
-                        match p {
-                            Some(p) => {
-                                let _ = writeln!(
-                                    t,
-                                    "| {} {name} | {} | {} | {} | {} |",
-                                    size_label(l.size),
-                                    us(p.p50),
-                                    us(p.p99),
-                                    us(p.p999),
-                                    us(p.max)
-                                );
-                            }
-                            None => {
-                                let _ = writeln!(
-                                    t,
-                                    "| {} {name} | - | - | - | - |",
-                                    size_label(l.size)
-                                );
-                            }
-                        }
-                    }
-                    let q = l.ratio_ours_over_iceoryx2;
-                    let _ = writeln!(
-                        t,
-                        "| {} ours/iceoryx2 | {} | {} | {} | {} |",
-                        size_label(l.size),
-                        x(q.and_then(|q| q.p50)),
-                        x(q.and_then(|q| q.p99)),
-                        x(q.and_then(|q| q.p999)),
-                        x(q.and_then(|q| q.max))
-                    );
-                }
-            }
-            Bench::Publish => {
-                let _ = writeln!(
-                    t,
-                    "| publish, no subscriber waiting, ns per publish (batches of {}) | p50 | p99 |",
-                    s.batch
-                );
-                let _ = writeln!(t, "| --- | ---: | ---: |");
-                for f in &r.results {
-                    let Figures::Publish(p) = f else { continue };
-                    let sz = size_label(p.size);
-                    for (name, v) in [
-                        ("ours: loan, write, send", &p.ours),
-                        ("iceoryx2: loan, write, send, notify", &p.iceoryx2),
-                        ("iceoryx2 send only (no notify)", &p.iceoryx2_send_only),
-                    ] {
-                        let (a, b) = v
-                            .as_ref()
-                            .map_or(("-".into(), "-".into()), |v| (ns(v.p50), ns(v.p99)));
-                        let _ = writeln!(t, "| {sz} {name} | {a} | {b} |");
-                    }
-                    let q = p.ratio_ours_over_iceoryx2;
-                    let _ = writeln!(
-                        t,
-                        "| {sz} ours/iceoryx2 (with notify) | {} | {} |",
-                        x(q.and_then(|q| q.p50)),
-                        x(q.and_then(|q| q.p99))
-                    );
-                }
-            }
-            Bench::Throughput => {
-                let _ = writeln!(
-                    t,
-                    "| throughput, N back to back (median of {} rounds) | sent | delivered (slowest subscriber) | lost / expected |",
-                    s.throughput_rounds
-                );
-                let _ = writeln!(t, "| --- | ---: | ---: | ---: |");
-                for f in &r.results {
-                    let Figures::Throughput(p) = f else { continue };
-                    let head = format!(
-                        "{} x{} sub{}",
-                        size_label(p.size),
-                        p.subscribers,
-                        if p.subscribers == 1 { "" } else { "s" }
-                    );
-                    for (name, v) in [("ours", &p.ours), ("iceoryx2", &p.iceoryx2)] {
-                        let _ = writeln!(
-                            t,
-                            "| {head} {name} (N={}) | {} | {} | {} / {} |",
-                            v.messages,
-                            rate(v.sent_per_s),
-                            rate(v.delivered_per_s),
-                            v.lost,
-                            v.expected
-                        );
-                    }
-                    let q = &p.ratio_ours_over_iceoryx2;
-                    let _ = writeln!(
-                        t,
-                        "| {head} ours/iceoryx2 | {} | {} | |",
-                        x(q.sent_per_s),
-                        x(q.delivered_per_s)
-                    );
-                }
-            }
+            Bench::PingPong | Bench::OneWay => latency_table(&mut t, r, bench),
+            Bench::Publish => publish_table(&mut t, r),
+            Bench::Throughput => throughput_table(&mut t, r),
         }
     }
+    floor_table(&mut t, r);
     if !r.ping_pong_target.is_empty() {
         let _ = writeln!(t);
         for c in &r.ping_pong_target {
             let _ = writeln!(
                 t,
-                "target {}: ping-pong p50 {} (at most {:.1}x) and p99.9 {} (at most {:.1}x): {}",
+                "target {}: ping-pong p50 {} (at most {:.1}x) and p99.9 {} (at most {:.1}x), medians of the per-round ratios: {}",
                 size_label(c.size),
                 x(c.p50_ratio),
                 c.p50_target,
@@ -667,22 +830,188 @@ pub fn table(r: &Report) -> String {
     t
 }
 
+fn latency_table(t: &mut String, r: &Report, bench: Bench) {
+    let s = r.settings;
+    let title = if bench == Bench::PingPong {
+        format!(
+            "ping-pong round trip, us ({} per size and side, {} rounds)",
+            s.pingpong, s.rounds
+        )
+    } else {
+        format!(
+            "one-way wake, us ({} per size and side, {} rounds)",
+            s.oneway, s.rounds
+        )
+    };
+    let period = if bench == Bench::OneWay {
+        " period us |"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        t,
+        "| {title} | depth |{period} ours | iceoryx2 | ours/iceoryx2 | A/A |"
+    );
+    let _ = writeln!(
+        t,
+        "| --- | ---: |{} ---: | ---: | ---: | ---: |",
+        if period.is_empty() { "" } else { " ---: |" }
+    );
+    for f in &r.results {
+        let Figures::Latency(l) = f else { continue };
+        if l.benchmark != bench.name() {
+            continue;
+        }
+        let period = l.period_us.map_or(String::new(), |p| format!(" {p} |"));
+        for c in &l.compared {
+            let _ = writeln!(
+                t,
+                "| {} {} | {} |{period} {} | {} | {} | {} |",
+                size_label(l.size),
+                c.figure,
+                l.depth,
+                c.ours.map_or("-".into(), us),
+                c.iceoryx2.map_or("-".into(), us),
+                ratio_cell(c),
+                spread(&c.aa)
+            );
+        }
+    }
+}
+
+fn floor_table(t: &mut String, r: &Report) {
+    let rows: Vec<&LatencyFigures> = r
+        .results
+        .iter()
+        .filter_map(|f| match f {
+            Figures::Latency(l) if l.over_floor.is_some() => Some(l),
+            _ => None,
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(t);
+    let _ = writeln!(
+        t,
+        "| ping-pong p50 over the floor (bare futex ping-pong through a ring of the same depth), us | depth | floor | ours | iceoryx2 | ours/floor | iceoryx2/floor |"
+    );
+    let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for l in rows {
+        let Some(o) = &l.over_floor else { continue };
+        let p50 = |p: &Option<Percentiles>| p.as_ref().map_or("-".into(), |p| us(p.p50));
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            size_label(l.size),
+            l.depth,
+            p50(&l.floor),
+            p50(&l.ours),
+            p50(&l.iceoryx2),
+            spread(&o.ours),
+            spread(&o.iceoryx2)
+        );
+    }
+}
+
+fn publish_table(t: &mut String, r: &Report) {
+    let _ = writeln!(
+        t,
+        "| publish, no subscriber waiting, ns per publish ({} batches per size and side) | batch | depth | ours: loan, write, send | iceoryx2: loan, write, send, notify | iceoryx2 send only (no notify) | ours/iceoryx2 | ours/iceoryx2 send only | A/A |",
+        r.settings.publish_batches
+    );
+    let _ = writeln!(
+        t,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for f in &r.results {
+        let Figures::Publish(p) = f else { continue };
+        for (c, send_only) in p.compared.iter().zip(&p.compared_send_only) {
+            let _ = writeln!(
+                t,
+                "| {} {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                size_label(p.size),
+                c.figure,
+                p.batch,
+                p.depth,
+                c.ours.map_or("-".into(), ns),
+                c.iceoryx2.map_or("-".into(), ns),
+                send_only.iceoryx2.map_or("-".into(), ns),
+                ratio_cell(c),
+                ratio_cell(send_only),
+                spread(&c.aa)
+            );
+        }
+    }
+}
+
+fn throughput_table(t: &mut String, r: &Report) {
+    let _ = writeln!(
+        t,
+        "| throughput, N back to back, median of {} rounds (ratios: higher is faster) | N | depth | ours | iceoryx2 | ours/iceoryx2 | A/A | lost / expected ours, iceoryx2 |",
+        r.settings.throughput_rounds
+    );
+    let _ = writeln!(
+        t,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for f in &r.results {
+        let Figures::Throughput(p) = f else { continue };
+        let head = format!(
+            "{} x{} sub{}",
+            size_label(p.size),
+            p.subscribers,
+            if p.subscribers == 1 { "" } else { "s" }
+        );
+        for c in &p.compared {
+            let what = if c.figure == "delivered/s" {
+                "delivered (slowest subscriber)"
+            } else {
+                "sent"
+            };
+            let _ = writeln!(
+                t,
+                "| {head} {what} | {} | {} | {} | {} | {} | {} | {} / {}, {} / {} |",
+                p.ours.messages,
+                p.depth,
+                rate(c.ours),
+                rate(c.iceoryx2),
+                ratio_cell(c),
+                spread(&c.aa),
+                p.ours.lost,
+                p.ours.expected,
+                p.iceoryx2.lost,
+                p.iceoryx2.expected
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::Run;
     use crate::role::RoleResult;
+    use crate::settings::Flags;
+    use clap::Parser as _;
 
-    fn outcome(bench: Bench, imp: Impl, samples: Vec<u64>) -> Outcome {
+    fn settings(args: &[&str]) -> Settings {
+        let f =
+            Flags::try_parse_from(std::iter::once("peers").chain(args.iter().copied())).unwrap();
+        Settings::from_flags(&f, &[0, 1]).unwrap()
+    }
+
+    fn outcome(bench: Bench, arm: Arm, round: u32, samples: Vec<u64>) -> Outcome {
         Outcome {
             run: Run {
                 bench,
                 size: 8,
                 subscribers: 1,
-                round: 0,
-                imp,
+                round,
+                arm,
                 count: samples.len() as u64,
                 warmup: 0,
+                depth: 64,
             },
             sender: RoleResult {
                 samples_ns: samples,
@@ -693,40 +1022,181 @@ mod tests {
         }
     }
 
+    /// Ping-pong rounds of round trips all of one value per run: each
+    /// round (ours, iceoryx2, ours again), in us.
+    fn ping_pong(rounds: &[(u64, u64, u64)]) -> Vec<Outcome> {
+        let mut all = Vec::new();
+        for (i, &(ours, iox, again)) in rounds.iter().enumerate() {
+            for (arm, us) in [
+                (Arm::Ours, ours),
+                (Arm::Iceoryx2, iox),
+                (Arm::OursAgain, again),
+            ] {
+                all.push(outcome(
+                    Bench::PingPong,
+                    arm,
+                    i as u32,
+                    vec![us * 1000; 100],
+                ));
+            }
+        }
+        all
+    }
+
     #[test]
-    fn ratios_are_ours_over_iceoryx2_and_the_target_is_checked() {
-        let all = vec![
-            outcome(Bench::PingPong, Impl::Ours, vec![5_000; 100]),
-            outcome(Bench::PingPong, Impl::Iceoryx2, vec![10_000; 100]),
-        ];
-        let f = latency(&all, Bench::PingPong, 8);
-        let q = f.ratio_ours_over_iceoryx2.unwrap();
-        assert_eq!(q.p50, Some(0.5));
-        assert_eq!(q.p999, Some(0.5));
+    fn ratios_are_medians_of_per_round_ratios_not_of_pooled_figures() {
+        // Per round ours/iceoryx2: 0.5, 1.5, 1.0; A/A: 1.1, 1.0, 0.9.
+        // Pooled, ours' p50 is 10 us and iceoryx2's 20 us: 0.5.
+        let all = ping_pong(&[(10, 20, 11), (30, 20, 30), (10, 10, 9)]);
+        let s = settings(&["--only", "ping-pong", "--sizes", "8", "--rounds", "3"]);
+        let f = latency(&all, Bench::PingPong, 8, &s);
+        let p50 = &f.compared[0];
+        assert_eq!(p50.figure, "p50");
+        let r = p50.ratio.as_ref().unwrap();
+        assert_eq!(r.per_round, vec![0.5, 1.5, 1.0]);
+        assert_eq!((r.median, r.min, r.max), (1.0, 0.5, 1.5));
+        let aa = p50.aa.as_ref().unwrap();
+        assert!((aa.median - 1.0).abs() < 1e-12, "{aa:?}");
+        assert!((aa.min - 0.9).abs() < 1e-12 && (aa.max - 1.1).abs() < 1e-12);
+        assert_eq!(p50.beyond_aa, Some(false));
+        assert_eq!((p50.ours, p50.iceoryx2), (Some(10_000.0), Some(20_000.0)));
+        assert_eq!(f.pooled_ratio_ours_over_iceoryx2.unwrap().p50, Some(0.5));
+        assert_eq!(f.rounds, 3);
+        assert_eq!(f.depth, 64);
+        // 1.0 against a target of 0.6: missed, whatever the pooled 0.5 says.
+        let c = target(&f);
+        assert_eq!(c.p50_ratio, Some(1.0));
+        assert!(!c.met);
+    }
+
+    #[test]
+    fn a_ratio_beyond_the_aa_spread_is_told_from_noise_and_meets_the_target() {
+        let all = ping_pong(&[(5, 10, 5), (6, 10, 6), (4, 10, 4), (5, 10, 5)]);
+        let s = settings(&["--only", "ping-pong", "--sizes", "8", "--rounds", "4"]);
+        let f = latency(&all, Bench::PingPong, 8, &s);
+        for c in &f.compared {
+            assert_eq!(c.ratio.as_ref().unwrap().median, 0.5, "{}", c.figure);
+            assert_eq!(c.aa.as_ref().unwrap().median, 1.0);
+            assert_eq!(c.beyond_aa, Some(true));
+        }
+        let c = target(&f);
+        assert_eq!((c.p50_ratio, c.p999_ratio), (Some(0.5), Some(0.5)));
+        assert!(c.met);
+        // The table carries it: per-round ratio, spread, A/A.
+        let (results, targets) = results(&s, &all);
+        let host_notes = Vec::new();
+        let rep = Report {
+            schema_version: SCHEMA_VERSION,
+            command: "peers".into(),
+            settings: &s,
+            environment: Environment {
+                kernel: "6.1",
+                allowed_cpus: &[0, 1],
+                sched_fifo_priority: Some(80),
+                cpu_dma_latency_held_at_0: true,
+                steal_percent: &[],
+                load_average: (0.0, 0.0),
+                sides: Vec::new(),
+                ours_backend: Vec::new(),
+                iceoryx2: ICEORYX2,
+                notes: &host_notes,
+            },
+            order: ORDER,
+            measured: Vec::new(),
+            results,
+            ping_pong_target: targets,
+        };
+        let text = table(&rep);
+        assert!(
+            text.contains(
+                "| 8 B p50 | 64 | 5.00 | 10.0 | 0.50x (0.40..0.60) | 1.00x (1.00..1.00) |"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("met"), "{text}");
+        let json = serde_json::to_value(&rep).unwrap();
+        assert_eq!(json["results"][0]["compared"][0]["ratio"]["median"], 0.5);
+        assert_eq!(
+            json["results"][0]["compared"][0]["aa"]["numerator"],
+            "ours again"
+        );
+    }
+
+    #[test]
+    fn a_round_without_both_arms_gives_no_ratio_for_that_round() {
+        let mut all = ping_pong(&[(10, 20, 10), (10, 40, 10)]);
+        // Round 1's iceoryx2 run measured nothing.
+        all[4].sender.samples_ns.clear();
+        let s = settings(&["--only", "ping-pong", "--sizes", "8", "--rounds", "2"]);
+        let f = latency(&all, Bench::PingPong, 8, &s);
+        assert_eq!(f.compared[0].ratio.as_ref().unwrap().per_round, vec![0.5]);
+    }
+
+    #[test]
+    fn the_floor_divides_each_round_s_p50() {
+        let mut all = ping_pong(&[(10, 20, 10), (12, 18, 12)]);
+        all.push(outcome(Bench::PingPong, Arm::Floor, 0, vec![5_000; 10]));
+        all.push(outcome(Bench::PingPong, Arm::Floor, 1, vec![6_000; 10]));
+        let s = settings(&["--only", "ping-pong", "--sizes", "8", "--rounds", "2"]);
+        let f = latency(&all, Bench::PingPong, 8, &s);
+        let o = f.over_floor.unwrap();
+        assert_eq!(o.ours.unwrap().per_round, vec![2.0, 2.0]);
+        assert_eq!(o.iceoryx2.unwrap().per_round, vec![4.0, 3.0]);
+        // The floor is no arm of the comparison.
+        assert_eq!(f.compared[0].ratio.as_ref().unwrap().per_round.len(), 2);
+    }
+
+    fn throughput_run(arm: Arm, round: u32, delivered_ms: &[u64]) -> Outcome {
+        let mut o = outcome(Bench::Throughput, arm, round, vec![]);
+        o.run.count = 1000;
+        o.sender.start_ns = 1_000_000_000;
+        o.sender.end_ns = 1_001_000_000; // 1 ms: 1 M/s sent
+        o.receivers = delivered_ms
+            .iter()
+            .map(|&ms| RoleResult {
+                received: 1000,
+                last_ns: 1_000_000_000 + ms * 1_000_000,
+                ..RoleResult::default()
+            })
+            .collect();
+        o
     }
 
     #[test]
     fn throughput_takes_the_slowest_subscriber() {
-        let mut o = outcome(Bench::Throughput, Impl::Ours, vec![]);
-        o.run.count = 1000;
-        o.sender.start_ns = 1_000_000_000;
-        o.sender.end_ns = 1_001_000_000; // 1 ms: 1 M/s sent
-        o.receivers = vec![
-            RoleResult {
-                received: 1000,
-                last_ns: 1_001_000_000,
-                ..RoleResult::default()
-            },
-            RoleResult {
-                received: 900,
-                lost: 100,
-                last_ns: 1_002_000_000,
-                ..RoleResult::default()
-            },
-        ];
-        let s = throughput_side(&[o], 8, 1, Impl::Ours);
+        let mut o = throughput_run(Arm::Ours, 0, &[1, 2]);
+        o.receivers[1].received = 900;
+        o.receivers[1].lost = 100;
+        let all = [o];
+        let cell = Cell::of(&all, Bench::Throughput, 8, 1);
+        let s = throughput_side(&cell, Arm::Ours);
         assert_eq!(s.sent_per_s, Some(1e6));
         assert_eq!(s.delivered_per_s, Some(450_000.0));
         assert_eq!((s.lost, s.expected), (100, 2000));
+    }
+
+    #[test]
+    fn throughput_ratios_are_per_round_on_the_slowest_subscriber() {
+        // Ours delivers to its slowest in 2 ms, then 4; iceoryx2 in 4,
+        // then 2: per round 2.0 and 0.5, median 1.25.
+        let all = vec![
+            throughput_run(Arm::Ours, 0, &[1, 2]),
+            throughput_run(Arm::Iceoryx2, 0, &[4, 1]),
+            throughput_run(Arm::OursAgain, 0, &[2, 2]),
+            throughput_run(Arm::Ours, 1, &[4, 1]),
+            throughput_run(Arm::Iceoryx2, 1, &[2, 2]),
+            throughput_run(Arm::OursAgain, 1, &[4, 4]),
+        ];
+        let f = throughput(&all, 8, 1);
+        let d = f
+            .compared
+            .iter()
+            .find(|c| c.figure == "delivered/s")
+            .unwrap();
+        let r = d.ratio.as_ref().unwrap();
+        assert_eq!(r.per_round, vec![2.0, 0.5]);
+        assert_eq!(r.median, 1.25);
+        assert_eq!(d.aa.as_ref().unwrap().per_round, vec![1.0, 1.0]);
+        assert_eq!(f.ours.rounds, 2);
     }
 }

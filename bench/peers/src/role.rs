@@ -96,7 +96,8 @@ pub struct RoleSpec {
     pub names: Names,
     /// This run's channel / service base name (`/pp/8/r3`).
     pub base: String,
-    /// Ring length (ours) and subscriber buffer (iceoryx2).
+    /// Ring length (ours) and subscriber buffer (iceoryx2): `--depth`,
+    /// or `--large-depth` for messages above 64 KiB.
     pub depth: u64,
     /// How our receivers read (iceoryx2's always read in place).
     pub receive: crate::settings::Receive,
