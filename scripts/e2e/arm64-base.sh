@@ -219,7 +219,12 @@ LABEL primary
 EXT
 # 5. the system around it
 echo rtdeploy-arm64 >"$root/etc/hostname"
-printf '/dev/vda2 / ext4 rw,noatime 0 0\n/dev/vda1 /boot/rtboot vfat rw,noatime,nofail,x-systemd.device-timeout=30s 0 0\n' >"$root/etc/fstab"
+# The boot partition's device may wait: under emulation, udev's coldplug
+# after a watchdog reset took 28 s, and a 30 s timeout left the supervisor
+# reading an empty mount point (the boot loader's count unread). nofail:
+# a partition that never comes leaves the boot going, the supervisor
+# saying so.
+printf '/dev/vda2 / ext4 rw,noatime 0 0\n/dev/vda1 /boot/rtboot vfat rw,noatime,nofail,x-systemd.device-timeout=150s 0 0\n' >"$root/etc/fstab"
 mkdir -p "$root/boot/rtboot"
 # An init that never starts user space: a system update whose command
 # line names it (init=) hangs its boot until the watchdog resets it.
