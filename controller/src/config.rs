@@ -56,6 +56,23 @@ pub struct ChannelConfig {
     /// [`HOLD_BY_DEFAULT_FROM`] and more, 0 below.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holds: Option<u32>,
+    /// What stays readable once every subscriber has read it: `newest`
+    /// (the default: the newest `depth` messages, or those of the last
+    /// `retention`, for fetchers, late joiners and the recorder too) or
+    /// `unread` (a message only until every subscriber has read it: the
+    /// publisher then writes the next one into its slot, still in the
+    /// caches; one publishing process, and a `depth` for how far a slow
+    /// subscriber may fall behind). See [`crate::channel::Keep`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<KeepChoice>,
+}
+
+/// robot.yaml's words for [`crate::channel::Keep`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeepChoice {
+    Newest,
+    Unread,
 }
 
 /// From this `max_size` on a channel gives each subscriber a hold unless
@@ -121,6 +138,14 @@ impl ChannelConfig {
     pub fn cross_class_latency(&self) -> std::time::Duration {
         self.cross_class_latency
             .map_or(crate::channel::DEFAULT_CROSS_CLASS_LATENCY, |d| d.0)
+    }
+
+    /// What the channel keeps once read (`keep`, default newest).
+    pub fn keep(&self) -> crate::channel::Keep {
+        match self.keep {
+            Some(KeepChoice::Unread) => crate::channel::Keep::Unread,
+            _ => crate::channel::Keep::Newest,
+        }
     }
 
     /// Holds per subscribing process: `holds`, or the default.
@@ -212,6 +237,14 @@ impl ChannelConfig {
                 ));
             }
         }
+        if self.keep == Some(KeepChoice::Unread)
+            && (self.depth.is_none() || self.retention.is_some())
+        {
+            out.push((
+                format!("{path}.keep"),
+                "keep: unread needs a `depth` (how many unread messages a slow subscriber may fall behind) and no `retention` (a message read by every subscriber is not kept for a time)".into(),
+            ));
+        }
         if let Some(h) = self.holds {
             if h > MAX_HOLDS {
                 out.push((
@@ -302,6 +335,7 @@ mod tests {
             budget: None,
             cross_class_latency: None,
             holds: None,
+            keep: None,
         };
         assert_eq!(c.queue_len(), 128);
         assert_eq!(c.slot_bytes(), 128);
@@ -323,6 +357,7 @@ mod tests {
             budget: None,
             cross_class_latency: None,
             holds: None,
+            keep: None,
         };
         assert_eq!(c.checked_queue_len(), None);
         assert!(c.queue_len() > MAX_QUEUE_LEN);
@@ -416,6 +451,7 @@ mod tests {
             budget: None,
             cross_class_latency: None,
             holds: Some(2),
+            keep: None,
         };
         let (ch, _) = crate::channel::Channel::create_from_config(
             dir.path(),

@@ -270,3 +270,50 @@ fn plan_shows_the_power_mode() {
         "{text}"
     );
 }
+
+#[test]
+fn plan_shows_what_a_channel_keeps_and_its_working_set() {
+    // examples/orin-nano.yaml's trajectory channel as frames of 1 MiB in a
+    // ring of 4: newest cycles through 4 + 1 slots, unread writes one.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(example("orin-nano.yaml")).unwrap();
+    let from = "    max_size: 16KiB\n    rate: 50\n    retention: 1s\n";
+    assert!(text.contains(from));
+    for (keep, slots) in [("newest", 5u64), ("unread", 1)] {
+        let path = dir.path().join(format!("{keep}.yaml"));
+        let to = format!(
+            "    max_size: 1MiB\n    rate: 50\n    depth: 4\n    holds: 0\n    keep: {keep}\n"
+        );
+        std::fs::write(&path, text.replacen(from, &to, 1)).unwrap();
+        let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ch = plan["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "/plan/trajectory")
+            .unwrap()
+            .clone();
+        assert_eq!(ch["keep"], keep);
+        let slot = ch["slot_bytes"].as_u64().unwrap();
+        assert_eq!(
+            ch["working_set_bytes"].as_u64().unwrap(),
+            slots * slot,
+            "{ch}"
+        );
+        let out = deploy(&["plan", "-c", path.to_str().unwrap()]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        let line = format!("keep {keep}; working set");
+        assert!(text.contains(&line), "{text}");
+        assert_eq!(
+            text.contains("(1 slot: the newest written again"),
+            keep == "unread"
+        );
+    }
+}

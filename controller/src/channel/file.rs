@@ -24,7 +24,7 @@ use crate::shm::{Mapping, ShmSafe, TypeName};
 use crate::sys;
 
 use super::layout::{
-    pack, ChannelGeometry, ChannelGeometryError, Header, HoldRecord, PubEntry, SlotHeader,
+    pack, ChannelGeometry, ChannelGeometryError, Header, HoldRecord, Keep, PubEntry, SlotHeader,
     HEADER_BYTES, INVALID, LAYOUT_VERSION, MAGIC, NONE,
 };
 use super::owner::{owner_word, ChannelAttachError, RecoveryReport};
@@ -275,6 +275,7 @@ impl Channel {
             .store(geom.cross_class.as_nanos().min(u64::MAX as u128) as u64, r);
         h.total_bytes.store(geom.total_bytes(), r);
         h.holds.store(geom.holds as u64, r);
+        h.keep.store(geom.keep.word(), r);
         let pid = sys::getpid();
         h.creator.store(
             owner_word(pid, sys::process_start_time(proc_root, pid).unwrap_or(0)),
@@ -299,6 +300,7 @@ impl Channel {
             pe.scratch.store(len + i, r);
             pe.swapping.store(NONE, r);
             pe.trading.store(NONE, r);
+            pe.reclaiming.store(NONE, r);
         }
         for k in 0..geom.holds as u64 {
             let hr: &HoldRecord = map.at((geom.hold_offset() + 64 * k) as usize);
@@ -421,7 +423,9 @@ impl Channel {
             retention: Duration::from_nanos(h.retention_ns.load(a)),
             cross_class: Duration::from_nanos(h.cross_class_ns.load(a)),
             holds: h.holds.load(a).min(u32::MAX as u64) as u32,
+            keep: Keep::Newest,
         };
+        let keep_word = h.keep.load(a);
         let total = h.total_bytes.load(a);
         let truncated = head.is_broken();
         drop(head);
@@ -444,6 +448,13 @@ impl Channel {
                 found: version & 0xffff_ffff,
             });
         }
+        let geom = ChannelGeometry {
+            keep: Keep::from_word(keep_word).ok_or_else(|| ChannelOpenError::BadGeometry {
+                path: path.into(),
+                reason: ChannelGeometryError::KeepWord { word: keep_word },
+            })?,
+            ..geom
+        };
         geom.check()
             .map_err(|reason| ChannelOpenError::BadGeometry {
                 path: path.into(),
@@ -478,6 +489,11 @@ impl Channel {
                     expect.retention.as_nanos() as u64,
                 ),
                 ("hold records", geom.holds as u64, expect.holds as u64),
+                (
+                    "keep (0 newest, 1 unread)",
+                    geom.keep.word(),
+                    expect.keep.word(),
+                ),
                 (
                     "cross-class latency (ns)",
                     geom.cross_class.as_nanos() as u64,

@@ -330,8 +330,11 @@ impl Subscriber {
                 records: set.records.len() as u32,
             });
         };
-        let got = self.next_by(|s: &mut Self, i| hold_at(&s.ch, record, i))?;
-        Ok(got.map(|(meta, slot)| Held {
+        let got = self.next_by(|s: &mut Self, i| hold_at(&s.ch, record, i));
+        // Held (or lost): read, as far as `super::reuse` is concerned; the
+        // hold keeps the slot.
+        self.mark_read(self.next);
+        Ok(got?.map(|(meta, slot)| Held {
             set,
             record,
             slot,
@@ -357,7 +360,9 @@ impl Subscriber {
             self.lost = self.lost.saturating_add(1);
             return InPlace::Overwritten;
         };
-        match hold_at(&self.ch, record, meta.index) {
+        let got = hold_at(&self.ch, record, meta.index);
+        self.mark_read(meta.index.saturating_add(1));
+        match got {
             ReadOne::Ok { size, value, .. } => InPlace::Read(Held {
                 set,
                 record,

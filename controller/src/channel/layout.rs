@@ -10,7 +10,8 @@
 //!                        bits are the futex word), the waiter count
 //! publisher table        per publisher: owner (pid + start time), scratch
 //!                        slot, the ring entry being swapped out, counters
-//! subscriber table       per subscriber: owner, how many waits it has armed
+//! subscriber table       per subscriber: owner, how many waits it has
+//!                        armed, the index up to which it has read
 //! ring                   queue_len entries: (queue index tag, slot id)
 //! hold records           per record: owner, the ring entry it holds, its
 //!                        reserve slot (see `super::hold`)
@@ -34,7 +35,7 @@ use crate::wake::WakeClass;
 use super::Inner;
 
 /// Version of the file layout; part of the file name and the header.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// `RTDCHAN1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RTDCHAN1");
 /// Bytes of the header page.
@@ -109,7 +110,9 @@ pub(super) struct Header {
     pub(super) cross_class_ns: AtomicU64,
     /// Hold records (see `super::hold`).
     pub(super) holds: AtomicU64,
-    pub(super) _pad0: [AtomicU64; 3],
+    /// What the channel keeps: [`Keep::word`] (see `super::reuse`).
+    pub(super) keep: AtomicU64,
+    pub(super) _pad0: [AtomicU64; 2],
     /// The channel name, NUL padded.
     pub(super) name: [AtomicU64; 16],
     /// The next queue index to publish. Its low 32 bits are the
@@ -197,7 +200,9 @@ pub(super) struct PubEntry {
     /// The hold record whose reserve this publisher is trading its held
     /// scratch slot for, and that reserve, or NONE (see `super::hold`).
     pub(super) trading: AtomicU64,
-    pub(super) _pad: [AtomicU64; 1],
+    /// The ring entry whose slot this publisher is taking back for its
+    /// next message, or NONE (see `super::reuse`).
+    pub(super) reclaiming: AtomicU64,
 }
 // SAFETY: as for Header.
 unsafe impl ShmAtomic for PubEntry {}
@@ -209,7 +214,12 @@ pub(super) struct SubEntry {
     pub(super) armed: AtomicU64,
     /// Real-time waits it counts in `rt_waiters`.
     pub(super) rt_armed: AtomicU64,
-    pub(super) _pad: [AtomicU64; 5],
+    /// The queue index up to which it has read (every message before it
+    /// read, skipped or lost): on a `keep: unread` channel the publisher
+    /// writes the newest message's slot again once every subscriber is
+    /// past it (see `super::reuse`). Written by the owner only.
+    pub(super) read_to: AtomicU64,
+    pub(super) _pad: [AtomicU64; 4],
 }
 // SAFETY: as for Header.
 unsafe impl ShmAtomic for SubEntry {}
@@ -257,6 +267,49 @@ const _: () = assert!(std::mem::size_of::<SubEntry>() == 64);
 const _: () = assert!(std::mem::size_of::<HoldRecord>() == 64);
 const _: () = assert!(std::mem::size_of::<SlotHeader>() as u64 == SLOT_HEADER_BYTES);
 
+/// What a channel keeps readable once its subscribers have read it
+/// (robot.yaml `channels[].keep`; see `super::reuse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Keep {
+    /// The newest `queue_len` messages stay readable (to fetchers, late
+    /// joiners and recorders too), read or not: each publish writes the
+    /// slot the oldest one leaves, so messages cycle through every slot.
+    #[default]
+    Newest,
+    /// A message stays readable until every subscriber has read it (or
+    /// `queue_len` newer ones push it out); then the publisher writes its
+    /// next message into that slot again, which is still in the caches.
+    /// One publisher entry only.
+    Unread,
+}
+
+impl Keep {
+    /// The header word.
+    pub(super) fn word(self) -> u64 {
+        match self {
+            Keep::Newest => 0,
+            Keep::Unread => 1,
+        }
+    }
+    /// A header word read back; `None` for any other value.
+    pub(super) fn from_word(w: u64) -> Option<Keep> {
+        match w {
+            0 => Some(Keep::Newest),
+            1 => Some(Keep::Unread),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Keep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Keep::Newest => "newest",
+            Keep::Unread => "unread",
+        })
+    }
+}
+
 /// The sizes of a channel file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChannelGeometry {
@@ -277,6 +330,8 @@ pub struct ChannelGeometry {
     /// Hold records: messages subscribers together may hold in place at
     /// once (each with a reserve slot; see `super::hold`).
     pub holds: u32,
+    /// What stays readable once read (see [`Keep`]).
+    pub keep: Keep,
 }
 
 impl ChannelGeometry {
@@ -292,6 +347,7 @@ impl ChannelGeometry {
             retention: Duration::ZERO,
             cross_class: DEFAULT_CROSS_CLASS_LATENCY,
             holds: 0,
+            keep: Keep::Newest,
         }
     }
 
@@ -307,6 +363,7 @@ impl ChannelGeometry {
             retention: cfg.retention().0,
             cross_class: cfg.cross_class_latency(),
             holds: cfg.hold_records(subscribers),
+            keep: cfg.keep(),
         }
     }
 
@@ -327,6 +384,11 @@ impl ChannelGeometry {
 
     pub fn with_holds(mut self, holds: u32) -> Self {
         self.holds = holds;
+        self
+    }
+
+    pub fn with_keep(mut self, keep: Keep) -> Self {
+        self.keep = keep;
         self
     }
 
@@ -361,9 +423,13 @@ impl ChannelGeometry {
     /// the ring, which held the message `queue_len` back, so every ring
     /// slot and every scratch slot is written in turn (reserve slots only
     /// while a hold keeps one out). What a core's caches must hold for a
-    /// publish and its reads to hit them.
+    /// publish and its reads to hit them. With [`Keep::Unread`] the
+    /// publisher writes the newest slot again once it is read: one slot.
     pub fn working_set_bytes(&self) -> u64 {
-        (self.queue_len + self.publishers as u64) * self.slot_bytes
+        match self.keep {
+            Keep::Newest => (self.queue_len + self.publishers as u64) * self.slot_bytes,
+            Keep::Unread => self.slot_bytes,
+        }
     }
 
     /// Bytes of the channel file.
@@ -414,6 +480,12 @@ impl ChannelGeometry {
                 bound: self.cross_class,
             });
         }
+        if self.keep == Keep::Unread && (self.publishers != 1 || !self.retention.is_zero()) {
+            return Err(ChannelGeometryError::KeepUnread {
+                publishers: self.publishers,
+                retention: self.retention,
+            });
+        }
         Ok(())
     }
 }
@@ -437,6 +509,13 @@ pub enum ChannelGeometryError {
     TooLarge { bytes: u64 },
     #[error("cross-class latency {bound:?} is outside {MIN_CROSS_CLASS_LATENCY:?} to {MAX_CROSS_CLASS_LATENCY:?}")]
     CrossClass { bound: Duration },
+    #[error("keep unread needs one publisher entry and no retention (found {publishers} publishers, retention {retention:?})")]
+    KeepUnread {
+        publishers: u32,
+        retention: Duration,
+    },
+    #[error("keep word {word} is neither 0 (newest) nor 1 (unread)")]
+    KeepWord { word: u64 },
     /// A file's header records a total size its own geometry does not give.
     #[error("header total size {header} does not match its geometry ({computed})")]
     TotalSize { header: u64, computed: u64 },

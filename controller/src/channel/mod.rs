@@ -46,6 +46,7 @@ mod layout;
 pub(crate) mod owner;
 mod publish;
 mod read;
+mod reuse;
 mod wake;
 
 pub use crate::doorbell::BellError;
@@ -53,7 +54,7 @@ pub use file::{channel_path, file_mode, ChannelCreateError, ChannelOpenError, Cr
 pub use frame::{frame_offset, FrameLoan};
 pub use hold::{Held, HoldError};
 pub use layout::{
-    ChannelGeometry, ChannelGeometryError, BELL_ENTRIES, DEFAULT_CROSS_CLASS_LATENCY,
+    ChannelGeometry, ChannelGeometryError, Keep, BELL_ENTRIES, DEFAULT_CROSS_CLASS_LATENCY,
     DEFAULT_SUBSCRIBERS, HEADER_BYTES, LAYOUT_VERSION, MAGIC, MAX_CROSS_CLASS_LATENCY, MAX_ENTRIES,
     MIN_CROSS_CLASS_LATENCY,
 };

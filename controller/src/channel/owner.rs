@@ -80,7 +80,7 @@ pub enum SlotOwnershipError {
     },
     #[error("hold record {record} holds reserve slot {slot} of {slots}")]
     ReserveSlot { record: u32, slot: u64, slots: u64 },
-    #[error("publisher entry {entry} is mid-swap or mid-trade")]
+    #[error("publisher entry {entry} is mid-swap, mid-trade or mid-reclaim")]
     MidSwap { entry: u32 },
     #[error("publisher entry {entry} holds scratch slot {slot} of {slots}")]
     ScratchSlot { entry: u32, slot: u64, slots: u64 },
@@ -154,6 +154,7 @@ impl Channel {
             let pe = inner.pub_entry(i);
             if pe.swapping.load(Ordering::SeqCst) != NONE
                 || pe.trading.load(Ordering::SeqCst) != NONE
+                || pe.reclaiming.load(Ordering::SeqCst) != NONE
             {
                 return Err(SlotOwnershipError::MidSwap { entry: i });
             }
@@ -467,6 +468,7 @@ impl Channel {
             e.swapping.store(NONE, Ordering::SeqCst);
         }
         self.recover_trade(i);
+        self.recover_reclaim(i);
         inner.header().recovered.fetch_add(1, Ordering::Relaxed); // a statistic
         self.help_along();
     }

@@ -105,6 +105,8 @@ pub struct Publisher {
     /// Where send times come from: `CLOCK_MONOTONIC`, or a simulation's
     /// virtual clock (see [`Publisher::set_clock`]).
     clock: Clock,
+    /// Messages written into the newest one's slot (see `super::reuse`).
+    pub(super) reclaimed: u64,
 }
 
 /// What [`Publisher::publish_inner`] publishes.
@@ -284,6 +286,9 @@ impl PublisherTap {
             return;
         }
         let inner = &*self.ch.inner;
+        if inner.geom.keep == super::Keep::Unread {
+            return; // the next message goes into a slot just read
+        }
         // Relaxed: a hint (a wrong slot id only warms the wrong slot; ids
         // are clamped to the file).
         let slot = inner.pub_entry(self.entry).scratch.load(Ordering::Relaxed);
@@ -320,6 +325,7 @@ impl Publisher {
             to_warm: 0,
             live: Arc::new(()),
             clock: Clock::Monotonic,
+            reclaimed: 0,
         }
     }
 
@@ -474,6 +480,7 @@ impl Publisher {
                 .fetch_add(1, Ordering::Relaxed); // a statistic
             return Err(PublishError::TooLarge { len: size, max });
         }
+        self.reclaim_newest();
         if let Err(f) = self.free_scratch() {
             return Err(self.fault(f));
         }
@@ -557,8 +564,9 @@ impl Publisher {
             return Err(PublishError::TooLarge { len, max });
         }
         if let Payload::Copy(_) = payload {
-            // A loan traded before it handed out the slot (and no hold can
-            // be taken on a slot outside the ring since).
+            // A loan reclaimed and traded before it handed out the slot
+            // (and no hold can be taken on a slot outside the ring since).
+            self.reclaim_newest();
             if let Err(f) = self.free_scratch() {
                 return Err(self.fault(f));
             }
@@ -708,7 +716,11 @@ impl Publisher {
                 // Written into the zero pages that replaced the file.
                 return Err(self.fault(ChannelFault::Truncated));
             }
-            self.to_warm = msg_len;
+            // The next message goes into this one's slot once it is read
+            // (`keep: unread`): nothing to warm.
+            if inner.geom.keep == super::Keep::Newest {
+                self.to_warm = msg_len;
+            }
             self.published += 1;
             // A statistic with one writer (the entry's owner): a plain
             // store, no read-modify-write.

@@ -223,6 +223,11 @@ pub struct Subscriber {
     pub(super) faults: u64,
     /// The hold records this subscriber claimed (see `super::hold`).
     pub(super) holds: Option<std::sync::Arc<super::hold::HoldSet>>,
+    /// Whether it stores how far it has read in its entry (a subscriber
+    /// of a `keep: unread` channel; see `super::reuse`), and how far that
+    /// was.
+    pub(super) reports_reads: bool,
+    pub(super) marked: u64,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -258,17 +263,28 @@ impl Channel {
         let words = (self.inner.geom.max_payload() / 8) as usize;
         // Register this thread's hazard entry now, not on the first read.
         hazard::touch();
+        let next = self.next_index();
+        let reports_reads = entry.is_some() && self.inner.geom.keep == super::Keep::Unread;
+        if let (true, Some(i)) = (reports_reads, entry) {
+            // Release: as every later store of it (see `super::reuse`).
+            self.inner
+                .sub_entry(i)
+                .read_to
+                .store(next, Ordering::Release);
+        }
         Subscriber {
             ch: self.clone(),
             entry,
             class: WakeClass::BestEffort,
-            next: self.next_index(),
+            next,
             wait_val: 0,
             buf: vec![0u64; words],
             lost: 0,
             armed: 0,
             faults: 0,
             holds: None,
+            reports_reads,
+            marked: next,
         }
     }
 }
@@ -292,6 +308,7 @@ impl Subscriber {
     /// Skips everything published so far.
     pub fn skip_to_end(&mut self) {
         self.next = self.ch.next_index();
+        self.mark_read(self.next);
     }
     /// Whether messages are waiting to be read.
     pub fn has_new(&self) -> bool {
@@ -346,7 +363,9 @@ impl Subscriber {
     /// the subscriber moves to the current index (counting what it skipped
     /// as lost).
     pub fn next_meta(&mut self) -> Result<Option<MessageMeta>, ChannelFault> {
-        Ok(self.next_by(Self::read_at)?.map(|(meta, ())| meta))
+        let r = self.next_by(Self::read_at);
+        self.mark_read(self.next);
+        Ok(r?.map(|(meta, ())| meta))
     }
 
     /// The next unread message in order, read in place: `body` gets a view
@@ -364,12 +383,16 @@ impl Subscriber {
         &mut self,
         mut body: impl FnMut(&SlotView) -> R,
     ) -> Result<Option<(MessageMeta, R)>, ChannelFault> {
-        self.next_by(|s: &mut Self, i| read_view(&s.ch.inner, i, &mut body))
+        let r = self.next_by(|s: &mut Self, i| read_view(&s.ch.inner, i, &mut body));
+        self.mark_read(self.next);
+        r
     }
 
     /// The metadata of the next unread message, its payload left in its
     /// slot for [`Subscriber::read_in_place_at`] (the event loop stages
-    /// messages this way to order them by send time before reading).
+    /// messages this way to order them by send time before reading). Not
+    /// read yet: on a `keep: unread` channel the message counts as read
+    /// once that read (or hold) is done.
     pub(crate) fn next_peek(&mut self) -> Result<Option<MessageMeta>, ChannelFault> {
         Ok(self
             .next_by(|s: &mut Self, i| read_slot(&s.ch.inner, i, usize::MAX, |_, _| ()))?
@@ -384,7 +407,9 @@ impl Subscriber {
         meta: &MessageMeta,
         body: impl FnOnce(&SlotView) -> R,
     ) -> InPlace<R> {
-        match read_view(&self.ch.inner, meta.index, body) {
+        let r = read_view(&self.ch.inner, meta.index, body);
+        self.mark_read(meta.index.saturating_add(1));
+        match r {
             ReadOne::Ok { value, .. } => InPlace::Read(value),
             ReadOne::Gone => {
                 self.lost = self.lost.saturating_add(1);
@@ -499,6 +524,7 @@ impl Subscriber {
                     time, pid, size, ..
                 } => {
                     self.next = head;
+                    self.mark_read(head);
                     return Ok(Some(MessageMeta {
                         index: i,
                         send_time_ns: time,
@@ -508,7 +534,19 @@ impl Subscriber {
                         size,
                     }));
                 }
-                ReadOne::Gone => {}
+                ReadOne::Gone => {
+                    // On a `keep: unread` channel the newest message goes
+                    // once every subscriber has read it (see
+                    // `super::reuse`): with the index where it was, there
+                    // is nothing newer to return.
+                    if self.ch.inner.geom.keep == super::Keep::Unread
+                        && self.ch.next_index() == head
+                    {
+                        self.next = head;
+                        self.mark_read(head);
+                        return Ok(None);
+                    }
+                }
                 ReadOne::Truncated => return Err(self.fault(ChannelFault::Truncated)),
             }
         }

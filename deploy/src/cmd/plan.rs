@@ -170,6 +170,9 @@ pub struct ChannelPlan {
     pub subscribers: usize,
     /// Messages each subscribing process may hold in place at once.
     pub holds_per_subscriber: u32,
+    /// What stays readable once read: `newest` or `unread` (see
+    /// `controller::channel::Keep`).
+    pub keep: String,
     /// Slots of the file: ring, a scratch per publisher entry, a reserve
     /// per hold.
     pub slots: u64,
@@ -250,6 +253,7 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
                 publishers,
                 subscribers: users.subscribers as usize,
                 holds_per_subscriber: c.holds_per_subscriber(),
+                keep: c.keep().to_string(),
                 slots: geom.slots(),
                 shm_bytes: geom.total_bytes(),
                 working_set_bytes: geom.working_set_bytes(),
@@ -492,12 +496,18 @@ pub fn render(p: &Plan) -> String {
         let holds = c.slots - c.queue_len - c.publishers.max(1) as u64;
         let _ = writeln!(
             o,
-            "    {} slots: {} ring + {} scratch + {holds} hold ({} per subscriber); working set {}",
+            "    {} slots: {} ring + {} scratch + {holds} hold ({} per subscriber); keep {}; working set {}{}",
             c.slots,
             c.queue_len,
             c.publishers.max(1),
             c.holds_per_subscriber,
-            units::size::human(c.working_set_bytes)
+            c.keep,
+            units::size::human(c.working_set_bytes),
+            if c.keep == "unread" {
+                " (1 slot: the newest written again once every subscriber has read it)"
+            } else {
+                ""
+            }
         );
         let side = |m: &std::collections::BTreeMap<controller::WakeClass, Vec<String>>| {
             let parts: Vec<String> = m

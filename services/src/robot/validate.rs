@@ -513,6 +513,13 @@ fn cross_check(c: &mut Checker, r: &Robot) {
                 format!("`{}` is under `{RESERVED_CHANNEL_PREFIX}`, which the runtime keeps for its timing reports (choose another name)", echo::value(&ch.name)),
             );
         }
+        let publishers = r.publishers_of(&ch.name);
+        if ch.keep() == controller::channel::Keep::Unread && publishers > 1 {
+            c.error(
+                &format!("channels[{i}].keep"),
+                format!("keep: unread on `{}`, which {publishers} processes publish (a publisher writes into the newest slot again only when it is the channel's one publisher: one process, or keep: newest)", echo::value(&ch.name)),
+            );
+        }
     }
     let channel_names: HashSet<&str> = r.channels.iter().map(|c| c.name.as_str()).collect();
     let mut procs: HashMap<&str, usize> = HashMap::new();
