@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 use anyhow::{bail, Context as _, Result};
 
-use controller::channel::{Channel, ChannelGeometry, Publisher};
+use controller::channel::{Channel, ChannelGeometry, Keep, Publisher};
 use controller::event_loop::{Ctx, EventLoop, LoopOptions, TypedSender};
 use controller::timing_report::EntryKind;
 use units::error::Chain;
@@ -36,10 +36,19 @@ pub fn channels(role_pair: Role, base: &str) -> Vec<String> {
 
 /// Creates channel `name` for messages of `size` bytes in a ring of
 /// `depth`, with `holds` hold records (one per subscribing process whose
-/// receivers hold messages; each costs a slot), the parent's job, as the
-/// supervisor's on a robot.
-pub fn create_channel(dir: &Path, name: &str, size: usize, depth: u64, holds: u32) -> Result<()> {
-    let geom = ChannelGeometry::new(size as u64, depth, 1).with_holds(holds);
+/// receivers hold messages; each costs a slot) and what it keeps once
+/// read, the parent's job, as the supervisor's on a robot.
+pub fn create_channel(
+    dir: &Path,
+    name: &str,
+    size: usize,
+    depth: u64,
+    holds: u32,
+    keep: Keep,
+) -> Result<()> {
+    let geom = ChannelGeometry::new(size as u64, depth, 1)
+        .with_holds(holds)
+        .with_keep(keep);
     Channel::create(dir, name, &geom, None, Path::new(PROC))
         .map_err(|e| anyhow::anyhow!("{}", Chain(&e)))
         .with_context(|| format!("creating channel {name} in {}", dir.display()))?;

@@ -63,8 +63,10 @@ pub struct Run {
     /// Unmeasured iterations before them.
     pub warmup: u64,
     /// Ring length of our channels, subscriber buffer of iceoryx2's, ring
-    /// of the floor.
+    /// of the floor (see `Settings::floor_depth_for`).
     pub depth: u64,
+    /// What our channels keep once read.
+    pub keep: crate::settings::KeepArg,
 }
 
 /// The arms of every round of `bench`, in their canonical order (the
@@ -124,7 +126,12 @@ pub fn plan(s: &Settings) -> Vec<Run> {
                             arm,
                             count,
                             warmup,
-                            depth: s.depth_for(size),
+                            depth: if arm == Arm::Floor {
+                                s.floor_depth_for(size)
+                            } else {
+                                s.depth_for(size)
+                            },
+                            keep: s.keep_for(size),
                         });
                     }
                 }
@@ -137,7 +144,7 @@ pub fn plan(s: &Settings) -> Vec<Run> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::Flags;
+    use crate::settings::{Flags, KeepArg};
     use clap::Parser as _;
 
     fn settings(args: &[&str]) -> Settings {
@@ -205,10 +212,29 @@ mod tests {
                 }
             }
         }
-        // Large messages run in the large depth, on every arm.
-        assert!(runs
-            .iter()
-            .all(|r| r.depth == if r.size == 8 { 64 } else { 2 }));
+        // Large messages run in the large depth on our and iceoryx2's
+        // arms; our channels keep unread messages only there, so the floor
+        // writes one buffer each way.
+        assert!(runs.iter().all(|r| r.depth
+            == match (r.size, r.arm) {
+                (8, _) => 64,
+                (_, Arm::Floor) => 1,
+                _ => 2,
+            }));
+        let keeps = |size| runs.iter().filter(move |r| r.size == size).map(|r| r.keep);
+        assert!(keeps(8).all(|k| k == KeepArg::Newest));
+        assert!(keeps(4194304).all(|k| k == KeepArg::Unread));
+        // --large-keep newest: the floor runs the channels' depth again.
+        let newest = plan(&settings(&[
+            "--only",
+            "ping-pong",
+            "--sizes",
+            "4194304",
+            "--floor",
+            "--large-keep",
+            "newest",
+        ]));
+        assert!(newest.iter().all(|r| r.depth == 2 && r.keep == KeepArg::Newest));
     }
 
     #[test]

@@ -150,9 +150,13 @@ impl<'a> Cell<'a> {
         }
     }
 
-    /// The depth the runs used (the same for every arm).
+    /// The depth our and iceoryx2's runs used (the same for both; the
+    /// floor's is `Settings::floor_depth_for`).
     fn depth(&self) -> u64 {
-        self.runs.first().map_or(0, |o| o.run.depth)
+        self.runs
+            .iter()
+            .find(|o| o.run.arm != Arm::Floor)
+            .map_or(0, |o| o.run.depth)
     }
 
     /// The sum of `f` over `arm`'s runs.
@@ -869,13 +873,22 @@ fn latency_table(t: &mut String, r: &Report, bench: Bench) {
                 "| {} {} | {} |{period} {} | {} | {} | {} |",
                 size_label(l.size),
                 c.figure,
-                l.depth,
+                depth_cell(&s, l.size, l.depth),
                 c.ours.map_or("-".into(), us),
                 c.iceoryx2.map_or("-".into(), us),
                 ratio_cell(c),
                 spread(&c.aa)
             );
         }
+    }
+}
+
+/// The depth column: the ring, and `unread` where our channels write the
+/// newest slot again once read.
+fn depth_cell(s: &Settings, size: usize, depth: u64) -> String {
+    match s.keep_for(size) {
+        crate::settings::KeepArg::Newest => depth.to_string(),
+        crate::settings::KeepArg::Unread => format!("{depth} unread"),
     }
 }
 
@@ -894,7 +907,7 @@ fn floor_table(t: &mut String, r: &Report) {
     let _ = writeln!(t);
     let _ = writeln!(
         t,
-        "| ping-pong p50 over the floor (bare futex ping-pong through a ring of the same depth), us | depth | floor | ours | iceoryx2 | ours/floor | iceoryx2/floor |"
+        "| ping-pong p50 over the floor (bare futex ping-pong through a ring of the same depth, or one buffer each way where our channels keep unread messages only), us | depth | floor | ours | iceoryx2 | ours/floor | iceoryx2/floor |"
     );
     let _ = writeln!(t, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for l in rows {
@@ -904,7 +917,7 @@ fn floor_table(t: &mut String, r: &Report) {
             t,
             "| {} | {} | {} | {} | {} | {} | {} |",
             size_label(l.size),
-            l.depth,
+            depth_cell(&r.settings, l.size, l.depth),
             p50(&l.floor),
             p50(&l.ours),
             p50(&l.iceoryx2),
@@ -1012,6 +1025,7 @@ mod tests {
                 count: samples.len() as u64,
                 warmup: 0,
                 depth: 64,
+                keep: crate::settings::KeepArg::Newest,
             },
             sender: RoleResult {
                 samples_ns: samples,

@@ -109,7 +109,14 @@ pub fn execute(run: &Run, s: &Settings, host: &Host) -> Result<Outcome> {
             0
         };
         for name in &channels {
-            ours::create_channel(&host.names.ours_dir, name, run.size, run.depth, holds)?;
+            ours::create_channel(
+                &host.names.ours_dir,
+                name,
+                run.size,
+                run.depth,
+                holds,
+                run.keep.keep(),
+            )?;
         }
     }
     let spec = |role: Role, cpu: usize| RoleSpec {
@@ -193,6 +200,7 @@ mod tests {
             count,
             warmup: 0,
             depth: s.depth_for(size),
+            keep: s.keep_for(size),
         };
         // A round of 4 MiB round trips at 3 ms each fits its budget.
         let pp = budget(&run(Bench::PingPong, 4 << 20, 20_000), &s);

@@ -106,6 +106,16 @@ pub struct Flags {
     /// for messages above 64 KiB (a power of two).
     #[arg(long, default_value_t = 2)]
     pub large_depth: u64,
+    /// What our channels keep once read, for messages up to 64 KiB:
+    /// `newest` (the newest `--depth` messages, each publish writing the
+    /// slot the oldest leaves) or `unread` (the publisher writes the
+    /// newest message's slot again once it is read).
+    #[arg(long, value_enum, default_value_t = KeepArg::Newest)]
+    pub keep: KeepArg,
+    /// What our channels keep once read, for messages above 64 KiB (the
+    /// floor then writes one buffer each way, as such a channel does).
+    #[arg(long, value_enum, default_value_t = KeepArg::Unread)]
+    pub large_keep: KeepArg,
     /// How our receivers read a message: `held` holds it in its slot
     /// while the handler reads the two words it uses (as iceoryx2's
     /// receivers hold a sample; our channels get a hold record per
@@ -131,6 +141,24 @@ pub enum RoleCmd {
     /// One side of one run (internal: spawned by the benchmark itself).
     #[command(hide = true)]
     Role { spec: String },
+}
+
+/// What our channels keep once read (see `--keep`; robot.yaml's
+/// `channels[].keep`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeepArg {
+    Newest,
+    Unread,
+}
+
+impl KeepArg {
+    pub fn keep(self) -> controller::channel::Keep {
+        match self {
+            KeepArg::Newest => controller::channel::Keep::Newest,
+            KeepArg::Unread => controller::channel::Keep::Unread,
+        }
+    }
 }
 
 /// How our receivers read messages (see `--receive`).
@@ -205,6 +233,8 @@ pub struct Settings {
     pub priority: Option<u32>,
     pub depth: u64,
     pub large_depth: u64,
+    pub keep: KeepArg,
+    pub large_keep: KeepArg,
     pub receive: Receive,
     pub floor: bool,
     #[serde(skip)]
@@ -318,6 +348,8 @@ impl Settings {
             priority: (!f.no_fifo).then_some(f.priority),
             depth: f.depth,
             large_depth: f.large_depth,
+            keep: f.keep,
+            large_keep: f.large_keep,
             receive: f.receive,
             floor: f.floor,
             json: f.json,
@@ -342,6 +374,24 @@ impl Settings {
             self.large_depth
         } else {
             self.depth
+        }
+    }
+
+    /// What our channels keep once read, for `size`.
+    pub fn keep_for(&self, size: usize) -> KeepArg {
+        if size > LARGE {
+            self.large_keep
+        } else {
+            self.keep
+        }
+    }
+
+    /// The floor's ring for `size`: our channels' depth, or one buffer
+    /// each way where they write the newest slot again.
+    pub fn floor_depth_for(&self, size: usize) -> u64 {
+        match self.keep_for(size) {
+            KeepArg::Newest => self.depth_for(size),
+            KeepArg::Unread => 1,
         }
     }
 

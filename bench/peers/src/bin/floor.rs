@@ -145,7 +145,16 @@ impl Ring {
         // them is under way (see the Sync impl).
         let slot = unsafe { std::slice::from_raw_parts_mut(p, self.words) };
         slot[0] = stamp;
-        slot[1..].fill(n);
+        // Vector stores from a 16-byte boundary, as the sides' messages
+        // are written (see peers' message::fill_raw).
+        let first = if slot.len() > 2 && (slot.as_ptr().wrapping_add(1) as usize) % 16 != 0 {
+            slot[1] = n;
+            2
+        } else {
+            1
+        };
+        let first = first.min(slot.len());
+        slot[first..].fill(n);
         self.count.store(n + 1, Ordering::Release);
         futex::wake_all(&self.count).context("FUTEX_WAKE")?;
         Ok(())
