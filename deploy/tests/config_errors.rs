@@ -117,6 +117,7 @@ fn cases() -> Vec<Case> {
         c("channel name", edit("  - name: /a\n", "  - name: a  #!\n"), "channels[0].name", "not a channel name"),
         // Paths under the prefix cannot climb out of it.
         c("metrics textfile out of the prefix", add("metrics:\n  textfile: /../../tmp/x.prom  #!\n"), "metrics.textfile", "`/../../tmp/x.prom` has a `..` component, which would lead out of the prefix"),
+        c("log buffer smaller than a message", edit("    max_size: 64\n    rate: 1000\n", "    max_size: 2MiB\n    rate: 1000\n    depth: 2\n") + "log:\n  buffer: 1MiB  #!\n", "log.buffer", "cannot hold one message of /a"),
         c("log dir out of the prefix", add("log:\n  dir: /var/../../tmp/x  #!\n"), "log.dir", "`/var/../../tmp/x` has a `..` component, which would lead out of the prefix"),
         c("duplicate channel", edit("    rate: 1000\n", "    rate: 1000\n  - name: /a  #!\n    max_size: 8\n    rate: 10\n"), "channels[1].name", "already defined"),
         c("rate zero", edit("    rate: 1000\n", "    rate: 0  #!\n"), "channels[0].rate", "rate 0"),

@@ -202,6 +202,25 @@ impl LogSection {
                 ),
             ));
         }
+        // A batch with one message of the channel must fit the buffer
+        // (each message costs its bytes and a 64-byte record), or every
+        // message of the channel is a gap.
+        if let Some((name, max)) = channels
+            .iter()
+            .filter(|(name, _)| self.records(name))
+            .max_by_key(|c| c.1)
+        {
+            if max.saturating_add(64) > self.buffer.0 {
+                out.push((
+                    "log.buffer".into(),
+                    format!(
+                        "{} bytes cannot hold one message of {name} (max_size {max} bytes, and 64 bytes of record): raise log.buffer to at least {} bytes, or stop recording the channel",
+                        self.buffer.0,
+                        max.saturating_add(64)
+                    ),
+                ));
+            }
+        }
         for (name, decl) in &self.types {
             let at = format!("log.types.{name}");
             let max = channels.iter().find(|c| c.0 == name).map(|c| c.1);

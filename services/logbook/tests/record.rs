@@ -821,3 +821,62 @@ fn messages_the_writer_cannot_take_are_gaps_not_silence() {
     let ev = sum.channel("/rtdeploy/events").map_or(0, |c| c.messages);
     assert_eq!(ev, st.events_logged);
 }
+
+/// The largest message a channel carries (64 MiB) is logged whole and
+/// read back byte for byte, in a chunk of its own (chunks are 16 KiB
+/// here: a message never splits).
+#[test]
+fn a_sixty_four_mib_message_is_logged_whole() {
+    const SIZE: usize = controller::config::MAX_MESSAGE_SIZE as usize;
+    let shm = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(SIZE as u64, 1, 1);
+    let (ch, _) = Channel::create(shm.path(), "/camera/map", &geom, None, Path::new(PROC)).unwrap();
+    // The default log.buffer (64 MiB) cannot take one such message with
+    // its record: config check says so (below); this one can.
+    let mut s = section(2);
+    let mut problems = Vec::new();
+    s.validate(&[("/camera/map", SIZE as u64)], &mut problems);
+    assert!(
+        problems
+            .iter()
+            .any(|(f, m)| f == "log.buffer" && m.contains("raise log.buffer")),
+        "{problems:?}"
+    );
+    s.buffer = ByteSize(2 * SIZE as u64);
+    let rec = start(shm.path(), out.path(), s, &["/camera/map"]);
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut sent = Vec::new();
+    for _ in 0..2 {
+        let m = noise(&mut x, SIZE);
+        p.publish(&m).unwrap();
+        sent.push(m);
+        // Depth 1: the logger takes each before the next replaces it.
+        wait_logged(&rec, "/camera/map", sent.len() as u64);
+    }
+    let c = rec.status().channels["/camera/map"].clone();
+    assert_eq!((c.logged, c.gaps), (2, 0), "{c:?}");
+    rec.stop();
+    // Each message fills a file of the default rotate_size (64 MiB).
+    let mut got = Vec::new();
+    for file in files(out.path()) {
+        let bytes = load(&file).unwrap();
+        let sum = scan(&file, &bytes, |m| {
+            if m.channel.topic == "/camera/map" {
+                got.push(m.data.to_vec());
+            }
+        })
+        .unwrap();
+        assert!(sum.finished && sum.truncated.is_none(), "{sum:?}");
+    }
+    assert_eq!(got.len(), 2);
+    for (i, (g, s)) in got.iter().zip(&sent).enumerate() {
+        assert!(
+            g == s,
+            "message {i}: {} bytes read back, not the {} sent",
+            g.len(),
+            s.len()
+        );
+    }
+}

@@ -47,9 +47,13 @@ use walk_error::{ChunkAt, RecordParseError, RecordWalkError};
 pub const MAX_FILE: u64 = 4 << 30;
 
 /// The longest record read, and the most a chunk's records may be once
-/// decompressed: the logger's largest `log.chunk_size`. A garbled length
-/// asks for no more memory than this, and only as its bytes arrive.
-pub const MAX_RECORD: usize = crate::section::MAX_CHUNK as usize;
+/// decompressed: the logger closes a chunk once it passes its
+/// `log.chunk_size` (at most [`crate::section::MAX_CHUNK`]), so a chunk
+/// holds at most that, one more message of the largest size a channel
+/// carries, and that message's record fields. A garbled length asks for
+/// no more memory than this, and only as its bytes arrive.
+pub const MAX_RECORD: usize =
+    (crate::section::MAX_CHUNK + controller::config::MAX_MESSAGE_SIZE + 4096) as usize;
 
 /// What the chunks of a file may expand to, as a multiple of the bytes of
 /// the file read so far (plus [`EXPANSION_FLOOR`]). The logger's chunks
