@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Our runtime against iceoryx2 on this machine, in one run whose rounds
 # alternate between the two: ping-pong round trip, one-way wake at a fixed
-# period, publish cost with no subscriber waiting, throughput with one and
-# four subscribers, for 8 B, 1 KiB and 64 KiB messages.
+# period, publish cost with no subscriber waiting, throughput with one,
+# two and four subscribers, for 8 B, 1 KiB, 64 KiB, 1 MiB and 4 MiB messages.
 #
 #   scripts/bench-peers.sh [--json] [any option of `peers --help`]
 #
