@@ -223,10 +223,8 @@ pub struct Subscriber {
     pub(super) faults: u64,
     /// The hold records this subscriber claimed (see `super::hold`).
     pub(super) holds: Option<std::sync::Arc<super::hold::HoldSet>>,
-    /// Whether it stores how far it has read in its entry (a subscriber
-    /// of a `keep: unread` channel; see `super::reuse`), and how far that
-    /// was.
-    pub(super) reports_reads: bool,
+    /// How far it last stored that it has read, in its entry (a
+    /// subscriber of a `keep: unread` channel; see `super::reuse`).
     pub(super) marked: u64,
 }
 
@@ -264,8 +262,7 @@ impl Channel {
         // Register this thread's hazard entry now, not on the first read.
         hazard::touch();
         let next = self.next_index();
-        let reports_reads = entry.is_some() && self.inner.geom.keep == super::Keep::Unread;
-        if let (true, Some(i)) = (reports_reads, entry) {
+        if let (super::Keep::Unread, Some(i)) = (self.inner.geom.keep, entry) {
             // Release: as every later store of it (see `super::reuse`).
             self.inner
                 .sub_entry(i)
@@ -283,7 +280,6 @@ impl Channel {
             armed: 0,
             faults: 0,
             holds: None,
-            reports_reads,
             marked: next,
         }
     }

@@ -80,7 +80,9 @@ impl Publisher {
     #[inline]
     pub(super) fn reclaim_newest(&mut self) {
         let inner = &*self.ch.inner;
-        if inner.geom.keep != Keep::Unread || inner.geom.publishers != 1 {
+        // An `unread` geometry has one publisher entry: refused otherwise
+        // at create and at open (`ChannelGeometry::check`).
+        if inner.geom.keep != Keep::Unread {
             return;
         }
         // SeqCst: compared with ring entries CASed with SeqCst.
@@ -135,18 +137,17 @@ impl Subscriber {
     /// subscribers with an entry, and only forward.
     #[inline]
     pub(super) fn mark_read(&mut self, upto: u64) {
-        if !self.reports_reads || upto <= self.marked {
+        let Some(i) = self.entry else { return };
+        if self.ch.inner.geom.keep != Keep::Unread || upto <= self.marked {
             return;
         }
         self.marked = upto;
-        if let Some(i) = self.entry {
-            // Release: after this subscriber's reads of those messages.
-            self.ch
-                .inner
-                .sub_entry(i)
-                .read_to
-                .store(upto, Ordering::Release);
-        }
+        // Release: after this subscriber's reads of those messages.
+        self.ch
+            .inner
+            .sub_entry(i)
+            .read_to
+            .store(upto, Ordering::Release);
     }
 }
 
