@@ -16,6 +16,29 @@ fn deploy(args: &[&str]) -> std::process::Output {
         .expect("run deploy")
 }
 
+/// `deploy plan --json` of `path`, which must succeed (`what` names the
+/// case in the failure).
+fn plan_json(path: &std::path::Path, what: &str) -> serde_json::Value {
+    let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("plan is one JSON document")
+}
+
+/// The plan's entry for channel `name`.
+fn plan_channel<'a>(plan: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    plan["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()
+}
+
 #[test]
 fn examples_are_valid() {
     for name in ["orin-nano.yaml", "dev.yaml", "qemu.yaml"] {
@@ -45,16 +68,7 @@ fn plan_json_isolates_exactly_the_isolated_cpus() {
         ("dev.yaml", "1", "0"),
         ("qemu.yaml", "2-3", "0-1"),
     ] {
-        let path = example(name);
-        let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let plan: serde_json::Value =
-            serde_json::from_slice(&out.stdout).expect("plan is one JSON document");
+        let plan = plan_json(&example(name), name);
         assert_eq!(plan["schema_version"], 1);
         assert_eq!(plan["cpus"]["isolated"], isolated);
         assert_eq!(plan["cpus"]["housekeeping"], housekeeping);
@@ -78,8 +92,7 @@ fn plan_json_isolates_exactly_the_isolated_cpus() {
 #[test]
 fn plan_places_processes_and_sizes_channels() {
     let path = example("orin-nano.yaml");
-    let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
-    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plan = plan_json(&path, "orin-nano.yaml");
     let procs = plan["processes"].as_array().unwrap();
     let motor = procs
         .iter()
@@ -104,12 +117,7 @@ fn plan_places_processes_and_sizes_channels() {
         planner["cpus"], "0-3",
         "non-real-time processes default to housekeeping CPUs"
     );
-    let imu = plan["channels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "/imu/raw")
-        .unwrap();
+    let imu = plan_channel(&plan, "/imu/raw");
     // 1000/s x 100ms = 100 messages, plus headroom, to a power of two.
     assert_eq!(imu["queue_len"], 128);
     assert!(imu["shm_bytes"].as_u64().unwrap() >= 128 * imu["slot_bytes"].as_u64().unwrap());
@@ -207,14 +215,7 @@ fn plan_names_the_backend_the_declared_kernel_gives() {
         ),
     ] {
         let path = orin_on(dir.path(), decl, partition);
-        let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{decl}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let plan = plan_json(&path, decl);
         let k = &plan["kernel"];
         assert_eq!(k["version"], version, "{decl}");
         assert_eq!(k["backend"], backend, "{decl}");
@@ -285,21 +286,8 @@ fn plan_shows_what_a_channel_keeps_and_its_working_set() {
             "    max_size: 1MiB\n    rate: 50\n    depth: 4\n    holds: 0\n    keep: {keep}\n"
         );
         std::fs::write(&path, text.replacen(from, &to, 1)).unwrap();
-        let out = deploy(&["plan", "--json", "-c", path.to_str().unwrap()]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let ch = plan["channels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == "/plan/trajectory")
-            .unwrap()
-            .clone();
+        let plan = plan_json(&path, keep);
+        let ch = plan_channel(&plan, "/plan/trajectory");
         assert_eq!(ch["keep"], keep);
         let slot = ch["slot_bytes"].as_u64().unwrap();
         assert_eq!(
