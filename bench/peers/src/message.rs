@@ -47,7 +47,7 @@ unsafe fn fill_raw<const W: usize>(dst: *mut u64, stamp: u64, seq: u64) {
     // lines, wherever the payload starts (our slots' payloads are 64-byte
     // aligned, so word 1 is not; iceoryx2's lie 8 bytes off, so it is):
     // both sides write at the same speed.
-    let first = if W > 2 && (dst.wrapping_add(1) as usize) % 16 != 0 {
+    let first = if W > 2 && !(dst.wrapping_add(1) as usize).is_multiple_of(16) {
         // SAFETY: W > 2, so word 1 is in bounds.
         unsafe { dst.add(1).write(seq) };
         2

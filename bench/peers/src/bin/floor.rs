@@ -147,7 +147,7 @@ impl Ring {
         slot[0] = stamp;
         // Vector stores from a 16-byte boundary, as the sides' messages
         // are written (see peers' message::fill_raw).
-        let first = if slot.len() > 2 && (slot.as_ptr().wrapping_add(1) as usize) % 16 != 0 {
+        let first = if slot.len() > 2 && !(slot.as_ptr().wrapping_add(1) as usize).is_multiple_of(16) {
             slot[1] = n;
             2
         } else {
