@@ -11,6 +11,9 @@ pub struct Report {
     passed: usize,
     failed: usize,
     skipped: usize,
+    /// The failed assertions' names, repeated after the counts: a log
+    /// cut to its head and tail still says what failed.
+    failures: Vec<String>,
     /// Consoles to print at the end, each once, in the order they failed.
     failed_logs: Vec<PathBuf>,
     phases: Vec<(String, f64)>,
@@ -25,6 +28,7 @@ impl Report {
             passed: 0,
             failed: 0,
             skipped: 0,
+            failures: Vec::new(),
             failed_logs: Vec::new(),
             phases: Vec::new(),
             phase: None,
@@ -40,6 +44,9 @@ impl Report {
     /// A failed assertion; `log` is the console to show at the end.
     pub fn fail(&mut self, what: impl AsRef<str>, why: impl AsRef<str>, log: Option<&Path>) {
         self.failed += 1;
+        let why_short: String = why.as_ref().chars().take(400).collect();
+        self.failures
+            .push(format!("{}: {why_short}", what.as_ref()));
         println!("FAIL: {}: {}", what.as_ref(), why.as_ref());
         if let Some(l) = log {
             self.log_failed(l);
@@ -126,6 +133,9 @@ impl Report {
             "{}: {} passed, {} failed, {} skipped",
             self.name, self.passed, self.failed, self.skipped
         );
+        for f in &self.failures {
+            println!("  failed: {f}");
+        }
         u8::from(self.failed > 0)
     }
 }
