@@ -21,7 +21,7 @@ use units::error::Chain;
 
 use crate::boot_history::BootRecord;
 use crate::robot::Robot;
-use crate::status::StepStatus;
+use crate::status::{ReleaseStatus, StepStatus};
 use crate::supervisor::{
     Boot, BootCheckOutcome, ConfigHook, Options, SupervisorConfig, TraceTurn, TracedMiss,
 };
@@ -132,8 +132,9 @@ impl Boot for RobotBoot {
         apply_cpu_plan(&self.setup, &self.robot)
     }
 
-    fn boot_check(&mut self, duration: Duration) -> BootCheckOutcome {
-        boot_check(&self.setup, &self.robot, duration)
+    fn boot_check(&mut self, duration: Duration, release: &ReleaseStatus) -> BootCheckOutcome {
+        let at_boot = AtBoot::of(&self.setup, &self.robot, release);
+        boot_check(&self.setup, &self.robot, duration, &at_boot)
     }
 
     fn scan_irqs(&mut self) -> Option<StepStatus> {
@@ -421,7 +422,12 @@ fn scan_irqs(
 /// The boot timing check: `deploy check`'s engine, shortened to
 /// `boot_check.duration`; the report goes to
 /// `<prefix>/var/lib/rtdeploy/boot-check.json`.
-fn boot_check(setup: &BootSetup, robot: &Robot, duration: Duration) -> BootCheckOutcome {
+fn boot_check(
+    setup: &BootSetup,
+    robot: &Robot,
+    duration: Duration,
+    at_boot: &AtBoot,
+) -> BootCheckOutcome {
     // A power mode that switched off a planned CPU, or another mode than
     // robot.yaml names, fails the check before any timing is measured.
     if let Ok(plan) = robot.cpu_plan(&setup.sysroot) {
@@ -452,7 +458,7 @@ fn boot_check(setup: &BootSetup, robot: &Robot, duration: Duration) -> BootCheck
     };
     let path = releases::Layout::new(&setup.prefix).boot_check_report();
     let result = check::run_boot(&inputs, &setup.prefix, &setup.sysroot, &exe, &path);
-    let kept = keep_in_history(setup, robot, &result);
+    let kept = keep_in_history(setup, robot, &result, at_boot);
     match result {
         Ok(r) if r.passed() => BootCheckOutcome::Passed(format!("report {}{kept}", path.display())),
         Ok(r) => BootCheckOutcome::Failed(format!(
@@ -472,14 +478,15 @@ fn keep_in_history(
     setup: &BootSetup,
     robot: &Robot,
     result: &Result<check::CheckReport, check::CheckRunError>,
+    at_boot: &AtBoot,
 ) -> String {
     let layout = releases::Layout::new(&setup.prefix);
     let release = std::fs::read_link(layout.current())
         .ok()
         .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
-    let record = boot_record(result, release, || {
+    let record = at_boot.add_to(boot_record(result, release, || {
         check::host::read_host_facts(&setup.sysroot).kernel_release
-    });
+    }));
     let path = layout.boot_check_history();
     match crate::boot_history::append(&path, record, robot.boot_check.history as usize) {
         Ok((notes, _)) if notes.is_empty() => String::new(),
@@ -489,6 +496,48 @@ fn keep_in_history(
             notes[0]
         ),
         Err(e) => format!("; {}", Chain(&e)),
+    }
+}
+
+/// What the boot history keeps of a boot beside its check: the boot
+/// loader's count, the fallback the release recovery made, the watchdog
+/// as the kernel showed it before the supervisor took it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AtBoot {
+    pub boot_loader: Option<crate::boot_history::BootAttempt>,
+    pub fallback: Option<String>,
+    pub watchdog: Option<String>,
+}
+
+impl AtBoot {
+    /// From what the release recovery at this start found (`release`)
+    /// and robot.yaml's `watchdog:` read in sysfs under the sysroot.
+    pub fn of(setup: &BootSetup, robot: &Robot, release: &ReleaseStatus) -> AtBoot {
+        AtBoot {
+            boot_loader: release.boot_loader.as_ref().map(Into::into),
+            fallback: (release.state == "rolled-back").then(|| {
+                format!(
+                    "{} rolled back to {}: {}",
+                    release.other.as_deref().unwrap_or("(unknown)"),
+                    release.current.as_deref().unwrap_or("(none)"),
+                    release.detail.as_deref().unwrap_or("(no reason recorded)")
+                )
+            }),
+            watchdog: robot
+                .watchdog
+                .as_ref()
+                .map(|w| crate::watchdog::at_boot(&under(&setup.sysroot, "/sys"), &w.device)),
+        }
+    }
+
+    /// `record` with these added.
+    pub fn add_to(&self, record: BootRecord) -> BootRecord {
+        BootRecord {
+            boot_loader: self.boot_loader.clone(),
+            fallback: self.fallback.clone(),
+            watchdog: self.watchdog.clone(),
+            ..record
+        }
     }
 }
 
@@ -535,6 +584,9 @@ pub fn boot_record(
                 p99_ns: delivery.clone().map(|m| m.p99_ns).max(),
                 max_ns: delivery.map(|m| m.max_ns).max(),
                 failed: r.failed.clone(),
+                boot_loader: None,
+                fallback: None,
+                watchdog: None,
             }
         }
         Err(e) => BootRecord {
@@ -545,6 +597,9 @@ pub fn boot_record(
             p99_ns: None,
             max_ns: None,
             failed: vec![units::error::Chain(e).to_string()],
+            boot_loader: None,
+            fallback: None,
+            watchdog: None,
         },
     }
 }

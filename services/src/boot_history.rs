@@ -37,6 +37,8 @@ pub const MAX_PLAUSIBLE_NS: u64 = 86_400 * 1_000_000_000;
 /// Strings kept per field, and failed budgets kept per record.
 const MAX_TEXT: usize = 256;
 const MAX_FAILED: usize = 16;
+/// Bytes kept of a fallback's reason and of the watchdog's state.
+const MAX_REASON: usize = 1024;
 
 /// One boot check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,24 +61,80 @@ pub struct BootRecord {
     /// The budgets that failed, or why the check could not run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed: Vec<String>,
+    /// What the boot loader counted at this boot of a system update
+    /// (`update.boot_attempts`): the attempt it was, or the fallback it
+    /// booted (absent when no update was being counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_loader: Option<BootAttempt>,
+    /// The fallback this boot is: the release rolled back at its start and
+    /// why (absent on a boot that rolled nothing back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// The hardware watchdog as the kernel showed it during the boot, before
+    /// the supervisor took it (robot.yaml `watchdog:`; absent without one):
+    /// running or not, with its timeout ([`crate::watchdog::at_boot`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog: Option<String>,
+}
+
+/// A boot of a system update as the boot loader counted it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootAttempt {
+    /// The update's boot loader label.
+    pub label: String,
+    /// Boots of that label started, this one included; `limit + 1` once the
+    /// boot loader gave up on it.
+    pub attempts: u8,
+    pub limit: u8,
+    /// The boot loader booted the previous label: the attempts ran out.
+    pub fell_back: bool,
+}
+
+impl BootAttempt {
+    /// `attempt 1 of 3 of label L`, or `gave up on label L after 3 boots`.
+    pub fn describe(&self) -> String {
+        if self.fell_back {
+            format!(
+                "gave up on label {} after {} boot(s) and booted the previous label",
+                self.label, self.limit
+            )
+        } else {
+            format!(
+                "attempt {} of {} of label {}",
+                self.attempts, self.limit, self.label
+            )
+        }
+    }
+}
+
+impl From<&releases::boot_attempts::BootLoaderSaw> for BootAttempt {
+    fn from(b: &releases::boot_attempts::BootLoaderSaw) -> BootAttempt {
+        BootAttempt {
+            label: b.label.clone(),
+            attempts: b.attempts,
+            limit: b.limit,
+            fell_back: b.fell_back,
+        }
+    }
 }
 
 impl BootRecord {
     /// Cuts what came from outside to the sizes the file keeps.
     fn bounded(mut self) -> BootRecord {
-        let cut = |s: &mut String| {
-            if s.len() > MAX_TEXT {
-                let mut end = MAX_TEXT;
-                while !s.is_char_boundary(end) {
-                    end -= 1;
-                }
-                s.truncate(end);
-            }
-        };
+        let cut = |s: &mut String| cut_to(s, MAX_TEXT);
         cut(&mut self.kernel);
         cut(&mut self.verdict);
         if let Some(r) = &mut self.release {
             cut(r);
+        }
+        if let Some(b) = &mut self.boot_loader {
+            cut(&mut b.label);
+        }
+        for s in [&mut self.fallback, &mut self.watchdog]
+            .into_iter()
+            .flatten()
+        {
+            cut_to(s, MAX_REASON);
         }
         self.failed.truncate(MAX_FAILED);
         self.failed.iter_mut().for_each(cut);
@@ -94,6 +152,17 @@ impl BootRecord {
                 (self, Some(why.to_string()))
             }
         }
+    }
+}
+
+/// Cuts `s` to at most `max` bytes, on a character boundary.
+fn cut_to(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
     }
 }
 
@@ -466,11 +535,36 @@ pub fn render(h: &History) -> String {
                 format!("  {}", r.failed.join(", "))
             }
         ));
+        // Beneath the row: the boot loader's count and the fallback when
+        // there was one, the watchdog when it is not as the boot before.
+        let watchdog_changed = match i.checked_sub(1).map(|j| &h.records[j]) {
+            Some(prev) => prev.watchdog != r.watchdog,
+            None => true,
+        };
+        for (what, text) in [
+            (
+                "boot loader",
+                r.boot_loader.as_ref().map(BootAttempt::describe),
+            ),
+            ("fell back", r.fallback.clone()),
+            ("watchdog", r.watchdog.clone().filter(|_| watchdog_changed)),
+        ] {
+            if let Some(t) = text {
+                out.push_str(&format!("{:21}{what}: {t}\n", ""));
+            }
+        }
     }
     if t.regressions.is_empty() {
         out.push_str(&format!(
             "{} boot check(s); no kernel or release change made them worse\n",
             h.records.len()
+        ));
+    }
+    if let Some(r) = h.records.iter().rev().find(|r| r.fallback.is_some()) {
+        out.push_str(&format!(
+            "last fallback: {}: {}\n",
+            fmt_utc(r.unix_time),
+            r.fallback.as_deref().unwrap_or_default()
         ));
     }
     for g in &t.regressions {
@@ -509,7 +603,73 @@ mod tests {
             } else {
                 vec![]
             },
+            boot_loader: None,
+            fallback: None,
+            watchdog: None,
         }
+    }
+
+    #[test]
+    fn a_boot_loaders_count_a_fallback_and_the_watchdog_are_kept_and_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        // A line of a history written before these fields still reads.
+        std::fs::write(
+            &path,
+            "{\"unix_time\":100,\"kernel\":\"k\",\"release\":\"4-a\",\"verdict\":\"pass\"}\n",
+        )
+        .unwrap();
+        let wd = "/dev/watchdog (i6300ESB timer): active, timeout 120s";
+        let mut tried = rec(200, "k", "5-b", "pass", 10, 20);
+        tried.boot_loader = Some(BootAttempt {
+            label: "rtdeploy-release-5-b".into(),
+            attempts: 1,
+            limit: 1,
+            fell_back: false,
+        });
+        tried.watchdog = Some(wd.into());
+        let mut back = rec(300, "k", "4-a", "pass", 10, 20);
+        back.boot_loader = Some(BootAttempt {
+            attempts: 2,
+            fell_back: true,
+            ..tried.boot_loader.clone().unwrap()
+        });
+        back.fallback = Some(format!("5-b rolled back to 4-a: {}", "why ".repeat(400)));
+        back.watchdog = Some(wd.into());
+        for r in [tried, back] {
+            append(&path, r, 10).unwrap();
+        }
+        let h = read(&path).unwrap();
+        assert!(h.notes.is_empty(), "{:?}", h.notes);
+        assert_eq!(h.records.len(), 3);
+        assert_eq!(h.records[0].boot_loader, None);
+        // The reason is cut to what the file keeps.
+        assert_eq!(h.records[2].fallback.as_ref().unwrap().len(), MAX_REASON);
+        let text = render(&h);
+        assert!(
+            text.contains("boot loader: attempt 1 of 1 of label rtdeploy-release-5-b\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("boot loader: gave up on label rtdeploy-release-5-b after 1 boot(s) and booted the previous label\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fell back: 5-b rolled back to 4-a: why why"),
+            "{text}"
+        );
+        // The watchdog is said where it changed, not on every boot.
+        assert_eq!(text.matches("watchdog: ").count(), 1, "{text}");
+        assert!(
+            text.contains("last fallback: 1970-01-01 00:05:00: 5-b rolled back to 4-a: why"),
+            "{text}"
+        );
+        let none = render(&History {
+            records: vec![rec(1, "k", "1", "pass", 1, 2)],
+            notes: vec![],
+            skipped: 0,
+        });
+        assert!(!none.contains("fallback"), "{none}");
     }
 
     #[test]

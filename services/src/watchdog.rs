@@ -445,9 +445,105 @@ pub fn device_path(dev_root: &Path, device: &str) -> PathBuf {
     }
 }
 
+/// The watchdog behind robot.yaml's `device` as the kernel shows it in
+/// sysfs (`/sys/class/watchdog/<name>/`, `CONFIG_WATCHDOG_SYSFS`:
+/// `identity`, `state`, `timeout`, `nowayout`), for the boot history:
+/// asked before the supervisor opens it, `active` means something started
+/// it before (the firmware, the boot loader, the initramfs's early open)
+/// or holds it (systemd's `RuntimeWatchdogSec`), so a hang before the
+/// supervisor resets the board; `inactive` means nothing did. `sys_root`
+/// is `/sys` (tests give another). Every file is read bounded and
+/// shown as printable text only: a strange kernel's answer is quoted,
+/// never trusted.
+pub fn at_boot(sys_root: &Path, device: &str) -> String {
+    let base = device.rsplit('/').next().unwrap_or(device);
+    let name = match base {
+        "watchdog" => "watchdog0".to_string(),
+        b if b.strip_prefix("watchdog").is_some_and(|n| {
+            !n.is_empty() && n.len() <= 3 && n.bytes().all(|c| c.is_ascii_digit())
+        }) =>
+        {
+            b.to_string()
+        }
+        _ => return format!("{device}: not a watchdog name sysfs lists (watchdog, watchdogN)"),
+    };
+    let dir = sys_root.join("class/watchdog").join(&name);
+    let read = |f: &str| {
+        units::bounded::Bound::pseudo(256)
+            .read_lossy(&dir.join(f))
+            .ok()
+            .map(|t| identity(t.trim().as_bytes()))
+            .filter(|t| !t.is_empty())
+    };
+    let Some(state) = read("state") else {
+        return format!(
+            "{device}: {} unreadable (no such watchdog, or a kernel without CONFIG_WATCHDOG_SYSFS)",
+            dir.join("state").display()
+        );
+    };
+    let mut s = device.to_string();
+    if let Some(id) = read("identity") {
+        s.push_str(&format!(" ({id})"));
+    }
+    s.push_str(&format!(": {state}"));
+    if let Some(t) = read("timeout").and_then(|t| t.parse::<u32>().ok()) {
+        s.push_str(&format!(", timeout {t}s"));
+    }
+    if read("nowayout").as_deref() == Some("1") {
+        s.push_str(", nowayout");
+    }
+    match state.as_str() {
+        "active" => s.push_str(
+            ": running before the supervisor took it (a hang before it resets the board)",
+        ),
+        "inactive" => s.push_str(
+            ": nothing ran it before the supervisor (a hang before it would not reset the board)",
+        ),
+        _ => {}
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_boot_view_reads_sysfs_bounded_and_says_what_it_means() {
+        let sys = tempfile::tempdir().unwrap();
+        let d = sys.path().join("class/watchdog/watchdog0");
+        std::fs::create_dir_all(&d).unwrap();
+        for (f, v) in [
+            ("identity", "i6300ESB timer\n"),
+            ("state", "active\n"),
+            ("timeout", "120\n"),
+            ("nowayout", "1\n"),
+        ] {
+            std::fs::write(d.join(f), v).unwrap();
+        }
+        assert_eq!(
+            at_boot(sys.path(), "/dev/watchdog"),
+            "/dev/watchdog (i6300ESB timer): active, timeout 120s, nowayout: running before the supervisor took it (a hang before it resets the board)"
+        );
+        std::fs::write(d.join("state"), "inactive\n").unwrap();
+        std::fs::write(d.join("timeout"), "garbage\n").unwrap();
+        std::fs::write(d.join("identity"), b"\x1b[31mred\xff").unwrap();
+        std::fs::remove_file(d.join("nowayout")).unwrap();
+        assert_eq!(
+            at_boot(sys.path(), "/dev/watchdog0"),
+            "/dev/watchdog0 (?[31mred???): inactive: nothing ran it before the supervisor (a hang before it would not reset the board)"
+        );
+        // A huge answer is no sysfs attribute's: unreadable.
+        std::fs::write(d.join("state"), "a".repeat(10_000)).unwrap();
+        assert!(
+            at_boot(sys.path(), "/dev/watchdog").contains("unreadable"),
+            "{}",
+            at_boot(sys.path(), "/dev/watchdog")
+        );
+        assert!(at_boot(sys.path(), "/dev/watchdog1").contains("unreadable"));
+        assert!(at_boot(sys.path(), "/dev/tegra-wdt").contains("not a watchdog name"));
+        assert!(at_boot(sys.path(), "/dev/watchdog99999").contains("not a watchdog name"));
+    }
 
     #[test]
     fn the_ioctl_numbers_are_the_kernels() {

@@ -236,7 +236,7 @@ fn boot_check_failure_refuses_realtime_processes_only() {
     );
     let bg = process(json!({"name": "bg", "exec": "/bin/sleep", "args": ["60"]}));
     let boot = common::TestBoot {
-        boot_check: Some(Box::new(|_| {
+        boot_check: Some(Box::new(|_, _| {
             services::supervisor::BootCheckOutcome::Failed(
                 "wakeup max 900us over budget 200us".into(),
             )
@@ -424,7 +424,7 @@ fn systemd_start_timeout_is_extended_by_the_boot_check() {
     let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ran2 = ran.clone();
     let boot = common::TestBoot {
-        boot_check: Some(Box::new(move |d| {
+        boot_check: Some(Box::new(move |d, _| {
             ran2.store(true, std::sync::atomic::Ordering::SeqCst);
             services::supervisor::BootCheckOutcome::Passed(format!("{}s", d.as_secs()))
         })),
@@ -466,6 +466,63 @@ fn systemd_start_timeout_is_extended_by_the_boot_check() {
     thread.join().unwrap().unwrap();
 }
 
+/// The boot check is told what the release recovery at this start found
+/// (a rollback and why, the boot loader's count): the boot history keeps
+/// it beside the check.
+#[test]
+fn the_boot_check_is_told_what_the_release_recovery_found() {
+    let prefix = common::prefix();
+    let p = process(json!({"name": "p", "exec": "/bin/sleep", "args": ["60"]}));
+    let mut cfg = config(vec![p], None);
+    cfg.boot_check.enabled = true;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen2 = seen.clone();
+    let boot = common::TestBoot {
+        boot_check: Some(Box::new(move |_, release| {
+            *seen2.lock().unwrap() = Some(release.clone());
+            services::supervisor::BootCheckOutcome::Passed("ok".into())
+        })),
+        ..Default::default()
+    };
+    let recovered = services::status::ReleaseStatus {
+        state: "rolled-back".into(),
+        current: Some("4-aaaaaaaa".into()),
+        other: Some("5-bbbbbbbb".into()),
+        detail: Some("the boot loader gave up on label rtdeploy-release-5-bbbbbbbb".into()),
+        boot_loader: Some(releases::boot_attempts::BootLoaderSaw {
+            label: "rtdeploy-release-5-bbbbbbbb".into(),
+            attempts: 2,
+            limit: 1,
+            fell_back: true,
+            notes: vec![],
+        }),
+        ..Default::default()
+    };
+    let opts = services::supervisor::Options {
+        handle_signals: false,
+        verbose: false,
+        recovered: Some((
+            services::status::StepStatus {
+                step: "release recovery".into(),
+                result: "ok".into(),
+                detail: "rolled back".into(),
+            },
+            recovered.clone(),
+        )),
+        ..Default::default()
+    };
+    let sup = services::supervisor::Supervisor::new(
+        cfg,
+        common::roots(prefix.path()),
+        opts,
+        boot.boxed(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(seen.lock().unwrap().as_ref(), Some(&recovered));
+    drop(sup);
+}
+
 #[test]
 #[ignore = "needs root: starting a SCHED_FIFO process"]
 fn boot_check_failure_with_degrade_starts_realtime_processes_marked_degraded() {
@@ -476,7 +533,7 @@ fn boot_check_failure_with_degrade_starts_realtime_processes_marked_degraded() {
     let mut cfg = config(vec![rt, bg], None);
     cfg.boot_check.on_failure = check::config::OnFailure::Degrade;
     let boot = common::TestBoot {
-        boot_check: Some(Box::new(|_| {
+        boot_check: Some(Box::new(|_, _| {
             services::supervisor::BootCheckOutcome::Failed("timer max 3ms over budget 1ms".into())
         })),
         ..Default::default()

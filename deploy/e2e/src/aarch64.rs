@@ -1259,6 +1259,31 @@ impl Arm64<'_> {
                     tail_lines(&table, 20),
                     log,
                 );
+                // The boot history keeps it: this boot's record names the
+                // fallback and the boot loader's count, and the watchdog
+                // the initrd started before user space.
+                let hist = self.ssh().query(60, "deploy check --history --json");
+                let doc: Value = serde_json::from_str(&hist.stdout).unwrap_or(Value::Null);
+                let last = doc["history"]["records"]
+                    .as_array()
+                    .and_then(|r| r.last())
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+                self.r.assert(
+                    text(&last["fallback"]).starts_with(&format!("{release5} rolled back to 4-"))
+                        && text(&last["fallback"]).contains(&want)
+                        && last["boot_loader"]["fell_back"] == Value::Bool(true)
+                        && last["boot_loader"]["label"] == Value::String(label5.clone())
+                        && text(&last["watchdog"]).contains("/dev/watchdog (i6300ESB timer): active"),
+                    format!(
+                        "the boot history keeps the fallback, the boot loader's count and the watchdog ({}; watchdog {})",
+                        cut(&text(&last["fallback"]), 160),
+                        text(&last["watchdog"])
+                    ),
+                    format!("the last record: {}", cut(&last.to_string(), 2000)),
+                    log,
+                );
                 crate::checks::watchdog_armed(
                     &mut self.r,
                     &self.work.join("robot.yaml"),

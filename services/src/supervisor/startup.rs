@@ -198,9 +198,11 @@ pub trait Boot: Send {
     }
 
     /// Start-up step 4: the boot timing check, for the configured
-    /// duration (run only when `boot_check.enabled`).
-    fn boot_check(&mut self, duration: Duration) -> BootCheckOutcome {
-        let _ = duration;
+    /// duration (run only when `boot_check.enabled`); `release` is what
+    /// the release recovery at this start found (a rollback and why, the
+    /// boot loader's count), for the boot history.
+    fn boot_check(&mut self, duration: Duration, release: &ReleaseStatus) -> BootCheckOutcome {
+        let _ = (duration, release);
         BootCheckOutcome::Skipped("engine not available".into())
     }
 
@@ -329,7 +331,7 @@ pub(super) fn start_up(
     steps.push(create_channels(cfg, &shm_dir, group_gid, &roots.proc_root));
 
     // 4. The boot timing check.
-    let boot = boot_check(&cfg.boot_check, boot);
+    let boot = boot_check(&cfg.boot_check, boot, &release);
 
     // 5. Accounts, spawn context, the control socket.
     let own_uid = rustix::process::geteuid().as_raw();
@@ -449,12 +451,16 @@ fn hold_dma_latency(us: Option<u32>, dev_root: &Path) -> (StepStatus, Option<Dma
 
 /// Runs the boot timing check (when enabled and given) and says what its
 /// outcome means under `on_failure`.
-fn boot_check(section: &BootCheckSection, boot: Option<&mut (dyn Boot + 'static)>) -> BootGate {
+fn boot_check(
+    section: &BootCheckSection,
+    boot: Option<&mut (dyn Boot + 'static)>,
+    release: &ReleaseStatus,
+) -> BootGate {
     let outcome = if !section.enabled {
         BootCheckOutcome::Skipped("disabled in robot.yaml".into())
     } else {
         match boot {
-            Some(b) => b.boot_check(section.duration.0),
+            Some(b) => b.boot_check(section.duration.0, release),
             None => BootCheckOutcome::Skipped("engine not available".into()),
         }
     };

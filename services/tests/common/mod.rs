@@ -9,18 +9,22 @@ use std::time::{Duration, Instant};
 
 use services::config::{ProcessConfig, RobotSection};
 use services::control::{self, Reply, Request};
-use services::status::StepStatus;
 use services::status::{ProcessStatus, SupervisorStatus};
+use services::status::{ReleaseStatus, StepStatus};
 use services::supervisor::{
     Boot, BootCheckOutcome, ConfigHook, Options, Roots, Supervisor, SupervisorConfig,
 };
+
+/// A test's boot check: given the duration and what the release recovery
+/// found.
+pub type BootCheckFn = Box<dyn FnMut(Duration, &ReleaseStatus) -> BootCheckOutcome + Send>;
 
 /// The supervisor's [`Boot`] for a test: the parts given, the trait's
 /// defaults for the rest.
 #[derive(Default)]
 pub struct TestBoot {
     pub cpu_plan: Option<Box<dyn FnMut() -> StepStatus + Send>>,
-    pub boot_check: Option<Box<dyn FnMut(Duration) -> BootCheckOutcome + Send>>,
+    pub boot_check: Option<BootCheckFn>,
     pub release_config: Option<ConfigHook>,
 }
 
@@ -42,9 +46,9 @@ impl Boot for TestBoot {
         }
     }
 
-    fn boot_check(&mut self, duration: Duration) -> BootCheckOutcome {
+    fn boot_check(&mut self, duration: Duration, release: &ReleaseStatus) -> BootCheckOutcome {
         match self.boot_check.as_mut() {
-            Some(f) => f(duration),
+            Some(f) => f(duration, release),
             None => BootCheckOutcome::Skipped("engine not available".into()),
         }
     }
