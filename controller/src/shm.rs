@@ -177,6 +177,30 @@ impl std::fmt::Display for TypeName {
     }
 }
 
+/// What a channel records of its type, as a value: for code that knows
+/// its message type at run time (the C interface, tools that replay
+/// recorded messages) rather than as a Rust type. [`TypeRecord::of`]
+/// gives a Rust type's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TypeRecord {
+    pub name: TypeName,
+    pub size: u64,
+    pub align: u64,
+    pub layout_hash: u64,
+}
+
+impl TypeRecord {
+    /// `T`'s record.
+    pub const fn of<T: ShmSafe>() -> TypeRecord {
+        TypeRecord {
+            name: T::TYPE_NAME,
+            size: std::mem::size_of::<T>() as u64,
+            align: std::mem::align_of::<T>() as u64,
+            layout_hash: T::LAYOUT_HASH,
+        }
+    }
+}
+
 /// FNV-1a over `bytes`, from `h` (the layout hash's building block).
 pub const fn layout_hash_bytes(mut h: u64, bytes: &[u8]) -> u64 {
     let mut i = 0;

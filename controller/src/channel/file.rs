@@ -569,6 +569,11 @@ impl Channel {
         )
     }
 
+    /// [`Channel::bind_type`] for a type known at run time by its record.
+    pub fn bind_record(&self, t: &crate::shm::TypeRecord) -> Result<(), ChannelAttachError> {
+        self.bind_recorded_type(&t.name, t.size, t.align, t.layout_hash)
+    }
+
     /// [`Channel::bind_type`] for a type known by what a channel recorded
     /// of it (name, size, alignment, layout hash), as a tool that replays
     /// recorded messages knows it.

@@ -63,7 +63,7 @@ pub use owner::SlotOwnershipError;
 pub use owner::{ChannelAttachError, RecoveryReport};
 #[cfg(feature = "fault-injection")]
 pub use publish::PublishStep;
-pub use publish::{ByteLoan, Loan, PublishError, Published, Publisher};
+pub use publish::{ByteLoan, Loan, PublishError, Published, Publisher, RawLoan};
 pub(crate) use publish::{PublisherCounts, PublisherTap, Tapped};
 pub(crate) use read::InPlace;
 pub use read::{Message, MessageMeta, SlotView, Subscriber};

@@ -222,6 +222,40 @@ impl ByteLoan<'_> {
     }
 }
 
+/// A loan of a publisher's scratch slot held apart from a borrow of the
+/// publisher ([`Publisher::loan_raw`]): for the C interface, whose callers
+/// take a loan in one call and send it in another. The pointer is valid
+/// for `len` bytes until the publisher is next used or dropped; sending
+/// it ([`Publisher::send_raw`]) or letting it go (dropping it publishes
+/// nothing) is the publisher's owner's business, as with [`ByteLoan`].
+#[derive(Debug)]
+pub struct RawLoan {
+    ptr: *mut u8,
+    len: usize,
+    in_place: bool,
+}
+
+impl RawLoan {
+    /// Where to write the message: `len` bytes, 8-byte aligned (64 in the
+    /// slot).
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// See [`Loan::in_place`].
+    pub fn in_place(&self) -> bool {
+        self.in_place
+    }
+}
+
 /// What a publisher counted, read from its entry in the channel file (its
 /// `published` and `errors`, which every publish writes there anyway):
 /// an event loop reports its senders through taps, so that the counts are
@@ -455,6 +489,27 @@ impl Publisher {
             len,
             in_place,
         })
+    }
+
+    /// [`Publisher::loan_bytes`] without the borrow: the loan is a pointer
+    /// and a length, valid until this publisher is next used; publish it
+    /// with [`Publisher::send_raw`] before any other call on it.
+    pub fn loan_raw(&mut self, len: usize) -> Result<RawLoan, PublishError> {
+        let (ptr, in_place) = self.lend(len)?;
+        Ok(RawLoan { ptr, len, in_place })
+    }
+
+    /// Publishes a loan [`Publisher::loan_raw`] gave, with no call on this
+    /// publisher in between (otherwise the slot or the staging buffer it
+    /// names has moved on, and what is published is whatever they hold:
+    /// bytes, never memory outside them).
+    pub fn send_raw(&mut self, loan: RawLoan) -> Result<Published, PublishError> {
+        if loan.in_place {
+            self.publish_inner(Payload::InPlace(loan.len), Stop::NEVER)
+        } else {
+            let len = loan.len.min(self.staging.len() * 8);
+            self.publish_staged(len)
+        }
     }
 
     /// Sizes the staging buffer for byte loans of up to `len` bytes.

@@ -222,6 +222,35 @@ impl EventLoop {
         })
     }
 
+    /// [`EventLoop::make_sender`] for a type known at run time by its
+    /// record (the C interface): a byte publisher on channel `name`, bound
+    /// to `t`, its staging buffer sized for loans of `t.size` bytes.
+    pub fn make_record_sender(
+        &mut self,
+        name: &str,
+        t: &crate::shm::TypeRecord,
+    ) -> Result<Publisher, LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_record(t)?;
+        let size = usize::try_from(t.size).unwrap_or(usize::MAX);
+        let mut publisher = self.attach_publisher(&ch, Some(size))?;
+        publisher.reserve_byte_loans(size);
+        Ok(publisher)
+    }
+
+    /// [`EventLoop::make_fetcher`] for a type known at run time by its
+    /// record: a reader of channel `name`, bound to `t`, that never wakes
+    /// the loop.
+    pub fn make_record_fetcher(
+        &mut self,
+        name: &str,
+        t: &crate::shm::TypeRecord,
+    ) -> Result<Subscriber, LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_record(t)?;
+        Ok(ch.reader())
+    }
+
     /// A byte publisher whose counts appear in this loop's reports (see
     /// [`EventLoop::watch_raw`]).
     pub fn make_raw_sender(&mut self, channel: &Channel) -> Result<Publisher, LoopChannelError> {

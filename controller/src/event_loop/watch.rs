@@ -126,6 +126,27 @@ impl EventLoop {
         Ok(())
     }
 
+    /// [`EventLoop::watch`] for a type known at run time by its record
+    /// (the C interface): the channel is bound to `t` (a channel that
+    /// records another type is refused here, naming both), and `handler`
+    /// gets each message as bytes, `t.size` of them, 8-byte aligned (the
+    /// loop's own copy). A message of another size is counted in the
+    /// watcher's report and not handled, as for `watch`.
+    pub fn watch_record(
+        &mut self,
+        name: &str,
+        t: &crate::shm::TypeRecord,
+        mut handler: impl FnMut(&mut Ctx, &[u8]) + 'static,
+    ) -> Result<(), LoopChannelError> {
+        let ch = self.open_channel(name)?;
+        ch.bind_record(t)?;
+        self.watch_raw(&ch, move |ctx, m| handler(ctx, m.data))?;
+        if let Some(w) = self.watchers.last_mut() {
+            w.expect_size = usize::try_from(t.size).ok();
+        }
+        Ok(())
+    }
+
     /// Calls `handler` for every message published on `channel` from now
     /// on, in order, as bytes: the API for tools that handle any channel
     /// (loggers, bridges). Controllers use [`EventLoop::watch`].
