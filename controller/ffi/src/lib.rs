@@ -1116,3 +1116,112 @@ pub unsafe extern "C" fn rtd_loop_report(
         RtdStatus::Ok
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        // SAFETY: rtd_last_error gives a NUL-terminated string.
+        unsafe { CStr::from_ptr(rtd_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_is_a_status_and_its_message() {
+        let s = guard(|| panic!("planted"));
+        assert_eq!(s, RtdStatus::Panic);
+        assert_eq!(last_error(), "the runtime panicked: planted");
+        assert_eq!(guard_value(7u64, || panic!("again")), 7);
+        assert_eq!(last_error(), "the runtime panicked: again");
+    }
+
+    #[test]
+    fn a_long_message_is_cut_on_a_character_boundary() {
+        fail(RtdStatus::Argument, "é".repeat(2000));
+        let e = last_error();
+        assert!(
+            e.len() < ERROR_BYTES && e.len() >= ERROR_BYTES - 3,
+            "{}",
+            e.len()
+        );
+        assert!(e.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn type_records_the_runtime_cannot_carry_are_refused() {
+        let name = c"Pose";
+        let ok = RtdType {
+            name: name.as_ptr(),
+            size: 24,
+            align: 8,
+            layout_hash: 42,
+        };
+        // SAFETY: valid records throughout.
+        unsafe {
+            let r = record(&ok).unwrap();
+            assert_eq!(
+                (r.name.as_str(), r.size, r.align, r.layout_hash),
+                ("Pose", 24, 8, 42)
+            );
+            for (t, why) in [
+                (RtdType { align: 3, ..ok }, "alignment 3"),
+                (
+                    RtdType {
+                        align: 16,
+                        size: 32,
+                        ..ok
+                    },
+                    "alignment 16",
+                ),
+                (RtdType { size: 20, ..ok }, "size 20"),
+                (
+                    RtdType {
+                        size: 128 << 20,
+                        ..ok
+                    },
+                    "at most",
+                ),
+                (
+                    RtdType {
+                        name: std::ptr::null(),
+                        ..ok
+                    },
+                    "name is NULL",
+                ),
+                (
+                    RtdType {
+                        name: c"".as_ptr(),
+                        ..ok
+                    },
+                    "1 to 64 bytes",
+                ),
+                (
+                    RtdType {
+                        name: c"\xff".as_ptr(),
+                        ..ok
+                    },
+                    "not UTF-8",
+                ),
+            ] {
+                assert_eq!(record(&t), Err(RtdStatus::Argument));
+                assert!(last_error().contains(why), "{why}: {}", last_error());
+            }
+            assert_eq!(record(std::ptr::null()), Err(RtdStatus::Argument));
+        }
+    }
+
+    #[test]
+    fn status_names_are_the_headers() {
+        let name = |s| {
+            // SAFETY: static strings.
+            unsafe { CStr::from_ptr(rtd_status_name(s)) }
+                .to_str()
+                .unwrap()
+        };
+        assert_eq!(name(RtdStatus::Ok), "RTD_OK");
+        assert_eq!(name(RtdStatus::Type), "RTD_ERR_TYPE");
+        assert_eq!(name(RtdStatus::System), "RTD_ERR_SYSTEM");
+    }
+}
