@@ -201,6 +201,23 @@ impl TypeRecord {
     }
 }
 
+// The layout hash, defined over a message's description so that any
+// language computes the same one (`messages::Description::layout_hash`
+// computes it from a `.msg` file; C, C++ and Python programs carry the
+// value `deploy gen` writes):
+//
+//   hash(primitive)   = fnv(START, its description name: int8 .. int64,
+//                           uint8 .. uint64, float32, float64)
+//   hash(T[N])        = mix(mix(fnv(START, "[]"), hash(T)), N)
+//   hash(struct S)    = fnv(START, S's name), then for each field in
+//                       order: fnv(h, the field's name), mix(h, hash(its type))
+//
+// with fnv = FNV-1a 64 over the bytes, START its offset basis, and
+// mix(h, v) = fnv over v's eight little-endian bytes. Channel layout 7
+// brought the description's primitive names (6 hashed Rust's `u64`,
+// `f32`): a process of layout 6 opens `<name>.v6` and never meets a
+// channel of this one (see `channel::LAYOUT_VERSION`).
+
 /// FNV-1a over `bytes`, from `h` (the layout hash's building block).
 pub const fn layout_hash_bytes(mut h: u64, bytes: &[u8]) -> u64 {
     let mut i = 0;
@@ -254,17 +271,21 @@ pub unsafe trait ShmSafe: Copy + 'static {
 }
 
 macro_rules! shm_safe_primitive {
-    ($($t:ty),*) => { $(
+    ($($t:ty => $described:literal),*) => { $(
         // SAFETY: primitive integers and floats are plain bits of fixed
         // size with no padding, no pointers and no Drop, valid for every
         // bit pattern; the hash covers the name, which fixes the layout.
         unsafe impl ShmSafe for $t {
             const TYPE_NAME: TypeName = TypeName::new(stringify!($t));
-            const LAYOUT_HASH: u64 = layout_hash_bytes(LAYOUT_HASH_START, stringify!($t).as_bytes());
+            const LAYOUT_HASH: u64 = layout_hash_bytes(LAYOUT_HASH_START, $described.as_bytes());
         }
     )* };
 }
-shm_safe_primitive!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
+shm_safe_primitive!(
+    u8 => "uint8", u16 => "uint16", u32 => "uint32", u64 => "uint64",
+    i8 => "int8", i16 => "int16", i32 => "int32", i64 => "int64",
+    f32 => "float32", f64 => "float64"
+);
 
 // SAFETY: an array of ShmSafe elements has no padding between them (each
 // element's size is a multiple of its alignment) and inherits the rest; the

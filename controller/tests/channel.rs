@@ -130,19 +130,21 @@ fn wrong_version_and_size_are_refused() {
         r => panic!("expected a slot size mismatch, got {r:?}"),
     }
 
-    // Layout version 7 in the header.
+    // The next layout version in the header.
+    let next = LAYOUT_VERSION + 1;
     let mut bytes = std::fs::read(&path).unwrap();
     let orig = bytes.clone();
-    bytes[8] = 7;
+    bytes[8] = next as u8;
     std::fs::write(&path, &bytes).unwrap();
     let e = Channel::open(dir.path(), "/v").unwrap_err();
     assert!(
-        matches!(e, ChannelOpenError::WrongVersion { found: 7, .. }),
+        matches!(e, ChannelOpenError::WrongVersion { found, .. } if found == u64::from(next)),
         "{e}"
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("layout version 7") && msg.contains(&format!("v.v{LAYOUT_VERSION}")),
+        msg.contains(&format!("layout version {next}"))
+            && msg.contains(&format!("v.v{LAYOUT_VERSION}")),
         "{msg}"
     );
 

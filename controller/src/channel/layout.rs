@@ -35,7 +35,11 @@ use crate::wake::WakeClass;
 use super::Inner;
 
 /// Version of the file layout; part of the file name and the header.
-pub const LAYOUT_VERSION: u32 = 6;
+/// 7: the type's layout hash is over its description's primitive names
+/// (`crate::shm`), so a process of layout 6 (Rust's names) and one of 7
+/// must not share a channel: each opens its own `<name>.v<N>` file, and a
+/// file of another version under this name is refused, naming both.
+pub const LAYOUT_VERSION: u32 = 7;
 /// `RTDCHAN1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RTDCHAN1");
 /// Bytes of the header page.
