@@ -114,6 +114,9 @@ enum Command {
     /// Publish a log's messages onto the channels at their recorded
     /// spacing (refused while a supervisor runs, without --force).
     Replay(cmd::log::ReplayArgs),
+    /// Message types for Rust, C (and C++) and Python from `.msg`
+    /// descriptions, all carrying the layout hash a channel records.
+    Gen(cmd::gen::GenArgs),
     /// Microbenchmarks of the runtime: wake latency per mechanism, publish
     /// cost, throughput (exit 0 ran, 2 could not run).
     #[command(subcommand)]
@@ -183,6 +186,7 @@ fn main() -> ExitCode {
         Command::Logs(a) => cmd::control::run_logs(&ctx, a),
         Command::Check(a) => cmd::check::run(&ctx, a),
         Command::Bench(c) => cmd::bench::run(&ctx, c),
+        Command::Gen(a) => cmd::gen::run(&ctx, a),
         Command::Trace(c) => cmd::trace::run(&ctx, c),
         Command::Log(c) => cmd::log::run(&ctx, c),
         Command::Replay(a) => cmd::log::run_replay(&ctx, a),

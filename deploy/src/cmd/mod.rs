@@ -8,6 +8,7 @@ pub mod check;
 pub mod config;
 pub mod control;
 pub mod demo;
+pub mod gen;
 pub mod image;
 pub mod install;
 pub mod keygen;
