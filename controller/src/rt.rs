@@ -254,6 +254,14 @@ pub fn allocations() -> u64 {
     COUNT.with(|c| c.get())
 }
 
+/// What the trap does for one allocation made by another allocator than
+/// [`TrapAlloc`] (C's `malloc` interposed for C and C++ controllers, see
+/// the C interface's `rtdeploy_malloc_trap.c`): counted or aborted as this
+/// thread's mode says. Allocates nothing.
+pub fn note_allocation() {
+    on_alloc();
+}
+
 /// Sets a trap mode for a scope and restores the previous one on drop.
 pub struct AllocTrapGuard(AllocTrap);
 

@@ -102,6 +102,25 @@ const char *rtd_last_error(void);
 /* mlockall, then stack_bytes of stack and heap_bytes of heap touched: no page fault on the real-time path. */
 rtd_status rtd_lock_memory(size_t stack_bytes, size_t heap_bytes);
 
+/* ---- the allocation trap ---- */
+
+/* What this thread's allocations do: pass, be counted, or abort the
+ * process with one line on stderr (a real-time section that allocates). */
+typedef enum rtd_alloc_trap {
+    RTD_TRAP_OFF = 0,
+    RTD_TRAP_COUNT = 1,
+    RTD_TRAP_ABORT = 2
+} rtd_alloc_trap;
+
+/* Sets this thread's trap; returns the previous mode. It sees the
+ * runtime's allocations, and the program's once the program links
+ * rtdeploy_malloc_trap.c (C's malloc family, so C++'s new too). */
+rtd_alloc_trap rtd_set_alloc_trap(rtd_alloc_trap mode);
+/* Allocations this thread made while its trap counted. */
+uint64_t rtd_allocations(void);
+/* The trap's check for one allocation (rtdeploy_malloc_trap.c calls it). */
+void rtd_trap_on_alloc(void);
+
 /* ---- the loop ---- */
 
 /* A loop from the supervisor's environment (RTDEPLOY_SHM_DIR, RTDEPLOY_PROCESS,

@@ -269,6 +269,53 @@ pub extern "C" fn rtd_lock_memory(stack_bytes: usize, heap_bytes: usize) -> RtdS
     )
 }
 
+// ---- the allocation trap ----------------------------------------------------
+
+/// `rtd_alloc_trap`: what this thread's allocations do.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtdAllocTrap {
+    /// They pass unseen.
+    Off = 0,
+    /// They pass and are counted (`rtd_allocations`).
+    Count = 1,
+    /// One line to stderr, then abort: a real-time section that allocates.
+    Abort = 2,
+}
+
+/// Sets this thread's allocation trap; returns the previous mode. It sees
+/// the runtime's allocations, and a C or C++ program's once the program
+/// links `rtdeploy_malloc_trap.c` (its `malloc` family calls
+/// [`rtd_trap_on_alloc`]).
+#[no_mangle]
+pub extern "C" fn rtd_set_alloc_trap(mode: RtdAllocTrap) -> RtdAllocTrap {
+    use controller::rt::{set_alloc_trap, AllocTrap};
+    let m = match mode as c_int {
+        1 => AllocTrap::Count,
+        2 => AllocTrap::Abort,
+        _ => AllocTrap::Off,
+    };
+    match set_alloc_trap(m) {
+        AllocTrap::Off => RtdAllocTrap::Off,
+        AllocTrap::Count => RtdAllocTrap::Count,
+        AllocTrap::Abort => RtdAllocTrap::Abort,
+    }
+}
+
+/// Allocations this thread made while its trap counted.
+#[no_mangle]
+pub extern "C" fn rtd_allocations() -> u64 {
+    controller::rt::allocations()
+}
+
+/// The trap's check for one allocation (called by the `malloc` family of
+/// `rtdeploy_malloc_trap.c`): counts it or aborts, as this thread's mode
+/// says. Allocates nothing and never unwinds.
+#[no_mangle]
+pub extern "C" fn rtd_trap_on_alloc() {
+    controller::rt::note_allocation();
+}
+
 // ---- types -----------------------------------------------------------------
 
 /// `rtd_type`: what a channel records of its message type. The name and

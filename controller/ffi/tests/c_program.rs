@@ -23,10 +23,12 @@ controller::shm_struct! {
 
 const CHANNEL: &str = "/demo/chatter";
 
-/// Where cargo put the library: beside this test's `deps` directory.
+/// Where cargo put the library: this test's `deps` directory.
 fn lib_dir() -> PathBuf {
+    // cargo builds the library's static and shared forms into `deps`
+    // for the tests (it copies them up a level only for `cargo build`).
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    exe.parent().unwrap().to_path_buf()
 }
 
 fn cc() -> String {

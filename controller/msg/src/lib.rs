@@ -816,6 +816,13 @@ pub fn c(set: &Set, name: &str) -> Result<String, DescriptionError> {
             "static const rtd_type {0}_type = {{\"{0}\", sizeof({0}), RTD_MSG_ALIGNOF({0}), {upper}_LAYOUT_HASH}};",
             d.name
         );
+        // The C++ layer (rtdeploy.hpp) finds a type's record through
+        // this overload.
+        let _ = writeln!(
+            out,
+            "#ifdef __cplusplus\ninline const rtd_type &rtd_type_of(const {0} *) {{ return {0}_type; }}\n#endif",
+            d.name
+        );
         out.push_str("#endif\n\n");
     }
     let _ = writeln!(out, "#endif /* {guard} */");
