@@ -21,6 +21,12 @@ use units::sched::{self, AffinityGetError, SchedGetError};
 pub enum RtSetupError {
     #[error("mlockall(MCL_CURRENT | MCL_FUTURE) failed: {0} (raise RLIMIT_MEMLOCK, `memlock:` in robot.yaml, or run with CAP_IPC_LOCK)")]
     Mlock(io::Error),
+    #[error("the locked-memory limit is {limit_kib} KiB and the program's own mappings lock {locked_kib} KiB: {wanted_kib} KiB of stack and heap more would leave no room for its channels; memory left unlocked (raise RLIMIT_MEMLOCK, `memlock:` in robot.yaml)")]
+    NoRoom {
+        limit_kib: u64,
+        locked_kib: u64,
+        wanted_kib: u64,
+    },
     #[error("setrlimit(RLIMIT_RTTIME, soft {soft_us}us, hard {hard_us}us) failed")]
     RtTime {
         soft_us: u64,
@@ -33,14 +39,59 @@ pub enum RtSetupError {
 /// `stack_bytes` of stack and `heap_bytes` of heap so the real-time path
 /// takes no page fault. The heap is kept: glibc is told never to trim it or
 /// serve large blocks with mmap.
+///
+/// Under a locked-memory limit, the stack and heap asked for must fit
+/// beside what the program's own mappings lock, with an eighth of the
+/// limit left for its channels and ring: otherwise the memory is unlocked
+/// again and
+/// [`RtSetupError::NoRoom`] says the figures (a heap prefault past the
+/// limit would fail, and the allocation failure abort the process).
 pub fn lock_and_prefault(stack_bytes: usize, heap_bytes: usize) -> Result<(), RtSetupError> {
+    // What is mapped now, locked first without MCL_FUTURE, so that reading
+    // how much that is (an allocation) cannot itself hit the limit.
     // SAFETY: mlockall has no memory-safety preconditions.
-    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+    if unsafe { libc::mlockall(libc::MCL_CURRENT) } != 0 {
         return Err(RtSetupError::Mlock(io::Error::last_os_error()));
+    }
+    if let (Some(limit), Some(locked)) = (memlock_limit(), locked_bytes()) {
+        let wanted = (stack_bytes as u64).saturating_add(heap_bytes as u64);
+        // An eighth of the limit kept for the channels and the ring.
+        if locked.saturating_add(wanted).saturating_add(limit / 8) > limit {
+            // SAFETY: munlockall has no memory-safety preconditions.
+            unsafe { libc::munlockall() };
+            return Err(RtSetupError::NoRoom {
+                limit_kib: limit >> 10,
+                locked_kib: locked >> 10,
+                wanted_kib: wanted >> 10,
+            });
+        }
+    }
+    // SAFETY: as above.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: as above.
+        unsafe { libc::munlockall() };
+        return Err(RtSetupError::Mlock(e));
     }
     prefault_stack(stack_bytes);
     prefault_heap(heap_bytes);
     Ok(())
+}
+
+/// This process's locked memory (`VmLck` of `/proc/self/status`), bytes.
+fn locked_bytes() -> Option<u64> {
+    let text = units::bounded::Bound::pseudo(64 << 10)
+        .read_lossy(Path::new("/proc/self/status"))
+        .ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
 }
 
 /// This process's soft RLIMIT_MEMLOCK in bytes, `None` when unlimited
