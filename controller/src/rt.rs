@@ -40,7 +40,8 @@ pub enum RtSetupError {
 /// takes no page fault. The heap is kept: glibc is told never to trim it or
 /// serve large blocks with mmap.
 ///
-/// Under a locked-memory limit, the stack and heap asked for must fit
+/// Under a locked-memory limit (and without CAP_IPC_LOCK, which lifts
+/// it), the stack and heap asked for must fit
 /// beside what the program's own mappings lock, with an eighth of the
 /// limit left for its channels and ring: otherwise the memory is unlocked
 /// again and
@@ -53,7 +54,7 @@ pub fn lock_and_prefault(stack_bytes: usize, heap_bytes: usize) -> Result<(), Rt
     if unsafe { libc::mlockall(libc::MCL_CURRENT) } != 0 {
         return Err(RtSetupError::Mlock(io::Error::last_os_error()));
     }
-    if let (Some(limit), Some(locked)) = (memlock_limit(), locked_bytes()) {
+    if let (Some(limit), Some((locked, false))) = (memlock_limit(), locked_bytes()) {
         let wanted = (stack_bytes as u64).saturating_add(heap_bytes as u64);
         // An eighth of the limit kept for the channels and the ring.
         if locked.saturating_add(wanted).saturating_add(limit / 8) > limit {
@@ -78,20 +79,21 @@ pub fn lock_and_prefault(stack_bytes: usize, heap_bytes: usize) -> Result<(), Rt
     Ok(())
 }
 
-/// This process's locked memory (`VmLck` of `/proc/self/status`), bytes.
-fn locked_bytes() -> Option<u64> {
+/// This process's locked memory (`VmLck` of `/proc/self/status`), bytes,
+/// and whether it holds CAP_IPC_LOCK (then no limit applies to it).
+fn locked_bytes() -> Option<(u64, bool)> {
+    const CAP_IPC_LOCK: u32 = 14;
     let text = units::bounded::Bound::pseudo(64 << 10)
         .read_lossy(Path::new("/proc/self/status"))
         .ok()?;
-    let kib: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("VmLck:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib << 10)
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    let kib: u64 = field("VmLck:")?.strip_suffix("kB")?.trim().parse().ok()?;
+    let caps = u64::from_str_radix(field("CapEff:")?, 16).ok()?;
+    Some((kib << 10, caps & (1 << CAP_IPC_LOCK) != 0))
 }
 
 /// This process's soft RLIMIT_MEMLOCK in bytes, `None` when unlimited
