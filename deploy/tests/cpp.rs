@@ -280,7 +280,7 @@ fn a_cpp_listener_with_the_fields_swapped_is_refused_naming_both() {
 }
 
 #[test]
-#[ignore = "needs cmake"]
+#[ignore = "needs cmake: the examples built through the CMake package"]
 fn the_examples_build_through_the_cmake_package() {
     let tmp = tempfile::tempdir().unwrap();
     let build_dir = tmp.path().join("build");

@@ -47,7 +47,7 @@ print("report of", r["process"], "seq", r["seq"], "watcher entries", len(watched
 "#;
 
 #[test]
-#[ignore = "needs the rtdeploy Python module (pip install ./controller/python)"]
+#[ignore = "needs python rtdeploy: the module pip install ./controller/python builds"]
 fn a_python_script_publishes_what_the_rust_listener_receives_and_reads_its_report() {
     let (_, listener) = examples().unwrap_or_else(|why| panic!("{why}"));
     let prefix = tempfile::Builder::new()
