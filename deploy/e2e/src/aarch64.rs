@@ -1264,7 +1264,7 @@ impl Arm64<'_> {
                 // the initrd started before user space.
                 let hist = self.ssh().query(60, "deploy check --history --json");
                 let doc: Value = serde_json::from_str(&hist.stdout).unwrap_or(Value::Null);
-                let last = doc["history"]["records"]
+                let last = doc["records"]
                     .as_array()
                     .and_then(|r| r.last())
                     .cloned()
