@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{examples, Guard, DEPLOY};
+use common::{examples, supervise, DEPLOY};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -129,15 +129,7 @@ fn robot(first: (&str, &Path, &str), second: (&str, &Path, &str)) -> tempfile::T
 /// Runs the supervisor until `process` has exited (watchdog 60 s); its
 /// output.
 fn run_until_exited(prefix: &Path, process: &str) -> String {
-    let _sup = Guard(
-        Command::new(DEPLOY)
-            .args(["-q", "--prefix"])
-            .arg(prefix)
-            .args(["supervise", "--skip-cpu-plan"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _sup = supervise(prefix);
     let until = Instant::now() + Duration::from_secs(60);
     let logs = || {
         let o = Command::new(DEPLOY)
@@ -239,15 +231,7 @@ fn a_cpp_listener_with_the_fields_swapped_is_refused_naming_both() {
             "--channel, /demo/chatter, --count, \"10\"",
         ),
     );
-    let _sup = Guard(
-        Command::new(DEPLOY)
-            .args(["-q", "--prefix"])
-            .arg(prefix.path())
-            .args(["supervise", "--skip-cpu-plan"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _sup = supervise(prefix.path());
     let until = Instant::now() + Duration::from_secs(60);
     loop {
         let o = Command::new(DEPLOY)

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{examples, wait_status, Guard, DEPLOY};
+use common::{examples, supervise, wait_status, DEPLOY};
 
 fn python() -> String {
     std::env::var("RTDEPLOY_PYTHON").unwrap_or_else(|_| "python3".into())
@@ -72,15 +72,7 @@ fn a_python_script_publishes_what_the_rust_listener_receives_and_reads_its_repor
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::write(work.path().join("publish.py"), SCRIPT).unwrap();
 
-    let _sup = Guard(
-        Command::new(DEPLOY)
-            .args(["-q", "--prefix"])
-            .arg(prefix.path())
-            .args(["supervise", "--skip-cpu-plan"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _sup = supervise(prefix.path());
     // The listener's loop runs (its first report) before the script.
     wait_status(prefix.path(), "the listener reporting", |s| {
         s.processes
