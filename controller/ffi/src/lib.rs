@@ -375,6 +375,26 @@ unsafe fn record(t: *const RtdType) -> Result<TypeRecord, RtdStatus> {
     })
 }
 
+/// The loop, the channel's name and the type's record every call that
+/// attaches to a channel takes, each checked.
+///
+/// # Safety
+/// As [`handle`], [`text`] and [`record`] for each.
+unsafe fn channel_args<'a>(
+    lp: *mut RtdLoop,
+    channel: *const c_char,
+    ty: *const RtdType,
+) -> Result<(&'a mut RtdLoop, &'a str, TypeRecord), RtdStatus> {
+    // SAFETY: the caller's promises.
+    unsafe {
+        Ok((
+            handle(lp, "the loop")?,
+            text(channel, "the channel's name")?,
+            record(ty)?,
+        ))
+    }
+}
+
 // ---- the loop --------------------------------------------------------------
 
 /// `rtd_loop`: an event loop.
@@ -567,11 +587,7 @@ pub unsafe extern "C" fn rtd_watch(
 ) -> RtdStatus {
     guard(|| {
         // SAFETY: as the header says, for each.
-        let l = tri!(unsafe { handle(lp, "the loop") });
-        // SAFETY: as the header says (see the function's # Safety).
-        let name = tri!(unsafe { text(channel, "the channel's name") });
-        // SAFETY: as the header says (see the function's # Safety).
-        let t = tri!(unsafe { record(ty) });
+        let (l, name, t) = tri!(unsafe { channel_args(lp, channel, ty) });
         let Some(f) = f else {
             return fail(RtdStatus::Argument, "the callback is NULL");
         };
@@ -800,11 +816,7 @@ pub unsafe extern "C" fn rtd_sender_new(
 ) -> RtdStatus {
     guard(|| {
         // SAFETY: as the header says, for each.
-        let l = tri!(unsafe { handle(lp, "the loop") });
-        // SAFETY: as the header says (see the function's # Safety).
-        let name = tri!(unsafe { text(channel, "the channel's name") });
-        // SAFETY: as the header says (see the function's # Safety).
-        let t = tri!(unsafe { record(ty) });
+        let (l, name, t) = tri!(unsafe { channel_args(lp, channel, ty) });
         if out.is_null() {
             return fail(RtdStatus::Argument, "out is NULL");
         }
@@ -965,11 +977,7 @@ pub unsafe extern "C" fn rtd_fetcher_new(
 ) -> RtdStatus {
     guard(|| {
         // SAFETY: as the header says, for each.
-        let l = tri!(unsafe { handle(lp, "the loop") });
-        // SAFETY: as the header says (see the function's # Safety).
-        let name = tri!(unsafe { text(channel, "the channel's name") });
-        // SAFETY: as the header says (see the function's # Safety).
-        let t = tri!(unsafe { record(ty) });
+        let (l, name, t) = tri!(unsafe { channel_args(lp, channel, ty) });
         if out.is_null() {
             return fail(RtdStatus::Argument, "out is NULL");
         }
