@@ -35,6 +35,8 @@ use std::fmt::Write as _;
 
 use controller::shm::{layout_hash_bytes, layout_hash_mix, TypeName, LAYOUT_HASH_START};
 
+pub mod ros;
+
 /// The most fields a description may have.
 pub const MAX_FIELDS: usize = 1024;
 /// The longest array a field may declare.
@@ -104,6 +106,27 @@ impl Prim {
             Prim::I16 | Prim::U16 => 2,
             Prim::I32 | Prim::U32 | Prim::F32 => 4,
             Prim::I64 | Prim::U64 | Prim::F64 => 8,
+        }
+    }
+
+    /// A little-endian value of this primitive (`b` its size) as JSON;
+    /// a float that JSON cannot hold (NaN, infinity) is null.
+    fn decode(self, b: &[u8]) -> serde_json::Value {
+        use serde_json::Value;
+        let mut a = [0u8; 8];
+        a[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+        let u = u64::from_le_bytes(a);
+        match self {
+            Prim::U8 | Prim::U16 | Prim::U32 | Prim::U64 => u.into(),
+            Prim::I8 => (u as u8 as i8).into(),
+            Prim::I16 => (u as u16 as i16).into(),
+            Prim::I32 => (u as u32 as i32).into(),
+            Prim::I64 => (u as i64).into(),
+            Prim::F32 => serde_json::Number::from_f64(f32::from_bits(u as u32) as f64)
+                .map_or(Value::Null, Value::Number),
+            Prim::F64 => {
+                serde_json::Number::from_f64(f64::from_bits(u)).map_or(Value::Null, Value::Number)
+            }
         }
     }
 

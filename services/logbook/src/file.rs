@@ -28,6 +28,9 @@ pub const META_TYPE: &str = "rtdeploy.type";
 pub const META_TYPE_SIZE: &str = "rtdeploy.type_size";
 pub const META_TYPE_ALIGN: &str = "rtdeploy.type_align";
 pub const META_TYPE_HASH: &str = "rtdeploy.type_hash";
+/// Why a channel's `log.types` declaration was not used: it is not the
+/// type the channel records.
+pub const META_TYPE_MISMATCH: &str = "rtdeploy.type_mismatch";
 pub const META_MAX_SIZE: &str = "rtdeploy.max_size";
 /// `cdr`: each message is the 4-byte CDR header and then the payload as
 /// published; `none`: the payload as published.

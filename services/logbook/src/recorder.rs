@@ -31,7 +31,8 @@ use units::error::Chain;
 
 use crate::file::{
     ClockMap, LogFile, TopicSpec, EVENTS_TOPIC, GAPS_TOPIC, META_MAX_SIZE, META_TYPE,
-    META_TYPE_ALIGN, META_TYPE_HASH, META_TYPE_SIZE, RAW_ENCODING, SENDERS_TOPIC, TIMING_ENCODING,
+    META_TYPE_ALIGN, META_TYPE_HASH, META_TYPE_MISMATCH, META_TYPE_SIZE, RAW_ENCODING,
+    SENDERS_TOPIC, TIMING_ENCODING,
 };
 use crate::section::LogSection;
 
@@ -479,7 +480,10 @@ impl Reader {
                     continue;
                 }
             };
-            let spec = topic_spec(&self.cfg.section, name, &ch);
+            let (spec, problem) = topic_spec(&self.cfg.section, name, &ch);
+            if let Some(p) = problem {
+                lock(&self.shared.status).last_problem = Some(p);
+            }
             // From the first message ever published (what the channel
             // still holds is recorded, what it no longer holds is a gap),
             // or from the next one.
@@ -846,8 +850,20 @@ impl Writer {
 }
 
 /// What the file says of channel `name` (its type, its size, how its
-/// messages are encoded), as the logger records it.
-pub(crate) fn topic_spec(section: &LogSection, name: &str, ch: &Channel) -> TopicSpec {
+/// messages are encoded), as the logger records it, and the problem to
+/// report when robot.yaml's `log.types` declares another type than the
+/// channel records.
+///
+/// A declaration is trusted only when its layout hash is the one the
+/// channel records (or the channel records none): a declaration that
+/// names fields the channel's type does not have would make every
+/// decoded message a lie, so the channel is then logged raw (still
+/// replayable), and the file says why (`rtdeploy.type_mismatch`).
+pub(crate) fn topic_spec(
+    section: &LogSection,
+    name: &str,
+    ch: &Channel,
+) -> (TopicSpec, Option<String>) {
     let mut metadata = BTreeMap::new();
     metadata.insert(
         META_MAX_SIZE.to_string(),
@@ -855,8 +871,21 @@ pub(crate) fn topic_spec(section: &LogSection, name: &str, ch: &Channel) -> Topi
     );
     note_type(ch, &mut metadata);
     let timing = name.starts_with("/rtdeploy/timing/");
-    let layout = section.types.get(name).and_then(|d| d.layout().ok());
-    TopicSpec {
+    let mut layout = section.types.get(name).and_then(|d| d.layout().ok());
+    let mut problem = None;
+    if let (Some(l), Some((tn, _, _, hash))) = (&layout, ch.recorded_type()) {
+        if l.hash != hash {
+            let why = format!(
+                "log.types.{name} declares {} (layout hash {:016x}), but the channel carries {tn} (layout hash {hash:016x}): logged raw, not decoded",
+                l.schema_name(),
+                l.hash
+            );
+            metadata.insert(META_TYPE_MISMATCH.to_string(), why.clone());
+            problem = Some(why);
+            layout = None;
+        }
+    }
+    let spec = TopicSpec {
         topic: name.to_string(),
         layout,
         raw_encoding: if timing {
@@ -865,7 +894,8 @@ pub(crate) fn topic_spec(section: &LogSection, name: &str, ch: &Channel) -> Topi
             RAW_ENCODING
         },
         metadata,
-    }
+    };
+    (spec, problem)
 }
 
 /// Writes the record that says who sent `topic`'s messages from `index`

@@ -231,7 +231,8 @@ impl LogSection {
                     at,
                     format!(
                         "{} is {} bytes, larger than the channel's max_size ({max} bytes)",
-                        l.name, l.size
+                        l.schema_name(),
+                        l.size
                     ),
                 )),
                 (Ok(_), Some(_)) => {}

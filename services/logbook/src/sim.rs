@@ -122,7 +122,9 @@ impl SimLog {
             let Ok(ch) = Channel::open(&self.shm_dir, name) else {
                 continue;
             };
-            let spec = topic_spec(&self.section, name, &ch);
+            // A declaration that is not the channel's type is said in the
+            // file's metadata; the run goes on.
+            let (spec, _) = topic_spec(&self.section, name, &ch);
             self.subs.push(Sub {
                 name: name.clone(),
                 reader: ch.reader_at(0),

@@ -42,6 +42,7 @@ fn logger_file(chunk: u64) -> Vec<u8> {
             "uint64 seq".into(),
             "float64[3] accel".into(),
             "int32 temp".into(),
+            "uint32 reserved".into(),
         ],
     };
     let spec = |topic: &str, layout, raw: &'static str| TopicSpec {

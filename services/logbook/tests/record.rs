@@ -880,3 +880,53 @@ fn a_sixty_four_mib_message_is_logged_whole() {
         );
     }
 }
+
+/// A `log.types` declaration that is not the channel's type (a field
+/// renamed: another layout hash) is not trusted: the channel is logged
+/// raw, the file and the logger's status say why, naming both types.
+#[test]
+fn a_declaration_that_is_not_the_channels_type_is_logged_raw_and_said() {
+    let shm = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let geom = ChannelGeometry::new(64, 16, 2);
+    let (ch, _) =
+        Channel::create(shm.path(), "/demo/sample", &geom, None, Path::new(PROC)).unwrap();
+    ch.bind_type::<Sample>().unwrap();
+    let mut s = section(5);
+    let decl = s.types.get_mut("/demo/sample").unwrap();
+    decl.fields[3] = "uint32 spare".into();
+    let declared = decl.layout().unwrap().hash;
+    let rec = start(shm.path(), out.path(), s, &["/demo/sample"]);
+    let mut p = ch.publisher(Path::new(PROC)).unwrap();
+    for i in 0..10u64 {
+        p.publish_value(&Sample {
+            seq: i,
+            value: 1.0,
+            flags: 0,
+            reserved: 0,
+        })
+        .unwrap();
+    }
+    wait_logged(&rec, "/demo/sample", 10);
+    let st = rec.stop();
+    let problem = st.last_problem.clone().unwrap_or_default();
+    let carried = <Sample as controller::ShmSafe>::LAYOUT_HASH;
+    for part in [
+        "log.types./demo/sample declares demo/msg/Sample".to_string(),
+        format!("{declared:016x}"),
+        format!("the channel carries Sample (layout hash {carried:016x})"),
+    ] {
+        assert!(problem.contains(&part), "{part:?} not in {problem:?}");
+    }
+    let fs = files(out.path());
+    let bytes = load(&fs[0]).unwrap();
+    let sum = scan(&fs[0], &bytes, |_| {}).unwrap();
+    let c = sum.channel("/demo/sample").unwrap();
+    assert_eq!(c.messages, 10);
+    assert_eq!(c.message_encoding, "rtdeploy.raw");
+    assert_eq!(c.schema_name, None);
+    assert_eq!(
+        c.metadata.get(logbook::file::META_TYPE_MISMATCH),
+        Some(&problem)
+    );
+}
