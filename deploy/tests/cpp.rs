@@ -4,7 +4,9 @@
 //! C++ listener, started from robot.yaml under `--prefix`, every sequence
 //! number accounted for; a C++ listener built with the fields swapped is
 //! refused, both types named; the examples build through the CMake package
-//! (`find_package(rtdeploy)`).
+//! (`find_package(rtdeploy)`); `deploy bench wake --cpp-receiver` measures
+//! the C++ loop beside the Rust one (figures, never a timing assertion),
+//! and refuses a receiver that is not one, in bounded time.
 
 mod common;
 
@@ -263,6 +265,123 @@ fn a_cpp_listener_with_the_fields_swapped_is_refused_naming_both() {
     }
 }
 
+/// `deploy bench wake` with `--cpp-receiver`: as JSON.
+fn bench_wake_cpp(receiver: &Path) -> std::process::Output {
+    let prefix = tempfile::tempdir().unwrap();
+    Command::new(DEPLOY)
+        .arg("--prefix")
+        .arg(prefix.path())
+        .args([
+            "--json",
+            "bench",
+            "wake",
+            "--mechanism",
+            "doorbell",
+            "--samples",
+            "400",
+            "--rounds",
+            "2",
+            "--no-fifo",
+            "--cpp-receiver",
+        ])
+        .arg(receiver)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bench_wake_measures_the_cpp_loop_beside_the_rust_one_with_its_floor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let msg = tmp.path().join("msg");
+    std::fs::create_dir_all(&msg).unwrap();
+    gen(&repo().join("examples/cpp/msg/WakeStamp.msg"), &msg);
+    let bin = build("wake_receiver", &msg, tmp.path());
+    let o = bench_wake_cpp(&bin);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let arms: Vec<(&str, u64)> = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["mechanism"].as_str().unwrap(),
+                a["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Every arm has all its samples: the C++ one is read back whole.
+    assert_eq!(
+        arms,
+        [
+            ("doorbell", 400),
+            ("cpp (doorbell)", 400),
+            ("doorbell (A/A)", 400)
+        ],
+        "{r}"
+    );
+    let ratio = r["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["numerator"] == "cpp (doorbell)")
+        .unwrap_or_else(|| panic!("no C++ ratio: {r}"));
+    assert_eq!(ratio["denominator"], "doorbell");
+    assert_eq!(ratio["per_round"].as_array().unwrap().len(), 2, "{ratio}");
+    assert!(ratio["median"].as_f64().unwrap() > 0.0, "{ratio}");
+    assert!(ratio["aa"]["median"].as_f64().unwrap() > 0.0, "{ratio}");
+}
+
+#[test]
+fn bench_wake_refuses_a_receiver_that_is_not_one_in_bounded_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = tmp.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    for (bin, why) in [
+        (
+            write("quits", "#!/bin/sh\nexit 0\n"),
+            "ended before saying `ready`",
+        ),
+        (
+            write("chatters", "#!/bin/sh\necho hello\nexit 3\n"),
+            "expected `ready`, got \"hello\"",
+        ),
+        (
+            write(
+                "other-class",
+                "#!/bin/sh\necho ready io_uring-futex 0\nsleep 30\n",
+            ),
+            "not the real-time class on the doorbell backend",
+        ),
+        (
+            write(
+                "lies",
+                "#!/bin/sh\necho ready doorbell 1\necho samples 2\necho 5\necho many\nsleep 30\n",
+            ),
+            "`many`: not a latency in ns",
+        ),
+        (tmp.path().join("missing"), "cannot start it"),
+    ] {
+        let t = Instant::now();
+        let o = bench_wake_cpp(&bin);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{}: {err}", bin.display());
+        assert!(err.contains(why), "{}: {why:?} not in {err}", bin.display());
+        // Killed, not waited out (its sleep is 30 s).
+        assert!(
+            t.elapsed() < Duration::from_secs(25),
+            "{}: {:?}",
+            bin.display(),
+            t.elapsed()
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs cmake: the examples built through the CMake package"]
 fn the_examples_build_through_the_cmake_package() {
@@ -299,10 +418,76 @@ fn the_examples_build_through_the_cmake_package() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    for b in ["cpp-talker", "cpp-listener"] {
+    for b in ["cpp-talker", "cpp-listener", "cpp-wake-receiver"] {
         assert!(build_dir.join(b).is_file(), "{b} not built");
     }
     // The generated header carries the Rust examples' hash.
     let h = std::fs::read_to_string(build_dir.join("rtdeploy-messages/Chatter.h")).unwrap();
     assert!(h.contains("CHATTER_LAYOUT_HASH"), "{h}");
+
+    // Installed under a prefix (controller/ffi/CMakeLists.txt), the
+    // package is found through CMAKE_PREFIX_PATH alone, with the
+    // installed library, headers and `deploy`.
+    let cmake = |args: &[String]| {
+        let o = Command::new("cmake").args(args).output().expect("cmake");
+        assert!(
+            o.status.success(),
+            "cmake {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let d = |p: &Path| p.display().to_string();
+    let prefix = tmp.path().join("opt");
+    let ffi_build = tmp.path().join("ffi");
+    cmake(&[
+        "-S".into(),
+        d(&repo().join("controller/ffi")),
+        "-B".into(),
+        d(&ffi_build),
+        format!("-DRTDEPLOY_LIBRARY_DIR={}", lib_dir.display()),
+        format!("-DRTDEPLOY_DEPLOY={DEPLOY}"),
+    ]);
+    cmake(&[
+        "--install".into(),
+        d(&ffi_build),
+        "--prefix".into(),
+        d(&prefix),
+    ]);
+    for f in [
+        "lib/librtdeploy.a",
+        "bin/deploy",
+        "include/rtdeploy.h",
+        "include/rtdeploy.hpp",
+        "include/rtdeploy_malloc_trap.c",
+        "lib/cmake/rtdeploy/rtdeployConfig.cmake",
+    ] {
+        assert!(prefix.join(f).is_file(), "{f} not installed");
+    }
+    let installed = tmp.path().join("installed");
+    cmake(&[
+        "-S".into(),
+        d(&repo().join("examples/cpp")),
+        "-B".into(),
+        d(&installed),
+        format!("-DCMAKE_PREFIX_PATH={}", prefix.display()),
+    ]);
+    let cache = std::fs::read_to_string(installed.join("CMakeCache.txt")).unwrap();
+    for (var, want) in [
+        ("RTDEPLOY_STATIC_LIBRARY", prefix.join("lib/librtdeploy.a")),
+        ("RTDEPLOY_DEPLOY", prefix.join("bin/deploy")),
+    ] {
+        let line = cache
+            .lines()
+            .find(|l| l.starts_with(&format!("{var}:")))
+            .unwrap_or_else(|| panic!("{var} not in the cache"));
+        assert!(line.ends_with(&format!("={}", want.display())), "{line}");
+    }
+    cmake(&["--build".into(), d(&installed)]);
+    for b in ["cpp-talker", "cpp-listener", "cpp-wake-receiver"] {
+        assert!(
+            installed.join(b).is_file(),
+            "{b} not built from the installed package"
+        );
+    }
 }

@@ -63,6 +63,12 @@ pub struct WakeArgs {
     /// process may run on].
     #[arg(long, value_name = "CPU")]
     pub receiver_cpu: Option<usize>,
+    /// A C++ receiver (`cpp-wake-receiver`, built from
+    /// examples/cpp/wake_receiver.cpp): its loop is measured beside the
+    /// Rust loop on the same backend (doorbell), and their p50 ratio is
+    /// reported with its A/A floor.
+    #[arg(long, value_name = "PATH")]
+    pub cpp_receiver: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +136,7 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
             o.priority = (!a.no_fifo).then_some(a.priority);
             o.sender_cpu = a.sender_cpu;
             o.receiver_cpu = a.receiver_cpu;
+            o.cpp_receiver = a.cpp_receiver;
             // The real device even under --prefix: it is a kernel control,
             // not an installed path; the report says whether it was held.
             o.dma_latency = "/dev/cpu_dma_latency".into();
@@ -148,12 +155,13 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
                     })
                     .collect::<anyhow::Result<_>>()?;
             }
+            // The C++ receiver adds two arms: its own and the Rust one's A/A.
+            let arms = o.mechanisms.len() + if o.cpp_receiver.is_some() { 2 } else { 0 };
             ctx.note(format!(
-                "measuring {} mechanism(s), {} samples each at {}us: about {}s",
-                o.mechanisms.len(),
+                "measuring {arms} arm(s), {} samples each at {}us: about {}s",
                 o.samples,
                 a.period_us,
-                (o.mechanisms.len() as u64 * o.samples as u64 * a.period_us) / 1_000_000 + 1
+                (arms as u64 * o.samples as u64 * a.period_us) / 1_000_000 + 1
             ));
             let r = bench::wake(&o)?;
             if ctx.json {

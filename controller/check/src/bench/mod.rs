@@ -97,6 +97,10 @@ pub enum BenchRunError {
         mechanism: &'static str,
         status: i32,
     },
+    /// The C++ receiver of `bench wake` (`--cpp-receiver`) could not be
+    /// run, or said something else than its protocol.
+    #[error("the C++ receiver {path}: {why}")]
+    Receiver { path: PathBuf, why: String },
 }
 
 fn sys_err_from(what: &'static str, source: io::Error) -> BenchRunError {

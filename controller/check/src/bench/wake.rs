@@ -27,6 +27,12 @@ pub struct WakeOptions {
     pub shm_dir: PathBuf,
     /// Normally `/proc`.
     pub proc_root: PathBuf,
+    /// A C++ receiver (`examples/cpp/wake_receiver.cpp`, built as
+    /// `cpp-wake-receiver`): when given, its loop (rtdeploy.hpp over the C
+    /// ABI) is an arm beside the Rust loop on the same backend (doorbell,
+    /// the real-time class's), and the Rust arm is measured twice for the
+    /// ratio's A/A floor.
+    pub cpp_receiver: Option<PathBuf>,
 }
 
 impl WakeOptions {
@@ -42,6 +48,7 @@ impl WakeOptions {
             dma_latency: PathBuf::from("/dev/cpu_dma_latency"),
             shm_dir: shm_dir.into(),
             proc_root: PathBuf::from("/proc"),
+            cpp_receiver: None,
         }
     }
 }
@@ -317,29 +324,52 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     let rounds = opts.rounds.max(1);
     let per_round = opts.samples.div_ceil(rounds);
     // The arms: every mechanism, and the one-word reference a second time
-    // (the A/A floor) when it is measured.
-    let mut arms: Vec<Mechanism> = opts.mechanisms.clone();
-    let reference = arms.iter().position(|&m| m == Mechanism::IoUringShared);
-    if let Some(r) = reference {
-        arms.push(arms[r]);
-    }
+    // (the A/A floor) when it is measured; with a C++ receiver, the C++
+    // loop on the doorbell backend, the Rust loop on it (added when not
+    // asked for) and that a second time (the C++ ratio's A/A floor).
+    let mut arms: Vec<(Mechanism, bool, String)> = opts
+        .mechanisms
+        .iter()
+        .map(|&m| (m, false, m.short().to_string()))
+        .collect();
+    let reference = arms.iter().position(|a| a.0 == Mechanism::IoUringShared);
+    let reference_aa = reference.map(|r| {
+        let m = arms[r].0;
+        arms.push((m, false, format!("{} (A/A)", m.short())));
+        arms.len() - 1
+    });
+    let cpp_arms = opts.cpp_receiver.as_ref().map(|_| {
+        let rust = arms
+            .iter()
+            .position(|a| a.0 == Mechanism::Doorbell && !a.1)
+            .unwrap_or_else(|| {
+                arms.push((
+                    Mechanism::Doorbell,
+                    false,
+                    Mechanism::Doorbell.short().into(),
+                ));
+                arms.len() - 1
+            });
+        arms.push((Mechanism::Doorbell, true, CPP_ARM.into()));
+        arms.push((
+            Mechanism::Doorbell,
+            false,
+            format!("{} (A/A)", Mechanism::Doorbell.short()),
+        ));
+        (arms.len() - 2, rust, arms.len() - 1)
+    });
     let mut all: Vec<(Vec<u64>, u64, Option<String>)> =
         arms.iter().map(|_| (Vec::new(), 0, None)).collect();
     let mut p50s: Vec<crate::harness::Arm> = arms
         .iter()
-        .enumerate()
-        .map(|(k, m)| crate::harness::Arm {
-            name: if k >= opts.mechanisms.len() {
-                format!("{} (A/A)", m.short())
-            } else {
-                m.short().to_string()
-            },
+        .map(|a| crate::harness::Arm {
+            name: a.2.clone(),
             rounds: vec![None; rounds as usize],
         })
         .collect();
     for round in 0..rounds as usize {
         for k in crate::harness::order(arms.len(), round) {
-            let m = arms[k];
+            let (m, cpp, _) = arms[k];
             if all[k].2.is_some() {
                 continue;
             }
@@ -359,7 +389,10 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
                 all[k].2 = Some(why);
                 continue;
             }
-            let (v, coalesced) = run_one(m, per_round, opts, &child_sched)?;
+            let (v, coalesced) = match (&opts.cpp_receiver, cpp) {
+                (Some(bin), true) => (run_cpp(bin, per_round, opts, &child_sched)?, 0),
+                _ => run_one(m, per_round, opts, &child_sched)?,
+            };
             p50s[k].rounds[round] = (!v.is_empty())
                 .then(|| LatencySummary::from_samples("", v.clone(), 0).p50_ns as f64);
             all[k].0.extend(v);
@@ -368,18 +401,25 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     }
     let mut ratios = vec![];
     if let Some(r) = reference {
-        let aa = p50s.last();
+        let aa = reference_aa.map(|k| &p50s[k]);
         for (k, arm) in p50s.iter().enumerate().take(opts.mechanisms.len()) {
             if k != r {
                 ratios.extend(crate::harness::Ratio::of("wake p50", arm, &p50s[r], aa));
             }
         }
     }
-    let results = arms
-        .iter()
-        .zip(all)
+    if let Some((cpp, rust, aa)) = cpp_arms {
+        ratios.extend(crate::harness::Ratio::of(
+            "wake p50",
+            &p50s[cpp],
+            &p50s[rust],
+            Some(&p50s[aa]),
+        ));
+    }
+    let results = all
+        .into_iter()
         .zip(&p50s)
-        .map(|((_, (v, c, skip)), arm)| match skip {
+        .map(|((v, c, skip), arm)| match skip {
             Some(why) => LatencySummary::skipped(&arm.name, why),
             None => LatencySummary::from_samples(&arm.name, v, c),
         })
@@ -389,6 +429,201 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
         results,
         ratios,
     })
+}
+
+/// The C++ arm's name in the report.
+pub const CPP_ARM: &str = "cpp (doorbell)";
+
+/// How long the C++ receiver may take to say it watches.
+const RECEIVER_READY: Duration = Duration::from_secs(10);
+
+/// One round of the C++ arm: the channel and the forked sender as for
+/// the Rust loop on the doorbell backend ([`run_one`]), the receiving loop
+/// in `bin` (started with this thread's CPU and policy, and the
+/// environment a real-time controller of robot.yaml gets), its latencies
+/// read back from its output. Every wait on the receiver is bounded: a
+/// receiver that hangs is killed and said.
+fn run_cpp(
+    bin: &Path,
+    n: u32,
+    opts: &WakeOptions,
+    sched: &SenderSched,
+) -> Result<Vec<u64>, BenchRunError> {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let bad = |why: String| BenchRunError::Receiver {
+        path: bin.to_path_buf(),
+        why,
+    };
+    let map = SharedMap::new()?;
+    let shared = map.get();
+    let total = n + WARMUP;
+    let dir = bench_dir(&opts.shm_dir)?;
+    let geom = ChannelGeometry::new(64, 1024, 2);
+    let ch = channel_for(dir.path(), "/bench/wake", &geom, &opts.proc_root)?;
+    let (class, _) = Mechanism::Doorbell.classes();
+    let mut publisher = publisher_for(&ch, dir.path(), &opts.proc_root, class)?;
+    // The policy this thread runs, which the receiver inherits and its
+    // loop checks against the one it is told robot.yaml gives it.
+    let policy = match sched::get_attr(0) {
+        Ok(a) if matches!(a.policy, Policy::Fifo | Policy::Rr) => units::env::SchedSpec {
+            policy: a.policy,
+            priority: a.priority,
+        },
+        _ => units::env::SchedSpec {
+            policy: Policy::Other,
+            priority: 0,
+        },
+    };
+    use std::os::unix::process::CommandExt as _;
+    let mut child = Command::new(bin)
+        .args(["--channel", "/bench/wake", "--count"])
+        .arg(total.to_string())
+        .env(units::env::SHM_DIR, dir.path())
+        .env(units::env::WAKE_CLASS, class.name())
+        .env(units::env::SCHED, policy.to_string())
+        .env(units::env::BACKEND, "doorbell")
+        .env_remove(units::env::PROCESS)
+        // Its own process group, so that a receiver that hangs is killed
+        // with whatever it started (which would hold its output open).
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| bad(format!("cannot start it: {e}")))?;
+    let out = child.stdout.take().expect("piped");
+    let err = child.stderr.take().expect("piped");
+    // Lines are read on their own thread, so that every wait below has a
+    // deadline; at most one line of 64 bytes beyond the samples is kept.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(mut line) = line else { break };
+            line.truncate(64);
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::Read::take(err, 4096), &mut s);
+        s
+    });
+    // Ends the receiver (killed when it failed) and says how it ended
+    // when that was not a success, with what it wrote on stderr.
+    let end =
+        |child: &mut std::process::Child, stderr: std::thread::JoinHandle<String>, why: String| {
+            // SAFETY: kill(2) of the receiver's own process group (its pid,
+            // made a group leader at spawn and not yet waited for).
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = child.kill();
+            let status = match child.wait() {
+                Ok(s) if !s.success() => format!(" ({s})"),
+                Ok(_) => String::new(),
+                Err(e) => format!(" (wait: {e})"),
+            };
+            let said = stderr.join().unwrap_or_default();
+            bad(format!("{why}{status}: {}", said.trim()))
+        };
+    match rx.recv_timeout(RECEIVER_READY) {
+        Ok(l) if l == "ready doorbell 1" => {}
+        Ok(l) if l.starts_with("ready ") => {
+            return Err(end(
+                &mut child,
+                stderr,
+                format!(
+                    "its loop runs `{l}`, not the real-time class on the doorbell backend that the Rust arm does"
+                ),
+            ))
+        }
+        Ok(l) => return Err(end(&mut child, stderr, format!("expected `ready`, got {l:?}"))),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            return Err(end(
+                &mut child,
+                stderr,
+                "it ended before saying `ready`".into(),
+            ))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            return Err(end(
+                &mut child,
+                stderr,
+                format!("did not say `ready` within {RECEIVER_READY:?}"),
+            ))
+        }
+    }
+    let pid = fork_sender(shared, opts, sched, n, |i| {
+        let _ = publisher.publish(&i.to_ne_bytes());
+    })?;
+    // The sender's period times the messages, four times over, and 10 s.
+    let limit = opts.period.saturating_mul(total.saturating_mul(4)) + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + limit;
+    let mut lat = Vec::with_capacity(total as usize);
+    let mut expected: Option<usize> = None;
+    let mut failed = None;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => match (expected, l.strip_prefix("samples ")) {
+                (None, Some(k)) => match k.parse::<usize>() {
+                    Ok(k) if k <= total as usize => {
+                        expected = Some(k);
+                        if k == 0 {
+                            break;
+                        }
+                    }
+                    _ => {
+                        failed = Some(format!("`{l}`: not a count of at most {total}"));
+                        break;
+                    }
+                },
+                (Some(k), None) => match l.parse::<u64>() {
+                    Ok(v) => {
+                        lat.push(v);
+                        if lat.len() == k {
+                            break;
+                        }
+                    }
+                    Err(_) => {
+                        failed = Some(format!("`{l}`: not a latency in ns"));
+                        break;
+                    }
+                },
+                _ => {
+                    failed = Some(format!("unexpected line `{l}`"));
+                    break;
+                }
+            },
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                failed = Some(format!("{} of its samples after {limit:?}", lat.len()));
+                break;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                failed = Some(format!("its output ended after {} samples", lat.len()));
+                break;
+            }
+        }
+    }
+    shared.done.store(1, Ordering::Release);
+    let sent = reap(pid, Mechanism::Doorbell);
+    drop(rx);
+    if let Some(why) = failed {
+        let e = end(&mut child, stderr, why);
+        let _ = reader.join();
+        return Err(e);
+    }
+    let status = child.wait();
+    let _ = reader.join();
+    let said = stderr.join().unwrap_or_default();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => return Err(bad(format!("ended {s}: {}", said.trim()))),
+        Err(e) => return Err(bad(format!("wait: {e}"))),
+    }
+    sent?;
+    Ok(lat.into_iter().skip(WARMUP as usize).collect())
 }
 
 pub(super) struct SenderSched {
