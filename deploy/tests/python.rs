@@ -2,8 +2,8 @@
 //! script publishes 10,000 messages of the type `deploy gen --lang python`
 //! writes from `examples/cpp/msg/Chatter.msg` (the Rust examples' Chatter)
 //! that the Rust listener, run by the supervisor, receives every one of;
-//! it reads them back itself in order, and reads the listener's timing
-//! report while it runs.
+//! it reads them back itself in order (and 100 more as a numpy structured
+//! array), and reads the listener's timing report while it runs.
 
 mod common;
 
@@ -41,13 +41,22 @@ try:
     print("wrong type accepted")
 except RuntimeError as e:
     print("wrong type refused:", e)
+# The same messages as one numpy structured array of the type's dtype.
+import numpy
+for i in range(10000, 10100):
+    pub.publish(chatter.Chatter(seq=i, deadline_ns=2 * i))
+arr = sub.since_array()
+assert isinstance(arr, numpy.ndarray) and arr.dtype == chatter.Chatter.dtype(), arr.dtype
+assert arr["seq"].tolist() == list(range(10000, 10100)), arr["seq"][:3]
+assert arr["deadline_ns"].tolist() == [2 * i for i in range(10000, 10100)]
+print("numpy view", ",".join(arr.dtype.names), len(arr))
 r = rtdeploy.timing_report("listener", shm_dir=shm)
 watched = [e for e in r["entries"] if e["kind"] == "watcher" and e["name"] == "/demo/chatter"]
 print("report of", r["process"], "seq", r["seq"], "watcher entries", len(watched))
 "#;
 
 #[test]
-#[ignore = "needs python rtdeploy: the module pip install ./controller/python builds"]
+#[ignore = "needs python rtdeploy: the module pip install ./controller/python builds, and numpy"]
 fn a_python_script_publishes_what_the_rust_listener_receives_and_reads_its_report() {
     let (_, listener) = examples().unwrap_or_else(|why| panic!("{why}"));
     let prefix = tempfile::Builder::new()
@@ -97,6 +106,7 @@ fn a_python_script_publishes_what_the_rust_listener_receives_and_reads_its_repor
     assert!(out.contains("read back 10000 in order, lost 0"), "{out}");
     assert!(out.contains("wrong type refused: channel"), "{out}");
     assert!(out.contains("carries `Chatter`"), "{out}");
+    assert!(out.contains("numpy view seq,deadline_ns 100"), "{out}");
     assert!(out.contains("report of listener seq "), "{out}");
     assert!(out.contains("watcher entries 1"), "{out}");
     // The Rust listener got every one.
