@@ -206,6 +206,9 @@ pub struct Field {
     pub elem: Elem,
     /// `T[N]`: N.
     pub array: Option<u64>,
+    /// Declared `byte`: the bytes of a `uint8`, but an octet
+    /// (`FIELD_TYPE_BYTE`) in ROS 2's type description and its hash.
+    pub octet: bool,
     /// Its line in the file.
     pub line: usize,
 }
@@ -528,6 +531,7 @@ impl Description {
                 name: fname.to_string(),
                 elem,
                 array,
+                octet: base == "byte",
                 line,
             });
         }

@@ -13,7 +13,7 @@
 
 use std::fmt::Write as _;
 
-use crate::{Description, DescriptionError, Elem, Set};
+use crate::{Description, DescriptionError, Elem, Prim, Set};
 
 /// The CDR encapsulation header in front of a message: representation
 /// `CDR_LE`, no options.
@@ -58,6 +58,7 @@ impl Set {
         let Some(d) = self.get(name) else { return };
         for f in &d.fields {
             let elem = match &f.elem {
+                Elem::Prim(_) if f.octet => "byte".to_string(),
                 Elem::Prim(p) => p.name().to_string(),
                 Elem::Msg(m) => format!("{}/{m}", self.package_of(m)),
             };
@@ -201,6 +202,508 @@ impl Description {
     }
 }
 
+// ---- The type description and its hash (REP-2011, RIHS01) ----------------
+
+/// The version prefix of a type hash.
+pub const RIHS01_PREFIX: &str = "RIHS01_";
+
+impl Prim {
+    /// The `type_id` of `type_description_interfaces/msg/FieldType` (a
+    /// fixed array adds 48).
+    fn ros_type_id(self, octet: bool) -> u32 {
+        if octet {
+            return 16; // FIELD_TYPE_BYTE
+        }
+        match self {
+            Prim::I8 => 2,
+            Prim::U8 => 3,
+            Prim::I16 => 4,
+            Prim::U16 => 5,
+            Prim::I32 => 6,
+            Prim::U32 => 7,
+            Prim::I64 => 8,
+            Prim::U64 => 9,
+            Prim::F32 => 10,
+            Prim::F64 => 11,
+        }
+    }
+}
+
+/// `FIELD_TYPE_NESTED_TYPE`.
+const NESTED_TYPE_ID: u32 = 1;
+/// What a fixed array adds to its element's `type_id`.
+const ARRAY_TYPE_ID: u32 = 48;
+
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || !c.is_ascii() => {
+                let mut buf = [0u16; 2];
+                for u in c.encode_utf16(&mut buf) {
+                    let _ = write!(out, "\\u{u:04x}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+impl Set {
+    /// The DDS name of `name`'s type, which rmw_zenoh's key expressions
+    /// carry: `package::msg::dds_::Name_`.
+    pub fn dds_type_name(&self, name: &str) -> String {
+        format!("{}::msg::dds_::{name}_", self.package_of(name))
+    }
+
+    fn ros_individual(&self, name: &str, out: &mut String) {
+        let Some(d) = self.get(name) else { return };
+        out.push_str("{\"type_name\": ");
+        json_string(out, &self.ros_name(name));
+        out.push_str(", \"fields\": [");
+        for (i, f) in d.fields.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let (id, nested) = match &f.elem {
+                Elem::Prim(p) => (p.ros_type_id(f.octet), String::new()),
+                Elem::Msg(m) => (NESTED_TYPE_ID, self.ros_name(m)),
+            };
+            let (id, capacity) = match f.array {
+                Some(n) => (id + ARRAY_TYPE_ID, n),
+                None => (id, 0),
+            };
+            out.push_str("{\"name\": ");
+            json_string(out, &f.name);
+            let _ = write!(
+                out,
+                ", \"type\": {{\"type_id\": {id}, \"capacity\": {capacity}, \"string_capacity\": 0, \"nested_type_name\": "
+            );
+            json_string(out, &nested);
+            out.push_str("}}");
+        }
+        out.push_str("]}");
+    }
+
+    /// Whether ROS 2 can name `name` and what it uses: package and field
+    /// names lower case letters, digits and single underscores, starting
+    /// with a letter and not ending with `_` (so no `_reserved`), type
+    /// names starting upper case with letters and digits only. The first
+    /// name it cannot take, with where.
+    pub fn ros_names(&self, name: &str) -> Result<(), DescriptionError> {
+        fn lower(s: &str) -> bool {
+            let b = s.as_bytes();
+            !b.is_empty()
+                && b[0].is_ascii_lowercase()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+                && !s.ends_with('_')
+                && !s.contains("__")
+        }
+        let mut used = Vec::new();
+        self.in_order(name, &mut used);
+        for n in &used {
+            let file = format!("{n}.msg");
+            let Some(d) = self.get(n) else { continue };
+            if !(n.as_bytes()[0].is_ascii_uppercase()
+                && n.bytes().all(|c| c.is_ascii_alphanumeric()))
+            {
+                return Err(DescriptionError::Whole {
+                    file,
+                    what: format!("ROS 2 cannot name the type `{n}`: a type name starts upper case and has letters and digits only"),
+                });
+            }
+            let pkg = self.package_of(n);
+            if !lower(pkg) {
+                return Err(DescriptionError::Whole {
+                    file,
+                    what: format!("ROS 2 cannot name the package `{pkg}`: lower case letters, digits and single underscores, starting with a letter"),
+                });
+            }
+            if let Some(f) = d.fields.iter().find(|f| !lower(&f.name)) {
+                return Err(DescriptionError::At {
+                    file,
+                    line: f.line,
+                    column: 1,
+                    what: format!("ROS 2 cannot name the field `{}`: lower case letters, digits and single underscores, starting with a letter and not ending with one", f.name),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The type description of `name` in the form ROS 2 hashes it
+    /// (REP-2011: `type_description_interfaces/msg/TypeDescription` as
+    /// JSON, default values left out, the referenced types sorted by
+    /// name, separators `, ` and `: `, ASCII only).
+    pub fn ros_type_description(&self, name: &str) -> Result<String, DescriptionError> {
+        self.layout(name)?;
+        self.ros_names(name)?;
+        let mut used = Vec::new();
+        self.in_order(name, &mut used);
+        let mut refs: Vec<(String, &str)> = used
+            .iter()
+            .filter(|n| *n != name)
+            .map(|n| (self.ros_name(n), n.as_str()))
+            .collect();
+        refs.sort();
+        let mut out = String::from("{\"type_description\": ");
+        self.ros_individual(name, &mut out);
+        out.push_str(", \"referenced_type_descriptions\": [");
+        for (i, (_, n)) in refs.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            self.ros_individual(n, &mut out);
+        }
+        out.push_str("]}");
+        Ok(out)
+    }
+
+    /// The ROS 2 type hash of `name`: `RIHS01_` and the SHA-256 of
+    /// [`Set::ros_type_description`] in hex.
+    pub fn ros_type_hash(&self, name: &str) -> Result<String, DescriptionError> {
+        use sha2::Digest as _;
+        let d = sha2::Sha256::digest(self.ros_type_description(name)?.as_bytes());
+        let mut out = String::from(RIHS01_PREFIX);
+        for b in d {
+            let _ = write!(out, "{b:02x}");
+        }
+        Ok(out)
+    }
+
+    /// How `name` is written as CDR and read back ([`CdrPlan`]).
+    pub fn cdr_plan(&self, name: &str) -> Result<CdrPlan, DescriptionError> {
+        let l = self.layout(name)?;
+        let mut runs: Vec<CdrRun> = Vec::new();
+        self.leaves(name, 0, 0, &mut runs);
+        Ok(CdrPlan {
+            runs,
+            size: l.size as usize,
+        })
+    }
+
+    fn leaves(&self, name: &str, base: usize, depth: usize, runs: &mut Vec<CdrRun>) {
+        let (Some(d), Ok(l)) = (self.get(name), self.layout_at(name, depth)) else {
+            return;
+        };
+        for (f, p) in d.fields.iter().zip(&l.fields) {
+            let n = f.array.unwrap_or(1) as usize;
+            let at = base + p.offset as usize;
+            match &f.elem {
+                Elem::Prim(pr) => {
+                    let size = pr.size() as usize;
+                    // Elements of one size that follow one another are
+                    // one run: each is at a multiple of its size, in the
+                    // struct as in CDR.
+                    match runs.last_mut() {
+                        Some(r) if r.size == size && r.offset + r.size * r.count == at => {
+                            r.count += n
+                        }
+                        _ => runs.push(CdrRun {
+                            offset: at,
+                            size,
+                            count: n,
+                        }),
+                    }
+                }
+                Elem::Msg(m) => {
+                    let esize = p.size as usize / n.max(1);
+                    for k in 0..n {
+                        self.leaves(m, at + k * esize, depth + 1, runs);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Primitives of one size, one after another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CdrRun {
+    /// Where the first is in the struct.
+    offset: usize,
+    size: usize,
+    count: usize,
+}
+
+/// A type's primitives in order with their places: what a message is
+/// written as CDR and read back from it with, field by field, each
+/// primitive aligned to its size from the start of the CDR body, in
+/// either byte order on the way in. Made once per channel; encoding and
+/// decoding allocate nothing beyond the output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CdrPlan {
+    runs: Vec<CdrRun>,
+    size: usize,
+}
+
+/// Why CDR bytes are not a message of the type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CdrError {
+    #[error("{have} bytes: a CDR message has a 4-byte encapsulation header")]
+    NoHeader { have: usize },
+    #[error("encapsulation {0:#04x} {1:#04x}: expected plain CDR (0x00 0x00 big endian, 0x00 0x01 little endian)")]
+    Encapsulation(u8, u8),
+    #[error("{have} bytes of CDR body, the type needs {need}")]
+    Short { need: usize, have: usize },
+    #[error("{extra} bytes beyond the type's {used} (more than CDR's end padding): another type?")]
+    Trailing { extra: usize, used: usize },
+    #[error("{have} bytes of message, the type has {need}")]
+    Message { need: usize, have: usize },
+}
+
+impl CdrPlan {
+    /// The message's size as published.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Writes `data` (a message as published: little endian, at least
+    /// [`CdrPlan::size`] bytes) into `out` as a CDR message (`CDR_LE`).
+    pub fn encode(&self, data: &[u8], out: &mut Vec<u8>) -> Result<(), CdrError> {
+        if data.len() < self.size {
+            return Err(CdrError::Message {
+                need: self.size,
+                have: data.len(),
+            });
+        }
+        out.clear();
+        out.extend_from_slice(&CDR_HEADER);
+        for r in &self.runs {
+            let pos = out.len() - CDR_HEADER.len();
+            out.resize(out.len() + (r.size - pos % r.size) % r.size, 0);
+            out.extend_from_slice(&data[r.offset..r.offset + r.size * r.count]);
+        }
+        Ok(())
+    }
+
+    /// Reads a CDR message (either byte order) into `out` (at least
+    /// [`CdrPlan::size`] bytes) as the channel's little-endian bytes.
+    /// Up to 7 bytes after the last field are CDR's end padding; more
+    /// are refused, as a message of another type.
+    pub fn decode(&self, cdr: &[u8], out: &mut [u8]) -> Result<(), CdrError> {
+        if out.len() < self.size {
+            return Err(CdrError::Message {
+                need: self.size,
+                have: out.len(),
+            });
+        }
+        let Some((head, body)) = cdr.split_first_chunk::<4>() else {
+            return Err(CdrError::NoHeader { have: cdr.len() });
+        };
+        let swap = match (head[0], head[1]) {
+            (0, 1) => cfg!(target_endian = "big"),
+            (0, 0) => cfg!(target_endian = "little"),
+            (a, b) => return Err(CdrError::Encapsulation(a, b)),
+        };
+        let mut pos = 0usize;
+        for r in &self.runs {
+            pos += (r.size - pos % r.size) % r.size;
+            let len = r.size * r.count;
+            let src = body.get(pos..pos + len).ok_or(CdrError::Short {
+                need: pos + len,
+                have: body.len(),
+            })?;
+            let dst = &mut out[r.offset..r.offset + len];
+            dst.copy_from_slice(src);
+            if swap && r.size > 1 {
+                for e in dst.chunks_exact_mut(r.size) {
+                    e.reverse();
+                }
+            }
+            pos += len;
+        }
+        if body.len() - pos > 7 {
+            return Err(CdrError::Trailing {
+                extra: body.len() - pos,
+                used: pos,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Set {
+    /// What ROS 2 knows `name` by, as one JSON object (`deploy gen --lang
+    /// ros2`): its type name, its DDS name, its RIHS01 hash, its ros2msg
+    /// schema and the type description the hash is over.
+    pub fn ros2_json(&self, name: &str) -> Result<String, DescriptionError> {
+        let mut out = String::from("{\"type_name\": ");
+        json_string(&mut out, &self.ros_name(name));
+        out.push_str(", \"dds_type_name\": ");
+        json_string(&mut out, &self.dds_type_name(name));
+        out.push_str(", \"type_hash\": ");
+        json_string(&mut out, &self.ros_type_hash(name)?);
+        out.push_str(", \"ros2msg\": ");
+        json_string(&mut out, &self.ros2msg(name)?);
+        out.push_str(", \"type_description\": ");
+        out.push_str(&self.ros_type_description(name)?);
+        out.push_str("}\n");
+        Ok(out)
+    }
+}
+
+// ---- rmw_zenoh's key expressions, liveliness tokens and attachment ---------
+//
+// As ros2/rmw_zenoh's docs/design.md describes them at commit
+// 99a6a2bd10b949052f4f12c5854825dc005e95a5 (the design of the 0.x
+// releases for Jazzy and newer; Humble's rmw_zenoh has no RIHS01 hash and
+// writes `TypeHashNotSupported` in its place).
+
+/// `@ros2_lv`: the hermetic prefix of rmw_zenoh's liveliness tokens.
+pub const LIVELINESS_PREFIX: &str = "@ros2_lv";
+
+/// A name in a liveliness token: each `/` replaced by `%` (an empty one
+/// is `%`).
+pub fn mangle(name: &str) -> String {
+    if name.is_empty() {
+        "%".into()
+    } else {
+        name.replace('/', "%")
+    }
+}
+
+/// The key expression of a topic: `<domain_id>/<topic>/<type_name>/<type_hash>`,
+/// the topic's fully qualified name without its leading (and trailing)
+/// slash.
+pub fn topic_key(domain_id: u32, topic: &str, dds_type: &str, type_hash: &str) -> String {
+    let t = topic.strip_prefix('/').unwrap_or(topic);
+    let t = t.strip_suffix('/').unwrap_or(t);
+    format!("{domain_id}/{t}/{dds_type}/{type_hash}")
+}
+
+/// A node's liveliness token.
+pub fn node_token(
+    domain_id: u32,
+    session: &str,
+    node_id: u32,
+    namespace: &str,
+    node: &str,
+) -> String {
+    format!(
+        "{LIVELINESS_PREFIX}/{domain_id}/{session}/{node_id}/{node_id}/NN/%/{}/{node}",
+        mangle(namespace)
+    )
+}
+
+/// What a topic's endpoint is: a publisher (`MP`) or a subscription
+/// (`MS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Publisher,
+    Subscription,
+}
+
+/// The QoS of an endpoint, as far as the bridge sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qos {
+    /// Reliable (rmw_zenoh's default) or best effort.
+    pub reliable: bool,
+    /// KEEP_LAST's depth.
+    pub depth: u32,
+}
+
+/// The depth rmw_zenoh's default QoS has (a depth that differs is
+/// written in the token).
+const DEFAULT_DEPTH: u32 = 42;
+
+impl Qos {
+    /// The compact form in a liveliness token (rmw_zenoh's
+    /// `qos_to_keyexpr`): a field left empty when it is the default
+    /// (reliable, volatile, keep last 42, no deadline, no lifespan,
+    /// automatic liveliness).
+    pub fn keyexpr(&self) -> String {
+        let reliability = if self.reliable { "" } else { "2" };
+        let depth = if self.depth == DEFAULT_DEPTH {
+            String::new()
+        } else {
+            self.depth.to_string()
+        };
+        format!("{reliability}::,{depth}:,:,:,,")
+    }
+}
+
+/// A publisher's or subscription's liveliness token.
+#[allow(clippy::too_many_arguments)]
+pub fn endpoint_token(
+    domain_id: u32,
+    session: &str,
+    node_id: u32,
+    entity_id: u32,
+    kind: Endpoint,
+    namespace: &str,
+    node: &str,
+    topic: &str,
+    dds_type: &str,
+    type_hash: &str,
+    qos: Qos,
+) -> String {
+    let kind = match kind {
+        Endpoint::Publisher => "MP",
+        Endpoint::Subscription => "MS",
+    };
+    format!(
+        "{LIVELINESS_PREFIX}/{domain_id}/{session}/{node_id}/{entity_id}/{kind}/%/{}/{node}/{}/{dds_type}/{type_hash}/{}",
+        mangle(namespace),
+        mangle(topic),
+        qos.keyexpr()
+    )
+}
+
+/// The attachment of every message rmw_zenoh publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attachment {
+    pub sequence_number: i64,
+    /// Nanoseconds since the UNIX epoch.
+    pub source_timestamp: i64,
+    /// The publisher's GID.
+    pub gid: [u8; 16],
+}
+
+/// Why bytes are not an rmw_zenoh attachment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttachmentError {
+    #[error("{0} bytes: an attachment is {len}", len = Attachment::LEN)]
+    Length(usize),
+    #[error("a GID of {0} bytes: expected 16")]
+    GidLength(u8),
+}
+
+impl Attachment {
+    /// Its encoded size: 8 + 8 + 1 + 16.
+    pub const LEN: usize = 33;
+
+    /// Little-endian sequence number and timestamp, the GID's length
+    /// (16) and the GID.
+    pub fn encode(&self) -> [u8; Attachment::LEN] {
+        let mut b = [0u8; Attachment::LEN];
+        b[0..8].copy_from_slice(&self.sequence_number.to_le_bytes());
+        b[8..16].copy_from_slice(&self.source_timestamp.to_le_bytes());
+        b[16] = 16;
+        b[17..].copy_from_slice(&self.gid);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Attachment, AttachmentError> {
+        let b: &[u8; Attachment::LEN] =
+            b.try_into().map_err(|_| AttachmentError::Length(b.len()))?;
+        if b[16] != 16 {
+            return Err(AttachmentError::GidLength(b[16]));
+        }
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[17..]);
+        Ok(Attachment {
+            sequence_number: i64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
+            source_timestamp: i64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            gid,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,5 +813,247 @@ mod tests {
             .to_string();
         assert!(e.contains("fields[0]"), "{e}");
         assert!(Description::from_fields("demo/Chatter", &[]).is_err());
+    }
+
+    fn parse_set(files: &[(&str, &str)]) -> Set {
+        set(files)
+    }
+
+    /// Hashes published for these types (the key expressions of ROS 2
+    /// programs talking to rmw_zenoh quote them), computed here from the
+    /// types' fields alone.
+    #[test]
+    fn type_hashes_are_the_published_ones() {
+        let s = parse_set(&[
+            (
+                "std_msgs/msg/Int64.msg",
+                "# a comment is not hashed\nint64 data\n",
+            ),
+            (
+                "geometry_msgs/msg/Vector3.msg",
+                "float64 x\nfloat64 y\nfloat64 z\n",
+            ),
+            (
+                "geometry_msgs/msg/Twist.msg",
+                "Vector3  linear\nVector3  angular\n",
+            ),
+        ]);
+        assert_eq!(
+            s.ros_type_hash("Int64").unwrap(),
+            "RIHS01_8cd1048c2f186b6bd9a92472dc1ce51723c0833a221e2b7aecfff111774f4b49"
+        );
+        assert_eq!(
+            s.ros_type_hash("Vector3").unwrap(),
+            "RIHS01_cc12fe83e4c02719f1ce8070bfd14aecd40f75a96696a67a2a1f37f7dbb0765d"
+        );
+        assert_eq!(
+            s.ros_type_hash("Twist").unwrap(),
+            "RIHS01_9c45bf16fe0983d80e3cfe750d6835843d265a9a6c46bd2e609fcddde6fb8d2a"
+        );
+        assert_eq!(s.dds_type_name("Twist"), "geometry_msgs::msg::dds_::Twist_");
+        assert_eq!(
+            s.ros_type_description("Twist").unwrap(),
+            "{\"type_description\": {\"type_name\": \"geometry_msgs/msg/Twist\", \"fields\": [{\"name\": \"linear\", \"type\": {\"type_id\": 1, \"capacity\": 0, \"string_capacity\": 0, \"nested_type_name\": \"geometry_msgs/msg/Vector3\"}}, {\"name\": \"angular\", \"type\": {\"type_id\": 1, \"capacity\": 0, \"string_capacity\": 0, \"nested_type_name\": \"geometry_msgs/msg/Vector3\"}}]}, \"referenced_type_descriptions\": [{\"type_name\": \"geometry_msgs/msg/Vector3\", \"fields\": [{\"name\": \"x\", \"type\": {\"type_id\": 11, \"capacity\": 0, \"string_capacity\": 0, \"nested_type_name\": \"\"}}, {\"name\": \"y\", \"type\": {\"type_id\": 11, \"capacity\": 0, \"string_capacity\": 0, \"nested_type_name\": \"\"}}, {\"name\": \"z\", \"type\": {\"type_id\": 11, \"capacity\": 0, \"string_capacity\": 0, \"nested_type_name\": \"\"}}]}]}"
+        );
+        // byte and uint8 have the same bytes but not the same hash; an
+        // array adds 48 to the element's id and gives its length.
+        let b = parse_set(&[
+            ("p/msg/B.msg", "byte[4] b\n"),
+            ("p/msg/U.msg", "uint8[4] b\n"),
+        ]);
+        assert!(b
+            .ros_type_description("B")
+            .unwrap()
+            .contains("\"type_id\": 64, \"capacity\": 4"));
+        assert!(b
+            .ros_type_description("U")
+            .unwrap()
+            .contains("\"type_id\": 51, \"capacity\": 4"));
+        assert_ne!(b.ros_type_hash("B").unwrap(), b.ros_type_hash("U").unwrap());
+        assert!(b.ros2msg("B").unwrap().starts_with("byte[4] b"));
+    }
+
+    /// The fixtures of rmw_zenoh's docs/design.md (at the pinned commit),
+    /// quoted verbatim, made from their parts.
+    #[test]
+    fn key_expressions_and_tokens_are_the_design_documents() {
+        let string_hash = "RIHS01_df668c740482bbd48fb39d76a70dfd4bd59db1288021743503259e948f6b1a18";
+        let string = "std_msgs::msg::dds_::String_";
+        assert_eq!(
+            topic_key(0, "/chatter", string, string_hash),
+            "0/chatter/std_msgs::msg::dds_::String_/RIHS01_df668c740482bbd48fb39d76a70dfd4bd59db1288021743503259e948f6b1a18"
+        );
+        assert_eq!(
+            topic_key(0, "/robot1/chatter", string, string_hash),
+            "0/robot1/chatter/std_msgs::msg::dds_::String_/RIHS01_df668c740482bbd48fb39d76a70dfd4bd59db1288021743503259e948f6b1a18"
+        );
+        assert_eq!(
+            node_token(2, "aac3178e146ba6f1fc6e6a4085e77f21", 0, "", "listener"),
+            "@ros2_lv/2/aac3178e146ba6f1fc6e6a4085e77f21/0/0/NN/%/%/listener"
+        );
+        assert_eq!(
+            endpoint_token(
+                2,
+                "aac3178e146ba6f1fc6e6a4085e77f21",
+                0,
+                10,
+                Endpoint::Subscription,
+                "",
+                "listener",
+                "/chatter",
+                string,
+                string_hash,
+                Qos { reliable: true, depth: 10 }
+            ),
+            "@ros2_lv/2/aac3178e146ba6f1fc6e6a4085e77f21/0/10/MS/%/%/listener/%chatter/std_msgs::msg::dds_::String_/RIHS01_df668c740482bbd48fb39d76a70dfd4bd59db1288021743503259e948f6b1a18/::,10:,:,:,,"
+        );
+        assert_eq!(
+            endpoint_token(
+                2,
+                "8b20917502ee955ac4476e0266340d5c",
+                0,
+                10,
+                Endpoint::Publisher,
+                "",
+                "talker",
+                "/chatter",
+                string,
+                string_hash,
+                Qos { reliable: true, depth: 7 }
+            ),
+            "@ros2_lv/2/8b20917502ee955ac4476e0266340d5c/0/10/MP/%/%/talker/%chatter/std_msgs::msg::dds_::String_/RIHS01_df668c740482bbd48fb39d76a70dfd4bd59db1288021743503259e948f6b1a18/::,7:,:,:,,"
+        );
+        assert_eq!(
+            Qos {
+                reliable: false,
+                depth: 42
+            }
+            .keyexpr(),
+            "2::,:,:,:,,"
+        );
+        assert_eq!(mangle("/a/b"), "%a%b");
+    }
+
+    #[test]
+    fn the_attachment_is_the_design_documents_and_garbage_is_refused() {
+        let a = Attachment {
+            sequence_number: 7,
+            source_timestamp: -2,
+            gid: [0xab; 16],
+        };
+        let b = a.encode();
+        assert_eq!(b[..8], 7i64.to_le_bytes());
+        assert_eq!(b[8..16], (-2i64).to_le_bytes());
+        assert_eq!(b[16], 16);
+        assert_eq!(b[17..], [0xab; 16]);
+        assert_eq!(Attachment::decode(&b), Ok(a));
+        assert_eq!(
+            Attachment::decode(&b[..32]),
+            Err(AttachmentError::Length(32))
+        );
+        let mut bad = b;
+        bad[16] = 15;
+        assert_eq!(
+            Attachment::decode(&bad),
+            Err(AttachmentError::GidLength(15))
+        );
+    }
+
+    #[test]
+    fn cdr_field_by_field_is_the_published_bytes_and_reads_either_byte_order() {
+        let s = parse_set(&[
+            ("p/msg/Inner.msg", "int16 a\nuint8 b\nbyte c\n"),
+            (
+                "p/msg/Outer.msg",
+                "float64 x\nInner[2] i\nint32 v\nfloat32 f\n",
+            ),
+        ]);
+        let plan = s.cdr_plan("Outer").unwrap();
+        assert_eq!(plan.size(), 24);
+        let data: Vec<u8> = (0u8..24).collect();
+        let mut cdr = Vec::new();
+        plan.encode(&data, &mut cdr).unwrap();
+        // No padding in the description: none in CDR either.
+        assert_eq!(cdr[..4], CDR_HEADER);
+        assert_eq!(cdr[4..], data[..]);
+        let mut back = vec![0u8; 24];
+        plan.decode(&cdr, &mut back).unwrap();
+        assert_eq!(back, data);
+        // The same message big endian: each primitive reversed.
+        let mut be = vec![0u8, 0, 0, 0];
+        for (at, size) in [
+            (0, 8),
+            (8, 2),
+            (10, 1),
+            (11, 1),
+            (12, 2),
+            (14, 1),
+            (15, 1),
+            (16, 4),
+            (20, 4),
+        ] {
+            be.extend(data[at..at + size].iter().rev());
+        }
+        let mut from_be = vec![0u8; 24];
+        plan.decode(&be, &mut from_be).unwrap();
+        assert_eq!(from_be, data);
+        // End padding is CDR's; more is another type.
+        let mut padded = cdr.clone();
+        padded.extend([0; 4]);
+        assert!(plan.decode(&padded, &mut back).is_ok());
+        padded.extend([0; 4]);
+        assert!(matches!(
+            plan.decode(&padded, &mut back),
+            Err(CdrError::Trailing { extra: 8, used: 24 })
+        ));
+        assert!(matches!(
+            plan.decode(&cdr[..27], &mut back),
+            Err(CdrError::Short { .. })
+        ));
+        assert!(matches!(
+            plan.decode(&cdr[..3], &mut back),
+            Err(CdrError::NoHeader { have: 3 })
+        ));
+        let mut xcdr2 = cdr.clone();
+        xcdr2[1] = 7;
+        assert_eq!(
+            plan.decode(&xcdr2, &mut back),
+            Err(CdrError::Encapsulation(0, 7))
+        );
+        assert!(matches!(
+            plan.encode(&data[..23], &mut cdr),
+            Err(CdrError::Message { need: 24, have: 23 })
+        ));
+        // Any bytes: an answer, never a panic.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 0..64 {
+            let junk: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = plan.decode(&junk, &mut back);
+        }
+    }
+
+    #[test]
+    fn names_ros_2_cannot_take_are_refused_for_its_hash() {
+        for (file, text, why) in [
+            ("p/msg/A.msg", "uint32 _reserved\n", "field `_reserved`"),
+            ("p/msg/A.msg", "uint32 Big\n", "field `Big`"),
+            ("p/msg/A.msg", "uint32 a__b\n", "field `a__b`"),
+            ("p/msg/lower.msg", "uint32 a\n", "type `lower`"),
+            ("Pkg_/msg/A.msg", "uint32 a\n", "package `Pkg_`"),
+        ] {
+            let e = set(&[(file, text)]);
+            let name = e.names().next().unwrap().to_string();
+            let err = e.ros_type_hash(&name).unwrap_err().to_string();
+            assert!(err.contains(why), "{file} {text:?}: {err}");
+            // The channel's own rules are looser: the layout stands.
+            assert!(e.layout(&name).is_ok());
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! `deploy gen --lang rust|c|python FILE.msg... [--out DIR]`: a message
+//! `deploy gen --lang rust|c|python|ros2 FILE.msg... [--out DIR]`: a message
 //! type in each language from its description (`messages`), all carrying
 //! the layout hash a channel records, so that Rust, C, C++ and Python
 //! processes made from one description share a channel and any other is
@@ -27,6 +27,10 @@ pub enum Lang {
     C,
     /// A `ctypes.Structure` with a numpy dtype, its layout checked on import.
     Python,
+    /// What ROS 2 knows the type by (JSON): `package/msg/Name`, the DDS
+    /// name, the RIHS01 type hash, the ros2msg schema and the type
+    /// description the hash is over.
+    Ros2,
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +87,7 @@ pub fn run(_ctx: &Ctx, args: GenArgs) -> anyhow::Result<Exit> {
             Lang::Rust => messages::rust(&set, name),
             Lang::C => messages::c(&set, name),
             Lang::Python => messages::python(&set, name),
+            Lang::Ros2 => set.ros2_json(name),
         };
         let text = match text {
             Ok(t) => t,
@@ -97,6 +102,7 @@ pub fn run(_ctx: &Ctx, args: GenArgs) -> anyhow::Result<Exit> {
                     Lang::Rust => format!("{}.rs", name.to_ascii_lowercase()),
                     Lang::C => format!("{name}.h"),
                     Lang::Python => format!("{}.py", name.to_ascii_lowercase()),
+                    Lang::Ros2 => format!("{name}.ros2.json"),
                 });
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("cannot create {}", dir.display()))?;
