@@ -43,6 +43,7 @@
 pub mod accounts;
 pub mod boot;
 pub mod boot_history;
+pub mod bridge;
 pub mod config;
 pub mod control;
 pub mod health;

@@ -41,6 +41,9 @@ pub struct SupervisorStatus {
     /// The logger (robot.yaml `log:`), when it runs or ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logger: Option<logbook::LogStatus>,
+    /// The bridge's last status (robot.yaml `bridge:`), when it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<crate::bridge::BridgeStatus>,
     /// What woke the supervisor's own event loop, counted since it
     /// started (absent from supervisors that predate the count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,6 +219,9 @@ pub fn render_table(s: &SupervisorStatus) -> String {
     }
     if let Some(l) = &s.logger {
         out.push_str(&describe_logger(l));
+    }
+    if let Some(b) = &s.bridge {
+        out.push_str(&b.render());
     }
     for st in &s.startup {
         // The watchdog's own line above is the live one.

@@ -62,6 +62,9 @@ pub struct Robot {
     /// `watchdog:`: the hardware watchdog the supervisor feeds (absent:
     /// none).
     pub watchdog: Option<crate::config::WatchdogSection>,
+    /// `bridge:`: channels to and from Zenoh (absent: no bridge). Its
+    /// process, [`crate::bridge::PROCESS`], is in `processes`.
+    pub bridge: Option<crate::bridge::BridgeSection>,
 }
 
 impl Robot {

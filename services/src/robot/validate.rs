@@ -90,6 +90,7 @@ pub const SECTIONS: &[&str] = &[
     "metrics",
     "log",
     "watchdog",
+    "bridge",
 ];
 
 /// Channel names under this prefix are the runtime's own.
@@ -338,6 +339,10 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
         } else {
             Some(None)
         };
+    let bridge: Option<Option<crate::bridge::BridgeSection>> = match c.root.get("bridge") {
+        Some(node) => c.de(node, "bridge").map(Some),
+        None => Some(None),
+    };
 
     // Each section's own rules, on every section that parsed.
     let mut p = Vec::new();
@@ -392,12 +397,20 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
     if let Some(Some(w)) = &watchdog {
         w.validate(&mut p);
     }
+    let names: Vec<(&str, u64)> = channels
+        .iter()
+        .map(|(_, c)| (c.name.as_str(), c.max_size.0))
+        .collect();
     if let Some(Some(log)) = &log {
-        let names: Vec<(&str, u64)> = channels
-            .iter()
-            .map(|(_, c)| (c.name.as_str(), c.max_size.0))
-            .collect();
         log.validate(&names, &mut p);
+    }
+    if let Some(Some(b)) = &bridge {
+        let none = Default::default();
+        let types = match &log {
+            Some(Some(l)) => &l.types,
+            _ => &none,
+        };
+        b.validate(&names, types, &mut p);
     }
     c.problems(p);
 
@@ -419,9 +432,57 @@ fn check_sections(c: &mut Checker) -> Option<Robot> {
             metrics: metrics?,
             log: log?,
             watchdog: watchdog?,
+            bridge: bridge?,
         })
     })();
-    let r = parsed?;
+    let mut r = parsed?;
+    // The bridge is a process of the supervisor's table: on the
+    // housekeeping CPUs, SCHED_OTHER, a publisher of the channels it
+    // brings in. robot.yaml may not name a process so.
+    if let Some(b) = &r.bridge {
+        if let Some(i) = r
+            .processes
+            .iter()
+            .position(|p| p.name == crate::bridge::PROCESS)
+        {
+            c.error(
+                &format!("processes[{i}].name"),
+                format!(
+                    "`{}` is the bridge's own process (choose another name)",
+                    crate::bridge::PROCESS
+                ),
+            );
+        }
+        let channels: Vec<(&str, u64)> = r
+            .channels
+            .iter()
+            .map(|c| (c.name.as_str(), c.max_size.0))
+            .collect();
+        let types = r.log.as_ref().map(|l| l.types.clone()).unwrap_or_default();
+        let plan = b.plan(&r.robot.name, &channels, &types);
+        let plan_len = serde_json::to_string(&plan).map_or(0, |t| t.len());
+        if plan_len > crate::bridge::MAX_PLAN {
+            c.error(
+                "bridge.forward",
+                format!(
+                    "the bridge's plan takes {plan_len} bytes, more than the {} its environment carries (forward fewer channels)",
+                    crate::bridge::MAX_PLAN
+                ),
+            );
+        }
+        let process = serde_json::json!({
+            "name": crate::bridge::PROCESS,
+            "exec": b.exec,
+            "policy": "other",
+            "publishes": b.inbound(&channels),
+            "restart": {"policy": "always"},
+            "env": {crate::bridge::PLAN_ENV: serde_json::to_string(&plan).unwrap_or_default()},
+        });
+        match serde_json::from_value::<crate::config::ProcessConfig>(process) {
+            Ok(p) => r.processes.push(p),
+            Err(e) => c.error("bridge", format!("cannot make the bridge's process: {e}")),
+        }
+    }
     cross_check(c, &r);
     Some(r)
 }

@@ -234,6 +234,8 @@ pub struct Supervisor {
     metrics: Option<crate::metrics::Textfile>,
     /// The logger (robot.yaml `log:`).
     logger: Option<logbook::Recorder>,
+    /// Where the bridge's status channel is, when robot.yaml has a bridge.
+    bridge_shm: Option<std::path::PathBuf>,
     /// When the tracing of the running processes' misses looks next.
     next_trace_watch: Option<Instant>,
     /// What woke the event loop, for the status.
@@ -292,6 +294,11 @@ impl Supervisor {
         });
         let plan_outcome = trial::CpuPlanNotApplied::of_steps(&s.steps);
         let logger = start_logger(&cfg, &roots, &s.shm_dir, &mut s.steps);
+        let bridge_shm = cfg
+            .processes
+            .iter()
+            .any(|p| p.name == crate::bridge::PROCESS)
+            .then(|| s.shm_dir.clone());
         let stderr = Stderr {
             verbose: opts.verbose,
             sink: logger.as_ref().map(|l| l.sink()),
@@ -347,6 +354,7 @@ impl Supervisor {
             started,
             stderr: stderr.clone(),
             logger,
+            bridge_shm,
             next_irq_scan: irq_scan_every.map(|every| started + every),
             irq_scan_every,
             irq_scan_took: Duration::ZERO,
@@ -734,6 +742,10 @@ impl Supervisor {
             irq_scan: self.last_irq_scan.clone(),
             watchdog: self.hw_watchdog.as_ref().map(|w| w.status(Instant::now())),
             logger: self.logger.as_ref().map(|l| l.status()),
+            bridge: self
+                .bridge_shm
+                .as_deref()
+                .and_then(crate::bridge::read_status),
             event_loop: Some(self.counts),
             processes: self.table.status(&self.proc_root),
         }
