@@ -306,3 +306,42 @@ fn a_talker_on_one_robot_drives_a_listener_on_another_across_a_veth_pair() {
     }
     two_robots("tcp/10.201.0.1:7447", Some((&na, &nb)));
 }
+
+/// `deploy plan` says what the bridge forwards where, and within what
+/// bound a real-time subscriber sees what it brings in.
+#[test]
+fn the_plan_shows_what_is_forwarded_where() {
+    let (_, listener) = examples().unwrap_or_else(|why| panic!("{why}"));
+    let b = prefix("robot-b", &robot_b("tcp/10.0.0.1:7447", &listener, 10));
+    let o = Command::new(DEPLOY)
+        .arg("--prefix")
+        .arg(b.path())
+        .arg("plan")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for part in [
+        "bridge (rtdeploy-bridge, SCHED_OTHER on CPUs 0, never real-time; Zenoh peer, connect tcp/10.0.0.1:7447, listen -)",
+        "in  /demo/chatter <- rtdeploy/robot-a/demo/chatter  (rtdeploy, best effort, priority 5, ttl 5000ms, real-time subscribers see it within 2000us (cross_class_latency))",
+    ] {
+        assert!(text.contains(part), "{part:?} not in:\n{text}");
+    }
+    let a = prefix("robot-a", &robot_a("tcp/127.0.0.1:7447"));
+    let o = Command::new(DEPLOY)
+        .arg("--prefix")
+        .arg(a.path())
+        .args(["--json", "plan"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        doc["bridge"]["links"][0]["key"], "rtdeploy/robot-a/demo/chatter",
+        "{doc}"
+    );
+    assert_eq!(doc["bridge"]["links"][0]["direction"], "out");
+}

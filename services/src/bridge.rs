@@ -180,6 +180,32 @@ pub struct Link {
     pub rate: Option<u32>,
 }
 
+impl Link {
+    /// The key expression of the link's outbound side (`out`) or the one
+    /// its inbound side subscribes to: rmw_zenoh's for ROS 2 (inbound: any
+    /// type hash, so that another is counted rather than unheard), else
+    /// `rtdeploy/<robot>/<channel>` (inbound: the `from` robot, or any).
+    pub fn key(&self, robot: &str, domain_id: u32, out: bool) -> String {
+        match &self.ros2 {
+            Some(t) => messages::ros::topic_key(
+                domain_id,
+                &self.channel,
+                &t.dds_type,
+                if out { &t.hash } else { "*" },
+            ),
+            None => format!(
+                "rtdeploy/{}/{}",
+                if out {
+                    robot
+                } else {
+                    self.from.as_deref().unwrap_or("*")
+                },
+                self.channel.trim_start_matches('/')
+            ),
+        }
+    }
+}
+
 /// What the bridge is given.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct BridgePlan {

@@ -69,6 +69,12 @@ pub struct WakeArgs {
     /// reported with its A/A floor.
     #[arg(long, value_name = "PATH")]
     pub cpp_receiver: Option<std::path::PathBuf>,
+    /// The bridge program (`rtdeploy-bridge`): the Rust loop on the
+    /// doorbell backend is measured while two bridges forward its channel
+    /// over Zenoh, beside the same loop without them; the p50 and p99.9
+    /// ratios and the forwarding bridge's CPU time are reported.
+    #[arg(long, value_name = "PATH")]
+    pub bridge: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -137,6 +143,7 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
             o.sender_cpu = a.sender_cpu;
             o.receiver_cpu = a.receiver_cpu;
             o.cpp_receiver = a.cpp_receiver;
+            o.bridge = a.bridge;
             // The real device even under --prefix: it is a kernel control,
             // not an installed path; the report says whether it was held.
             o.dma_latency = "/dev/cpu_dma_latency".into();
@@ -155,8 +162,12 @@ pub fn run(ctx: &Ctx, cmd: BenchCommand) -> anyhow::Result<Exit> {
                     })
                     .collect::<anyhow::Result<_>>()?;
             }
-            // The C++ receiver adds two arms: its own and the Rust one's A/A.
-            let arms = o.mechanisms.len() + if o.cpp_receiver.is_some() { 2 } else { 0 };
+            // The C++ receiver and the bridge add their arms and the Rust
+            // loop's A/A.
+            let arms = o.mechanisms.len()
+                + usize::from(o.cpp_receiver.is_some())
+                + usize::from(o.bridge.is_some())
+                + usize::from(o.cpp_receiver.is_some() || o.bridge.is_some());
             ctx.note(format!(
                 "measuring {arms} arm(s), {} samples each at {}us: about {}s",
                 o.samples,

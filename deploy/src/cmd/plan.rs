@@ -31,6 +31,35 @@ pub struct Plan {
     /// IRQ and thread lists (those resolve on the robot): sysctls,
     /// workqueue cpumask, cgroups, cpufreq, cpu_dma_latency.
     pub runtime: RuntimePlan,
+    /// What the bridge forwards where (robot.yaml `bridge:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<BridgePlanView>,
+}
+
+/// The bridge's links as `deploy plan` shows them.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BridgePlanView {
+    pub mode: String,
+    pub connect: Vec<String>,
+    pub listen: Vec<String>,
+    pub cpus: String,
+    pub links: Vec<BridgeLinkView>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BridgeLinkView {
+    pub channel: String,
+    /// `out` or `in`.
+    pub direction: String,
+    pub key: String,
+    pub ros2: bool,
+    pub reliable: bool,
+    pub priority: u8,
+    pub ttl_ns: Option<u64>,
+    pub rate: Option<u32>,
+    /// Inbound: the channel's cross-class bound, within which a real-time
+    /// subscriber sees what the (best-effort) bridge brings in.
+    pub cross_class_latency_ns: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -291,7 +320,113 @@ pub fn plan(r: &Robot) -> anyhow::Result<Plan> {
         processes,
         channels,
         runtime,
+        bridge: bridge_view(r),
     })
+}
+
+/// The bridge's links, keys and the cross-class bounds of what comes in.
+fn bridge_view(r: &Robot) -> Option<BridgePlanView> {
+    let b = r.bridge.as_ref()?;
+    let channels: Vec<(&str, u64)> = r
+        .channels
+        .iter()
+        .map(|c| (c.name.as_str(), c.max_size.0))
+        .collect();
+    let types = r.log.as_ref().map(|l| l.types.clone()).unwrap_or_default();
+    let plan = b.plan(&r.robot.name, &channels, &types);
+    let cpus = r
+        .processes
+        .iter()
+        .find(|p| p.name == services::bridge::PROCESS)
+        .map(|p| r.process_cpus(p).to_string())
+        .unwrap_or_default();
+    let mut links = Vec::new();
+    for l in &plan.links {
+        for (out, dir) in [(true, "out"), (false, "in")] {
+            let wanted = if out {
+                l.direction.outbound()
+            } else {
+                l.direction.inbound()
+            };
+            if !wanted {
+                continue;
+            }
+            links.push(BridgeLinkView {
+                channel: l.channel.clone(),
+                direction: dir.into(),
+                key: l.key(&plan.robot, plan.domain_id, out),
+                ros2: l.ros2.is_some(),
+                reliable: l.reliable,
+                priority: l.priority,
+                ttl_ns: l.ttl_ns,
+                rate: l.rate,
+                cross_class_latency_ns: (!out)
+                    .then(|| r.channels.iter().find(|c| c.name == l.channel))
+                    .flatten()
+                    .map(|c| c.cross_class_latency().as_nanos() as u64),
+            });
+        }
+    }
+    Some(BridgePlanView {
+        mode: format!("{:?}", plan.mode).to_lowercase(),
+        connect: plan.connect,
+        listen: plan.listen,
+        cpus,
+        links,
+    })
+}
+
+fn bridge_lines(o: &mut String, b: &BridgePlanView) {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(" ")
+        }
+    };
+    let _ = writeln!(
+        o,
+        "bridge ({}, SCHED_OTHER on CPUs {}, never real-time; Zenoh {}, connect {}, listen {})",
+        services::bridge::PROCESS,
+        b.cpus,
+        b.mode,
+        list(&b.connect),
+        list(&b.listen)
+    );
+    for l in &b.links {
+        let arrow = if l.direction == "out" { "->" } else { "<-" };
+        let mut notes = vec![
+            if l.ros2 { "ROS 2" } else { "rtdeploy" }.to_string(),
+            if l.reliable {
+                "reliable"
+            } else {
+                "best effort"
+            }
+            .to_string(),
+            format!("priority {}", l.priority),
+        ];
+        if let Some(t) = l.ttl_ns {
+            notes.push(format!("ttl {}ms", t / 1_000_000));
+        }
+        if let Some(r) = l.rate {
+            notes.push(format!("at most {r}/s"));
+        }
+        if let Some(x) = l.cross_class_latency_ns {
+            notes.push(format!(
+                "real-time subscribers see it within {}us (cross_class_latency)",
+                x / 1000
+            ));
+        }
+        let _ = writeln!(
+            o,
+            "  {:<3} {} {arrow} {}  ({})",
+            l.direction,
+            l.channel,
+            l.key,
+            notes.join(", ")
+        );
+    }
+    o.push('\n');
 }
 
 pub fn run(ctx: &Ctx, _args: PlanArgs) -> anyhow::Result<Exit> {
@@ -534,6 +669,9 @@ pub fn render(p: &Plan) -> String {
                 units::duration::Dur(c.cross_class_latency.0 / 2)
             );
         }
+    }
+    if let Some(b) = &p.bridge {
+        bridge_lines(&mut o, b);
     }
     o
 }

@@ -125,10 +125,6 @@ struct Shared {
     clocks: Mutex<BTreeMap<String, (clock::Offset, [u8; 16])>>,
 }
 
-fn channel_key(robot: &str, channel: &str) -> String {
-    format!("rtdeploy/{robot}/{}", channel.trim_start_matches('/'))
-}
-
 fn clock_key(robot: &str) -> String {
     format!("rtdeploy-clock/{robot}")
 }
@@ -172,13 +168,12 @@ fn rss_bytes() -> u64 {
 
 /// A link's ROS 2 type, ready to use.
 struct RosLink {
-    key: String,
     plan: CdrPlan,
     hash: String,
     dds_type: String,
 }
 
-fn ros_link(plan: &BridgePlan, link: &Link) -> Result<Option<RosLink>, String> {
+fn ros_link(link: &Link) -> Result<Option<RosLink>, String> {
     let Some(t) = &link.ros2 else { return Ok(None) };
     let d = messages::Description::from_fields(&t.name, &t.fields).map_err(|e| e.to_string())?;
     let name = d.name.clone();
@@ -193,7 +188,6 @@ fn ros_link(plan: &BridgePlan, link: &Link) -> Result<Option<RosLink>, String> {
         ));
     }
     Ok(Some(RosLink {
-        key: ros::topic_key(plan.domain_id, &link.channel, &dds_type, &hash),
         plan: cdr,
         hash,
         dds_type,
@@ -662,7 +656,7 @@ fn run() -> Result<(), String> {
         clocks: Mutex::new(BTreeMap::new()),
     });
     for link in &plan.links {
-        ros_link(&plan, link)?;
+        ros_link(link)?;
     }
     let z = session(&plan)?;
     let zid = z.zid().to_string();
@@ -694,7 +688,7 @@ fn run() -> Result<(), String> {
     let mut subscribers = Vec::new();
     let mut status_links = Vec::new();
     for (i, link) in plan.links.iter().enumerate() {
-        let ros = ros_link(&plan, link)?;
+        let ros = ros_link(link)?;
         let entity = 10 + i as u32;
         let endpoint_token = |kind: Endpoint| {
             link.ros2.as_ref().map(|t| {
@@ -723,10 +717,7 @@ fn run() -> Result<(), String> {
         };
         let stats = Arc::new(Stats::default());
         if link.direction.outbound() {
-            let key = match &ros {
-                Some(r) => r.key.clone(),
-                None => channel_key(&plan.robot, &link.channel),
-            };
+            let key = link.key(&plan.robot, plan.domain_id, true);
             let token = endpoint_token(Endpoint::Publisher);
             let gid = gid_of(token.as_deref().unwrap_or(&key));
             if let Some(t) = token {
@@ -746,7 +737,7 @@ fn run() -> Result<(), String> {
             status_links.push((link.clone(), "out", key.clone(), stats.clone()));
             outs.push(Out {
                 link: link.clone(),
-                ros: ros_link(&plan, link)?,
+                ros: ros_link(link)?,
                 reader: None,
                 publisher,
                 gid,
@@ -757,15 +748,7 @@ fn run() -> Result<(), String> {
         }
         if link.direction.inbound() {
             let stats = Arc::new(Stats::default());
-            let key = match &ros {
-                // Any type hash: another one is counted, not unheard.
-                Some(r) => ros::topic_key(plan.domain_id, &link.channel, &r.dds_type, "*"),
-                None => format!(
-                    "rtdeploy/{}/{}",
-                    link.from.as_deref().unwrap_or("*"),
-                    link.channel.trim_start_matches('/')
-                ),
-            };
+            let key = link.key(&plan.robot, plan.domain_id, false);
             let token = endpoint_token(Endpoint::Subscription);
             if let Some(t) = &token {
                 tokens.push(

@@ -48,6 +48,7 @@ use units::sched::{self, Policy, SchedAttr};
 /// name each on the command line and in JSON.
 pub use crate::Mechanism;
 
+mod bridge;
 mod copy_loan;
 mod fanout;
 mod publish;

@@ -33,6 +33,11 @@ pub struct WakeOptions {
     /// the real-time class's), and the Rust arm is measured twice for the
     /// ratio's A/A floor.
     pub cpp_receiver: Option<PathBuf>,
+    /// The bridge program (`rtdeploy-bridge`): when given, an arm of the
+    /// Rust loop on the doorbell backend while two bridges forward its
+    /// channel over Zenoh (see `bridge.rs`), beside the same loop without
+    /// them and that a second time (the A/A floor).
+    pub bridge: Option<PathBuf>,
 }
 
 impl WakeOptions {
@@ -49,6 +54,7 @@ impl WakeOptions {
             shm_dir: shm_dir.into(),
             proc_root: PathBuf::from("/proc"),
             cpp_receiver: None,
+            bridge: None,
         }
     }
 }
@@ -127,6 +133,20 @@ pub struct WakeReport {
     /// per round, with the reference's A/A floor (see [`crate::harness`]);
     /// empty when the reference did not run.
     pub ratios: Vec<crate::harness::Ratio>,
+    /// The bridge's CPU time beside the pair (`--bridge`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<BridgeCost>,
+}
+
+/// What forwarding the pair's channel cost the forwarding bridge.
+#[derive(Debug, Clone, Serialize)]
+pub struct BridgeCost {
+    /// Messages it sent over Zenoh, over every round.
+    pub messages: u64,
+    /// Its user and system CPU time meanwhile (10 ms ticks).
+    pub cpu_ns: u64,
+    /// Per 1000 messages.
+    pub cpu_ns_per_1000: u64,
 }
 
 pub(super) fn us(ns: u64) -> String {
@@ -191,6 +211,15 @@ impl WakeReport {
         }
         for r in &self.ratios {
             let _ = writeln!(out, "{}", r.line());
+        }
+        if let Some(b) = &self.bridge {
+            let _ = writeln!(
+                out,
+                "bridge: {} messages forwarded over Zenoh, {:.1} ms of its CPU time ({:.1} ms per 1000 messages; /proc's 10 ms ticks)",
+                b.messages,
+                b.cpu_ns as f64 / 1e6,
+                b.cpu_ns_per_1000 as f64 / 1e6
+            );
         }
         out
     }
@@ -319,6 +348,7 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     };
     let child_sched = SenderSched {
         cpus: sender_cpu.and_then(|c| CpuSet::from_indices([c]).ok()),
+        cpu: sender_cpu,
         fifo: if fifo { opts.priority } else { None },
     };
     let rounds = opts.rounds.max(1);
@@ -327,36 +357,50 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
     // (the A/A floor) when it is measured; with a C++ receiver, the C++
     // loop on the doorbell backend, the Rust loop on it (added when not
     // asked for) and that a second time (the C++ ratio's A/A floor).
-    let mut arms: Vec<(Mechanism, bool, String)> = opts
+    let mut arms: Vec<(Mechanism, Extra, String)> = opts
         .mechanisms
         .iter()
-        .map(|&m| (m, false, m.short().to_string()))
+        .map(|&m| (m, Extra::None, m.short().to_string()))
         .collect();
     let reference = arms.iter().position(|a| a.0 == Mechanism::IoUringShared);
     let reference_aa = reference.map(|r| {
         let m = arms[r].0;
-        arms.push((m, false, format!("{} (A/A)", m.short())));
+        arms.push((m, Extra::None, format!("{} (A/A)", m.short())));
         arms.len() - 1
     });
-    let cpp_arms = opts.cpp_receiver.as_ref().map(|_| {
+    // The C++ loop and the bridge are measured against the Rust loop on
+    // the doorbell backend (added when not asked for), and that a second
+    // time for their floor.
+    let doorbell = (opts.cpp_receiver.is_some() || opts.bridge.is_some()).then(|| {
         let rust = arms
             .iter()
-            .position(|a| a.0 == Mechanism::Doorbell && !a.1)
+            .position(|a| a.0 == Mechanism::Doorbell && a.1 == Extra::None)
             .unwrap_or_else(|| {
                 arms.push((
                     Mechanism::Doorbell,
-                    false,
+                    Extra::None,
                     Mechanism::Doorbell.short().into(),
                 ));
                 arms.len() - 1
             });
-        arms.push((Mechanism::Doorbell, true, CPP_ARM.into()));
+        let extra = |arms: &mut Vec<(Mechanism, Extra, String)>, e: Extra, name: &str| {
+            arms.push((Mechanism::Doorbell, e, name.into()));
+            arms.len() - 1
+        };
+        let cpp = opts
+            .cpp_receiver
+            .as_ref()
+            .map(|_| extra(&mut arms, Extra::Cpp, CPP_ARM));
+        let bridge = opts
+            .bridge
+            .as_ref()
+            .map(|_| extra(&mut arms, Extra::Bridge, BRIDGE_ARM));
         arms.push((
             Mechanism::Doorbell,
-            false,
+            Extra::None,
             format!("{} (A/A)", Mechanism::Doorbell.short()),
         ));
-        (arms.len() - 2, rust, arms.len() - 1)
+        (rust, cpp, bridge, arms.len() - 1)
     });
     let mut all: Vec<(Vec<u64>, u64, Option<String>)> =
         arms.iter().map(|_| (Vec::new(), 0, None)).collect();
@@ -367,9 +411,11 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
             rounds: vec![None; rounds as usize],
         })
         .collect();
+    let mut p999s = p50s.clone();
+    let mut bridge_cost = (0u64, 0u64);
     for round in 0..rounds as usize {
         for k in crate::harness::order(arms.len(), round) {
-            let (m, cpp, _) = arms[k];
+            let (m, extra, _) = arms[k];
             if all[k].2.is_some() {
                 continue;
             }
@@ -389,12 +435,26 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
                 all[k].2 = Some(why);
                 continue;
             }
-            let (v, coalesced) = match (&opts.cpp_receiver, cpp) {
-                (Some(bin), true) => (run_cpp(bin, per_round, opts, &child_sched)?, 0),
-                _ => run_one(m, per_round, opts, &child_sched)?,
+            let (v, coalesced) = match (extra, &opts.cpp_receiver, &opts.bridge) {
+                (Extra::Cpp, Some(bin), _) => (run_cpp(bin, per_round, opts, &child_sched)?, 0),
+                (Extra::Bridge, _, Some(bin)) => {
+                    let (v, c, cost) = run_one(m, per_round, opts, &child_sched, Some(bin))?;
+                    if let Some((cpu, sent)) = cost {
+                        bridge_cost.0 += cpu;
+                        bridge_cost.1 += sent;
+                    }
+                    (v, c)
+                }
+                _ => {
+                    let (v, c, _) = run_one(m, per_round, opts, &child_sched, None)?;
+                    (v, c)
+                }
             };
-            p50s[k].rounds[round] = (!v.is_empty())
-                .then(|| LatencySummary::from_samples("", v.clone(), 0).p50_ns as f64);
+            if !v.is_empty() {
+                let l = LatencySummary::from_samples("", v.clone(), 0);
+                p50s[k].rounds[round] = Some(l.p50_ns as f64);
+                p999s[k].rounds[round] = Some(l.p999_ns as f64);
+            }
             all[k].0.extend(v);
             all[k].1 += coalesced;
         }
@@ -408,13 +468,25 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
             }
         }
     }
-    if let Some((cpp, rust, aa)) = cpp_arms {
-        ratios.extend(crate::harness::Ratio::of(
-            "wake p50",
-            &p50s[cpp],
-            &p50s[rust],
-            Some(&p50s[aa]),
-        ));
+    if let Some((rust, cpp, bridge, aa)) = doorbell {
+        if let Some(cpp) = cpp {
+            ratios.extend(crate::harness::Ratio::of(
+                "wake p50",
+                &p50s[cpp],
+                &p50s[rust],
+                Some(&p50s[aa]),
+            ));
+        }
+        if let Some(b) = bridge {
+            for (figure, arms) in [("wake p50", &p50s), ("wake p99.9", &p999s)] {
+                ratios.extend(crate::harness::Ratio::of(
+                    figure,
+                    &arms[b],
+                    &arms[rust],
+                    Some(&arms[aa]),
+                ));
+            }
+        }
     }
     let results = all
         .into_iter()
@@ -428,8 +500,26 @@ pub fn wake(opts: &WakeOptions) -> Result<WakeReport, BenchRunError> {
         settings,
         results,
         ratios,
+        bridge: opts.bridge.as_ref().map(|_| BridgeCost {
+            messages: bridge_cost.1,
+            cpu_ns: bridge_cost.0,
+            cpu_ns_per_1000: bridge_cost.0.saturating_mul(1000) / bridge_cost.1.max(1),
+        }),
     })
 }
+
+/// What an arm runs beside the mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extra {
+    None,
+    /// The C++ receiver instead of the Rust loop.
+    Cpp,
+    /// Two bridges forwarding the channel.
+    Bridge,
+}
+
+/// The bridge arm's name in the report.
+pub const BRIDGE_ARM: &str = "doorbell + bridge";
 
 /// The C++ arm's name in the report.
 pub const CPP_ARM: &str = "cpp (doorbell)";
@@ -629,6 +719,8 @@ fn run_cpp(
 pub(super) struct SenderSched {
     /// Built before the fork: the child allocates nothing.
     pub(super) cpus: Option<CpuSet>,
+    /// The sender's CPU (the bridges run there too).
+    pub(super) cpu: Option<usize>,
     pub(super) fifo: Option<u32>,
 }
 
@@ -691,12 +783,18 @@ pub(super) fn reap(pid: libc::pid_t, m: Mechanism) -> Result<(), BenchRunError> 
     }
 }
 
+/// One arm's round: its latencies (after the warm-up), the wakes that
+/// found more than one message, and the forwarding bridge's CPU time and
+/// messages sent when bridges ran beside it.
+pub(super) type OneRun = (Vec<u64>, u64, Option<(u64, u64)>);
+
 pub(super) fn run_one(
     m: Mechanism,
     n: u32,
     opts: &WakeOptions,
     sched: &SenderSched,
-) -> Result<(Vec<u64>, u64), BenchRunError> {
+    bridge: Option<&Path>,
+) -> Result<OneRun, BenchRunError> {
     let map = SharedMap::new()?;
     let shared = map.get();
     let total = n + WARMUP;
@@ -740,6 +838,10 @@ pub(super) fn run_one(
                 }
             })
             .map_err(BenchRunError::LoopWatch)?;
+            let bridges = match bridge {
+                Some(bin) => Some(super::bridge::start(bin, dir.path(), opts, sched.cpu)?),
+                None => None,
+            };
             let pid = fork_sender(shared, opts, sched, n, |i| {
                 let _ = publisher.publish(&i.to_ne_bytes());
             })?;
@@ -748,6 +850,7 @@ pub(super) fn run_one(
             reap(pid, m)?;
             r?;
             drop(lp);
+            let cost = bridges.map(|b| b.finish(&opts.proc_root));
             let v = samples.borrow();
             return Ok((
                 v.iter()
@@ -756,6 +859,7 @@ pub(super) fn run_one(
                     .copied()
                     .collect(),
                 0,
+                cost,
             ));
         }
         Mechanism::Futex => {
@@ -872,5 +976,5 @@ pub(super) fn run_one(
     let mut lat = smp.lat;
     lat.truncate(total as usize);
     let lat = lat.split_off((WARMUP as usize).min(lat.len()));
-    Ok((lat, coalesced))
+    Ok((lat, coalesced, None))
 }
