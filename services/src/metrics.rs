@@ -404,6 +404,116 @@ pub fn exposition(s: &SupervisorStatus) -> String {
             f.sample("rtdeploy_watchdog_timeout_seconds", &labels, t as f64);
         }
     }
+    // The bridge (robot.yaml `bridge:`): its peers, memory, each link's
+    // messages, losses and drops by reason, and other boards' clocks.
+    if let Some(b) = &s.bridge {
+        let r = [("robot", robot)];
+        for (name, help, v) in [
+            (
+                "rtdeploy_bridge_peers",
+                "Zenoh peers and routers the bridge is connected to (0: the network is lost).",
+                (b.peers.len() + b.routers.len()) as f64,
+            ),
+            (
+                "rtdeploy_bridge_memory_bytes",
+                "The bridge's resident set.",
+                b.rss_bytes as f64,
+            ),
+            (
+                "rtdeploy_bridge_memory_bound_bytes",
+                "bridge.memory: over it, what comes in is dropped.",
+                b.memory_bound as f64,
+            ),
+        ] {
+            f.family(name, "gauge", help);
+            f.sample(name, &r, v);
+        }
+        if !b.links.is_empty() {
+            fn link_labels<'a>(
+                robot: &'a str,
+                l: &'a crate::bridge::LinkStatus,
+            ) -> [(&'static str, &'a str); 3] {
+                [
+                    ("robot", robot),
+                    ("channel", l.channel.as_str()),
+                    ("direction", l.direction.as_str()),
+                ]
+            }
+            let labels = |l| link_labels(robot, l);
+            f.family(
+                "rtdeploy_bridge_messages_total",
+                "counter",
+                "Messages the bridge sent (out) or delivered into the channel (in).",
+            );
+            for l in &b.links {
+                let n = if l.direction == "out" {
+                    l.sent
+                } else {
+                    l.received
+                };
+                f.sample("rtdeploy_bridge_messages_total", &labels(l), n as f64);
+            }
+            f.family(
+                "rtdeploy_bridge_lost_total",
+                "counter",
+                "Messages that never came (gaps in the sender's sequence) or that the channel overwrote before the bridge read them.",
+            );
+            for l in &b.links {
+                f.sample("rtdeploy_bridge_lost_total", &labels(l), l.lost as f64);
+            }
+            f.family(
+                "rtdeploy_bridge_dropped_total",
+                "counter",
+                "Messages the bridge dropped, by reason (garbage, wrong_type, size, rate, ttl, memory, failed, stale).",
+            );
+            for l in &b.links {
+                let d = &l.dropped;
+                for (reason, n) in [
+                    ("garbage", d.garbage),
+                    ("wrong_type", d.wrong_type),
+                    ("size", d.size),
+                    ("rate", d.rate),
+                    ("ttl", d.ttl),
+                    ("memory", d.memory),
+                    ("failed", d.failed),
+                    ("stale", d.stale),
+                ] {
+                    let [a, b2, c] = labels(l);
+                    f.sample(
+                        "rtdeploy_bridge_dropped_total",
+                        &[a, b2, c, ("reason", reason)],
+                        n as f64,
+                    );
+                }
+            }
+        }
+        if !b.clocks.is_empty() {
+            f.family(
+                "rtdeploy_bridge_clock_offset_seconds",
+                "gauge",
+                "Another board's monotonic clock minus this one's, as the bridges estimate it.",
+            );
+            for c in &b.clocks {
+                f.sample(
+                    "rtdeploy_bridge_clock_offset_seconds",
+                    &[("robot", robot), ("remote", c.robot.as_str())],
+                    c.offset_ns as f64 / 1e9,
+                );
+            }
+            f.family(
+                "rtdeploy_bridge_clock_error_seconds",
+                "gauge",
+                "The most the clock offset estimate is wrong by: half the round trip it comes from.",
+            );
+            for c in &b.clocks {
+                f.sample(
+                    "rtdeploy_bridge_clock_error_seconds",
+                    &[("robot", robot), ("remote", c.robot.as_str())],
+                    c.rtt_ns as f64 / 2e9,
+                );
+            }
+        }
+    }
     let procs = &s.processes;
     let per = |f: &mut Families,
                name: &str,
@@ -723,5 +833,54 @@ mod tests {
         assert_eq!(num(f64::INFINITY), "+Inf");
         assert_eq!(num(2.5), "2.5");
         assert_eq!(num(3.0), "3");
+    }
+
+    #[test]
+    fn the_bridge_is_in_the_metrics() {
+        let s = SupervisorStatus {
+            robot: "arm".into(),
+            bridge: Some(crate::bridge::BridgeStatus {
+                peers: vec!["a".into()],
+                rss_bytes: 1 << 20,
+                memory_bound: 64 << 20,
+                links: vec![crate::bridge::LinkStatus {
+                    channel: "/demo/chatter".into(),
+                    direction: "in".into(),
+                    received: 7,
+                    lost: 2,
+                    dropped: crate::bridge::Dropped {
+                        rate: 3,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                }],
+                clocks: vec![crate::bridge::ClockStatus {
+                    robot: "base".into(),
+                    offset_ns: -1_500_000_000,
+                    rtt_ns: 40_000,
+                    samples: 16,
+                    boot_id: String::new(),
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = exposition(&s);
+        for line in [
+            "rtdeploy_bridge_peers{robot=\"arm\"} 1",
+            "rtdeploy_bridge_memory_bound_bytes{robot=\"arm\"} 67108864",
+            "rtdeploy_bridge_messages_total{robot=\"arm\",channel=\"/demo/chatter\",direction=\"in\"} 7",
+            "rtdeploy_bridge_lost_total{robot=\"arm\",channel=\"/demo/chatter\",direction=\"in\"} 2",
+            "rtdeploy_bridge_dropped_total{robot=\"arm\",channel=\"/demo/chatter\",direction=\"in\",reason=\"rate\"} 3",
+            "rtdeploy_bridge_clock_offset_seconds{robot=\"arm\",remote=\"base\"} -1.5",
+            "rtdeploy_bridge_clock_error_seconds{robot=\"arm\",remote=\"base\"} 0.00002",
+        ] {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
+        assert_eq!(
+            text.matches("# TYPE rtdeploy_bridge_dropped_total counter")
+                .count(),
+            1
+        );
     }
 }

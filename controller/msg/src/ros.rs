@@ -202,6 +202,199 @@ impl Description {
     }
 }
 
+// ---- Reading other tools' schemas ----------------------------------------
+
+/// A primitive as another tool's schema may have it (`bool` included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ForeignPrim {
+    Bool,
+    Int(Prim),
+}
+
+impl ForeignPrim {
+    fn size(self) -> usize {
+        match self {
+            ForeignPrim::Bool => 1,
+            ForeignPrim::Int(p) => p.size() as usize,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ForeignElem {
+    Prim(ForeignPrim),
+    /// Index into [`Foreign::types`].
+    Msg(usize),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ForeignField {
+    name: String,
+    elem: ForeignElem,
+    array: Option<usize>,
+}
+
+/// A fixed-size message type of a `ros2msg` schema another tool wrote,
+/// read leniently (a `bool`, padding C would insert: CDR places every
+/// field itself), for decoding logs: [`Foreign::decode`] walks the CDR
+/// body field by field. Strings and sequences are not read (`None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Foreign {
+    /// Each definition's fields; the root first.
+    types: Vec<(String, Vec<ForeignField>)>,
+}
+
+/// The most fields, definitions and array elements a foreign schema may
+/// have: a log's schema is input.
+const FOREIGN_MAX_FIELDS: usize = 4096;
+const FOREIGN_MAX_ARRAY: usize = 1 << 20;
+const FOREIGN_MAX_DEPTH: usize = 16;
+
+impl Foreign {
+    /// Reads `text`, the schema named `package/msg/Name`; `None` when a
+    /// field is not of a fixed size or a name is not a known definition.
+    pub fn read(schema_name: &str, text: &str) -> Option<Foreign> {
+        if text.len() > crate::MAX_TEXT {
+            return None;
+        }
+        let (pkg, root) = split_ros_name(schema_name)?;
+        // (package, name, its fields as (type, name)), the root first.
+        type Section = (String, String, Vec<(String, String)>);
+        let mut sections: Vec<Section> = vec![(pkg, root, Vec::new())];
+        for line in text.lines() {
+            if line.starts_with("===") {
+                sections.push((String::new(), String::new(), Vec::new()));
+                continue;
+            }
+            let last = sections.last_mut()?;
+            if last.1.is_empty() {
+                if let Some(t) = line.trim().strip_prefix("MSG:") {
+                    let (p, n) = split_ros_name(t.trim())?;
+                    last.0 = p;
+                    last.1 = n;
+                }
+                continue;
+            }
+            let code = line.split('#').next().unwrap_or("").trim();
+            if code.is_empty() || (code.contains('=') && !code.contains("<=")) {
+                continue;
+            }
+            let mut w = code.split_whitespace();
+            let (ty, name) = (w.next()?, w.next()?);
+            if w.next().is_some() {
+                return None; // a default value: not a field this reader knows
+            }
+            last.2.push((ty.to_string(), name.to_string()));
+            if last.2.len() > FOREIGN_MAX_FIELDS {
+                return None;
+            }
+        }
+        let names: Vec<String> = sections.iter().map(|s| s.1.clone()).collect();
+        let mut types = Vec::with_capacity(sections.len());
+        for (_, name, fields) in &sections {
+            let mut out = Vec::with_capacity(fields.len());
+            for (ty, fname) in fields {
+                let (base, array) = match ty.split_once('[') {
+                    None => (ty.as_str(), None),
+                    Some((b, rest)) => {
+                        let n: usize = rest.strip_suffix(']')?.parse().ok()?;
+                        if n == 0 || n > FOREIGN_MAX_ARRAY {
+                            return None;
+                        }
+                        (b, Some(n))
+                    }
+                };
+                let elem = match base {
+                    "bool" => ForeignElem::Prim(ForeignPrim::Bool),
+                    other => match Prim::parse(other) {
+                        Some(p) => ForeignElem::Prim(ForeignPrim::Int(p)),
+                        None => {
+                            let short = other.rsplit('/').next().unwrap_or(other);
+                            ForeignElem::Msg(names.iter().position(|n| n == short)?)
+                        }
+                    },
+                };
+                out.push(ForeignField {
+                    name: fname.clone(),
+                    elem,
+                    array,
+                });
+            }
+            if out.is_empty() {
+                return None;
+            }
+            types.push((name.clone(), out));
+        }
+        let f = Foreign { types };
+        // No definition uses itself, however deep.
+        f.depth(0, 0)?;
+        Some(f)
+    }
+
+    fn depth(&self, t: usize, d: usize) -> Option<()> {
+        if d > FOREIGN_MAX_DEPTH {
+            return None;
+        }
+        for fld in &self.types.get(t)?.1 {
+            if let ForeignElem::Msg(m) = fld.elem {
+                self.depth(m, d + 1)?;
+            }
+        }
+        Some(())
+    }
+
+    /// A CDR body (little endian, without its 4-byte header) decoded to a
+    /// JSON object, each primitive aligned to its size from the start of
+    /// the body; `None` when the body is shorter than the fields.
+    pub fn decode(&self, body: &[u8]) -> Option<serde_json::Value> {
+        let mut pos = 0usize;
+        self.decode_type(0, body, &mut pos, 0)
+    }
+
+    fn decode_type(
+        &self,
+        t: usize,
+        body: &[u8],
+        pos: &mut usize,
+        d: usize,
+    ) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        if d > FOREIGN_MAX_DEPTH {
+            return None;
+        }
+        let mut obj = serde_json::Map::new();
+        for f in &self.types.get(t)?.1 {
+            let one = |pos: &mut usize| -> Option<Value> {
+                match f.elem {
+                    ForeignElem::Prim(p) => {
+                        let size = p.size();
+                        *pos = pos.checked_add((size - *pos % size) % size)?;
+                        let b = body.get(*pos..pos.checked_add(size)?)?;
+                        *pos += size;
+                        Some(match p {
+                            ForeignPrim::Bool => Value::Bool(b[0] != 0),
+                            ForeignPrim::Int(pr) => pr.decode(b),
+                        })
+                    }
+                    ForeignElem::Msg(m) => self.decode_type(m, body, pos, d + 1),
+                }
+            };
+            let v = match f.array {
+                None => one(pos)?,
+                Some(n) => {
+                    // Cheap refusal of an array longer than the body.
+                    if n > body.len().saturating_add(1) {
+                        return None;
+                    }
+                    Value::Array((0..n).map(|_| one(pos)).collect::<Option<Vec<_>>>()?)
+                }
+            };
+            obj.insert(f.name.clone(), v);
+        }
+        Some(Value::Object(obj))
+    }
+}
+
 // ---- The type description and its hash (REP-2011, RIHS01) ----------------
 
 /// The version prefix of a type hash.
@@ -1055,5 +1248,39 @@ mod tests {
             // The channel's own rules are looser: the layout stands.
             assert!(e.layout(&name).is_ok());
         }
+    }
+
+    #[test]
+    fn another_tools_schema_is_read_leniently_and_decoded_as_cdr() {
+        // Trailing padding in C, a bool, a nested type after a gap.
+        let f = Foreign::read(
+            "demo/msg/Pose",
+            "# a pose\nfloat64 x\nint32 id\nbool ok\nInner in\nuint8 K=3\n================\nMSG: demo/Inner\nuint8 a\nfloat64 b\n",
+        )
+        .unwrap();
+        let mut body = Vec::new();
+        body.extend(1.5f64.to_le_bytes()); // 0
+        body.extend(7i32.to_le_bytes()); // 8
+        body.push(1); // 12 ok
+        body.push(9); // 13 a
+        body.extend([0; 2]); // 14: pad to 16
+        body.extend((-2.0f64).to_le_bytes()); // 16 b
+        assert_eq!(
+            f.decode(&body).unwrap(),
+            serde_json::json!({"x": 1.5, "id": 7, "ok": true, "in": {"a": 9, "b": -2.0}})
+        );
+        assert!(f.decode(&body[..23]).is_none());
+        for bad in [
+            "string s\n",
+            "int32[] v\n",
+            "Missing m\n",
+            "float64 x 1.0\n",
+            "",
+        ] {
+            assert!(Foreign::read("demo/msg/X", bad).is_none(), "{bad:?}");
+        }
+        // A definition that uses itself is refused, not followed.
+        assert!(Foreign::read("demo/msg/A", "A a\n").is_none());
+        assert!(Foreign::read("demo/msg/A", "uint8[1048577] a\n").is_none());
     }
 }

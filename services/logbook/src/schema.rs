@@ -33,12 +33,25 @@ pub struct TypeDecl {
 /// A declared (or logged) type, laid out.
 #[derive(Debug, Clone)]
 pub struct Layout {
-    set: Set,
-    root: String,
-    /// The message's size in bytes.
+    kind: Kind,
+    /// The message's size in bytes (0 for another tool's type).
     pub size: u64,
-    /// The layout hash a channel of this type records.
+    /// The layout hash a channel of this type records (0 for another
+    /// tool's type).
     pub hash: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    /// A channel's type (a declaration, or a log of ours).
+    Own { set: Set, root: String },
+    /// A type of another tool's log, read leniently (see
+    /// `messages::ros::Foreign`).
+    Foreign {
+        schema_name: String,
+        text: String,
+        foreign: messages::ros::Foreign,
+    },
 }
 
 impl PartialEq for Layout {
@@ -61,8 +74,7 @@ impl Layout {
     fn of(set: Set, root: String) -> Result<Layout, DescriptionError> {
         let l = set.layout(&root)?;
         Ok(Layout {
-            set,
-            root,
+            kind: Kind::Own { set, root },
             size: l.size,
             hash: l.hash,
         })
@@ -70,33 +82,62 @@ impl Layout {
 
     /// The struct's name, as a channel of the type records it.
     pub fn type_name(&self) -> &str {
-        &self.root
+        match &self.kind {
+            Kind::Own { root, .. } => root,
+            Kind::Foreign { schema_name, .. } => {
+                schema_name.rsplit('/').next().unwrap_or(schema_name)
+            }
+        }
     }
 
     /// The ros2msg schema name: `package/msg/Name`.
     pub fn schema_name(&self) -> String {
-        self.set.ros_name(&self.root)
+        match &self.kind {
+            Kind::Own { set, root } => set.ros_name(root),
+            Kind::Foreign { schema_name, .. } => schema_name.clone(),
+        }
     }
 
     /// The ros2msg schema text.
     pub fn ros2msg(&self) -> String {
-        self.set.ros2msg(&self.root).unwrap_or_default()
+        match &self.kind {
+            Kind::Own { set, root } => set.ros2msg(root).unwrap_or_default(),
+            Kind::Foreign { text, .. } => text.clone(),
+        }
     }
 
-    /// Decodes a message's payload (as published, without the CDR
-    /// header) into a JSON object; `None` when it is shorter than the
-    /// type.
+    /// Decodes a message's payload (as published, or another tool's CDR
+    /// body, without the CDR header) into a JSON object; `None` when it is
+    /// shorter than the type.
     pub fn decode(&self, data: &[u8]) -> Option<serde_json::Value> {
-        self.set.decode(&self.root, data)
+        match &self.kind {
+            Kind::Own { set, root } => set.decode(root, data),
+            Kind::Foreign { foreign, .. } => foreign.decode(data),
+        }
     }
 }
 
 /// Reads a ros2msg schema (for logs written by this logger or by other
-/// tools); `None` for a type that is not a channel's (see
-/// `messages::Set::from_ros2msg`).
+/// tools): a channel's type when it is one (see
+/// `messages::Set::from_ros2msg`), else another tool's fixed-size type
+/// read leniently (a `bool`, padding); `None` for a type with strings or
+/// sequences.
 pub fn parse_ros2msg(schema_name: &str, text: &str) -> Option<Layout> {
-    let (set, root) = Set::from_ros2msg(schema_name, text).ok()?;
-    Layout::of(set, root).ok()
+    if let Ok((set, root)) = Set::from_ros2msg(schema_name, text) {
+        if let Ok(l) = Layout::of(set, root) {
+            return Some(l);
+        }
+    }
+    let foreign = messages::ros::Foreign::read(schema_name, text)?;
+    Some(Layout {
+        kind: Kind::Foreign {
+            schema_name: schema_name.to_string(),
+            text: text.to_string(),
+            foreign,
+        },
+        size: 0,
+        hash: 0,
+    })
 }
 
 #[cfg(test)]
@@ -182,5 +223,30 @@ mod tests {
         let mut d = decl(&["float64 x"]);
         d.name = "Chatter".into();
         assert!(d.layout().unwrap_err().to_string().contains("package/Name"));
+    }
+
+    #[test]
+    fn another_tools_schema_decodes_though_no_channel_could_carry_it() {
+        // Trailing padding (20 bytes of fields) and a bool: read, decoded
+        // as CDR.
+        let l = parse_ros2msg(
+            "demo/msg/Pose",
+            "# a pose\nfloat64 x\nfloat64 y\nint32 id\nbool ok\n",
+        )
+        .unwrap();
+        let mut b = Vec::new();
+        b.extend(1.5f64.to_le_bytes());
+        b.extend((-3.0f64).to_le_bytes());
+        b.extend(3i32.to_le_bytes());
+        b.push(1);
+        assert_eq!(
+            l.decode(&b).unwrap(),
+            serde_json::json!({"x": 1.5, "y": -3.0, "id": 3, "ok": true})
+        );
+        assert_eq!(
+            (l.schema_name().as_str(), l.type_name(), l.hash),
+            ("demo/msg/Pose", "Pose", 0)
+        );
+        assert!(parse_ros2msg("demo/msg/S", "string s\n").is_none());
     }
 }
