@@ -162,7 +162,11 @@ fn a_ros_2_peer_sees_the_channels_as_rmw_zenoh_topics_and_sends_into_them() {
     let yaml = [
         "robot:\n  name: rosbot\nboard:\n  model: generic\n  cpus: 2\n".to_string(),
         "cpus:\n  housekeeping: 0\n  isolated: 1\nboot_check:\n  enabled: false\n".into(),
-        "channels:\n  - name: /demo/chatter\n    max_size: 64\n    rate: 1000\n".into(),
+        // Four seconds of the talker held: the bridge (SCHED_OTHER) may
+        // wait behind the other tests of this run, and the peer checks
+        // that every sequence number comes.
+        "channels:\n  - name: /demo/chatter\n    max_size: 64\n    rate: 1000\n    depth: 4096\n"
+            .into(),
         "  - name: /demo/cmd\n    max_size: 64\n    rate: 1000\n    depth: 1024\n".into(),
         format!("log:\n  types:\n    /demo/chatter: {chatter}\n    /demo/cmd: {chatter}\n"),
         format!(
