@@ -310,13 +310,28 @@ impl BellTable {
 
     /// Rings the bell a channel lists as `listing` if its loop sleeps;
     /// `true` when that took a wake syscall. Publish path: no allocation,
-    /// no lock, at most one load, one add and one `FUTEX_WAKE`.
+    /// no lock, two loads, one add and one `FUTEX_WAKE` at most.
+    ///
+    /// A listing of an earlier claim of the slot (its loop killed before
+    /// it unlisted, the slot claimed again since) is not rung: without
+    /// this check a real-time publisher would ring, through a real-time
+    /// loop's stale listing, the bell of a best-effort loop that took the
+    /// slot (or the other way round), and the two classes would meet on
+    /// one futex word. A claim between the generation load and the ring
+    /// costs its new owner at most one spurious wake; the next listing of
+    /// any loop on the channel clears the stale one.
     #[inline]
     pub(crate) fn ring(&self, listing: u64) -> bool {
         let Some(i) = listing_slot(listing) else {
             return false; // a scribbled listing: nothing to ring
         };
-        let word = &self.slot(i).word;
+        let slot = self.slot(i);
+        // SeqCst: a claim's generation increment precedes its owner's
+        // first sleep, so a listing of the current claim always passes.
+        if slot.generation.load(Ordering::SeqCst) as u32 != (listing >> 32) as u32 {
+            return false;
+        }
+        let word = &slot.word;
         // SeqCst load, then RMW: see the module docs.
         if word.load(Ordering::SeqCst) & SLEEPING == 0 {
             return false;
@@ -594,6 +609,49 @@ mod tests {
                 && msg.contains(&b.path().display().to_string()),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_stale_listing_never_rings_the_loop_that_took_its_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let ch = channel(dir.path(), "/s");
+        // A real-time loop killed before it unlisted: its listing stays,
+        // its slot is free.
+        let dead = bell(dir.path());
+        let slot = dead.index;
+        std::mem::forget(
+            ch.list_bell(&dead, crate::WakeClass::RealTime, Path::new(PROC))
+                .unwrap(),
+        );
+        drop(dead);
+        assert_eq!(ch.bell_listings(crate::WakeClass::RealTime), 1);
+        // A best-effort loop takes the slot, unlisted here, and sleeps.
+        let taker = bell(dir.path());
+        assert_eq!(taker.index, slot, "the freed slot is claimed again");
+        let key = taker.prepare_sleep();
+        // A real-time publisher finds the stale real-time listing: it
+        // must not touch the best-effort loop's word.
+        let mut p = ch
+            .publisher_as(crate::WakeClass::RealTime, Path::new(PROC))
+            .unwrap();
+        for i in 0..10u64 {
+            assert!(!p.publish_value(&i).unwrap().woke);
+        }
+        assert_eq!(p.wake_syscalls(), 0);
+        assert_eq!(taker.wake_up(), key, "the word was not rung");
+        // The listing of the current claim still rings.
+        let l = ch
+            .list_bell(&taker, crate::WakeClass::RealTime, Path::new(PROC))
+            .unwrap();
+        assert_eq!(
+            ch.bell_listings(crate::WakeClass::RealTime),
+            1,
+            "stale one cleared"
+        );
+        let key = taker.prepare_sleep();
+        assert!(p.publish_value(&11u64).unwrap().woke);
+        assert_ne!(taker.wake_up(), key);
+        drop(l);
     }
 
     #[test]

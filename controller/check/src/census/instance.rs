@@ -270,11 +270,16 @@ impl Census {
 
     /// Ends the current phase now.
     pub fn end_phase(&self) {
-        let now = controller::Monotonic::now().as_nanos();
+        self.end_phase_at(controller::Monotonic::now().as_nanos());
+    }
+
+    /// Ends the current phase at `ns` (`CLOCK_MONOTONIC`, the trace's
+    /// clock): events after it count nowhere.
+    pub fn end_phase_at(&self, ns: u64) {
         self.agg
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .end_phase(now);
+            .end_phase(ns);
     }
 
     /// Stops, drains what the kernel still holds, and reports.

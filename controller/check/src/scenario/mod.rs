@@ -445,6 +445,7 @@ pub(crate) fn run(
             ctl.rt_stop.store(0, Ordering::SeqCst);
             ctl.rt_recv_stop.store(0, Ordering::SeqCst);
             ctl.rt_recv_done.store(0, Ordering::SeqCst);
+            ctl.rt_recv_ended_ns.store(0, Ordering::SeqCst);
             ctl.rt_healed.store(0, Ordering::SeqCst);
             ctl.receiver_ready.store(0, Ordering::SeqCst);
             run.shared.clear_marks();
@@ -694,8 +695,17 @@ pub(crate) fn run(
             m.add_account(account);
             // Low-priority processes still running write into this
             // mechanism's histogram; they are replaced at the next phase.
+            // The census's phase is the real-time pair's: it ends when the
+            // receiver's loop stopped, before the receiver released its
+            // words. A low-priority process started by the last churn may
+            // claim a released bell (or get a ring's memory) afterwards:
+            // a word used by one class after the other, never by both at
+            // once, is no shared word.
             if let Some(cs) = &census {
-                cs.end_phase();
+                match sh.control().rt_recv_ended_ns.load(Ordering::SeqCst) {
+                    0 => cs.end_phase(),
+                    ns => cs.end_phase_at(ns),
+                }
             }
             if let Some(h) = hammer.take() {
                 run.shared

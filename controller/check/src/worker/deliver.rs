@@ -315,6 +315,12 @@ pub(super) fn receive(
                 source,
             });
             if let Some(shared) = seen {
+                // SeqCst: read by the engine after it reaped this process;
+                // stored while the loop still holds its words.
+                shared
+                    .control()
+                    .rt_recv_ended_ns
+                    .store(Monotonic::now().as_nanos(), Ordering::SeqCst);
                 let healed: u64 = lp.report_now().entries.iter().map(|e| e.healed).sum();
                 // SeqCst: read by the engine after it reaped this process.
                 shared.control().rt_healed.store(healed, Ordering::SeqCst);

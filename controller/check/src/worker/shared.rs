@@ -99,6 +99,12 @@ pub(crate) struct Control {
     /// The real-time receiver's messages that its loop's wake check found
     /// (no wake came for them), stored when its loop ends.
     pub rt_healed: AtomicU64,
+    /// When the real-time receiver's loop stopped (`CLOCK_MONOTONIC` ns),
+    /// stored before the loop and what it holds (its bell, its ring, its
+    /// subscription) are released: the census's phase ends there, so that
+    /// a best-effort process taking a released word afterwards is not
+    /// counted as sharing it with the pair. 0: not yet.
+    pub rt_recv_ended_ns: AtomicU64,
 }
 // SAFETY: repr(C), only AtomicU64 fields and arrays: no padding, no
 // pointers, no Drop, valid for every bit pattern.
