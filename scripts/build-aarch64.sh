@@ -5,10 +5,14 @@
 # and `gcc-aarch64-linux-gnu` as the linker, offline from a `cargo vendor`
 # tree. Nothing comes from outside the Debian archive and crates.io.
 #
-# Usage: scripts/build-aarch64.sh [--tests]     (as root on Debian 12)
+# Usage: scripts/build-aarch64.sh [--tests] [--bridge]   (as root on Debian 12)
 #   --tests   also build the controller crate's test binaries
 #             (channel and event-loop suites) for aarch64 and list them
 #             in <out>/tests.txt
+#   --bridge  also build rtdeploy-bridge (robot.yaml `bridge:`), which
+#             images install beside deploy: Zenoh and its runtime, about
+#             220 more crates, ring's C and assembly through
+#             aarch64-linux-gnu-gcc (12 minutes cold on 2 cores)
 #
 # Cache ($RTDEPLOY_CACHE, default /var/cache/rtdeploy: outside the clone,
 # which the chroot bind-mounts), each part keyed by content so a warm run
@@ -19,7 +23,8 @@
 #   aarch64-target/         cargo's target directory (cargo decides what a
 #                           source change rebuilds)
 # Output: $RTDEPLOY_AARCH64_OUT (default <repo>/target-aarch64): deploy,
-# talker, listener (stripped), and with --tests the test binaries.
+# talker, listener (stripped), with --bridge rtdeploy-bridge, and with
+# --tests the test binaries.
 #
 # Exit status: 0 built, 2 a step failed (its output is printed).
 set -euo pipefail
@@ -32,7 +37,17 @@ SUITE=trixie
 MIRROR=${RTDEPLOY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 TRIPLE=aarch64-unknown-linux-gnu
 WITH_TESTS=0
-[ "${1:-}" = --tests ] && WITH_TESTS=1
+WITH_BRIDGE=0
+for arg in "$@"; do
+    case $arg in
+    --tests) WITH_TESTS=1 ;;
+    --bridge) WITH_BRIDGE=1 ;;
+    *)
+        echo "usage: $0 [--tests] [--bridge]" >&2
+        exit 2
+        ;;
+    esac
+done
 
 log() { printf '[build-aarch64 %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -127,6 +142,14 @@ build "cargo build --release --locked --target $TRIPLE -p deploy --bin deploy &&
 build "mkdir -p /target/stripped && for f in deploy examples/talker examples/listener; do aarch64-linux-gnu-strip -o /target/stripped/\${f##*/} /target/$TRIPLE/release/\$f || exit 1; done" ||
     die "aarch64-linux-gnu-strip failed"
 cp "$TARGET/stripped/deploy" "$TARGET/stripped/talker" "$TARGET/stripped/listener" "$OUT/"
+BUILT=(deploy talker listener)
+if [ "$WITH_BRIDGE" = 1 ]; then
+    log "building rtdeploy-bridge for $TRIPLE"
+    build "cargo build --release --locked --target $TRIPLE -p bridge --bin rtdeploy-bridge && aarch64-linux-gnu-strip -o /target/stripped/rtdeploy-bridge /target/$TRIPLE/release/rtdeploy-bridge" ||
+        die "the aarch64 bridge build failed"
+    cp "$TARGET/stripped/rtdeploy-bridge" "$OUT/"
+    BUILT+=(rtdeploy-bridge)
+fi
 
 if [ "$WITH_TESTS" = 1 ]; then
     command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends jq >/dev/null; } ||
@@ -149,9 +172,9 @@ if [ "$WITH_TESTS" = 1 ]; then
 fi
 
 # An ELF of class 64 whose e_machine (bytes 18-19) is EM_AARCH64 (183).
-for f in deploy talker listener; do
+for f in "${BUILT[@]}"; do
     [ "$(od -An -tx1 -N5 "$OUT/$f" | tr -d ' \n')" = 7f454c4602 ] &&
         [ "$(od -An -tu2 -j18 -N2 "$OUT/$f" | tr -d ' \n')" = 183 ] ||
         die "$OUT/$f is not an aarch64 ELF"
 done
-log "built: $(cd "$OUT" && ls -l deploy talker listener | awk '{print $5, $9}' | tr '\n' ' ')"
+log "built: $(cd "$OUT" && ls -l "${BUILT[@]}" | awk '{print $5, $9}' | tr '\n' ' ')"

@@ -515,3 +515,111 @@ fn image_holds_the_boot_partition_of_a_board_that_counts_boot_attempts() {
     let s = releases::boot_attempts::read_state(&dir).unwrap();
     assert_eq!((s.trial, s.notes.len()), (None, 0));
 }
+
+/// A robot whose bridge runs the program images install
+/// (/usr/bin/rtdeploy-bridge): the image carries it, taken from beside the
+/// deploy binary or from --bridge-binary, checked for the board like
+/// deploy; without one the image is refused, naming what to build.
+#[test]
+fn image_carries_the_bridge_a_robot_runs() {
+    let t = tempfile::tempdir().unwrap();
+    inputs(t.path());
+    let mut yaml = fs::read_to_string(example("orin-nano.yaml")).unwrap();
+    assert!(!yaml.contains("\nbridge:"), "{yaml}");
+    yaml.push_str("bridge:\n  forward:\n    - {channels: /imu/*, direction: out}\n");
+    fs::write(t.path().join("robot.yaml"), &yaml).unwrap();
+    let args = |out: &'static str, extra: &[&'static str]| {
+        let mut a = vec![
+            "-q",
+            "-c",
+            "robot.yaml",
+            "image",
+            "--base",
+            "base",
+            "--release",
+            "release",
+            "--deploy-binary",
+            "deploy-aarch64",
+            "--source-date-epoch",
+            "1700000000",
+            "--out",
+            out,
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let o = deploy(t.path(), &args("a.tar", &[]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+    let e = text(&o.stderr);
+    assert!(
+        e.contains("robot.yaml's bridge runs /usr/bin/rtdeploy-bridge")
+            && e.contains("deploy-aarch64")
+            && e.contains("--bridge-binary")
+            && e.contains("cargo build --release -p bridge"),
+        "{e}"
+    );
+    assert!(!t.path().join("a.tar").exists());
+
+    let listed = |out: &str| -> serde_json::Value {
+        let m: serde_json::Value = serde_json::from_slice(
+            &fs::read(t.path().join(format!("{out}.manifest.json"))).unwrap(),
+        )
+        .unwrap();
+        m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == "/usr/bin/rtdeploy-bridge")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null)
+    };
+    // Beside the deploy binary, as cargo builds them.
+    write(
+        &t.path().join("rtdeploy-bridge"),
+        &elf_aarch64("bridge"),
+        0o755,
+    );
+    let o = deploy(t.path(), &args("a.tar", &[]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(listed("a.tar")["mode"], "0755");
+    // Given: for the wrong board, refused by its path.
+    write(&t.path().join("other/bridge"), &elf_x86_64("bridge"), 0o755);
+    let o = deploy(
+        t.path(),
+        &args("b.tar", &["--bridge-binary", "other/bridge"]),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr)
+            .contains("/usr/bin/rtdeploy-bridge (from other/bridge) is built for x86_64"),
+        "{}",
+        text(&o.stderr)
+    );
+    // A robot without a bridge: none unless asked for.
+    let o = deploy(
+        t.path(),
+        &[
+            "-q",
+            "-c",
+            example("orin-nano.yaml").to_str().unwrap(),
+            "image",
+            "--base",
+            "base",
+            "--release",
+            "release",
+            "--deploy-binary",
+            "deploy-aarch64",
+            "--out",
+            "c.tar",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(listed("c.tar").is_null());
+}
+
+/// As [`elf_aarch64`], for x86_64.
+fn elf_x86_64(tag: &str) -> Vec<u8> {
+    let mut h = elf_aarch64(tag);
+    h[18..20].copy_from_slice(&62u16.to_le_bytes());
+    h
+}

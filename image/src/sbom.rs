@@ -1,5 +1,6 @@
 //! A CycloneDX 1.5 JSON software bill of materials for an image: the base
-//! (by digest), rtdeploy itself and each controller program.
+//! (by digest), rtdeploy itself (deploy and the other programs of its
+//! that the robot runs) and each controller program.
 
 use serde_json::{json, Value};
 
@@ -26,6 +27,8 @@ pub struct SbomInput<'a> {
     /// sha256 of the image manifest: names every file of the image.
     pub image_manifest_sha256: &'a str,
     pub deploy: Component,
+    /// rtdeploy's other programs in the image (the bridge).
+    pub tools: Vec<Component>,
     pub controllers: Vec<Component>,
 }
 
@@ -51,6 +54,16 @@ pub fn render(i: &SbomInput) -> Value {
         "hashes": hashes(&i.deploy.sha256),
         "properties": [{ "name": "rtdeploy:path", "value": i.deploy.path }],
     }));
+    for t in &i.tools {
+        components.push(json!({
+            "type": "application",
+            "bom-ref": format!("rtdeploy:{}", t.path),
+            "name": t.name,
+            "version": t.version,
+            "hashes": hashes(&t.sha256),
+            "properties": [{ "name": "rtdeploy:path", "value": t.path }],
+        }));
+    }
     for c in &i.controllers {
         let mut v = json!({
             "type": "application",

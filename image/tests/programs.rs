@@ -254,3 +254,78 @@ fn a_file_that_is_no_program_is_refused() {
         "{err}"
     );
 }
+
+/// rtdeploy's other programs (the bridge) go in as `deploy` does: at
+/// their path, executable, named in the SBOM and the manifest, and
+/// refused when built for another board or given twice.
+#[test]
+fn the_bridge_goes_in_beside_deploy_checked_like_it() {
+    let t = tempfile::tempdir().unwrap();
+    let inputs = Inputs::new(t.path());
+    let bridge = t.path().join("rtdeploy-bridge");
+    fs::write(&bridge, elf(183, "bridge")).unwrap();
+    let mut spec = inputs.spec();
+    spec.tools = vec![("usr/bin/rtdeploy-bridge".into(), bridge.clone())];
+    let out = t.path().join("x.tar");
+    let summary = build(&spec, &out, Format::Tar, &mut no_progress()).unwrap();
+    let (_, m) = read_tar(&out);
+    let b = &m["usr/bin/rtdeploy-bridge"];
+    assert_eq!(b.data, elf(183, "bridge"));
+    assert_eq!(b.mode, 0o755);
+    let sbom: serde_json::Value =
+        serde_json::from_slice(&fs::read(&summary.sbom).unwrap()).unwrap();
+    let c = sbom["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "rtdeploy-bridge")
+        .unwrap_or_else(|| panic!("no bridge in {sbom}"));
+    assert_eq!(c["version"], "0.1.0");
+    assert_eq!(c["properties"][0]["value"], "/usr/bin/rtdeploy-bridge");
+    assert_eq!(
+        c["hashes"][0]["content"].as_str().unwrap(),
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(elf(183, "bridge")))
+    );
+    let manifest = fs::read_to_string(&summary.manifest).unwrap();
+    assert!(manifest.contains("/usr/bin/rtdeploy-bridge"), "{manifest}");
+
+    // Built for x86_64, for an aarch64 board: refused by its path.
+    fs::write(&bridge, elf(62, "bridge")).unwrap();
+    let err = build(
+        &spec,
+        &t.path().join("y.tar"),
+        Format::Tar,
+        &mut no_progress(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with(&format!(
+            "/usr/bin/rtdeploy-bridge (from {}) is built for x86_64, but board jetson-orin-nano runs aarch64",
+            bridge.display()
+        )),
+        "{err}"
+    );
+    // Missing, or at deploy's own path: refused before anything is written.
+    spec.tools = vec![("usr/bin/rtdeploy-bridge".into(), t.path().join("absent"))];
+    let err = build(
+        &spec,
+        &t.path().join("z.tar"),
+        Format::Tar,
+        &mut no_progress(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("absent"), "{err}");
+    spec.tools = vec![("usr/bin/deploy".into(), bridge.clone())];
+    let err = build(
+        &spec,
+        &t.path().join("z.tar"),
+        Format::Tar,
+        &mut no_progress(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("distinct relative paths"), "{err}");
+    assert!(!t.path().join("y.tar").exists() && !t.path().join("z.tar").exists());
+}

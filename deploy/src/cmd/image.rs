@@ -33,6 +33,11 @@ pub struct ImageArgs {
     /// The `deploy` binary built for the board (installed as /usr/bin/deploy).
     #[arg(long, value_name = "P")]
     pub deploy_binary: PathBuf,
+    /// The `rtdeploy-bridge` binary built for the board, installed as
+    /// /usr/bin/rtdeploy-bridge [default, when robot.yaml's `bridge:` runs
+    /// that program: rtdeploy-bridge beside --deploy-binary]
+    #[arg(long, value_name = "P")]
+    pub bridge_binary: Option<PathBuf>,
     /// The image to write (refused if it exists, unless --force; always
     /// refused inside the base or release directory, which it would be
     /// made from).
@@ -125,6 +130,37 @@ fn process_limits(robot: &Robot) -> impl Iterator<Item = ProcessLimits<'_>> {
     })
 }
 
+/// The bridge binary the image carries: the one given, else, when the
+/// robot's bridge runs the program images install, the one built beside
+/// the deploy binary (cargo builds both into one directory). A robot that
+/// would run a bridge the image lacks is refused: its supervisor would
+/// fail to start it at every boot.
+fn bridge_binary(robot: &Robot, args: &ImageArgs) -> anyhow::Result<Option<PathBuf>> {
+    if let Some(p) = &args.bridge_binary {
+        return Ok(Some(p.clone()));
+    }
+    let Some(b) = robot
+        .bridge
+        .as_ref()
+        .filter(|b| b.exec == services::bridge::DEFAULT_EXEC)
+    else {
+        return Ok(None);
+    };
+    let beside = args.deploy_binary.with_file_name("rtdeploy-bridge");
+    if beside.is_file() {
+        return Ok(Some(beside));
+    }
+    anyhow::bail!(
+        "robot.yaml's bridge runs {} (bridge.exec), which the image installs, but there is no {} beside the deploy binary {}: \
+         pass --bridge-binary (built for the board: `cargo build --release -p bridge`, \
+         or scripts/build-aarch64.sh --bridge for a Jetson), or set bridge.exec to a program \
+         the base or the release holds",
+        b.exec,
+        beside.display(),
+        args.deploy_binary.display()
+    )
+}
+
 fn progress_bar(ctx: &Ctx) -> ProgressBar {
     if ctx.quiet || ctx.json {
         return ProgressBar::hidden();
@@ -157,6 +193,17 @@ pub fn run(ctx: &Ctx, args: ImageArgs) -> anyhow::Result<Exit> {
         base: Base::from_arg(&args.base),
         release: args.release.clone(),
         deploy_binary: args.deploy_binary.clone(),
+        tools: bridge_binary(robot, &args)?
+            .map(|p| {
+                (
+                    services::bridge::DEFAULT_EXEC
+                        .trim_start_matches('/')
+                        .to_string(),
+                    p,
+                )
+            })
+            .into_iter()
+            .collect(),
         robot_yaml: loaded.text.clone(),
         robot_name: robot.robot.name.clone(),
         version: args.release_version.clone(),

@@ -19,6 +19,7 @@ pub(super) fn check_programs(
 ) -> Result<Vec<String>, ImageBuildError> {
     let mut owned: Vec<(String, String, Vec<u8>)> = Vec::new();
     let mut listed = vec![paths::DEPLOY.to_string()];
+    listed.extend(spec.tools.iter().map(|(p, _)| p.clone()));
     for exec in &spec.programs {
         if let Some(r) = releases::programs::in_release(exec) {
             listed.push(format!("{release_dir}/{r}"));
@@ -33,8 +34,11 @@ pub(super) fn check_programs(
         else {
             continue;
         };
+        let tool = spec.tools.iter().find(|(p, _)| *p == path);
         let source = if path == paths::DEPLOY {
             spec.deploy_binary.clone()
+        } else if let Some((_, src)) = tool {
+            src.clone()
         } else {
             spec.release
                 .join(path.trim_start_matches(release_dir).trim_start_matches('/'))
@@ -122,6 +126,7 @@ pub(super) fn check_output_outside_inputs(
     }
     if let Ok(out_id) = fs::metadata(out).map(id) {
         let mut files = vec![("deploy binary", spec.deploy_binary.as_path())];
+        files.extend(spec.tools.iter().map(|(_, src)| ("program", src.as_path())));
         if let Base::Tar(tar) = &spec.base {
             files.push(("base", tar.as_path()));
         }

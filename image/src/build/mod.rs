@@ -61,6 +61,12 @@ pub struct ImageSpec {
     pub release: PathBuf,
     /// The `deploy` binary built for the board.
     pub deploy_binary: PathBuf,
+    /// rtdeploy's other programs the robot runs (the Zenoh bridge): each
+    /// its path in the image (no leading `/`, e.g.
+    /// `usr/bin/rtdeploy-bridge`) and the binary built for the board.
+    /// They go in as `deploy` does: checked against the board, stripped,
+    /// named in the SBOM.
+    pub tools: Vec<(String, PathBuf)>,
     /// robot.yaml as the user wrote it.
     pub robot_yaml: String,
     pub robot_name: String,
@@ -207,15 +213,36 @@ pub fn build(
             });
         }
     }
-    let deploy_md = fs::metadata(&spec.deploy_binary).map_err(ImageBuildError::io(
-        "read deploy binary",
-        &spec.deploy_binary,
-    ))?;
-    if !deploy_md.is_file() {
-        return Err(ImageBuildError::Conflict {
-            path: spec.deploy_binary.display().to_string(),
-            reason: "the deploy binary is not a regular file".into(),
-        });
+    let own: Vec<(&str, &Path)> = std::iter::once((paths::DEPLOY, spec.deploy_binary.as_path()))
+        .chain(
+            spec.tools
+                .iter()
+                .map(|(p, src)| (p.as_str(), src.as_path())),
+        )
+        .collect();
+    for (i, (path, _)) in own.iter().enumerate() {
+        if own[..i].iter().any(|(p, _)| p == path)
+            || path.starts_with('/')
+            || path
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return Err(ImageBuildError::Conflict {
+                path: (*path).into(),
+                reason: "rtdeploy's programs go to distinct relative paths of the image".into(),
+            });
+        }
+    }
+    let mut own_md = Vec::with_capacity(own.len());
+    for (path, src) in &own {
+        let md = fs::metadata(src).map_err(ImageBuildError::io("read the program", *src))?;
+        if !md.is_file() {
+            return Err(ImageBuildError::Conflict {
+                path: src.display().to_string(),
+                reason: format!("the program for /{path} is not a regular file"),
+            });
+        }
+        own_md.push(md);
     }
     let epoch = spec.source_date_epoch.unwrap_or(rel.newest_mtime);
     let rmanifest = rel.manifest(
@@ -320,41 +347,41 @@ pub fn build(
         .iter()
         .map(|(r, src)| (format!("{release_dir}/{r}"), src.clone()))
         .collect();
-    let deploy_stripped = if spec.strip {
-        // The debug link names the file as installed (`deploy.debug`),
-        // whatever the binary given was called.
-        release::stripped(&spec.deploy_binary, true, "deploy.debug")?
-    } else {
-        None
-    };
-    let (deploy_size, deploy_data) = match deploy_stripped {
-        Some(b) => {
-            debug.push((paths::DEPLOY.to_string(), spec.deploy_binary.clone()));
-            (b.len() as u64, Data::Bytes(std::sync::Arc::new(b)))
-        }
-        None => (
-            deploy_md.len(),
-            disk_data(&spec.deploy_binary, &deploy_md).map_err(ImageBuildError::io(
-                "find the holes of",
-                &spec.deploy_binary,
-            ))?,
-        ),
-    };
-    add.push((
-        paths::DEPLOY.into(),
-        Entry {
-            kind: Kind::File {
-                size: deploy_size,
-                data: deploy_data,
-                link_group: None,
+    for ((path, src), md) in own.iter().zip(&own_md) {
+        let stripped = if spec.strip {
+            // The debug link names the file as installed (`deploy.debug`),
+            // whatever the binary given was called.
+            let name = path.rsplit('/').next().unwrap_or(path);
+            release::stripped(src, true, &format!("{name}.debug"))?
+        } else {
+            None
+        };
+        let (size, data) = match stripped {
+            Some(b) => {
+                debug.push((path.to_string(), src.to_path_buf()));
+                (b.len() as u64, Data::Bytes(std::sync::Arc::new(b)))
+            }
+            None => (
+                md.len(),
+                disk_data(src, md).map_err(ImageBuildError::io("find the holes of", *src))?,
+            ),
+        };
+        add.push((
+            path.to_string(),
+            Entry {
+                kind: Kind::File {
+                    size,
+                    data,
+                    link_group: None,
+                },
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+                mtime: epoch,
+                xattrs: Vec::new(),
             },
-            mode: 0o755,
-            uid: 0,
-            gid: 0,
-            mtime: epoch,
-            xattrs: Vec::new(),
-        },
-    ));
+        ));
+    }
     if let Some((name, text)) = &spec.unit {
         let unit = format!("{}/{name}", paths::UNIT_DIR);
         add.push((
@@ -660,6 +687,20 @@ pub fn build(
             path: format!("/{}", paths::DEPLOY),
             sha256: deploy_sha,
         },
+        tools: spec
+            .tools
+            .iter()
+            .map(|(path, _)| sbom::Component {
+                name: path.rsplit('/').next().unwrap_or(path).to_string(),
+                version: Some(spec.rtdeploy_version.clone()),
+                path: format!("/{path}"),
+                sha256: files
+                    .iter()
+                    .find(|(p, _)| p == path)
+                    .and_then(|(_, f)| f.sha256.clone())
+                    .unwrap_or_default(),
+            })
+            .collect(),
         controllers,
     });
     let mut sbom_bytes = serde_json::to_vec_pretty(&sbom_doc).expect("sbom serializes");

@@ -234,6 +234,7 @@ impl Inputs {
             base: Base::Dir(self.dir.join("base")),
             release: self.dir.join("release"),
             deploy_binary: self.dir.join("deploy"),
+            tools: Vec::new(),
             robot_yaml: "robot:\n  name: arm1\nboard:\n  model: jetson-orin-nano\n".into(),
             robot_name: "arm1".into(),
             version: "1.4.0".into(),
