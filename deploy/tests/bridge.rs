@@ -109,10 +109,52 @@ fn logs(prefix: &Path, process: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+const COUNT: u32 = 2000;
+
+/// The two robots, running (their supervisors stop when this drops).
+struct Robots {
+    a: tempfile::TempDir,
+    b: tempfile::TempDir,
+    _sb: Kill,
+    _sa: Kill,
+    talker: PathBuf,
+    ns: Option<(String, String)>,
+}
+
+impl Robots {
+    /// The talker on A, as A's processes are run (its channel directory,
+    /// its network namespace), `count` messages.
+    fn talk(&self, count: u32) {
+        let shm = self.a.path().join("dev/shm/rtdeploy");
+        let mut t = match &self.ns {
+            Some((ns_a, _)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns_a]).arg(&self.talker);
+                c
+            }
+            None => Command::new(&self.talker),
+        };
+        t.args([
+            "--channel",
+            "/demo/chatter",
+            "--period-us",
+            "500",
+            "--count",
+            &count.to_string(),
+            "--every",
+            "1000",
+        ])
+        .env("RTDEPLOY_SHM_DIR", &shm)
+        .env("RTDEPLOY_PROCESS", "talker")
+        .stdout(Stdio::null());
+        let st = t.status().unwrap();
+        assert!(st.success(), "talker: {st}");
+    }
+}
+
 /// The scenario, with A listening on `a_addr` (B connecting there) and
 /// each supervisor in its namespace when given.
-fn two_robots(a_addr: &str, ns: Option<(&str, &str)>) {
-    const COUNT: u32 = 2000;
+fn two_robots(a_addr: &str, ns: Option<(&str, &str)>) -> Robots {
     let (talker, listener) = examples().unwrap_or_else(|why| panic!("{why}"));
     let a = prefix("robot-a", &robot_a(a_addr));
     let b = prefix("robot-b", &robot_b(a_addr, &listener, COUNT));
@@ -129,33 +171,16 @@ fn two_robots(a_addr: &str, ns: Option<(&str, &str)>) {
     // Declarations travel with the connection; a margin before the first
     // message.
     std::thread::sleep(Duration::from_secs(1));
-    // The talker on A, as A's processes are run (its channel directory).
-    let shm = a.path().join("dev/shm/rtdeploy");
-    let mut t = Command::new(&talker);
-    t.args([
-        "--channel",
-        "/demo/chatter",
-        "--period-us",
-        "500",
-        "--count",
-        &COUNT.to_string(),
-        "--every",
-        "1000",
-    ])
-    .env("RTDEPLOY_SHM_DIR", &shm)
-    .env("RTDEPLOY_PROCESS", "talker")
-    .stdout(Stdio::null());
-    if let Some((ns_a, _)) = ns {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns_a]).arg(&talker);
-        c.args(t.get_args().collect::<Vec<_>>())
-            .env("RTDEPLOY_SHM_DIR", &shm)
-            .env("RTDEPLOY_PROCESS", "talker")
-            .stdout(Stdio::null());
-        t = c;
-    }
-    let st = t.status().unwrap();
-    assert!(st.success(), "talker: {st}");
+    let robots = Robots {
+        a,
+        b,
+        _sb,
+        _sa,
+        talker,
+        ns: ns.map(|(x, y)| (x.to_string(), y.to_string())),
+    };
+    robots.talk(COUNT);
+    let (a, b) = (&robots.a, &robots.b);
     // Every sequence number, in order, none lost: the listener's own
     // count and its last.
     let until = Instant::now() + Duration::from_secs(60);
@@ -213,13 +238,7 @@ fn two_robots(a_addr: &str, ns: Option<(&str, &str)>) {
         c.rtt_ns
     );
     // What `deploy status` says of it.
-    let o = Command::new(DEPLOY)
-        .arg("--prefix")
-        .arg(b.path())
-        .arg("status")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
+    let text = deploy_status(b.path());
     for part in [
         "bridge: session ",
         "(peer), 1 peer(s)",
@@ -255,12 +274,13 @@ fn two_robots(a_addr: &str, ns: Option<(&str, &str)>) {
         n += 1;
     }
     assert_eq!((first.unwrap() + n, n), (COUNT as u64, 1024));
+    robots
 }
 
 #[test]
 fn a_talker_on_one_robot_drives_a_listener_on_another_over_the_loopback() {
     let port = free_port();
-    two_robots(&format!("tcp/127.0.0.1:{port}"), None);
+    let _ = two_robots(&format!("tcp/127.0.0.1:{port}"), None);
 }
 
 /// Runs `ip` with `args`, failing the test with its output.
@@ -304,7 +324,58 @@ fn a_talker_on_one_robot_drives_a_listener_on_another_across_a_veth_pair() {
         ip(&["-n", ns, "link", "set", dev, "up"]);
         ip(&["-n", ns, "link", "set", "lo", "up"]);
     }
-    two_robots("tcp/10.201.0.1:7447", Some((&na, &nb)));
+    let r = two_robots("tcp/10.201.0.1:7447", Some((&na, &nb)));
+    // The network lost: B's end of the cable down. B's status says that
+    // it reaches nobody, and since when; its log says so once.
+    ip(&["-n", &nb, "link", "set", &vb, "down"]);
+    let lost = bridge_status(r.b.path(), "B noticing that the network is lost", |s| {
+        s.peers.is_empty() && s.alone_s.is_some() && s.disconnections == 1
+    });
+    assert_eq!(lost.links[0].received, COUNT as u64, "{lost:#?}");
+    let text = deploy_status(r.b.path());
+    assert!(
+        text.contains("(peer), 0 peer(s), 0 router(s) (nobody reached for "),
+        "{text}"
+    );
+    assert!(text.contains("network lost 1 time(s)"), "{text}");
+    // Back: the bridges find each other again, with no restart (the same
+    // sessions), and what A sends then arrives, none lost.
+    ip(&["-n", &nb, "link", "set", &vb, "up"]);
+    let back = bridge_status(r.b.path(), "B reaching A again", |s| {
+        !s.peers.is_empty() && s.alone_s.is_none()
+    });
+    assert_eq!(back.session, lost.session, "the bridge was not restarted");
+    assert_eq!(back.disconnections, 1);
+    std::thread::sleep(Duration::from_secs(1));
+    const AGAIN: u32 = 500;
+    r.talk(AGAIN);
+    let sb = bridge_status(r.b.path(), "B's count after the outage", |s| {
+        s.links[0].received >= (COUNT + AGAIN) as u64
+    });
+    let l = &sb.links[0];
+    assert_eq!(
+        (l.received, l.lost, l.dropped.total()),
+        ((COUNT + AGAIN) as u64, 0, 0),
+        "{sb:#?}"
+    );
+    let log = logs(r.b.path(), "rtdeploy-bridge");
+    for part in [
+        "no peer or router is reached any more",
+        "reached again after ",
+    ] {
+        assert_eq!(log.matches(part).count(), 1, "{part:?} once in:\n{log}");
+    }
+}
+
+/// `deploy status` of the supervisor under `prefix`, as text.
+fn deploy_status(prefix: &Path) -> String {
+    let o = Command::new(DEPLOY)
+        .arg("--prefix")
+        .arg(prefix)
+        .arg("status")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// `deploy plan` says what the bridge forwards where, and within what

@@ -474,6 +474,12 @@ pub struct BridgeStatus {
     pub peers: Vec<String>,
     pub routers: Vec<String>,
     pub uptime_s: u64,
+    /// Seconds without any peer or router (from the start when none was
+    /// ever reached); `None` while one is.
+    pub alone_s: Option<u64>,
+    /// Times the bridge lost its last peer or router (the network, or
+    /// every other side, down); it reconnects by itself.
+    pub disconnections: u64,
     pub rss_bytes: u64,
     pub memory_bound: u64,
     pub over_memory: bool,
@@ -583,11 +589,19 @@ impl BridgeStatus {
     pub fn render(&self) -> String {
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         let mut out = format!(
-            "bridge: session {} ({}), {} peer(s), {} router(s), memory {:.1} of {:.0} MiB{}\n",
+            "bridge: session {} ({}), {} peer(s), {} router(s){}{}, memory {:.1} of {:.0} MiB{}\n",
             self.session,
             self.mode,
             self.peers.len(),
             self.routers.len(),
+            match self.alone_s {
+                Some(s) => format!(" (nobody reached for {s} s)"),
+                None => String::new(),
+            },
+            match self.disconnections {
+                0 => String::new(),
+                n => format!(", network lost {n} time(s)"),
+            },
             mib(self.rss_bytes),
             mib(self.memory_bound),
             if self.over_memory {
@@ -752,5 +766,30 @@ mod tests {
                 .any(|x| x.1.contains("ROS 2 cannot name the field `_seq`")),
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn status_says_how_long_nobody_was_reached_and_how_often_the_network_was_lost() {
+        let mut b = BridgeStatus {
+            session: "z1".into(),
+            mode: "peer".into(),
+            memory_bound: 64 << 20,
+            alone_s: Some(12),
+            disconnections: 1,
+            ..Default::default()
+        };
+        let first = |b: &BridgeStatus| b.render().lines().next().unwrap().to_string();
+        assert_eq!(
+            first(&b),
+            "bridge: session z1 (peer), 0 peer(s), 0 router(s) (nobody reached for 12 s), \
+             network lost 1 time(s), memory 0.0 of 64 MiB"
+        );
+        b.alone_s = None;
+        b.peers = vec!["z2".into()];
+        assert!(first(&b).contains("1 peer(s), 0 router(s), network lost 1 time(s), memory"));
+        // A status of an older bridge (no such fields): connected, never lost.
+        let old: BridgeStatus =
+            serde_json::from_str(r#"{"session": "z1", "peers": ["z2"]}"#).unwrap();
+        assert_eq!((old.alone_s, old.disconnections), (None, 0));
     }
 }

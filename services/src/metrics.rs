@@ -424,10 +424,25 @@ pub fn exposition(s: &SupervisorStatus) -> String {
                 "bridge.memory: over it, what comes in is dropped.",
                 b.memory_bound as f64,
             ),
+            (
+                "rtdeploy_bridge_alone_seconds",
+                "Seconds the bridge has reached no peer or router (0 while it reaches one).",
+                b.alone_s.unwrap_or(0) as f64,
+            ),
         ] {
             f.family(name, "gauge", help);
             f.sample(name, &r, v);
         }
+        f.family(
+            "rtdeploy_bridge_disconnections_total",
+            "counter",
+            "Times the bridge lost its last peer or router (it reconnects by itself).",
+        );
+        f.sample(
+            "rtdeploy_bridge_disconnections_total",
+            &r,
+            b.disconnections as f64,
+        );
         if !b.links.is_empty() {
             fn link_labels<'a>(
                 robot: &'a str,
@@ -841,6 +856,7 @@ mod tests {
             robot: "arm".into(),
             bridge: Some(crate::bridge::BridgeStatus {
                 peers: vec!["a".into()],
+                disconnections: 2,
                 rss_bytes: 1 << 20,
                 memory_bound: 64 << 20,
                 links: vec![crate::bridge::LinkStatus {
@@ -868,6 +884,8 @@ mod tests {
         let text = exposition(&s);
         for line in [
             "rtdeploy_bridge_peers{robot=\"arm\"} 1",
+            "rtdeploy_bridge_alone_seconds{robot=\"arm\"} 0",
+            "rtdeploy_bridge_disconnections_total{robot=\"arm\"} 2",
             "rtdeploy_bridge_memory_bound_bytes{robot=\"arm\"} 67108864",
             "rtdeploy_bridge_messages_total{robot=\"arm\",channel=\"/demo/chatter\",direction=\"in\"} 7",
             "rtdeploy_bridge_lost_total{robot=\"arm\",channel=\"/demo/chatter\",direction=\"in\"} 2",

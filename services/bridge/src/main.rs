@@ -27,6 +27,7 @@
 //! twice a second, which `deploy status` shows.
 
 mod clock;
+mod reach;
 mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -887,6 +888,7 @@ fn run() -> Result<(), String> {
     let started = Instant::now();
     let mut prev: Vec<(u64, u64)> = vec![(0, 0); status_links.len()];
     let mut prev_t = Instant::now();
+    let mut reach = reach::Reach::new();
     loop {
         std::thread::sleep(STATUS_PERIOD);
         let rss = rss_bytes();
@@ -901,6 +903,10 @@ fn run() -> Result<(), String> {
             .wait()
             .map(|z| z.to_string())
             .collect();
+        let uptime_s = started.elapsed().as_secs();
+        for line in reach.look(uptime_s, peers.iter().chain(&routers).cloned()) {
+            eprintln!("rtdeploy-bridge: {line}");
+        }
         let links: Vec<LinkStatus> = status_links
             .iter()
             .zip(prev.iter_mut())
@@ -961,7 +967,9 @@ fn run() -> Result<(), String> {
             domain_id: plan.domain_id,
             peers,
             routers,
-            uptime_s: started.elapsed().as_secs(),
+            uptime_s,
+            alone_s: reach.alone_s(uptime_s),
+            disconnections: reach.disconnections,
             rss_bytes: rss,
             memory_bound: sh.memory_bound,
             over_memory: sh.over_memory.load(Ordering::Relaxed),
