@@ -280,6 +280,48 @@ fn flash_dry_run_prints_the_jetson_commands() {
     );
     assert!(out.contains("Jetson Linux R36.4.3"), "{out}");
 
+    // Rootfs A/B, where this directory's files provide it.
+    let flash_ab = |extra: &[&str]| {
+        let mut a = vec![
+            "-c",
+            cfg.to_str().unwrap(),
+            "flash",
+            "--image",
+            "robot.tar.zst",
+            "--l4t",
+            "Linux_for_Tegra",
+            "--dry-run",
+        ];
+        a.extend_from_slice(extra);
+        deploy(t.path(), &a)
+    };
+    let o = flash_ab(&["--rootfs-ab", "--retry-count", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("has no tools/kernel_flash/flash_l4t_t234_nvme_rootfs_ab.xml"),
+        "{}",
+        text(&o.stderr)
+    );
+    write(
+        &l4t.join("tools/kernel_flash/flash_l4t_t234_nvme_rootfs_ab.xml"),
+        b"<partition_layout/>",
+        0o644,
+    );
+    write(
+        &l4t.join("p3767.conf.common"),
+        b"if [ \"${ROOTFS_AB}\" == 1 ]; then\n\trootfs_ab=1;\nfi;\n",
+        0o644,
+    );
+    let o = flash_ab(&["--rootfs-ab", "--retry-count", "2"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("ROOTFS_AB=1 ROOTFS_RETRY_COUNT_MAX=2 ./tools/kernel_flash/l4t_initrd_flash.sh --external-device nvme0n1p1 -c tools/kernel_flash/flash_l4t_t234_nvme_rootfs_ab.xml "),
+        "{}",
+        text(&o.stdout)
+    );
+    // A retry count alone means nothing: a usage error.
+    assert_eq!(flash_ab(&["--retry-count", "2"]).status.code(), Some(2));
+
     // A storage the Orin Nano lacks is refused, naming what it has.
     let o = deploy(
         t.path(),

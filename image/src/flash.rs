@@ -63,6 +63,28 @@
 //!   https://github.com/OE4T/meta-tegra/blob/master/recipes-bsp/tegra-binaries/nv-tegra-release_38.2.1.bb
 //!   takes it from there); the sample root filesystem is Ubuntu's packages
 //!   alone and lacks it.
+//! - rootfs A/B (`--rootfs-ab`): `ROOTFS_AB=1` in the environment of the
+//!   flashing script. The module's configuration then halves the root
+//!   filesystem's size and sets `rootfs_ab=1` (`p3701.conf.common`, AGX
+//!   Orin, in R35.3.1 and R36.2; `p3767.conf.common`, Orin NX and Nano,
+//!   in R36.2 but not in R35.3.1: the plan reads the file of the L4T
+//!   directory it is given and refuses when it does not handle
+//!   `ROOTFS_AB`), and `flash.sh` writes `RootfsRedundancyLevel` = 1 and,
+//!   with `ROOTFS_RETRY_COUNT_MAX` set from 1 to 3 (other values are
+//!   silently ignored there, so they are refused here), `RootfsRetryCountMax`
+//!   into `bootloader/L4TConfiguration.dtbo` as runtime-locked UEFI
+//!   variables (`process_l4t_conf_dtbo` in `flash.sh`, R35.3.1 and R36.2).
+//!   The slots' partitions: on the AGX Orin's eMMC its configuration
+//!   switches to `flash_t234_qspi_sdmmc_rootfs_ab.xml` (`APP`, `APP_b`;
+//!   `p3737-0000+p3701-0000.conf` R35.3.1, `p3737-0000-p3701-0000.conf.common`
+//!   R36.2); on an external drive the layout is
+//!   `tools/kernel_flash/flash_l4t_nvme_rootfs_ab.xml` in R35.3.1 and
+//!   `flash_l4t_t234_nvme_rootfs_ab.xml` in R36.2 (of which R36.2's
+//!   `flash_l4t_nvme_rootfs_ab.xml` is a link), as `README_initrd_flash.txt`
+//!   "Workflow 5" gives the command (`ROOTFS_AB=1 ... -c <layout> ...
+//!   external`). The Orin Nano developer kit's SD card is refused: R36.2's
+//!   `p3768-0000-p3767-0000-a0.conf` keeps `flash_t234_qspi_sd.xml`, which
+//!   has no `APP_b`, whatever `ROOTFS_AB` says.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -129,6 +151,15 @@ pub enum FlashPlanError {
     NotApplied { path: PathBuf },
     #[error("{} is not empty (holds {}); move it aside so the image is flashed alone", dir.display(), first)]
     RootfsNotEmpty { dir: PathBuf, first: String },
+    #[error("rootfs A/B cannot be flashed on the {board}'s {storage} with Jetson Linux {release}: {reason}; nothing was written")]
+    AbUnsupported {
+        board: String,
+        storage: Storage,
+        release: String,
+        reason: String,
+    },
+    #[error("--retry-count {0}: Jetson Linux's flash.sh takes a rootfs retry count from 1 to 3 (RootfsRetryCountMax, two bits a slot) and ignores any other")]
+    BadRetryCount(u8),
     #[error("flashing needs root (the scripts write device nodes and talk to the board over USB); run it with sudo, or use --dry-run")]
     NotRoot,
     #[error("step `{step}` failed: {status}")]
@@ -185,6 +216,16 @@ pub enum ReleaseSource {
     Both,
 }
 
+/// Rootfs A/B, asked for at flash time: two root filesystem slots that
+/// L4TLauncher boots in turn when one fails (see the module documentation
+/// and `releases::l4t_slots`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct RootfsAb {
+    /// `ROOTFS_RETRY_COUNT_MAX`: boots of a slot that may fail before the
+    /// other one boots (1 to 3); `None`: the firmware's default.
+    pub retry_count_max: Option<u8>,
+}
+
 /// The commands that flash an image onto a board from a Jetson Linux
 /// directory.
 #[derive(Debug, Clone, Serialize)]
@@ -197,7 +238,19 @@ pub struct FlashPlan {
     /// The flash configuration (`<config>.conf` in the L4T directory).
     pub config: &'static str,
     pub storage: Storage,
+    /// Rootfs A/B provisioned, and the partition layout that holds the
+    /// two slots.
+    pub rootfs_ab: Option<AbPlan>,
     pub steps: Vec<Step>,
+}
+
+/// How rootfs A/B is flashed.
+#[derive(Debug, Clone, Serialize)]
+pub struct AbPlan {
+    pub retry_count_max: Option<u8>,
+    /// The layout file with `APP` and `APP_b`, relative to the L4T
+    /// directory.
+    pub layout: String,
 }
 
 impl fmt::Display for FlashPlan {
@@ -212,6 +265,15 @@ impl fmt::Display for FlashPlan {
             self.config,
             self.storage
         )?;
+        if let Some(ab) = &self.rootfs_ab {
+            writeln!(
+                f,
+                "# rootfs A/B: slots APP and APP_b ({}), retry count {}",
+                ab.layout,
+                ab.retry_count_max
+                    .map_or("the firmware's default".to_string(), |n| n.to_string())
+            )?;
+        }
         writeln!(
             f,
             "# as root, with the board in recovery mode and connected over USB"
@@ -384,6 +446,7 @@ pub fn plan(
     storage: Storage,
     carrier: Option<Carrier>,
     yaml_release: Option<L4tRelease>,
+    ab: Option<RootfsAb>,
 ) -> Result<FlashPlan, FlashPlanError> {
     let module = board
         .flash_config
@@ -426,6 +489,10 @@ pub fn plan(
             });
         }
     }
+    let ab_plan = match ab {
+        Some(ab) => Some(ab_plan(board, module, l4t, storage, release, ab)?),
+        None => None,
+    };
     let zst = image_kind(image)?.ok_or_else(|| FlashPlanError::NotTar {
         path: image.to_path_buf(),
     })?;
@@ -462,7 +529,7 @@ pub fn plan(
         ],
     }];
     let strs = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let (env, args, why) = match storage {
+    let (mut env, mut args, why) = match storage {
         Storage::Emmc | Storage::Sd => (
             Vec::new(),
             strs(&[config, "internal"]),
@@ -513,6 +580,22 @@ pub fn plan(
             )
         }
     };
+    let why = match &ab_plan {
+        Some(ab) => {
+            env.push(("ROOTFS_AB".into(), "1".into()));
+            if let Some(n) = ab.retry_count_max {
+                env.push(("ROOTFS_RETRY_COUNT_MAX".into(), n.to_string()));
+            }
+            if storage != Storage::Emmc {
+                // The external drive's layout: the one with both slots.
+                if let Some(i) = args.iter().position(|a| a == "-c") {
+                    args[i + 1] = ab.layout.clone();
+                }
+            }
+            format!("{why}, rootfs A/B")
+        }
+        None => why,
+    };
     steps.push(Step {
         why,
         cwd: l4t.to_path_buf(),
@@ -527,7 +610,79 @@ pub fn plan(
         release_source,
         config,
         storage,
+        rootfs_ab: ab_plan,
         steps,
+    })
+}
+
+/// The most bytes of a module configuration read.
+const MAX_CONF: u64 = 1 << 20;
+
+/// Whether and how rootfs A/B can be flashed for this module, storage and
+/// release, from the files of the L4T directory (see the module
+/// documentation for what each release ships).
+fn ab_plan(
+    board: &Board,
+    module: &cpusets::board::JetsonModule,
+    l4t: &Path,
+    storage: Storage,
+    release: L4tRelease,
+    ab: RootfsAb,
+) -> Result<AbPlan, FlashPlanError> {
+    if let Some(n) = ab.retry_count_max.filter(|n| !(1..=3).contains(n)) {
+        return Err(FlashPlanError::BadRetryCount(n));
+    }
+    let refuse = |reason: String| FlashPlanError::AbUnsupported {
+        board: board.model.to_string(),
+        storage,
+        release: release.to_string(),
+        reason,
+    };
+    let family = module
+        .parts
+        .first()
+        .and_then(|p| p.get(..5))
+        .map(str::to_ascii_lowercase)
+        .ok_or_else(|| refuse("its module is not known".into()))?;
+    let layout = match (storage, release.major) {
+        (Storage::Sd, _) => {
+            return Err(refuse(
+                "the SD card's configuration keeps flash_t234_qspi_sd.xml, which has no APP_b"
+                    .into(),
+            ))
+        }
+        (Storage::Emmc, 35) => "bootloader/t186ref/cfg/flash_t234_qspi_sdmmc_rootfs_ab.xml",
+        (Storage::Emmc, _) => "bootloader/generic/cfg/flash_t234_qspi_sdmmc_rootfs_ab.xml",
+        (Storage::Nvme | Storage::Usb, 35) => "tools/kernel_flash/flash_l4t_nvme_rootfs_ab.xml",
+        (Storage::Nvme | Storage::Usb, _) => "tools/kernel_flash/flash_l4t_t234_nvme_rootfs_ab.xml",
+    };
+    if !l4t.join(layout).is_file() {
+        return Err(refuse(format!(
+            "{} has no {layout}, the layout with both slots",
+            l4t.display()
+        )));
+    }
+    // The module's configuration must act on ROOTFS_AB: R35.3.1's
+    // p3767.conf.common does not, and flash.sh would then write one slot
+    // and a firmware that believes in two.
+    let conf = l4t.join(format!("{family}.conf.common"));
+    let text = units::bounded::Bound::regular(MAX_CONF)
+        .following_links()
+        .read_lossy(&conf)
+        .map_err(|e| refuse(format!("cannot read {}: {e}", conf.display())))?;
+    let handles = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .any(|l| l.contains("ROOTFS_AB") && l.contains("== 1"));
+    if !handles {
+        return Err(refuse(format!(
+            "{} does not act on ROOTFS_AB (this release flashes one root filesystem on this module)",
+            conf.display()
+        )));
+    }
+    Ok(AbPlan {
+        retry_count_max: ab.retry_count_max,
+        layout: layout.into(),
     })
 }
 
@@ -788,6 +943,7 @@ mod tests {
                 storage,
                 carrier,
                 Some(release),
+                None,
             )
             .unwrap_or_else(|e| panic!("{model} {release} {storage}: {e}"));
             assert_eq!(p.steps.len(), 2);
@@ -809,7 +965,7 @@ mod tests {
             ("jetson-orin-nx-16", Storage::Sd, "nvme, usb"),
             ("jetson-agx-orin-64", Storage::Sd, "emmc, nvme, usb"),
         ] {
-            let e = plan(board(model), &img, d.path(), storage, None, None)
+            let e = plan(board(model), &img, d.path(), storage, None, None, None)
                 .unwrap_err()
                 .to_string();
             assert_eq!(
@@ -828,6 +984,7 @@ mod tests {
             Storage::Sd,
             Some(Carrier::P3509),
             None,
+            None,
         )
         .unwrap_err()
         .to_string();
@@ -838,6 +995,7 @@ mod tests {
             d.path(),
             Storage::Emmc,
             Some(Carrier::P3768),
+            None,
             None,
         )
         .unwrap_err()
@@ -865,16 +1023,16 @@ mod tests {
         let b = board("jetson-orin-nano");
         assert_eq!(bsp_version(d.path()).unwrap(), Some(R36));
         // From the directory alone.
-        let p = plan(b, &img, d.path(), Storage::Nvme, None, None).unwrap();
+        let p = plan(b, &img, d.path(), Storage::Nvme, None, None, None).unwrap();
         assert_eq!(
             (p.release.as_str(), p.release_source),
             ("R36.4.3", ReleaseSource::BspVersion)
         );
         // Both, agreeing.
-        let p = plan(b, &img, d.path(), Storage::Nvme, None, Some(R36)).unwrap();
+        let p = plan(b, &img, d.path(), Storage::Nvme, None, Some(R36), None).unwrap();
         assert_eq!(p.release_source, ReleaseSource::Both);
         // Both, differing: refused, both named.
-        let e = plan(b, &img, d.path(), Storage::Nvme, None, Some(R35))
+        let e = plan(b, &img, d.path(), Storage::Nvme, None, Some(R35), None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -883,13 +1041,13 @@ mod tests {
             "{e}"
         );
         let other = L4tRelease { revision: 2, ..R36 };
-        let e = plan(b, &img, d.path(), Storage::Nvme, None, Some(other))
+        let e = plan(b, &img, d.path(), Storage::Nvme, None, Some(other), None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("R36.4.2") && e.contains("R36.4.3"), "{e}");
         // Neither.
         let bare = l4t(R36, false);
-        let e = plan(b, &img, bare.path(), Storage::Nvme, None, None)
+        let e = plan(b, &img, bare.path(), Storage::Nvme, None, None, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("cannot tell the Jetson Linux release"), "{e}");
@@ -899,7 +1057,7 @@ mod tests {
             minor: 2,
             revision: 0,
         };
-        let e = plan(b, &img, bare.path(), Storage::Nvme, None, Some(r38))
+        let e = plan(b, &img, bare.path(), Storage::Nvme, None, Some(r38), None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("L4T R38.2.0 has no flash configuration"), "{e}");
@@ -912,6 +1070,7 @@ mod tests {
             Storage::Nvme,
             Some(Carrier::P3509),
             Some(R36),
+            None,
         )
         .unwrap_err()
         .to_string();
@@ -932,6 +1091,7 @@ mod tests {
             Storage::Nvme,
             None,
             None,
+            None,
         )
         .unwrap_err()
         .to_string();
@@ -950,6 +1110,7 @@ mod tests {
             Storage::Nvme,
             None,
             None,
+            None,
         )
         .unwrap();
     }
@@ -959,13 +1120,13 @@ mod tests {
         let d = l4t(R36, true);
         let img = applied(d.path());
         let qemu = board("qemu-x86_64");
-        let e = plan(qemu, &img, d.path(), Storage::Nvme, None, None)
+        let e = plan(qemu, &img, d.path(), Storage::Nvme, None, None, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("qemu-x86_64"), "{e}");
         std::fs::create_dir(d.path().join("rootfs/etc")).unwrap();
         let b = board("jetson-agx-orin-64");
-        let e = plan(b, &img, d.path(), Storage::Nvme, None, None)
+        let e = plan(b, &img, d.path(), Storage::Nvme, None, None, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("not empty") && e.contains("etc"), "{e}");
@@ -977,9 +1138,166 @@ mod tests {
             Storage::Nvme,
             None,
             None,
+            None,
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("not a tar"), "{e}");
+    }
+
+    /// The files rootfs A/B needs in an L4T directory of `release`: the
+    /// modules' configurations (acting on ROOTFS_AB or, as R35.3.1's
+    /// p3767.conf.common, not) and the layouts with both slots.
+    fn with_ab(d: &Path, release: L4tRelease, p3767_ab: bool) {
+        let acts = "if [ \"${ROOTFS_AB}\" == 1 ]; then\n\trootfs_ab=1;\nfi;\n";
+        let inert = "# ROOTFS_AB is not read here\nROOTFSSIZE=55GiB;\n";
+        std::fs::write(d.join("p3701.conf.common"), acts).unwrap();
+        std::fs::write(
+            d.join("p3767.conf.common"),
+            if p3767_ab { acts } else { inert },
+        )
+        .unwrap();
+        let files: &[&str] = if release.major == 35 {
+            &[
+                "tools/kernel_flash/flash_l4t_nvme_rootfs_ab.xml",
+                "bootloader/t186ref/cfg/flash_t234_qspi_sdmmc_rootfs_ab.xml",
+            ]
+        } else {
+            &[
+                "tools/kernel_flash/flash_l4t_t234_nvme_rootfs_ab.xml",
+                "bootloader/generic/cfg/flash_t234_qspi_sdmmc_rootfs_ab.xml",
+            ]
+        };
+        for f in files {
+            std::fs::create_dir_all(d.join(f).parent().unwrap()).unwrap();
+            std::fs::write(d.join(f), "<partition_layout/>").unwrap();
+        }
+    }
+
+    /// Rootfs A/B: the commands NVIDIA's README_initrd_flash.txt
+    /// "Workflow 5" and the modules' configurations give (written out
+    /// here, not taken from the code's tables), and each refusal.
+    #[test]
+    fn rootfs_ab_is_flashed_where_the_release_provides_it() {
+        let t = tempfile::tempdir().unwrap();
+        let img = applied(t.path());
+        let ab = |n| Some(RootfsAb { retry_count_max: n });
+        let cmd = |p: &FlashPlan| p.steps.last().unwrap().shell();
+
+        let d = l4t(R36, true);
+        with_ab(d.path(), R36, true);
+        let p = plan(
+            board("jetson-orin-nano"),
+            &img,
+            d.path(),
+            Storage::Nvme,
+            None,
+            None,
+            ab(Some(2)),
+        )
+        .unwrap();
+        assert_eq!(
+            cmd(&p),
+            "ROOTFS_AB=1 ROOTFS_RETRY_COUNT_MAX=2 ./tools/kernel_flash/l4t_initrd_flash.sh --external-device nvme0n1p1 -c tools/kernel_flash/flash_l4t_t234_nvme_rootfs_ab.xml -p '-c bootloader/generic/cfg/flash_t234_qspi.xml' --showlogs --network usb0 jetson-orin-nano-devkit internal"
+        );
+        let shown = p.to_string();
+        assert!(
+            shown.contains("# rootfs A/B: slots APP and APP_b (tools/kernel_flash/flash_l4t_t234_nvme_rootfs_ab.xml), retry count 2"),
+            "{shown}"
+        );
+        let p = plan(
+            board("jetson-agx-orin-64"),
+            &img,
+            d.path(),
+            Storage::Emmc,
+            None,
+            None,
+            ab(None),
+        )
+        .unwrap();
+        assert_eq!(
+            cmd(&p),
+            "ROOTFS_AB=1 ./flash.sh jetson-agx-orin-devkit internal"
+        );
+        assert!(p.to_string().contains("retry count the firmware's default"));
+        // The SD card's configuration has no second slot.
+        let e = plan(
+            board("jetson-orin-nano"),
+            &img,
+            d.path(),
+            Storage::Sd,
+            None,
+            None,
+            ab(None),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("has no APP_b") && e.contains("nothing was written"),
+            "{e}"
+        );
+        // flash.sh ignores a retry count outside 1 to 3: refused here.
+        let e = plan(
+            board("jetson-orin-nano"),
+            &img,
+            d.path(),
+            Storage::Nvme,
+            None,
+            None,
+            ab(Some(4)),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("--retry-count 4: "), "{e}");
+
+        // R35: the AGX Orin has both slots on its eMMC and on a drive; the
+        // Orin Nano's configuration (as R35.3.1's) does not act on
+        // ROOTFS_AB.
+        let d = l4t(R35, true);
+        with_ab(d.path(), R35, false);
+        let agx = board("jetson-agx-orin-64");
+        let p = plan(agx, &img, d.path(), Storage::Nvme, None, None, ab(Some(3))).unwrap();
+        assert_eq!(
+            cmd(&p),
+            "ADDITIONAL_DTB_OVERLAY_OPT=BootOrderNvme.dtbo ROOTFS_AB=1 ROOTFS_RETRY_COUNT_MAX=3 ./tools/kernel_flash/l4t_initrd_flash.sh --external-device nvme0n1p1 -c tools/kernel_flash/flash_l4t_nvme_rootfs_ab.xml --showlogs jetson-agx-orin-devkit external"
+        );
+        let p = plan(agx, &img, d.path(), Storage::Emmc, None, None, ab(None)).unwrap();
+        assert_eq!(
+            p.rootfs_ab.as_ref().unwrap().layout,
+            "bootloader/t186ref/cfg/flash_t234_qspi_sdmmc_rootfs_ab.xml"
+        );
+        let e = plan(
+            board("jetson-orin-nano"),
+            &img,
+            d.path(),
+            Storage::Nvme,
+            None,
+            None,
+            ab(None),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("p3767.conf.common does not act on ROOTFS_AB")
+                && e.contains("Jetson Linux R35.6.0"),
+            "{e}"
+        );
+        // Without the layout file: refused, naming it.
+        std::fs::remove_file(
+            d.path()
+                .join("tools/kernel_flash/flash_l4t_nvme_rootfs_ab.xml"),
+        )
+        .unwrap();
+        let e = plan(agx, &img, d.path(), Storage::Usb, None, None, ab(None))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("has no tools/kernel_flash/flash_l4t_nvme_rootfs_ab.xml"),
+            "{e}"
+        );
+        // Without --rootfs-ab nothing changes.
+        let p = plan(agx, &img, d.path(), Storage::Emmc, None, None, None).unwrap();
+        assert!(p.rootfs_ab.is_none());
+        assert_eq!(cmd(&p), "./flash.sh jetson-agx-orin-devkit internal");
     }
 }

@@ -90,6 +90,16 @@ pub struct FlashArgs {
     /// module's developer kit carrier]
     #[arg(long, value_name = "C")]
     pub carrier: Option<rootfs::flash::Carrier>,
+    /// Provision rootfs A/B: two root filesystem slots, the second booted
+    /// by the firmware when the first fails its retry count (Jetson
+    /// Linux's ROOTFS_AB=1; checked against the L4T directory's files for
+    /// the module, the storage and the release).
+    #[arg(long)]
+    pub rootfs_ab: bool,
+    /// With --rootfs-ab: boots of a slot that may fail before the other
+    /// boots, 1 to 3 (ROOTFS_RETRY_COUNT_MAX) [default: the firmware's]
+    #[arg(long, value_name = "N", requires = "rootfs_ab")]
+    pub retry_count: Option<u8>,
     /// Print the commands instead of running them (without it, the board
     /// in recovery mode is flashed).
     #[arg(long)]
@@ -325,6 +335,9 @@ pub fn run_flash(ctx: &Ctx, args: FlashArgs) -> anyhow::Result<Exit> {
         args.storage,
         args.carrier,
         robot.kernel.l4t_release(),
+        args.rootfs_ab.then_some(rootfs::flash::RootfsAb {
+            retry_count_max: args.retry_count,
+        }),
     )?;
     if args.dry_run {
         if ctx.json {
