@@ -675,3 +675,94 @@ fn a_missing_watchdog_is_said_and_the_processes_run() {
         );
     }
 }
+
+/// On a Jetson with rootfs A/B, the supervisor reads the slots at its
+/// start (efivarfs and `nvbootctrl` under the system root): `deploy
+/// status` and the metrics say which slot runs and which one the firmware
+/// gave up on. Here a system tree of its own holds NVIDIA's variables and
+/// a stand-in `nvbootctrl` that prints what R35.3.1's prints.
+#[test]
+fn rootfs_slots_given_up_are_in_status_and_metrics() {
+    let prefix = prefix_with_boot_check(
+        "  - name: a\n    exec: /bin/sleep\n    args: [\"600\"]\n",
+        "boot_check:\n  enabled: false\nmetrics:\n  textfile: /var/lib/rtdeploy/metrics.prom\n  every: 1s\n",
+    );
+    let p = prefix.path().to_str().unwrap();
+    // This machine's /proc, /dev and /sys, but /sys/firmware of its own.
+    let sys = prefix.path().join("sysroot");
+    for d in ["proc", "dev"] {
+        std::fs::create_dir_all(&sys).unwrap();
+        std::os::unix::fs::symlink(format!("/{d}"), sys.join(d)).unwrap();
+    }
+    std::fs::create_dir_all(sys.join("sys")).unwrap();
+    for e in std::fs::read_dir("/sys").unwrap() {
+        let name = e.unwrap().file_name();
+        if name != "firmware" {
+            std::os::unix::fs::symlink(Path::new("/sys").join(&name), sys.join("sys").join(&name))
+                .unwrap();
+        }
+    }
+    let efivars = sys.join("sys/firmware/efi/efivars");
+    std::fs::create_dir_all(&efivars).unwrap();
+    for (name, v) in [
+        ("RootfsRedundancyLevel", 1u32),
+        ("RootfsRetryCountMax", 3),
+        ("RootfsStatusSlotA", 0xFF),
+        ("RootfsStatusSlotB", 0),
+    ] {
+        let mut b = 7u32.to_le_bytes().to_vec();
+        b.extend_from_slice(&v.to_le_bytes());
+        std::fs::write(
+            efivars.join(format!("{name}-{}", releases::l4t_slots::NVIDIA_GUID)),
+            b,
+        )
+        .unwrap();
+    }
+    let tool = sys.join("usr/sbin/nvbootctrl");
+    std::fs::create_dir_all(tool.parent().unwrap()).unwrap();
+    std::fs::write(
+        &tool,
+        "#!/bin/sh\n[ \"$*\" = \"-t rootfs dump-slots-info\" ] || exit 1\nprintf 'Current rootfs slot: B\\nActive rootfs slot: B\\nnum_slots: 2\\nslot: 0,             retry_count: 0,             status: unbootable\\nslot: 1,             retry_count: 3,             status: normal\\n'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let _sup = Command::new(DEPLOY)
+        .args(["--prefix", p, "--sysroot", sys.to_str().unwrap()])
+        .args(["supervise", "--skip-cpu-plan"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    let s = wait_status(prefix.path(), "a running", |s| {
+        s.processes.iter().all(|p| p.state == "running")
+    });
+    let r = s.rootfs_slots.as_ref().expect("the status has the slots");
+    assert_eq!(
+        (r.current, r.active, r.retry_max),
+        (Some('B'), Some('B'), Some(3))
+    );
+    let table = Command::new(DEPLOY)
+        .args(["--prefix", p, "status"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("rootfs slots: running slot B; slot A unbootable: the firmware gave up on it after its retries and booted B; slot B retry count 3 of 3\n"),
+        "{table}"
+    );
+    let prom = prefix.path().join("var/lib/rtdeploy/metrics.prom");
+    let until = Instant::now() + Duration::from_secs(20);
+    let want = [
+        "rtdeploy_rootfs_slot_booted{robot=\"clibot\",slot=\"B\"} 1",
+        "rtdeploy_rootfs_slot_unbootable{robot=\"clibot\",slot=\"A\"} 1",
+    ];
+    loop {
+        let text = std::fs::read_to_string(&prom).unwrap_or_default();
+        if want.iter().all(|w| text.contains(w)) {
+            break;
+        }
+        assert!(Instant::now() < until, "not all of {want:?} in:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -507,6 +507,7 @@ pub struct AtBoot {
     pub boot_loader: Option<crate::boot_history::BootAttempt>,
     pub fallback: Option<String>,
     pub watchdog: Option<String>,
+    pub rootfs_slots: Option<String>,
 }
 
 impl AtBoot {
@@ -527,6 +528,11 @@ impl AtBoot {
                 .watchdog
                 .as_ref()
                 .map(|w| crate::watchdog::at_boot(&under(&setup.sysroot, "/sys"), &w.device)),
+            rootfs_slots: crate::rootfs_slots::RootfsSlots::read(
+                &under(&setup.sysroot, "/sys/firmware/efi/efivars"),
+                &under(&setup.sysroot, "/usr/sbin/nvbootctrl"),
+            )
+            .map(|r| r.describe()),
         }
     }
 
@@ -536,6 +542,7 @@ impl AtBoot {
             boot_loader: self.boot_loader.clone(),
             fallback: self.fallback.clone(),
             watchdog: self.watchdog.clone(),
+            rootfs_slots: self.rootfs_slots.clone(),
             ..record
         }
     }
@@ -587,6 +594,7 @@ pub fn boot_record(
                 boot_loader: None,
                 fallback: None,
                 watchdog: None,
+                rootfs_slots: None,
             }
         }
         Err(e) => BootRecord {
@@ -600,6 +608,7 @@ pub fn boot_record(
             boot_loader: None,
             fallback: None,
             watchdog: None,
+            rootfs_slots: None,
         },
     }
 }

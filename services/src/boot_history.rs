@@ -75,6 +75,11 @@ pub struct BootRecord {
     /// running or not, with its timeout ([`crate::watchdog::at_boot`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watchdog: Option<String>,
+    /// A Jetson's rootfs A/B slots at this boot: the one running, the
+    /// retry counts, a slot the firmware gave up on
+    /// ([`crate::rootfs_slots`]; absent without A/B).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs_slots: Option<String>,
 }
 
 /// A boot of a system update as the boot loader counted it.
@@ -130,9 +135,13 @@ impl BootRecord {
         if let Some(b) = &mut self.boot_loader {
             cut(&mut b.label);
         }
-        for s in [&mut self.fallback, &mut self.watchdog]
-            .into_iter()
-            .flatten()
+        for s in [
+            &mut self.fallback,
+            &mut self.watchdog,
+            &mut self.rootfs_slots,
+        ]
+        .into_iter()
+        .flatten()
         {
             cut_to(s, MAX_REASON);
         }
@@ -548,6 +557,7 @@ pub fn render(h: &History) -> String {
             ),
             ("fell back", r.fallback.clone()),
             ("watchdog", r.watchdog.clone().filter(|_| watchdog_changed)),
+            ("rootfs slots", r.rootfs_slots.clone()),
         ] {
             if let Some(t) = text {
                 out.push_str(&format!("{:21}{what}: {t}\n", ""));
@@ -606,6 +616,7 @@ mod tests {
             boot_loader: None,
             fallback: None,
             watchdog: None,
+            rootfs_slots: None,
         }
     }
 
@@ -636,6 +647,9 @@ mod tests {
         });
         back.fallback = Some(format!("5-b rolled back to 4-a: {}", "why ".repeat(400)));
         back.watchdog = Some(wd.into());
+        back.rootfs_slots = Some(
+            "running slot A; slot B unbootable: the firmware gave up on it after its retries and booted A".into(),
+        );
         for r in [tried, back] {
             append(&path, r, 10).unwrap();
         }
@@ -660,6 +674,12 @@ mod tests {
         );
         // The watchdog is said where it changed, not on every boot.
         assert_eq!(text.matches("watchdog: ").count(), 1, "{text}");
+        assert!(
+            text.contains(
+                "rootfs slots: running slot A; slot B unbootable: the firmware gave up on it"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("last fallback: 1970-01-01 00:05:00: 5-b rolled back to 4-a: why"),
             "{text}"

@@ -57,6 +57,7 @@ pub mod procfs;
 pub mod release;
 pub mod restart;
 pub mod robot;
+pub mod rootfs_slots;
 pub mod sim;
 pub mod spawn;
 pub mod status;

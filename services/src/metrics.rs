@@ -404,6 +404,36 @@ pub fn exposition(s: &SupervisorStatus) -> String {
             f.sample("rtdeploy_watchdog_timeout_seconds", &labels, t as f64);
         }
     }
+    // A Jetson's rootfs A/B slots: the one booted, each one's retry count,
+    // and the ones the firmware gave up on.
+    if let Some(r) = s.rootfs_slots.as_ref().filter(|r| !r.slots.is_empty()) {
+        use crate::rootfs_slots::{RootfsSlots, SlotState};
+        type Of = fn(&RootfsSlots, &SlotState) -> f64;
+        let families: [(&str, &str, Of); 3] = [
+            (
+                "rtdeploy_rootfs_slot_booted",
+                "1 for the rootfs slot this boot runs from (a Jetson's A/B), 0 for the other.",
+                |r, sl| f64::from(u8::from(r.current == Some(sl.name))),
+            ),
+            (
+                "rtdeploy_rootfs_slot_retry_count",
+                "Boots of the slot the firmware still allows before it gives the slot up.",
+                |_, sl| f64::from(sl.retry_count),
+            ),
+            (
+                "rtdeploy_rootfs_slot_unbootable",
+                "1 when the firmware gave the slot up (its retry count used up) and boots the other.",
+                |_, sl| f64::from(u8::from(sl.unbootable)),
+            ),
+        ];
+        for (fam, help, of) in families {
+            f.family(fam, "gauge", help);
+            for sl in &r.slots {
+                let n = sl.name.to_string();
+                f.sample(fam, &[("robot", robot), ("slot", n.as_str())], of(r, sl));
+            }
+        }
+    }
     // The bridge (robot.yaml `bridge:`): its peers, memory, each link's
     // messages, losses and drops by reason, and other boards' clocks.
     if let Some(b) = &s.bridge {
@@ -848,6 +878,42 @@ mod tests {
         assert_eq!(num(f64::INFINITY), "+Inf");
         assert_eq!(num(2.5), "2.5");
         assert_eq!(num(3.0), "3");
+    }
+
+    #[test]
+    fn rootfs_slots_are_in_the_metrics() {
+        use crate::rootfs_slots::{RootfsSlots, SlotState};
+        let s = SupervisorStatus {
+            robot: "arm".into(),
+            rootfs_slots: Some(RootfsSlots {
+                current: Some('A'),
+                active: Some('A'),
+                retry_max: Some(3),
+                slots: vec![
+                    SlotState {
+                        name: 'A',
+                        retry_count: 3,
+                        unbootable: false,
+                    },
+                    SlotState {
+                        name: 'B',
+                        retry_count: 0,
+                        unbootable: true,
+                    },
+                ],
+                problem: None,
+            }),
+            ..Default::default()
+        };
+        let text = exposition(&s);
+        for line in [
+            "rtdeploy_rootfs_slot_booted{robot=\"arm\",slot=\"A\"} 1",
+            "rtdeploy_rootfs_slot_booted{robot=\"arm\",slot=\"B\"} 0",
+            "rtdeploy_rootfs_slot_retry_count{robot=\"arm\",slot=\"A\"} 3",
+            "rtdeploy_rootfs_slot_unbootable{robot=\"arm\",slot=\"B\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
     }
 
     #[test]

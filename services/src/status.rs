@@ -38,6 +38,9 @@ pub struct SupervisorStatus {
     /// why the board does not reset if the supervisor stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watchdog: Option<crate::watchdog::WatchdogStatus>,
+    /// A Jetson's rootfs A/B slots at this boot (absent without A/B).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs_slots: Option<crate::rootfs_slots::RootfsSlots>,
     /// The logger (robot.yaml `log:`), when it runs or ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logger: Option<logbook::LogStatus>,
@@ -216,6 +219,9 @@ pub fn render_table(s: &SupervisorStatus) -> String {
     }
     if let Some(w) = &s.watchdog {
         out.push_str(&format!("watchdog: {}\n", w.describe()));
+    }
+    if let Some(r) = &s.rootfs_slots {
+        out.push_str(&format!("rootfs slots: {}\n", r.describe()));
     }
     if let Some(l) = &s.logger {
         out.push_str(&describe_logger(l));

@@ -89,7 +89,12 @@ impl Variables {
     /// From efivarfs under `sysroot`; `Err` names the file that is not a
     /// UINT32 variable.
     pub fn read(sysroot: &Path) -> Result<Variables, String> {
-        let dir = sysroot.join(EFIVARS);
+        Variables::read_efivars(&sysroot.join(EFIVARS))
+    }
+
+    /// From the efivarfs directory `dir` (`/sys/firmware/efi/efivars`).
+    pub fn read_efivars(dir: &Path) -> Result<Variables, String> {
+        let dir = dir.to_path_buf();
         let status = |n| -> Result<bool, String> {
             Ok(match read_u32(&dir, n)? {
                 None | Some(0) => false,

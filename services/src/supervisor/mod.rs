@@ -236,6 +236,8 @@ pub struct Supervisor {
     logger: Option<logbook::Recorder>,
     /// Where the bridge's status channel is, when robot.yaml has a bridge.
     bridge_shm: Option<std::path::PathBuf>,
+    /// The Jetson's rootfs A/B slots as this boot found them.
+    rootfs_slots: Option<crate::rootfs_slots::RootfsSlots>,
     /// When the tracing of the running processes' misses looks next.
     next_trace_watch: Option<Instant>,
     /// What woke the event loop, for the status.
@@ -291,6 +293,12 @@ impl Supervisor {
             };
             s.steps.push(held.step(Instant::now()));
             held
+        });
+        let rootfs_slots = opts.nvbootctrl.as_deref().and_then(|tool| {
+            crate::rootfs_slots::RootfsSlots::read(
+                &roots.sys_root.join("firmware/efi/efivars"),
+                tool,
+            )
         });
         let plan_outcome = trial::CpuPlanNotApplied::of_steps(&s.steps);
         let logger = start_logger(&cfg, &roots, &s.shm_dir, &mut s.steps);
@@ -355,6 +363,7 @@ impl Supervisor {
             stderr: stderr.clone(),
             logger,
             bridge_shm,
+            rootfs_slots,
             next_irq_scan: irq_scan_every.map(|every| started + every),
             irq_scan_every,
             irq_scan_took: Duration::ZERO,
@@ -746,6 +755,7 @@ impl Supervisor {
                 .bridge_shm
                 .as_deref()
                 .and_then(crate::bridge::read_status),
+            rootfs_slots: self.rootfs_slots.clone(),
             event_loop: Some(self.counts),
             processes: self.table.status(&self.proc_root),
         }

@@ -123,6 +123,10 @@ pub struct Options {
     /// robot under a prefix on this machine's own /dev), said in the
     /// status instead.
     pub watchdog_skip: Option<String>,
+    /// Jetson Linux's `nvbootctrl` (`/usr/sbin/nvbootctrl` on a board),
+    /// to read the rootfs A/B slots at start ([`crate::rootfs_slots`]);
+    /// `None`: not read.
+    pub nvbootctrl: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -144,6 +148,7 @@ impl Default for Options {
             restart_to_reload: false,
             watchdog: None,
             watchdog_skip: None,
+            nvbootctrl: None,
         }
     }
 }
