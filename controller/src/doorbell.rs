@@ -122,6 +122,15 @@ struct BellSlot {
 // SAFETY: as for TableHeader.
 unsafe impl ShmAtomic for BellSlot {}
 
+impl BellSlot {
+    /// Whether `listing` names this slot's current claim (its generation,
+    /// the listing's high 32 bits), not an earlier one.
+    fn claimed_by(&self, listing: u64) -> bool {
+        // SeqCst: see `BellTable::ring`.
+        self.generation.load(Ordering::SeqCst) as u32 == (listing >> 32) as u32
+    }
+}
+
 const _: () = assert!(std::mem::size_of::<TableHeader>() <= HEADER_BYTES);
 const _: () = assert!(std::mem::size_of::<BellSlot>() == SLOT_BYTES);
 
@@ -328,7 +337,7 @@ impl BellTable {
         let slot = self.slot(i);
         // SeqCst: a claim's generation increment precedes its owner's
         // first sleep, so a listing of the current claim always passes.
-        if slot.generation.load(Ordering::SeqCst) as u32 != (listing >> 32) as u32 {
+        if !slot.claimed_by(listing) {
             return false;
         }
         let word = &slot.word;
@@ -351,9 +360,7 @@ impl BellTable {
         };
         let s = self.slot(i);
         let owner = s.owner.load(Ordering::SeqCst);
-        owner == 0
-            || s.generation.load(Ordering::SeqCst) as u32 != (listing >> 32) as u32
-            || !owner_alive(proc_root, owner)
+        owner == 0 || !s.claimed_by(listing) || !owner_alive(proc_root, owner)
     }
 }
 
