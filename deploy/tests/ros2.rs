@@ -37,7 +37,7 @@ fn bridge_exe() -> PathBuf {
 }
 
 const SCRIPT: &str = r#"
-import struct, sys, time
+import re, struct, sys, time
 import zenoh
 from rosbags.typesys import get_types_from_msg, get_typestore, Stores
 from mcap_ros2._dynamic import generate_dynamic
@@ -85,7 +85,12 @@ assert len(nodes) == 1 and len(pubs) == 1, tokens
 n, dn = nodes[0].split("/"), DOC_NODE.split("/")
 assert len(n) == len(dn), (n, dn)
 assert (n[0], n[1], n[5], n[6], n[7], n[8]) == (dn[0], "0", dn[5], dn[6], dn[7], node), (n, dn)
-assert n[3] == n[4] == "0" and len(n[2]) == 32, n
+# The session id is Zenoh's text for it (what rmw_zenoh writes through
+# zenoh-cpp's Id::to_string): lowercase hex without leading zeros, so 1 to
+# 32 characters, never a fixed width. It must be the bridge's session.
+assert n[3] == n[4] == "0" and re.fullmatch(r"[1-9a-f][0-9a-f]{0,31}", n[2]), n
+sessions = [str(z) for z in s.info.peers_zid()] + [str(z) for z in s.info.routers_zid()]
+assert n[2] in sessions, (n, sessions)
 p, dp = pubs[0].split("/"), DOC_PUB.split("/")
 assert len(p) == len(dp), (p, dp)
 assert (p[0], p[5], p[6], p[7], p[8]) == (dp[0], dp[5], dp[6], dp[7], node), (p, dp)
