@@ -100,8 +100,12 @@ impl Header {
 /// The boot id (`/proc/sys/kernel/random/boot_id`, a UUID) as 16 bytes;
 /// zeros when it cannot be read.
 pub fn boot_id(proc_root: &std::path::Path) -> [u8; 16] {
-    let text =
-        std::fs::read_to_string(proc_root.join("sys/kernel/random/boot_id")).unwrap_or_default();
+    use std::io::Read;
+    // A UUID is 36 characters and a newline; a larger file is not one.
+    let mut text = String::new();
+    if let Ok(f) = std::fs::File::open(proc_root.join("sys/kernel/random/boot_id")) {
+        let _ = f.take(64).read_to_string(&mut text);
+    }
     let hex: Vec<u8> = text
         .trim()
         .bytes()
@@ -174,5 +178,11 @@ mod tests {
         assert_eq!(b[0], 0x0f);
         assert_eq!(boot_id_text(&b), "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0");
         assert_eq!(boot_id(&d.path().join("nowhere")), [0; 16]);
+        // A file that is no boot id (a strange /proc): zeros, read no
+        // further than its first bytes.
+        let mut long = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".to_string();
+        long.push_str(&"ab".repeat(1 << 20));
+        std::fs::write(d.path().join("sys/kernel/random/boot_id"), long).unwrap();
+        assert_eq!(boot_id(d.path()), [0; 16]);
     }
 }
