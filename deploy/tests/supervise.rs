@@ -719,10 +719,12 @@ fn rootfs_slots_given_up_are_in_status_and_metrics() {
         .unwrap();
     }
     let tool = sys.join("usr/sbin/nvbootctrl");
+    let asked = prefix.path().join("nvbootctrl-asked");
     std::fs::create_dir_all(tool.parent().unwrap()).unwrap();
     std::fs::write(
         &tool,
-        "#!/bin/sh\n[ \"$*\" = \"-t rootfs dump-slots-info\" ] || exit 1\nprintf 'Current rootfs slot: B\\nActive rootfs slot: B\\nnum_slots: 2\\nslot: 0,             retry_count: 0,             status: unbootable\\nslot: 1,             retry_count: 3,             status: normal\\n'\n",
+        format!("#!/bin/sh\necho \"$*\" >> {}\n", asked.display())
+            + "[ \"$*\" = \"-t rootfs dump-slots-info\" ] || exit 1\nprintf 'Current rootfs slot: B\\nActive rootfs slot: B\\nnum_slots: 2\\nslot: 0,             retry_count: 0,             status: unbootable\\nslot: 1,             retry_count: 3,             status: normal\\n'\n",
     )
     .unwrap();
     std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -741,6 +743,25 @@ fn rootfs_slots_given_up_are_in_status_and_metrics() {
     assert_eq!(
         (r.current, r.active, r.retry_max),
         (Some('B'), Some('B'), Some(3))
+    );
+    // Read once, for the status and the boot history both; and with the
+    // CPU plan skipped this boot is not a good one: the slot is left to
+    // the firmware's count.
+    assert_eq!(
+        std::fs::read_to_string(&asked).unwrap(),
+        "-t rootfs dump-slots-info\n"
+    );
+    let slot = s
+        .startup
+        .iter()
+        .find(|st| st.step == "rootfs slot")
+        .unwrap();
+    assert_eq!(slot.result, "skipped", "{slot:?}");
+    assert!(
+        slot.detail.starts_with(
+            "slot B not confirmed: the CPU plan is not applied (skipped: --skip-cpu-plan)"
+        ),
+        "{slot:?}"
     );
     let table = Command::new(DEPLOY)
         .args(["--prefix", p, "status"])

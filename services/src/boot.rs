@@ -60,6 +60,8 @@ pub struct RobotBoot {
     irqs: Option<IrqWatch>,
     /// The last scan's error, said once rather than every period.
     scan_error: Option<String>,
+    /// The rootfs A/B slots, once read (`Some(None)`: no A/B).
+    slots: Option<Option<crate::rootfs_slots::RootfsSlots>>,
 }
 
 impl RobotBoot {
@@ -73,6 +75,7 @@ impl RobotBoot {
             trace_started: false,
             irqs: None,
             scan_error: None,
+            slots: None,
         }
     }
 
@@ -133,8 +136,31 @@ impl Boot for RobotBoot {
     }
 
     fn boot_check(&mut self, duration: Duration, release: &ReleaseStatus) -> BootCheckOutcome {
-        let at_boot = AtBoot::of(&self.setup, &self.robot, release);
+        let slots = self.rootfs_slots();
+        let at_boot = AtBoot::of(&self.setup, &self.robot, release, slots.as_ref());
         boot_check(&self.setup, &self.robot, duration, &at_boot)
+    }
+
+    /// Read where efivarfs says rootfs A/B is on (a Jetson), with the
+    /// system's `nvbootctrl`; once.
+    fn rootfs_slots(&mut self) -> Option<crate::rootfs_slots::RootfsSlots> {
+        let setup = &self.setup;
+        self.slots
+            .get_or_insert_with(|| {
+                crate::rootfs_slots::RootfsSlots::read(
+                    &under(&setup.sysroot, "/sys/firmware/efi/efivars"),
+                    &under(&setup.sysroot, "/usr/sbin/nvbootctrl"),
+                )
+            })
+            .clone()
+    }
+
+    fn confirm_rootfs_slot(&mut self) -> Option<Result<String, String>> {
+        self.rootfs_slots()?;
+        Some(crate::rootfs_slots::confirm(&under(
+            &self.setup.sysroot,
+            "/usr/sbin/nvbootctrl",
+        )))
     }
 
     fn scan_irqs(&mut self) -> Option<StepStatus> {
@@ -511,9 +537,15 @@ pub struct AtBoot {
 }
 
 impl AtBoot {
-    /// From what the release recovery at this start found (`release`)
-    /// and robot.yaml's `watchdog:` read in sysfs under the sysroot.
-    pub fn of(setup: &BootSetup, robot: &Robot, release: &ReleaseStatus) -> AtBoot {
+    /// From what the release recovery at this start found (`release`),
+    /// robot.yaml's `watchdog:` read in sysfs under the sysroot and the
+    /// rootfs A/B slots as the start read them.
+    pub fn of(
+        setup: &BootSetup,
+        robot: &Robot,
+        release: &ReleaseStatus,
+        slots: Option<&crate::rootfs_slots::RootfsSlots>,
+    ) -> AtBoot {
         AtBoot {
             boot_loader: release.boot_loader.as_ref().map(Into::into),
             fallback: (release.state == "rolled-back").then(|| {
@@ -528,11 +560,7 @@ impl AtBoot {
                 .watchdog
                 .as_ref()
                 .map(|w| crate::watchdog::at_boot(&under(&setup.sysroot, "/sys"), &w.device)),
-            rootfs_slots: crate::rootfs_slots::RootfsSlots::read(
-                &under(&setup.sysroot, "/sys/firmware/efi/efivars"),
-                &under(&setup.sysroot, "/usr/sbin/nvbootctrl"),
-            )
-            .map(|r| r.describe()),
+            rootfs_slots: slots.map(|r| r.describe()),
         }
     }
 

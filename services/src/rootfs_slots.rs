@@ -48,6 +48,16 @@ pub struct RootfsSlots {
     pub problem: Option<String>,
 }
 
+/// Confirms the slot this boot runs from with the `nvbootctrl` at
+/// `nvbootctrl` (`nvbootctrl verify`, bounded by [`NVBOOTCTRL_TIMEOUT`]):
+/// what it did, or why not.
+pub fn confirm(nvbootctrl: &Path) -> Result<String, String> {
+    let mut tool = Nvbootctrl::new(nvbootctrl);
+    tool.timeout = NVBOOTCTRL_TIMEOUT;
+    tool.mark_good()
+        .map(|()| "nvbootctrl verify: its retry count is back to the maximum".to_string())
+}
+
 impl RootfsSlots {
     /// The slots under the efivarfs directory `efivars`, with the
     /// `nvbootctrl` at `nvbootctrl`; `None` when rootfs A/B is off.

@@ -597,3 +597,133 @@ fn a_process_that_closes_its_output_does_not_keep_the_loop_awake() {
     assert_eq!(s.processes[0].state, "running", "{s:?}");
     sup.stop_all();
 }
+
+/// A Jetson with rootfs A/B counts boots per slot and boots the other slot
+/// once a slot's retries are used up: only a good boot confirms its slot
+/// (`nvbootctrl verify`). Good: the CPU plan applied and the boot check
+/// passed, or failed under `on_failure: degrade`. The slots and the tool
+/// are NVIDIA's variables in an efivarfs tree and a stand-in `nvbootctrl`
+/// that prints what R35.3.1's prints and logs what it was asked.
+#[test]
+fn only_a_good_boot_confirms_its_rootfs_slot() {
+    use services::supervisor::BootCheckOutcome;
+    let plan = |result: &'static str| -> Box<dyn FnMut() -> services::status::StepStatus + Send> {
+        Box::new(move || services::status::StepStatus {
+            step: "cpu plan".into(),
+            result: result.into(),
+            detail: "test".into(),
+        })
+    };
+    struct Case {
+        plan: &'static str,
+        check: BootCheckOutcome,
+        degrade: bool,
+        verify_fails: bool,
+        result: &'static str,
+        says: &'static str,
+    }
+    let cases = [
+        Case {
+            plan: "ok",
+            check: BootCheckOutcome::Passed("all budgets held".into()),
+            degrade: false,
+            verify_fails: false,
+            result: "ok",
+            says: "slot B confirmed (nvbootctrl verify: its retry count is back to the maximum): CPU plan applied, boot check passed: all budgets held",
+        },
+        Case {
+            plan: "ok",
+            check: BootCheckOutcome::Failed("wakeup max 900us over budget 200us".into()),
+            degrade: true,
+            verify_fails: false,
+            result: "ok",
+            says: "slot B confirmed (",
+        },
+        Case {
+            plan: "ok",
+            check: BootCheckOutcome::Failed("wakeup max 900us over budget 200us".into()),
+            degrade: false,
+            verify_fails: false,
+            result: "skipped",
+            says: "slot B not confirmed: the boot check failed: wakeup max 900us over budget 200us (real-time processes refused); the firmware takes one of its retries at the next boot",
+        },
+        Case {
+            plan: "failed",
+            check: BootCheckOutcome::Passed("all budgets held".into()),
+            degrade: false,
+            verify_fails: false,
+            result: "skipped",
+            says: "slot B not confirmed: the CPU plan is not applied (failed: test)",
+        },
+        Case {
+            plan: "ok",
+            check: BootCheckOutcome::Passed("all budgets held".into()),
+            degrade: false,
+            verify_fails: true,
+            result: "failed",
+            says: "slot B not confirmed: ",
+        },
+    ];
+    for c in cases {
+        let d = tempfile::tempdir().unwrap();
+        let efivars = d.path().join("efivars");
+        std::fs::create_dir_all(&efivars).unwrap();
+        for (name, v) in [("RootfsRedundancyLevel", 1u32), ("RootfsRetryCountMax", 3)] {
+            let mut b = 7u32.to_le_bytes().to_vec();
+            b.extend_from_slice(&v.to_le_bytes());
+            std::fs::write(
+                efivars.join(format!("{name}-{}", releases::l4t_slots::NVIDIA_GUID)),
+                b,
+            )
+            .unwrap();
+        }
+        let log = d.path().join("asked");
+        let tool = d.path().join("nvbootctrl");
+        std::fs::write(
+            &tool,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> {log}\ncase \"$*\" in\n'-t rootfs dump-slots-info') printf 'Current rootfs slot: B\\nActive rootfs slot: B\\nnum_slots: 2\\nslot: 0,             retry_count: 3,             status: normal\\nslot: 1,             retry_count: 2,             status: normal\\n' ;;\nverify) {} ;;\n*) exit 1 ;;\nesac\n",
+                if c.verify_fails { "echo 'cannot open /dev/mem' >&2; exit 1" } else { "exit 0" },
+                log = log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let mut cfg = config(
+            vec![process(
+                json!({"name": "bg", "exec": "/bin/sleep", "args": ["60"]}),
+            )],
+            None,
+        );
+        cfg.boot_check.enabled = true;
+        if c.degrade {
+            cfg.boot_check.on_failure = check::config::OnFailure::Degrade;
+        }
+        let outcome = c.check.clone();
+        let boot = common::TestBoot {
+            cpu_plan: Some(plan(c.plan)),
+            boot_check: Some(Box::new(move |_, _| outcome.clone())),
+            rootfs: Some((efivars, tool)),
+            ..Default::default()
+        };
+        let sup = start(cfg, boot.boxed());
+        let s = sup.wait_for("bg running", |s| s.processes[0].state == "running");
+        let st = s
+            .startup
+            .iter()
+            .find(|st| st.step == "rootfs slot")
+            .unwrap_or_else(|| panic!("no rootfs slot step: {:?}", s.startup));
+        assert_eq!(st.result, c.result, "{st:?}");
+        assert!(st.detail.starts_with(c.says), "{st:?}");
+        let asked = std::fs::read_to_string(&log).unwrap();
+        let verified = asked.lines().filter(|l| *l == "verify").count();
+        assert_eq!(
+            verified,
+            usize::from(c.result != "skipped"),
+            "nvbootctrl was asked: {asked}"
+        );
+        assert_eq!(s.rootfs_slots.as_ref().and_then(|r| r.current), Some('B'));
+        sup.stop_all();
+    }
+}

@@ -126,8 +126,6 @@ fn supervise(ctx: &Ctx, args: &SuperviseArgs, pid1: bool, at_exit: AtExit) -> an
         recovered,
         // As PID 1 the start-up mounts and reaps: not done twice.
         restart_to_reload: !pid1,
-        // Read only where efivarfs says rootfs A/B is on (a Jetson).
-        nvbootctrl: Some(ctx.sys("/usr/sbin/nvbootctrl")),
         ..Default::default()
     })?;
     let sup = Supervisor::new(boot.config(), roots, opts, Some(Box::new(boot)), notifier)

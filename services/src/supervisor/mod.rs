@@ -294,12 +294,7 @@ impl Supervisor {
             s.steps.push(held.step(Instant::now()));
             held
         });
-        let rootfs_slots = opts.nvbootctrl.as_deref().and_then(|tool| {
-            crate::rootfs_slots::RootfsSlots::read(
-                &roots.sys_root.join("firmware/efi/efivars"),
-                tool,
-            )
-        });
+        let rootfs_slots = boot.as_mut().and_then(|b| b.rootfs_slots());
         let plan_outcome = trial::CpuPlanNotApplied::of_steps(&s.steps);
         let logger = start_logger(&cfg, &roots, &s.shm_dir, &mut s.steps);
         let bridge_shm = cfg

@@ -123,10 +123,6 @@ pub struct Options {
     /// robot under a prefix on this machine's own /dev), said in the
     /// status instead.
     pub watchdog_skip: Option<String>,
-    /// Jetson Linux's `nvbootctrl` (`/usr/sbin/nvbootctrl` on a board),
-    /// to read the rootfs A/B slots at start ([`crate::rootfs_slots`]);
-    /// `None`: not read.
-    pub nvbootctrl: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -148,7 +144,6 @@ impl Default for Options {
             restart_to_reload: false,
             watchdog: None,
             watchdog_skip: None,
-            nvbootctrl: None,
         }
     }
 }
@@ -231,6 +226,21 @@ pub trait Boot: Send {
     /// rollback); `None`: the configuration loaded at start stays. Asked
     /// once, at start.
     fn release_config(&mut self) -> Option<ConfigHook> {
+        None
+    }
+
+    /// A Jetson's rootfs A/B slots as this boot found them (`None`: no
+    /// A/B, or nothing to read them with). Read once: every later call
+    /// answers the same.
+    fn rootfs_slots(&mut self) -> Option<crate::rootfs_slots::RootfsSlots> {
+        None
+    }
+
+    /// Confirms the rootfs slot this boot runs from, once the boot's
+    /// verdict is good (a Jetson's `nvbootctrl verify`: the slot's retry
+    /// count goes back to its maximum). `None`: the board has no slots to
+    /// confirm; otherwise what was done, or why it failed.
+    fn confirm_rootfs_slot(&mut self) -> Option<Result<String, String>> {
         None
     }
 }
@@ -335,8 +345,16 @@ pub(super) fn start_up(
     let shm_dir = releases::Layout::new(&roots.prefix).shm_dir();
     steps.push(create_channels(cfg, &shm_dir, group_gid, &roots.proc_root));
 
-    // 4. The boot timing check.
-    let boot = boot_check(&cfg.boot_check, boot, &release);
+    // 4. The boot timing check, then the verdict on this boot: a good
+    // one confirms its rootfs slot where the firmware counts boots per
+    // slot.
+    let gate = boot_check(&cfg.boot_check, boot.as_deref_mut(), &release);
+    if let Some(b) = boot {
+        if let Some(st) = confirm_slot(&steps, &gate, b) {
+            steps.push(st);
+        }
+    }
+    let boot = gate;
 
     // 5. Accounts, spawn context, the control socket.
     let own_uid = rustix::process::geteuid().as_raw();
@@ -422,6 +440,50 @@ pub(super) fn start_up(
         group_gid,
         own_uid,
         shm_dir,
+    })
+}
+
+/// The verdict on this boot, for the firmware's count of boot attempts
+/// (issue: a hung update comes back by itself): a boot is good once the
+/// CPU plan applied and verified and the boot check did not refuse the
+/// real-time processes (passed; failed under `on_failure: degrade`; or
+/// not run, as robot.yaml says). A good boot confirms its rootfs slot;
+/// any other leaves the slot's retry count as the firmware left it, so
+/// that boots that never become good end in the other slot. `None`: no
+/// slot to confirm.
+fn confirm_slot(steps: &[StepStatus], gate: &BootGate, boot: &mut dyn Boot) -> Option<StepStatus> {
+    let slots = boot.rootfs_slots()?;
+    let slot = slots
+        .current
+        .map_or("the slot booted".to_string(), |c| format!("slot {c}"));
+    let not_good = match super::trial::CpuPlanNotApplied::of_steps(steps) {
+        Err(e) => Some(format!("the CPU plan is not applied ({e})")),
+        Ok(()) if gate.refuse => Some(format!("the boot check {}", gate.summary)),
+        Ok(()) => None,
+    };
+    if let Some(why) = not_good {
+        return Some(step(
+            "rootfs slot",
+            "skipped",
+            format!(
+                "{slot} not confirmed: {why}; the firmware takes one of its retries at the next boot, and boots the other slot once they are used up"
+            ),
+        ));
+    }
+    Some(match boot.confirm_rootfs_slot()? {
+        Ok(done) => step(
+            "rootfs slot",
+            "ok",
+            format!(
+                "{slot} confirmed ({done}): CPU plan applied, boot check {}",
+                gate.summary
+            ),
+        ),
+        Err(e) => step(
+            "rootfs slot",
+            "failed",
+            format!("{slot} not confirmed: {e}"),
+        ),
     })
 }
 

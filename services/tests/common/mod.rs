@@ -26,6 +26,9 @@ pub struct TestBoot {
     pub cpu_plan: Option<Box<dyn FnMut() -> StepStatus + Send>>,
     pub boot_check: Option<BootCheckFn>,
     pub release_config: Option<ConfigHook>,
+    /// A Jetson's rootfs slots: efivarfs and `nvbootctrl` at these paths,
+    /// read and confirmed as a robot's boot does.
+    pub rootfs: Option<(PathBuf, PathBuf)>,
 }
 
 impl TestBoot {
@@ -55,6 +58,16 @@ impl Boot for TestBoot {
 
     fn release_config(&mut self) -> Option<ConfigHook> {
         self.release_config.take()
+    }
+
+    fn rootfs_slots(&mut self) -> Option<services::rootfs_slots::RootfsSlots> {
+        let (efivars, tool) = self.rootfs.as_ref()?;
+        services::rootfs_slots::RootfsSlots::read(efivars, tool)
+    }
+
+    fn confirm_rootfs_slot(&mut self) -> Option<Result<String, String>> {
+        let (_, tool) = self.rootfs.as_ref()?;
+        Some(services::rootfs_slots::confirm(tool))
     }
 }
 
