@@ -444,7 +444,7 @@ pub(super) fn start_up(
 }
 
 /// The verdict on this boot, for the firmware's count of boot attempts
-/// (issue: a hung update comes back by itself): a boot is good once the
+/// (a boot that never becomes good falls back by itself): a boot is good once the
 /// CPU plan applied and verified and the boot check did not refuse the
 /// real-time processes (passed; failed under `on_failure: degrade`; or
 /// not run, as robot.yaml says). A good boot confirms its rootfs slot;
