@@ -769,7 +769,7 @@ fn rootfs_slots_given_up_are_in_status_and_metrics() {
         .unwrap();
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
-        table.contains("rootfs slots: running slot B; slot A unbootable: the firmware gave up on it after its retries and booted B; slot B retry count 3 of 3\n"),
+        table.contains("rootfs slots: running slot B; slot A unbootable: the firmware gave up on it after its retries and booted B; slot B retry count 3 of 3; not confirmed by this boot (see its rootfs slot step)\n"),
         "{table}"
     );
     let prom = prefix.path().join("var/lib/rtdeploy/metrics.prom");

@@ -433,6 +433,15 @@ pub fn exposition(s: &SupervisorStatus) -> String {
                 f.sample(fam, &[("robot", robot), ("slot", n.as_str())], of(r, sl));
             }
         }
+        if let Some(c) = r.confirmed {
+            let fam = "rtdeploy_rootfs_slot_confirmed";
+            f.family(
+                fam,
+                "gauge",
+                "1 when this boot's verdict confirmed the slot it runs from (its retry count reset), 0 when the boot was not good.",
+            );
+            f.sample(fam, &[("robot", robot)], f64::from(u8::from(c)));
+        }
     }
     // The bridge (robot.yaml `bridge:`): its peers, memory, each link's
     // messages, losses and drops by reason, and other boards' clocks.
@@ -902,11 +911,13 @@ mod tests {
                     },
                 ],
                 problem: None,
+                confirmed: Some(false),
             }),
             ..Default::default()
         };
         let text = exposition(&s);
         for line in [
+            "rtdeploy_rootfs_slot_confirmed{robot=\"arm\"} 0",
             "rtdeploy_rootfs_slot_booted{robot=\"arm\",slot=\"A\"} 1",
             "rtdeploy_rootfs_slot_booted{robot=\"arm\",slot=\"B\"} 0",
             "rtdeploy_rootfs_slot_retry_count{robot=\"arm\",slot=\"A\"} 3",

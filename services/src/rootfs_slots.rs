@@ -46,6 +46,11 @@ pub struct RootfsSlots {
     /// What could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// Whether this boot's verdict confirmed the slot it runs from
+    /// (`nvbootctrl verify`); absent until the verdict (the start-up step
+    /// `rootfs slot` says why not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed: Option<bool>,
 }
 
 /// Confirms the slot this boot runs from with the `nvbootctrl` at
@@ -151,6 +156,11 @@ impl RootfsSlots {
                     s.name, s.retry_count
                 ));
             }
+        }
+        match self.confirmed {
+            Some(true) => out.push_str("; confirmed by this boot's verdict"),
+            Some(false) => out.push_str("; not confirmed by this boot (see its rootfs slot step)"),
+            None => {}
         }
         if let Some(p) = &self.problem {
             out.push_str(&format!(" ({p})"));

@@ -723,7 +723,11 @@ fn only_a_good_boot_confirms_its_rootfs_slot() {
             usize::from(c.result != "skipped"),
             "nvbootctrl was asked: {asked}"
         );
-        assert_eq!(s.rootfs_slots.as_ref().and_then(|r| r.current), Some('B'));
+        let r = s.rootfs_slots.as_ref().expect("the status has the slots");
+        assert_eq!(
+            (r.current, r.confirmed),
+            (Some('B'), Some(c.result == "ok"))
+        );
         sup.stop_all();
     }
 }

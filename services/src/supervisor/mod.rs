@@ -294,7 +294,14 @@ impl Supervisor {
             s.steps.push(held.step(Instant::now()));
             held
         });
-        let rootfs_slots = boot.as_mut().and_then(|b| b.rootfs_slots());
+        let rootfs_slots = boot.as_mut().and_then(|b| b.rootfs_slots()).map(|mut r| {
+            r.confirmed = s
+                .steps
+                .iter()
+                .find(|st| st.step == "rootfs slot")
+                .map(|st| st.result == "ok");
+            r
+        });
         let plan_outcome = trial::CpuPlanNotApplied::of_steps(&s.steps);
         let logger = start_logger(&cfg, &roots, &s.shm_dir, &mut s.steps);
         let bridge_shm = cfg
