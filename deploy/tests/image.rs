@@ -82,17 +82,11 @@ fn elf_aarch64(tag: &str) -> Vec<u8> {
     h
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-#[test]
-fn image_builds_reproducibly_and_refuses_to_overwrite() {
-    let t = tempfile::tempdir().unwrap();
-    inputs(t.path());
-    let cfg = example("orin-nano.yaml");
-    let cfg = cfg.to_str().unwrap();
-    let args = [
+/// `deploy -q -c <cfg> image` of the inputs [`inputs`] lays out (the
+/// base, the release, an aarch64 deploy binary), reproducible
+/// (`--source-date-epoch`), into `out`, with `extra` after.
+fn image_args<'a>(cfg: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
         "-q",
         "-c",
         cfg,
@@ -105,12 +99,27 @@ fn image_builds_reproducibly_and_refuses_to_overwrite() {
         "deploy-aarch64",
         "--source-date-epoch",
         "1700000000",
-        "--release-version",
-        "2.1.0",
+        "--out",
+        out,
     ];
-    let mut a = args.to_vec();
-    a.extend(["--out", "a.tar.zst"]);
-    let o = deploy(t.path(), &a);
+    a.extend_from_slice(extra);
+    a
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn image_builds_reproducibly_and_refuses_to_overwrite() {
+    let t = tempfile::tempdir().unwrap();
+    inputs(t.path());
+    let cfg = example("orin-nano.yaml");
+    let cfg = cfg.to_str().unwrap();
+    let o = deploy(
+        t.path(),
+        &image_args(cfg, "a.tar.zst", &["--release-version", "2.1.0"]),
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("wrote a.tar.zst (tar.zst"), "{out}");
@@ -151,9 +160,10 @@ fn image_builds_reproducibly_and_refuses_to_overwrite() {
         .starts_with("releases/2.1.0-"));
 
     // Same inputs, --json: the same digest.
-    let mut b = args.to_vec();
-    b.extend(["--out", "b.tar.zst", "--json"]);
-    let o = deploy(t.path(), &b);
+    let o = deploy(
+        t.path(),
+        &image_args(cfg, "b.tar.zst", &["--release-version", "2.1.0", "--json"]),
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["schema_version"], 1);
@@ -166,6 +176,7 @@ fn image_builds_reproducibly_and_refuses_to_overwrite() {
 
     // The output exists: refused (exit 2), untouched; --force replaces it.
     let before = fs::read(t.path().join("a.tar.zst")).unwrap();
+    let mut a = image_args(cfg, "a.tar.zst", &["--release-version", "2.1.0"]);
     let o = deploy(t.path(), &a);
     assert_eq!(o.status.code(), Some(2));
     assert!(
@@ -185,22 +196,7 @@ fn image_lists_every_missing_program() {
     fs::remove_file(t.path().join("release/bin/planner")).unwrap();
     fs::remove_file(t.path().join("release/bin/logger")).unwrap();
     let cfg = example("orin-nano.yaml");
-    let o = deploy(
-        t.path(),
-        &[
-            "-c",
-            cfg.to_str().unwrap(),
-            "image",
-            "--base",
-            "base",
-            "--release",
-            "release",
-            "--deploy-binary",
-            "deploy-aarch64",
-            "--out",
-            "x.tar",
-        ],
-    );
+    let o = deploy(t.path(), &image_args(cfg.to_str().unwrap(), "x.tar", &[]));
     assert_eq!(o.status.code(), Some(2));
     let err = text(&o.stderr);
     assert!(
@@ -239,20 +235,7 @@ fn flash_dry_run_prints_the_jetson_commands() {
     let cfg = example("orin-nano.yaml");
     let o = deploy(
         t.path(),
-        &[
-            "-q",
-            "-c",
-            cfg.to_str().unwrap(),
-            "image",
-            "--base",
-            "base",
-            "--release",
-            "release",
-            "--deploy-binary",
-            "deploy-aarch64",
-            "--out",
-            "robot.tar.zst",
-        ],
+        &image_args(cfg.to_str().unwrap(), "robot.tar.zst", &[]),
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let o = deploy(
@@ -394,26 +377,8 @@ fn image_refuses_an_output_inside_the_base_even_with_force() {
     inputs(t.path());
     let cfg = example("orin-nano.yaml");
     let image = |out: &str, force: bool| {
-        let mut a = vec![
-            "-q",
-            "-c",
-            cfg.to_str().unwrap(),
-            "image",
-            "--base",
-            "base",
-            "--release",
-            "release",
-            "--deploy-binary",
-            "deploy-aarch64",
-            "--source-date-epoch",
-            "1700000000",
-            "--out",
-            out,
-        ];
-        if force {
-            a.push("--force");
-        }
-        deploy(t.path(), &a)
+        let force: &[&str] = if force { &["--force"] } else { &[] };
+        deploy(t.path(), &image_args(cfg.to_str().unwrap(), out, force))
     };
     // A previous image, put in the base as a user writing into it would.
     let o = image("robot.tar", false);
@@ -487,25 +452,7 @@ fn image_holds_the_boot_partition_of_a_board_that_counts_boot_attempts() {
         "{yaml}"
     );
     fs::write(t.path().join("robot.yaml"), yaml).unwrap();
-    let o = deploy(
-        t.path(),
-        &[
-            "-q",
-            "-c",
-            "robot.yaml",
-            "image",
-            "--base",
-            "base",
-            "--release",
-            "release",
-            "--deploy-binary",
-            "deploy-aarch64",
-            "--source-date-epoch",
-            "1700000000",
-            "--out",
-            "a.tar",
-        ],
-    );
+    let o = deploy(t.path(), &image_args("robot.yaml", "a.tar", &[]));
     assert!(o.status.success(), "{}", text(&o.stderr));
     // The tar's regular files under boot/rtboot (ustar headers: the
     // paths here are short).
@@ -570,26 +517,7 @@ fn image_carries_the_bridge_a_robot_runs() {
     assert!(!yaml.contains("\nbridge:"), "{yaml}");
     yaml.push_str("bridge:\n  forward:\n    - {channels: /imu/*, direction: out}\n");
     fs::write(t.path().join("robot.yaml"), &yaml).unwrap();
-    let args = |out: &'static str, extra: &[&'static str]| {
-        let mut a = vec![
-            "-q",
-            "-c",
-            "robot.yaml",
-            "image",
-            "--base",
-            "base",
-            "--release",
-            "release",
-            "--deploy-binary",
-            "deploy-aarch64",
-            "--source-date-epoch",
-            "1700000000",
-            "--out",
-            out,
-        ];
-        a.extend_from_slice(extra);
-        a
-    };
+    let args = |out, extra| image_args("robot.yaml", out, extra);
     let o = deploy(t.path(), &args("a.tar", &[]));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
     let e = text(&o.stderr);
@@ -640,20 +568,7 @@ fn image_carries_the_bridge_a_robot_runs() {
     // A robot without a bridge: none unless asked for.
     let o = deploy(
         t.path(),
-        &[
-            "-q",
-            "-c",
-            example("orin-nano.yaml").to_str().unwrap(),
-            "image",
-            "--base",
-            "base",
-            "--release",
-            "release",
-            "--deploy-binary",
-            "deploy-aarch64",
-            "--out",
-            "c.tar",
-        ],
+        &image_args(example("orin-nano.yaml").to_str().unwrap(), "c.tar", &[]),
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(listed("c.tar").is_null());
