@@ -261,7 +261,7 @@ impl Drop for Run<'_> {
 }
 
 /// The census's positive control: a best-effort process on the
-/// housekeeping CPUs holds a priority-inheritance futex most of the time
+/// housekeeping CPUs holds a priority-inheritance futex about half the time
 /// and a SCHED_FIFO process on `cpu` locks it every 5 ms, so that the
 /// kernel boosts the holder: the census must count those waits (2 s).
 pub(super) fn pi_control(
@@ -288,12 +288,14 @@ pub(super) fn pi_control(
             "period_ns=5000000".to_string(),
         ],
     )?;
-    // Until the waiter has locked PI_CYCLES times (about 2 s at its
-    // 5 ms period), not for a fixed time: under emulation two workers
-    // may take seconds to start, and a phase that ends before they run
-    // has nothing to count. The watchdog ends a phase whose waiter never
-    // gets there (the census then says what it saw).
-    const PI_CYCLES: u64 = 400;
+    // Until the waiter has found the lock held PI_CYCLES times (each a
+    // FUTEX_LOCK_PI that boosts the holder; about half its locks, so
+    // about 2 s at its 5 ms period), not for a fixed time nor a count of
+    // its locks: under emulation either worker may take seconds to start,
+    // and a waiter that runs before its holder finds the lock free every
+    // time, which boosts nobody. The deadline ends a phase whose waiter
+    // never gets there (the census then says what it saw).
+    const PI_CYCLES: u64 = 200;
     let deadline = Instant::now() + Duration::from_secs(120);
     while run.shared.control().pi_cycles.load(Ordering::SeqCst) < PI_CYCLES
         && Instant::now() < deadline

@@ -27,14 +27,17 @@ pub(super) fn futex_pi(w: &AtomicU64, op: i32) -> i64 {
 }
 
 /// Takes the PI lock: the fast path claims a free word with our tid, else
-/// the kernel queues us (and boosts the holder).
-pub(super) fn pi_lock(w: &AtomicU64, tid: u32) {
+/// the kernel queues us (and boosts the holder). Whether it was held:
+/// the kernel was asked.
+pub(super) fn pi_lock(w: &AtomicU64, tid: u32) -> bool {
     // SeqCst: a lock word shared with the kernel's PI protocol.
     if w.compare_exchange(0, tid as u64, Ordering::SeqCst, Ordering::SeqCst)
         .is_err()
     {
         futex_pi(w, libc::FUTEX_LOCK_PI);
+        return true;
     }
+    false
 }
 
 pub(super) fn pi_unlock(w: &AtomicU64, tid: u32) {
@@ -57,7 +60,7 @@ pub(super) fn pi_hold(a: &Args) -> Result<(), WorkerRunError> {
     let tid = gettid();
     // Relaxed: a stop request; see rt_send.
     while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
-        pi_lock(&ctl.pi_word, tid);
+        let _ = pi_lock(&ctl.pi_word, tid);
         let end = monotonic_ns() + hold;
         while monotonic_ns() < end {
             std::hint::spin_loop();
@@ -69,8 +72,9 @@ pub(super) fn pi_hold(a: &Args) -> Result<(), WorkerRunError> {
 }
 
 /// The positive control's waiter (SCHED_FIFO on an isolated CPU): every
-/// `period_ns`, locks the PI futex the holder has most of the time (so the
-/// kernel boosts the holder to this priority) and unlocks it.
+/// `period_ns`, locks the PI futex the holder has about half the time (so
+/// the kernel boosts the holder to this priority) and unlocks it; counts
+/// the locks it found held, each a boost for the census to count.
 pub(super) fn rt_pi(a: &Args) -> Result<(), WorkerRunError> {
     let shared = a.shared()?;
     let ctl = shared.control();
@@ -79,10 +83,12 @@ pub(super) fn rt_pi(a: &Args) -> Result<(), WorkerRunError> {
     let tid = gettid();
     while ctl.rt_stop.load(Ordering::Relaxed) == 0 {
         sleep_until(Monotonic::now() + Duration::from_nanos(period));
-        pi_lock(&ctl.pi_word, tid);
+        let held = pi_lock(&ctl.pi_word, tid);
         pi_unlock(&ctl.pi_word, tid);
-        // SeqCst: read by the engine, which ends the phase by it.
-        ctl.pi_cycles.fetch_add(1, Ordering::SeqCst);
+        if held {
+            // SeqCst: read by the engine, which ends the phase by it.
+            ctl.pi_cycles.fetch_add(1, Ordering::SeqCst);
+        }
     }
     Ok(())
 }

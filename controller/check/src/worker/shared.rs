@@ -64,8 +64,10 @@ pub(crate) struct Control {
     /// The positive control's priority-inheritance futex word (low 32
     /// bits: the holder's tid, `FUTEX_WAITERS` when one waits).
     pub pi_word: AtomicU64,
-    /// The positive control's waiter: lock and unlock cycles done (the
-    /// phase lasts until enough were, however slowly the workers start).
+    /// The positive control's waiter: locks it found held, each through
+    /// the kernel (the phase lasts until enough were, however slowly the
+    /// workers start: a waiter that runs before its holder does finds the
+    /// lock free, and the kernel boosts nobody).
     pub pi_cycles: AtomicU64,
     /// Per low-priority slot: the generation that may run; a process whose
     /// generation differs stops.
