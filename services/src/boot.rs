@@ -26,6 +26,9 @@ use crate::supervisor::{
     Boot, BootCheckOutcome, ConfigHook, Options, SupervisorConfig, TraceTurn, TracedMiss,
 };
 
+/// Jetson Linux's `nvbootctrl`, under the sysroot.
+const NVBOOTCTRL: &str = "/usr/sbin/nvbootctrl";
+
 /// Where the boot works and what it was told.
 #[derive(Debug, Clone)]
 pub struct BootSetup {
@@ -144,23 +147,18 @@ impl Boot for RobotBoot {
     /// Read where efivarfs says rootfs A/B is on (a Jetson), with the
     /// system's `nvbootctrl`; once.
     fn rootfs_slots(&mut self) -> Option<crate::rootfs_slots::RootfsSlots> {
-        let setup = &self.setup;
-        self.slots
-            .get_or_insert_with(|| {
-                crate::rootfs_slots::RootfsSlots::read(
-                    &under(&setup.sysroot, "/sys/firmware/efi/efivars"),
-                    &under(&setup.sysroot, "/usr/sbin/nvbootctrl"),
-                )
-            })
-            .clone()
+        if self.slots.is_none() {
+            self.slots = Some(crate::rootfs_slots::RootfsSlots::read(
+                &self.sys("/sys/firmware/efi/efivars"),
+                &self.sys(NVBOOTCTRL),
+            ));
+        }
+        self.slots.clone().flatten()
     }
 
     fn confirm_rootfs_slot(&mut self) -> Option<Result<String, String>> {
         self.rootfs_slots()?;
-        Some(crate::rootfs_slots::confirm(&under(
-            &self.setup.sysroot,
-            "/usr/sbin/nvbootctrl",
-        )))
+        Some(crate::rootfs_slots::confirm(&self.sys(NVBOOTCTRL)))
     }
 
     fn scan_irqs(&mut self) -> Option<StepStatus> {

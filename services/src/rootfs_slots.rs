@@ -57,10 +57,17 @@ pub struct RootfsSlots {
 /// `nvbootctrl` (`nvbootctrl verify`, bounded by [`NVBOOTCTRL_TIMEOUT`]):
 /// what it did, or why not.
 pub fn confirm(nvbootctrl: &Path) -> Result<String, String> {
-    let mut tool = Nvbootctrl::new(nvbootctrl);
-    tool.timeout = NVBOOTCTRL_TIMEOUT;
-    tool.mark_good()
+    tool(nvbootctrl)
+        .mark_good()
         .map(|()| "nvbootctrl verify: its retry count is back to the maximum".to_string())
+}
+
+/// `nvbootctrl` at `path`, killed after [`NVBOOTCTRL_TIMEOUT`].
+fn tool(path: &Path) -> Nvbootctrl {
+    Nvbootctrl {
+        timeout: NVBOOTCTRL_TIMEOUT,
+        ..Nvbootctrl::new(path)
+    }
 }
 
 impl RootfsSlots {
@@ -82,9 +89,7 @@ impl RootfsSlots {
             retry_max: vars.retry_max,
             ..RootfsSlots::default()
         };
-        let mut tool = Nvbootctrl::new(nvbootctrl);
-        tool.timeout = NVBOOTCTRL_TIMEOUT;
-        match tool.slots() {
+        match tool(nvbootctrl).slots() {
             Ok(Some(info)) => {
                 out.current = Some(slot_name(info.current));
                 out.active = Some(slot_name(info.active));

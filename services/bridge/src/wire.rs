@@ -100,12 +100,10 @@ impl Header {
 /// The boot id (`/proc/sys/kernel/random/boot_id`, a UUID) as 16 bytes;
 /// zeros when it cannot be read.
 pub fn boot_id(proc_root: &std::path::Path) -> [u8; 16] {
-    use std::io::Read;
     // A UUID is 36 characters and a newline; a larger file is not one.
-    let mut text = String::new();
-    if let Ok(f) = std::fs::File::open(proc_root.join("sys/kernel/random/boot_id")) {
-        let _ = f.take(64).read_to_string(&mut text);
-    }
+    let text = units::bounded::Bound::pseudo(64)
+        .read_text(&proc_root.join("sys/kernel/random/boot_id"))
+        .unwrap_or_default();
     let hex: Vec<u8> = text
         .trim()
         .bytes()
@@ -179,7 +177,7 @@ mod tests {
         assert_eq!(boot_id_text(&b), "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0");
         assert_eq!(boot_id(&d.path().join("nowhere")), [0; 16]);
         // A file that is no boot id (a strange /proc): zeros, read no
-        // further than its first bytes.
+        // further than its bound.
         let mut long = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".to_string();
         long.push_str(&"ab".repeat(1 << 20));
         std::fs::write(d.path().join("sys/kernel/random/boot_id"), long).unwrap();
